@@ -1,0 +1,5 @@
+import sys
+
+from onnxrefine.cli.main import main
+
+sys.exit(main())

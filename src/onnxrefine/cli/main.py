@@ -1,0 +1,50 @@
+"""The `onnxrefine` command: one subcommand per module in this folder.
+
+Each subcommand module exposes `register(subparsers)`, which adds its parser and sets
+`func(args) -> int` as the default. Exit codes: 0 success, 1 a negative verdict, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from onnxrefine import __version__
+from onnxrefine.errors import OnnxRefineError
+
+SUBCOMMAND_MODULES = (
+    "onnxrefine.cli.optimize_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="onnxrefine",
+        description="Optimize ONNX models without changing what they compute, and prove it.",
+    )
+    parser.add_argument("--version", action="version", version=f"onnxrefine {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in SUBCOMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except OnnxRefineError as exc:
+        print(f"onnxrefine: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("onnxrefine: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
