@@ -7,3 +7,7 @@ class OnnxRefineError(Exception):
 
 class BadInputError(OnnxRefineError):
     """The input model, file or option cannot be used (CLI exit code 2)."""
+
+
+class RewriteRefused(Exception):
+    """A rewrite's guard declined a match; the message is the reason shown by --explain."""

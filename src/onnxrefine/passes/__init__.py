@@ -1,0 +1,3 @@
+"""Pass families, one module each. Importing this package registers every pass."""
+
+from onnxrefine.passes import batchnorm  # noqa: F401

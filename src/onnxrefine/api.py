@@ -1,0 +1,100 @@
+"""The Python API: `optimize(model, passes=None)`, a drop-in for `onnxoptimizer.optimize`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+
+from onnxrefine import __version__
+from onnxrefine.errors import BadInputError
+from onnxrefine.ir import io
+from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES, ConstantBudget
+from onnxrefine.passes.pipeline import run_passes
+from onnxrefine.passes.registry import default_pass_names, get_pass
+from onnxrefine.rewrite.log import RewriteLog
+
+
+@dataclass
+class OptimizationReport:
+    passes: list[str]
+    nodes_before: int
+    nodes_after: int
+    seconds: float
+    log: RewriteLog
+    rolled_back: list[dict] = field(default_factory=list)
+    verification: dict | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "onnxrefine_version": __version__,
+            "passes": self.passes,
+            "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after,
+            "seconds": round(self.seconds, 4),
+            "rewrites_per_rule": dict(self.log.counts()),
+            "rolled_back": self.rolled_back,
+            "verification": self.verification,
+            **self.log.to_dict(),
+        }
+
+
+def count_nodes(model: ir.Model) -> int:
+    total = sum(1 for _ in model.graph.all_nodes())
+    total += sum(sum(1 for _ in f.all_nodes()) for f in model.functions.values())
+    return total
+
+
+def resolve_passes(passes: Sequence[str] | None, disable: Sequence[str] = ()) -> list[str]:
+    names = list(default_pass_names()) if passes is None else [p.strip() for p in passes if p.strip()]
+    for name in list(names) + list(disable):
+        get_pass(name)  # unknown names fail here, before any work
+    disabled = {get_pass(n).name for n in disable}
+    return [get_pass(n).name for n in names if get_pass(n).name not in disabled]
+
+
+def optimize_ir(
+    model: ir.Model,
+    passes: Sequence[str] | None = None,
+    *,
+    disable: Sequence[str] = (),
+    fixed_point: bool = True,
+    per_tensor_bytes: int = DEFAULT_PER_TENSOR_BYTES,
+    growth_ratio: float = DEFAULT_GROWTH_RATIO,
+    on_progress: Callable[[int], None] | None = None,
+) -> OptimizationReport:
+    """Optimize an onnx-ir model in place and return the report."""
+    started = time.perf_counter()
+    names = resolve_passes(passes, disable)
+    budget = ConstantBudget(io.tensor_bytes(model), per_tensor_bytes=per_tensor_bytes, growth_ratio=growth_ratio)
+    nodes_before = count_nodes(model)
+    log = run_passes(model, names, budget=budget, fixed_point=fixed_point, on_progress=on_progress)
+    report = OptimizationReport(names, nodes_before, count_nodes(model), time.perf_counter() - started, log)
+    stamp_metadata(model, report)
+    return report
+
+
+def stamp_metadata(model: ir.Model, report: OptimizationReport) -> None:
+    model.metadata_props["onnxrefine.version"] = __version__
+    model.metadata_props["onnxrefine.rewrites"] = json.dumps(dict(sorted(report.log.counts().items())))
+
+
+def optimize(model, passes: Sequence[str] | None = None, fixed_point: bool = True, **options):
+    """Optimize `model` (path, onnx.ModelProto or onnx_ir.Model) and return the same type.
+
+    A path gives back an onnx.ModelProto. `passes` takes onnxrefine or onnxoptimizer pass names;
+    None runs the default pipeline.
+    """
+    optimized, _ = optimize_with_report(model, passes, fixed_point=fixed_point, **options)
+    return optimized
+
+
+def optimize_with_report(model, passes: Sequence[str] | None = None, **options):
+    if isinstance(passes, str):
+        raise BadInputError("passes must be a list of pass names, not a string")
+    ir_model, kind = io.to_ir(model)
+    report = optimize_ir(ir_model, passes, **options)
+    return io.from_ir(ir_model, kind), report

@@ -1,0 +1,152 @@
+"""`onnxrefine optimize`: rewrite a model file, print what changed, write it atomically."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from onnxrefine.api import optimize_ir
+from onnxrefine.errors import BadInputError
+from onnxrefine.ir import io
+from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES
+from onnxrefine.passes.registry import all_passes
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "optimize",
+        help="optimize a model without changing what it computes",
+        description="Optimize an ONNX model. Every rewrite is guarded; refusals are listed with --explain.",
+    )
+    parser.add_argument("model", nargs="?", help="input .onnx file")
+    parser.add_argument("-o", "--output", help="output path (default: <input>.opt.onnx beside the input)")
+    parser.add_argument("--passes", help="comma-separated pass names (default: the whole default pipeline)")
+    parser.add_argument("--disable", default="", help="comma-separated pass names to leave out")
+    parser.add_argument("--list-passes", action="store_true", help="list every pass with its class and exit")
+    parser.add_argument("--report", help="write a JSON report of every rewrite and refusal")
+    parser.add_argument("--explain", action="store_true", help="show every refused rewrite and why")
+    parser.add_argument("--no-fixed-point", action="store_true", help="run each round once instead of to a fixed point")
+    parser.add_argument(
+        "--max-tensor-bytes", type=int, default=DEFAULT_PER_TENSOR_BYTES,
+        help=f"largest constant a rewrite may generate beyond its source (default {DEFAULT_PER_TENSOR_BYTES})",
+    )
+    parser.add_argument(
+        "--growth-ratio", type=float, default=DEFAULT_GROWTH_RATIO,
+        help=f"largest allowed total constant size relative to the input (default {DEFAULT_GROWTH_RATIO})",
+    )
+    parser.set_defaults(func=run)
+
+
+def _split(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def list_passes_table() -> Table:
+    table = Table(title="onnxrefine passes")
+    table.add_column("pass")
+    table.add_column("class")
+    table.add_column("default")
+    table.add_column("what it does")
+    for spec in all_passes():
+        table.add_row(spec.name, spec.kind, "yes" if spec.default else "no", spec.summary)
+    return table
+
+
+def default_output_path(model_path: Path) -> Path:
+    name = model_path.name
+    stem = name[: -len(".onnx")] if name.endswith(".onnx") else name
+    return model_path.with_name(f"{stem}.opt.onnx")
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    if args.list_passes:
+        console.print(list_passes_table())
+        return 0
+    if not args.model:
+        raise BadInputError("no input model given (usage: onnxrefine optimize MODEL [-o OUT])")
+    if args.growth_ratio < 1.0:
+        raise BadInputError("--growth-ratio must be at least 1.0")
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        raise BadInputError(f"{args.report}: folder does not exist")
+    source = Path(args.model)
+    output = Path(args.output) if args.output else default_output_path(source)
+    started = time.perf_counter()
+    size_before = source.stat().st_size if source.is_file() else 0
+    model = io.load_model(source)
+    with console.status("optimizing…") as status:
+        report = optimize_ir(
+            model,
+            _split(args.passes),
+            disable=_split(args.disable) or (),
+            fixed_point=not args.no_fixed_point,
+            per_tensor_bytes=args.max_tensor_bytes,
+            growth_ratio=args.growth_ratio,
+            on_progress=lambda n: status.update(f"optimizing… {n} nodes visited"),
+        )
+    io.save_model(model, output, input_path=source)
+    seconds = time.perf_counter() - started
+    if args.report:
+        write_json_atomically(Path(args.report), report.to_dict())
+    console.print(summary_table(report, size_before, output.stat().st_size, seconds))
+    if args.explain:
+        console.print(refusals_table(report))
+    console.print(f"wrote {output}")
+    return 0
+
+
+def summary_table(report, size_before: int, size_after: int, seconds: float) -> Table:
+    table = Table(title="onnxrefine optimize")
+    table.add_column("rule")
+    table.add_column("rewrites", justify="right")
+    table.add_column("refused", justify="right")
+    counts = report.log.counts()
+    refusals = report.log.refusal_counts()
+    for rule in sorted(set(counts) | set(refusals)):
+        table.add_row(rule, str(counts.get(rule, 0)), str(refusals.get(rule, 0)))
+    table.add_section()
+    table.add_row("nodes", f"{report.nodes_before} -> {report.nodes_after}", "")
+    table.add_row("file size", f"{_size(size_before)} -> {_size(size_after)}", "")
+    table.add_row("seconds", f"{seconds:.2f}", "")
+    return table
+
+
+def refusals_table(report) -> Table:
+    table = Table(title="refused rewrites")
+    table.add_column("rule")
+    table.add_column("node")
+    table.add_column("reason")
+    for refusal in report.log.refused.values():
+        table.add_row(refusal.rule, refusal.node, refusal.reason)
+    return table
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
+
+
+def write_json_atomically(path: Path, data: dict) -> None:
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise BadInputError(f"{path}: folder does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,76 @@
+"""Arithmetic on folded constants: computed in float64, rounded once, refused when unsafe.
+
+`ml_dtypes` gives numpy dtypes for bfloat16 and the float8 formats, so one code path serves
+every floating type ONNX stores.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.errors import RewriteRefused
+
+FLOAT_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        np.float16,
+        np.float32,
+        np.float64,
+        ml_dtypes.bfloat16,
+        ml_dtypes.float8_e4m3fn,
+        ml_dtypes.float8_e4m3fnuz,
+        ml_dtypes.float8_e5m2,
+        ml_dtypes.float8_e5m2fnuz,
+    )
+)
+
+
+def is_float_dtype(dtype) -> bool:
+    return np.dtype(dtype) in FLOAT_DTYPES
+
+
+def constant_array(value: ir.Value | None) -> np.ndarray | None:
+    """The numpy value of `value` if it is a true constant, else None.
+
+    A constant is an initializer that is not also a graph input (a graph input can be overridden
+    at run time), or the output of a Constant node carrying a `value` tensor.
+    """
+    if value is None:
+        return None
+    if value.is_graph_input():
+        return None
+    if value.const_value is not None and (value.is_initializer() or value.producer() is None):
+        return value.const_value.numpy()
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
+        attr = producer.attributes.get("value")
+        if attr is not None and attr.type == ir.AttributeType.TENSOR:
+            return attr.as_tensor().numpy()
+    return None
+
+
+def to_float64(array: np.ndarray) -> np.ndarray:
+    return np.asarray(array).astype(np.float64)
+
+
+def round_folded(result: np.ndarray, dtype, what: str) -> np.ndarray:
+    """Round a float64 fold result once to `dtype`, refusing non-finite or underflowed results.
+
+    Refused: any NaN or infinity in the float64 result or after rounding (the float16 overflow of
+    a folded weight), and any nonzero value that rounds to zero (a scale that vanished).
+    """
+    dtype = np.dtype(dtype)
+    if not is_float_dtype(dtype):
+        raise RewriteRefused(f"{what}: cannot fold into non-floating dtype {dtype}")
+    if not np.all(np.isfinite(result)):
+        raise RewriteRefused(f"{what}: the folded value is not finite")
+    rounded = result.astype(dtype)
+    back = rounded.astype(np.float64)
+    if not np.all(np.isfinite(back)):
+        big = float(np.max(np.abs(result)))
+        raise RewriteRefused(f"{what}: folded value {big:.6g} overflows {dtype.name}")
+    if np.any((back == 0) & (result != 0)):
+        raise RewriteRefused(f"{what}: a folded value underflows to zero in {dtype.name}")
+    return rounded

@@ -1,0 +1,172 @@
+"""Loading and saving models: validated on the way in, written atomically on the way out.
+
+Loading parses the protobuf once, checks it (external-data locations, undefined inputs, cycles),
+densifies sparse initializers (onnx-ir has no sparse initializers and would drop them), and hands
+the proto to onnx-ir. External tensors stay lazy and memory-mapped: their bytes are read only when
+a rewrite needs their values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from google.protobuf.message import DecodeError
+
+from onnxrefine.errors import BadInputError
+from onnxrefine.ir import validate
+
+ModelLike = Union[str, os.PathLike, onnx.ModelProto, ir.Model]
+
+# Protobuf cannot serialize a message over 2 GiB; stay well below it.
+EXTERNAL_DATA_THRESHOLD_BYTES = 1_800_000_000
+
+
+def load_model(path: str | os.PathLike) -> ir.Model:
+    """Read a model file into onnx-ir, refusing anything malformed with a one-line BadInputError."""
+    path = Path(path)
+    if not path.exists():
+        raise BadInputError(f"{path}: no such file")
+    if not path.is_file():
+        raise BadInputError(f"{path}: not a regular file")
+    try:
+        proto = onnx.load_model(str(path), load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError, OSError) as exc:
+        raise BadInputError(f"{path}: not a readable ONNX model ({_first_line(exc)})") from None
+    if not proto.HasField("graph"):
+        raise BadInputError(f"{path}: not an ONNX model (no graph)")
+    base_dir = path.resolve().parent
+    validate.check_external_data(proto, base_dir)
+    return proto_to_ir(proto, base_dir=str(base_dir))
+
+
+def proto_to_ir(proto: onnx.ModelProto, *, base_dir: str = "") -> ir.Model:
+    """Validate a ModelProto and convert it to onnx-ir (the proto is not modified)."""
+    if proto.graph.sparse_initializer or validate.has_nested_sparse_initializers(proto):
+        densified = onnx.ModelProto()
+        densified.CopyFrom(proto)
+        validate.densify_sparse_initializers(densified)
+        proto = densified
+    validate.check_graph_structure(proto)
+    with _quiet_ir_logging():
+        try:
+            model = ir.serde.deserialize_model(proto)
+        except Exception as exc:  # onnx-ir raises several types on malformed input
+            raise BadInputError(f"model cannot be read: {_first_line(exc)}") from None
+    if base_dir:
+        ir.external_data.set_base_dir(model.graph, base_dir)
+    return model
+
+
+def to_ir(model: ModelLike) -> tuple[ir.Model, str]:
+    """Return (ir model, kind) where kind tells `from_ir` which type to give back."""
+    if isinstance(model, ir.Model):
+        return model, "ir"
+    if isinstance(model, onnx.ModelProto):
+        return proto_to_ir(model), "proto"
+    if isinstance(model, (str, os.PathLike)):
+        return load_model(model), "path"
+    raise BadInputError(f"expected a path, onnx.ModelProto or onnx_ir.Model, got {type(model).__name__}")
+
+
+def from_ir(model: ir.Model, kind: str) -> ir.Model | onnx.ModelProto:
+    if kind == "ir":
+        return model
+    return ir.serde.serialize_model(model)
+
+
+def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None) -> None:
+    """Write `model` to `path` atomically: a temp file in the same folder, then a rename.
+
+    Refuses to overwrite the input model. Models whose tensors exceed the protobuf limit are written
+    with external data in `<name>.data` beside the model.
+    """
+    path = Path(path)
+    if input_path is not None and _same_file(path, Path(input_path)):
+        raise BadInputError(f"{path}: refusing to overwrite the input model; choose another output path")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise BadInputError(f"{path}: output folder does not exist")
+    needs_external = tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD_BYTES
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    tmp_data = None
+    try:
+        if needs_external:
+            data_name = path.name + ".data"
+            tmp_data = folder / data_name
+            if tmp_data.exists() and input_path is not None and _references_file(input_path, tmp_data):
+                raise BadInputError(f"{tmp_data}: would overwrite the input's external data")
+            # onnx-ir writes the data file next to the model under the given relative name; the
+            # model file itself only becomes visible (renamed) once both are complete.
+            ir.save(model, tmp_name, external_data=data_name)
+        else:
+            ir.save(model, tmp_name)
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+
+
+def tensor_bytes(model: ir.Model) -> int:
+    total = 0
+    for graph in _all_graphs(model):
+        for value in graph.initializers.values():
+            if value.const_value is not None:
+                total += value.const_value.nbytes
+    return total
+
+
+def _all_graphs(model: ir.Model):
+    yield model.graph
+    yield from model.graph.subgraphs()
+    for function in model.functions.values():
+        yield from function.subgraphs()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _references_file(input_path, data_file: Path) -> bool:
+    try:
+        proto = onnx.load_model(str(input_path), load_external_data=False)
+    except Exception:
+        return False
+    base = Path(input_path).resolve().parent
+    return any((base / loc).resolve() == data_file.resolve() for loc in validate.external_locations(proto))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+@contextlib.contextmanager
+def _quiet_ir_logging():
+    """onnx-ir logs warnings for invalid models; we report those ourselves as errors."""
+    logger = logging.getLogger("onnx_ir")
+    previous = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+def array_of(value: ir.Value) -> np.ndarray | None:
+    """The numpy value of a constant initializer (not a graph input), else None."""
+    if value.is_graph_input() or value.const_value is None:
+        return None
+    return value.const_value.numpy()

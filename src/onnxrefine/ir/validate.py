@@ -1,0 +1,197 @@
+"""Structural checks on a ModelProto before it enters the IR.
+
+onnx-ir accepts some invalid models with only a log warning (an undefined input becomes a
+dangling value; a cycle becomes a forward reference), and silently drops sparse initializers.
+These checks turn each of those into a clear error, or a lossless fix.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnxrefine.errors import BadInputError
+
+
+def _subgraphs_of(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def _all_graph_protos(proto: onnx.ModelProto) -> Iterator[onnx.GraphProto]:
+    stack = [proto.graph]
+    for function in proto.functions:
+        for node in function.node:
+            stack.extend(_subgraphs_of(node))
+    while stack:
+        graph = stack.pop()
+        yield graph
+        for node in graph.node:
+            stack.extend(_subgraphs_of(node))
+
+
+def _all_tensor_protos(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    def from_nodes(nodes):
+        for node in nodes:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    yield attr.t
+                elif attr.type == onnx.AttributeProto.TENSORS:
+                    yield from attr.tensors
+
+    for graph in _all_graph_protos(proto):
+        yield from graph.initializer
+        for sparse in graph.sparse_initializer:
+            yield sparse.values
+            yield sparse.indices
+        yield from from_nodes(graph.node)
+    for function in proto.functions:
+        yield from from_nodes(function.node)
+
+
+def external_locations(proto: onnx.ModelProto) -> list[str]:
+    locations = []
+    for tensor in _all_tensor_protos(proto):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            entries = {e.key: e.value for e in tensor.external_data}
+            locations.append(entries.get("location", ""))
+    return locations
+
+
+def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
+    """Every external tensor must live in a readable file inside the model's folder, in bounds."""
+    base_dir = base_dir.resolve()
+    sizes: dict[Path, int] = {}
+    for tensor in _all_tensor_protos(proto):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        entries = {e.key: e.value for e in tensor.external_data}
+        location = entries.get("location", "")
+        if not location:
+            raise BadInputError(f"tensor '{tensor.name}': external data without a location")
+        target = (base_dir / location).resolve()
+        if Path(location).is_absolute() or not target.is_relative_to(base_dir):
+            raise BadInputError(
+                f"tensor '{tensor.name}': external data location '{location}' points outside the model's folder"
+            )
+        if target not in sizes:
+            if not target.is_file():
+                raise BadInputError(f"tensor '{tensor.name}': external data file '{location}' is missing")
+            sizes[target] = target.stat().st_size
+        try:
+            offset = int(entries.get("offset", "0") or 0)
+            length = entries.get("length")
+            length = int(length) if length else None
+        except ValueError:
+            raise BadInputError(f"tensor '{tensor.name}': malformed external data offset/length") from None
+        end = offset + (length if length is not None else 0)
+        if offset < 0 or end > sizes[target]:
+            raise BadInputError(
+                f"tensor '{tensor.name}': external data range [{offset}, {end}) exceeds '{location}' "
+                f"({sizes[target]} bytes)"
+            )
+
+
+def has_nested_sparse_initializers(proto: onnx.ModelProto) -> bool:
+    return any(graph.sparse_initializer for graph in _all_graph_protos(proto))
+
+
+def densify_sparse_initializers(proto: onnx.ModelProto) -> None:
+    """Replace sparse initializers by equal dense ones, in place (onnx-ir would drop them)."""
+    for graph in _all_graph_protos(proto):
+        for sparse in graph.sparse_initializer:
+            values = numpy_helper.to_array(sparse.values)
+            indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+            dims = tuple(sparse.dims)
+            dense = np.zeros(dims, dtype=values.dtype)
+            if indices.ndim == 1:
+                dense.reshape(-1)[indices] = values
+            else:
+                dense[tuple(indices.T)] = values
+            graph.initializer.append(numpy_helper.from_array(dense, sparse.values.name))
+        del graph.sparse_initializer[:]
+
+
+def check_graph_structure(proto: onnx.ModelProto) -> None:
+    """Refuse undefined inputs and cycles, in the main graph, every subgraph and every function."""
+    _check_scope(proto.graph, frozenset(), "graph")
+    for function in proto.functions:
+        names = frozenset(function.input)
+        _check_nodes(function.node, names, f"function '{function.name}'", list(function.output))
+
+
+def _check_scope(graph: onnx.GraphProto, outer: frozenset[str], where: str) -> None:
+    names = set(outer)
+    names.update(i.name for i in graph.input)
+    names.update(t.name for t in graph.initializer)
+    names.update(s.values.name for s in graph.sparse_initializer)
+    _check_nodes(graph.node, frozenset(names), f"{where} '{graph.name}'", [o.name for o in graph.output])
+
+
+def _check_nodes(nodes, defined: frozenset[str], where: str, outputs: list[str]) -> None:
+    producer: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        for name in node.output:
+            if name:
+                producer[name] = index
+    visible = defined | frozenset(producer)
+    indegree = [0] * len(nodes)
+    readers: dict[int, list[int]] = {}
+    for index, node in enumerate(nodes):
+        for name in _reads(node):
+            if name not in visible:
+                label = node.name or node.op_type
+                raise BadInputError(f"{where}: node '{label}' ({node.op_type}) reads '{name}', which is never defined")
+            source = producer.get(name)
+            if source is not None and name not in defined:
+                indegree[index] += 1
+                readers.setdefault(source, []).append(index)
+        for subgraph in _subgraphs_of(node):
+            _check_scope(subgraph, visible, "subgraph")
+    for name in outputs:
+        if name not in visible:
+            raise BadInputError(f"{where}: output '{name}' is never defined")
+    queue = deque(i for i, d in enumerate(indegree) if d == 0)
+    seen = 0
+    while queue:
+        current = queue.popleft()
+        seen += 1
+        for reader in readers.get(current, ()):
+            indegree[reader] -= 1
+            if indegree[reader] == 0:
+                queue.append(reader)
+    if seen != len(nodes):
+        stuck = next(nodes[i] for i, d in enumerate(indegree) if d > 0)
+        raise BadInputError(f"{where}: the graph has a cycle (through node '{stuck.name or stuck.op_type}')")
+
+
+def _reads(node: onnx.NodeProto) -> Iterator[str]:
+    """Names a node reads: its inputs and the outer-scope names its subgraphs capture."""
+    yield from (name for name in node.input if name)
+    for subgraph in _subgraphs_of(node):
+        yield from _captures(subgraph)
+
+
+def _captures(graph: onnx.GraphProto) -> set[str]:
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    local |= {s.values.name for s in graph.sparse_initializer}
+    captured: set[str] = set()
+    for node in graph.node:
+        for name in node.input:
+            if name and name not in local:
+                captured.add(name)
+        for subgraph in _subgraphs_of(node):
+            captured |= {n for n in _captures(subgraph) if n not in local}
+        local.update(node.output)
+    for output in graph.output:
+        if output.name not in local:
+            captured.add(output.name)
+    return captured

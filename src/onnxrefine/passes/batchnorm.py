@@ -1,0 +1,304 @@
+"""Folding inference-mode BatchNormalization (and constant Mul/Add) into the layer before it.
+
+BN(y) = scale * (y - mean) / sqrt(var + eps) + B = s * y + shift, with s = scale / sqrt(var + eps)
+and shift = B - mean * s, all computed in float64 and rounded once to the weight's dtype.
+Every rule here reassociates arithmetic (W*s is rounded before the convolution sums instead of
+after), so each is declared REASSOCIATING and verified against a float64 reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.foldmath import is_float_dtype, round_folded, to_float64
+from onnxrefine.passes.registry import PassSpec, register
+from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Var
+from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
+
+
+def _bn(producer: Op) -> Op:
+    return Op(
+        "BatchNormalization", producer, Const("scale"), Const("bias"), Const("mean"), Const("var"), name="bn"
+    )
+
+
+def _conv(name: str = "conv") -> Op:
+    return Op("Conv", Var("x"), Const("w"), Opt(Const("b")), name=name)
+
+
+def _attr(node: ir.Node, name: str, default):
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
+
+
+def bn_affine(m: Match, ctx: RewriteContext, channels: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(s, shift) in float64 for the matched BN, after every inference-mode guard."""
+    bn: ir.Node = m["bn"]
+    opset = ctx.opset()
+    if _attr(bn, "training_mode", 0) != 0:
+        raise RewriteRefused("BatchNormalization is in training mode")
+    if opset and opset < 7 and _attr(bn, "is_test", 0) != 1:
+        raise RewriteRefused("BatchNormalization (opset < 7) without is_test=1 runs in training mode")
+    if opset and opset < 9 and _attr(bn, "spatial", 1) != 1:
+        raise RewriteRefused("BatchNormalization with spatial=0 has per-element statistics")
+    if any(out.uses() or out.is_graph_output() for out in bn.outputs[1:]):
+        raise RewriteRefused("BatchNormalization's running statistics outputs are read")
+    params = {}
+    for key in ("scale", "bias", "mean", "var"):
+        array = m.array(key)
+        if array.dtype != dtype:
+            raise RewriteRefused(f"BatchNormalization {key} dtype {array.dtype} differs from the weight's {dtype}")
+        if array.shape != (channels,):
+            raise RewriteRefused(f"BatchNormalization {key} has shape {array.shape}, expected ({channels},)")
+        params[key] = to_float64(array)
+    epsilon = float(np.float32(_attr(bn, "epsilon", 1e-5)))
+    denominator = params["var"] + epsilon
+    if not np.all(np.isfinite(denominator)) or np.any(denominator <= 0):
+        raise RewriteRefused("variance + epsilon is not a finite positive number")
+    scale = params["scale"] / np.sqrt(denominator)
+    shift = params["bias"] - params["mean"] * scale
+    if not (np.all(np.isfinite(scale)) and np.all(np.isfinite(shift))):
+        raise RewriteRefused("the BatchNormalization affine form is not finite")
+    return scale, shift
+
+
+def _float_weight(m: Match, key: str = "w") -> np.ndarray:
+    weight = m.array(key)
+    if not is_float_dtype(weight.dtype):
+        raise RewriteRefused(f"weight dtype {weight.dtype} is not floating point")
+    return weight
+
+
+def _bias64(m: Match, key: str, channels: int, dtype: np.dtype) -> np.ndarray:
+    bias = m.array(key)
+    if bias is None:
+        return np.zeros(channels)
+    if bias.dtype != dtype or bias.shape != (channels,):
+        raise RewriteRefused(f"bias has dtype {bias.dtype} and shape {bias.shape}, expected {dtype} ({channels},)")
+    return to_float64(bias)
+
+
+def _channel_axis(scale: np.ndarray, rank: int, axis: int) -> np.ndarray:
+    shape = [1] * rank
+    shape[axis] = scale.size
+    return scale.reshape(shape)
+
+
+def _per_channel(constant: np.ndarray, rank: int, channels: int) -> np.ndarray | None:
+    """A constant broadcast over an NC... tensor of `rank` dims, as a (channels,) vector, if it
+    varies along the channel axis only; None if it varies elsewhere too."""
+    if constant.ndim > rank:
+        raise RewriteRefused(f"constant of rank {constant.ndim} broadcasts the rank-{rank} output up")
+    aligned = constant.reshape((1,) * (rank - constant.ndim) + constant.shape)
+    if aligned.shape[1] not in (1, channels):
+        raise RewriteRefused(f"constant's channel dimension {aligned.shape[1]} does not match {channels}")
+    if any(d != 1 for i, d in enumerate(aligned.shape) if i != 1):
+        return None
+    return np.broadcast_to(to_float64(aligned).reshape(-1), (channels,))
+
+
+def _new_conv(m: Match, ctx: RewriteContext, weight: np.ndarray, bias: np.ndarray | None) -> ir.Node:
+    conv: ir.Node = m["conv"]
+    w_value = ctx.constant(weight, f"{conv.name or 'conv'}_weight_folded", derived_from=[m["w"]])
+    inputs = [m["x"], w_value]
+    if bias is not None:
+        inputs.append(ctx.constant(bias, f"{conv.name or 'conv'}_bias_folded", derived_from=[m.get("b")]))
+    return ctx.node(conv.op_type, inputs, list(conv.attributes.values()), hint=conv.name or None)
+
+
+def _conv_affine(m: Match, ctx: RewriteContext, scale64: np.ndarray, add64: np.ndarray | None) -> ir.Node:
+    """Conv with weight W*scale (per output channel) and bias b*scale + add (no bias when
+    there was none and nothing is added)."""
+    weight = _float_weight(m)
+    channels = weight.shape[0]
+    bias = _bias64(m, "b", channels, weight.dtype)
+    new_weight = round_folded(to_float64(weight) * _channel_axis(scale64, weight.ndim, 0), weight.dtype, "folded weight")
+    if add64 is None and m.get("b") is None:
+        return _new_conv(m, ctx, new_weight, None)
+    new_bias = round_folded(bias * scale64 + (0.0 if add64 is None else add64), weight.dtype, "folded bias")
+    return _new_conv(m, ctx, new_weight, new_bias)
+
+
+def fold_conv_bn(m: Match, ctx: RewriteContext) -> Replacement:
+    weight = _float_weight(m)
+    scale, shift = bn_affine(m, ctx, weight.shape[0], weight.dtype)
+    conv = _conv_affine(m, ctx, scale, shift)
+    return Replacement([conv], {m["bn"].outputs[0]: conv.outputs[0]})
+
+
+def fold_conv_transpose_bn(m: Match, ctx: RewriteContext) -> Replacement:
+    weight = _float_weight(m)
+    group = int(_attr(m["conv"], "group", 1))
+    c_in, c_out_per_group = weight.shape[0], weight.shape[1]
+    if group < 1 or c_in % group:
+        raise RewriteRefused(f"group {group} does not divide the {c_in} input channels")
+    channels = group * c_out_per_group
+    scale, shift = bn_affine(m, ctx, channels, weight.dtype)
+    bias = _bias64(m, "b", channels, weight.dtype)
+    grouped = to_float64(weight).reshape((group, c_in // group, c_out_per_group) + weight.shape[2:])
+    factors = scale.reshape((group, 1, c_out_per_group) + (1,) * (weight.ndim - 2))
+    new_weight = round_folded((grouped * factors).reshape(weight.shape), weight.dtype, "folded weight")
+    new_bias = round_folded(bias * scale + shift, weight.dtype, "folded bias")
+    conv = _new_conv(m, ctx, new_weight, new_bias)
+    return Replacement([conv], {m["bn"].outputs[0]: conv.outputs[0]})
+
+
+def fold_conv_add_bn(m: Match, ctx: RewriteContext) -> Replacement:
+    weight = _float_weight(m)
+    channels = weight.shape[0]
+    scale, shift = bn_affine(m, ctx, channels, weight.dtype)
+    added = m.array("c")
+    if added.dtype != weight.dtype:
+        raise RewriteRefused(f"added constant dtype {added.dtype} differs from the weight's {weight.dtype}")
+    per_channel = _per_channel(added, weight.ndim, channels)
+    if per_channel is not None:
+        conv = _conv_affine(m, ctx, scale, (per_channel * scale) + shift)
+        return Replacement([conv], {m["bn"].outputs[0]: conv.outputs[0]})
+    # A spatial constant stays an Add, rescaled per channel; broadcasting it over the channels
+    # may enlarge it, which the constant budget bounds.
+    conv = _conv_affine(m, ctx, scale, shift)
+    aligned = to_float64(added).reshape((1,) * (weight.ndim - added.ndim) + added.shape)
+    scaled = round_folded(aligned * _channel_axis(scale, weight.ndim, 1), weight.dtype, "rescaled added constant")
+    scaled_value = ctx.constant(scaled, f"{m['add'].name or 'add'}_constant_folded", derived_from=[m["c"]])
+    add = ctx.node("Add", [conv.outputs[0], scaled_value], hint=m["add"].name or None)
+    return Replacement([conv, add], {m["bn"].outputs[0]: add.outputs[0]})
+
+
+def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
+    gemm: ir.Node = m["gemm"]
+    if ctx.opset() and ctx.opset() < 7:
+        raise RewriteRefused("Gemm before opset 7 has broadcast semantics of its own")
+    weight = _float_weight(m)
+    if weight.ndim != 2:
+        raise RewriteRefused("Gemm weight is not 2-D")
+    trans_b = int(_attr(gemm, "transB", 0))
+    channels = weight.shape[0] if trans_b else weight.shape[1]
+    scale, shift = bn_affine(m, ctx, channels, weight.dtype)
+    beta = float(np.float32(_attr(gemm, "beta", 1.0)))
+    factors = scale[:, None] if trans_b else scale[None, :]
+    new_weight = round_folded(to_float64(weight) * factors, weight.dtype, "folded weight")
+    bias = m.array("c")
+    if bias is None:
+        new_bias64 = shift
+    else:
+        if bias.dtype != weight.dtype:
+            raise RewriteRefused(f"Gemm C dtype {bias.dtype} differs from the weight's {weight.dtype}")
+        try:
+            np.broadcast_shapes(bias.shape, (channels,))
+        except ValueError:
+            raise RewriteRefused(f"Gemm C of shape {bias.shape} does not broadcast over {channels} columns") from None
+        new_bias64 = beta * to_float64(bias) * scale + shift
+    new_bias = round_folded(new_bias64, weight.dtype, "folded bias")
+    attributes = {k: v for k, v in gemm.attributes.items() if k != "beta"}
+    w_value = ctx.constant(new_weight, f"{gemm.name or 'gemm'}_weight_folded", derived_from=[m["w"]])
+    c_value = ctx.constant(new_bias, f"{gemm.name or 'gemm'}_bias_folded", derived_from=[m.get("c")])
+    new = ctx.node("Gemm", [m["x"], w_value, c_value], list(attributes.values()), hint=gemm.name or None)
+    return Replacement([new], {m["bn"].outputs[0]: new.outputs[0]})
+
+
+def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
+    if ctx.opset() and ctx.opset() < 7:
+        raise RewriteRefused("Gemm before opset 7 has broadcast semantics of its own")
+    weight = _float_weight(m)
+    if weight.ndim != 2:
+        raise RewriteRefused("MatMul weight is not a constant 2-D matrix")
+    if ctx.rank(m["matmul"].outputs[0]) != 2:
+        raise RewriteRefused("MatMul output rank is not known to be 2 (BatchNormalization's channel axis)")
+    channels = weight.shape[1]
+    scale, shift = bn_affine(m, ctx, channels, weight.dtype)
+    new_weight = round_folded(to_float64(weight) * scale[None, :], weight.dtype, "folded weight")
+    new_bias = round_folded(shift, weight.dtype, "folded bias")
+    hint = m["matmul"].name or "matmul"
+    w_value = ctx.constant(new_weight, f"{hint}_weight_folded", derived_from=[m["w"]])
+    c_value = ctx.constant(new_bias, f"{hint}_bias_folded")
+    new = ctx.node("Gemm", [m["x"], w_value, c_value], hint=m["matmul"].name or None)
+    return Replacement([new], {m["bn"].outputs[0]: new.outputs[0]})
+
+
+def fold_conv_mul(m: Match, ctx: RewriteContext) -> Replacement:
+    weight = _float_weight(m)
+    factor = m.array("c")
+    if factor.dtype != weight.dtype:
+        raise RewriteRefused(f"multiplier dtype {factor.dtype} differs from the weight's {weight.dtype}")
+    per_channel = _per_channel(factor, weight.ndim, weight.shape[0])
+    if per_channel is None:
+        raise RewriteRefused("multiplier varies along a non-channel axis")
+    conv = _conv_affine(m, ctx, per_channel, None)
+    return Replacement([conv], {m["op"].outputs[0]: conv.outputs[0]})
+
+
+def fold_conv_add(m: Match, ctx: RewriteContext) -> Replacement:
+    weight = _float_weight(m)
+    added = m.array("c")
+    if added.dtype != weight.dtype:
+        raise RewriteRefused(f"added constant dtype {added.dtype} differs from the weight's {weight.dtype}")
+    per_channel = _per_channel(added, weight.ndim, weight.shape[0])
+    if per_channel is None:
+        raise RewriteRefused("added constant varies along a non-channel axis")
+    bias = _bias64(m, "b", weight.shape[0], weight.dtype)
+    new_bias = round_folded(bias + per_channel, weight.dtype, "folded bias")
+    conv: ir.Node = m["conv"]
+    b_value = ctx.constant(new_bias, f"{conv.name or 'conv'}_bias_folded", derived_from=[m.get("b")])
+    new = ctx.node("Conv", [m["x"], m["w"], b_value], list(conv.attributes.values()), hint=conv.name or None)
+    return Replacement([new], {m["op"].outputs[0]: new.outputs[0]})
+
+
+CONV_BN = Rule("conv_bn", _bn(_conv()), fold_conv_bn, kind=REASSOCIATING, benefit=3)
+CONV_TRANSPOSE_BN = Rule(
+    "conv_transpose_bn",
+    _bn(Op("ConvTranspose", Var("x"), Const("w"), Opt(Const("b")), name="conv")),
+    fold_conv_transpose_bn,
+    kind=REASSOCIATING,
+    benefit=3,
+)
+CONV_ADD_BN = Rule(
+    "conv_add_bn", _bn(Op("Add", _conv(), Const("c"), name="add")), fold_conv_add_bn, kind=REASSOCIATING, benefit=4
+)
+GEMM_BN = Rule(
+    "gemm_bn", _bn(Op("Gemm", Var("x"), Const("w"), Opt(Const("c")), name="gemm")), fold_gemm_bn,
+    kind=REASSOCIATING, benefit=3,
+)
+MATMUL_BN = Rule(
+    "matmul_bn", _bn(Op("MatMul", Var("x"), Const("w"), name="matmul")), fold_matmul_bn, kind=REASSOCIATING, benefit=3
+)
+CONV_MUL = Rule("conv_mul", Op("Mul", _conv(), Const("c"), name="op"), fold_conv_mul, kind=REASSOCIATING)
+CONV_ADD = Rule("conv_add", Op("Add", _conv(), Const("c"), name="op"), fold_conv_add, kind=REASSOCIATING)
+
+register(
+    PassSpec(
+        "fuse_bn_into_conv",
+        REASSOCIATING,
+        "Fold inference BatchNormalization into the Conv/ConvTranspose before it (also through a constant Add)",
+        rules=(CONV_BN, CONV_TRANSPOSE_BN, CONV_ADD_BN),
+        order=40,
+    )
+)
+register(
+    PassSpec(
+        "fuse_bn_into_gemm",
+        REASSOCIATING,
+        "Fold inference BatchNormalization into a Gemm, or a MatMul by a constant matrix (becomes Gemm)",
+        rules=(GEMM_BN, MATMUL_BN),
+        order=40,
+    )
+)
+register(
+    PassSpec(
+        "fuse_mul_into_conv",
+        REASSOCIATING,
+        "Fold a scalar or per-channel constant Mul after a Conv into its weight and bias",
+        rules=(CONV_MUL,),
+        order=41,
+    )
+)
+register(
+    PassSpec(
+        "fuse_add_bias_into_conv",
+        REASSOCIATING,
+        "Fold a scalar or per-channel constant Add after a Conv into its bias",
+        rules=(CONV_ADD,),
+        order=42,
+    )
+)

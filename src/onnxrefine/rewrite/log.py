@@ -1,0 +1,59 @@
+"""What the engine did and what it declined to do, for the report and `--explain`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import onnx_ir as ir
+
+
+def node_label(node: ir.Node) -> str:
+    return f"{node.name or '<unnamed>'} ({node.op_type})"
+
+
+@dataclass(frozen=True)
+class AppliedRewrite:
+    rule: str
+    kind: str
+    graph: str
+    root: str
+    removed: list[str]
+    added: list[str]
+
+
+@dataclass(frozen=True)
+class RefusedRewrite:
+    rule: str
+    graph: str
+    node: str
+    reason: str
+
+
+@dataclass
+class RewriteLog:
+    applied: list[AppliedRewrite] = field(default_factory=list)
+    refused: dict[tuple[str, str, str], RefusedRewrite] = field(default_factory=dict)
+
+    def apply(self, **fields) -> None:
+        self.applied.append(AppliedRewrite(**fields))
+
+    def refuse(self, rule: str, graph: str, node: str, reason: str) -> None:
+        # The same node may be offered to a rule again after a neighbour changed; keep the latest.
+        self.refused[(rule, graph, node)] = RefusedRewrite(rule, graph, node, reason)
+
+    def counts(self) -> Counter:
+        return Counter(entry.rule for entry in self.applied)
+
+    def refusal_counts(self) -> Counter:
+        return Counter(entry.rule for entry in self.refused.values())
+
+    def extend(self, other: RewriteLog) -> None:
+        self.applied.extend(other.applied)
+        self.refused.update(other.refused)
+
+    def to_dict(self) -> dict:
+        return {
+            "applied": [asdict(a) for a in self.applied],
+            "refused": [asdict(r) for r in self.refused.values()],
+        }

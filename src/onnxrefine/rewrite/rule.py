@@ -1,0 +1,130 @@
+"""A rule is data: a pattern, and a function that returns the replacement, None, or refuses.
+
+    def fold(m: Match, ctx: RewriteContext) -> Replacement | None:
+        ...checks: raise RewriteRefused("why") to decline with a reason...
+        return Replacement([new nodes], {old_value: new_value})
+
+    RULE = Rule("fold_x", PATTERN, fold, kind=EXACT)
+
+The function never mutates the graph: it builds new nodes and constants through `ctx`, and the
+driver applies the replacement only once every guard has passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.budget import ConstantBudget
+from onnxrefine.ir.names import NameAllocator
+from onnxrefine.ir.shapes import RankOracle
+from onnxrefine.rewrite.pattern import Match, Op
+
+EXACT = "exact"
+REASSOCIATING = "reassociating"
+
+
+@dataclass
+class Replacement:
+    nodes: Sequence[ir.Node]
+    outputs: Mapping[ir.Value, ir.Value]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    pattern: Op
+    rewrite: Callable[[Match, RewriteContext], Replacement | None]
+    kind: str = EXACT
+    benefit: int = 1
+    # Rules that keep matched intermediates alive for their other readers set this; by default
+    # the driver refuses a match whose intermediate values are read outside the match.
+    keeps_intermediates: bool = False
+
+    def __post_init__(self):
+        if self.kind not in (EXACT, REASSOCIATING):
+            raise ValueError(f"rule {self.name}: unknown kind {self.kind}")
+
+
+@dataclass
+class _PendingConstant:
+    value: ir.Value
+    array: np.ndarray
+    source_bytes: int
+
+
+@dataclass
+class RewriteContext:
+    """What a rule may use to build its replacement; one per driver run."""
+
+    model: ir.Model
+    names: NameAllocator
+    budget: ConstantBudget
+    ranks: RankOracle
+    owner: ir.Graph | ir.Function | None = None
+    rule_name: str = ""
+    pending_constants: list[_PendingConstant] = field(default_factory=list)
+    pending_nodes: list[ir.Node] = field(default_factory=list)
+
+    def begin(self, owner: ir.Graph | ir.Function, rule_name: str) -> None:
+        self.owner = owner
+        self.rule_name = rule_name
+        self.pending_constants = []
+        self.pending_nodes = []
+
+    def node(
+        self,
+        op_type: str,
+        inputs: Sequence[ir.Value | None],
+        attributes: Mapping[str, object] | Sequence[ir.Attr] = (),
+        *,
+        num_outputs: int = 1,
+        domain: str = "",
+        hint: str | None = None,
+    ) -> ir.Node:
+        """A new node with fresh node and output names."""
+        base = hint or f"{self.rule_name}_{op_type}"
+        if isinstance(attributes, Mapping):
+            attributes = [ir.convenience.convert_attribute(k, v) for k, v in attributes.items()]
+        node = ir.Node(
+            domain,
+            op_type,
+            inputs,
+            attributes,
+            num_outputs=num_outputs,
+            name=self.names.fresh(base),
+        )
+        for output in node.outputs:
+            output.name = self.names.fresh(f"{base}_out")
+        self.pending_nodes.append(node)
+        return node
+
+    def constant(self, array: np.ndarray, hint: str, derived_from: Sequence[ir.Value | None] = ()) -> ir.Value:
+        """A new constant holding `array` exactly; refused when over the per-tensor budget."""
+        array = np.ascontiguousarray(array)
+        source_bytes = max(
+            (v.const_value.nbytes for v in derived_from if v is not None and v.const_value is not None),
+            default=0,
+        )
+        reason = self.budget.tensor_refusal(array.nbytes, source_bytes)
+        if reason is not None:
+            raise RewriteRefused(reason)
+        name = self.names.fresh(hint)
+        tensor = ir.Tensor(array, name=name)
+        value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape), const_value=tensor)
+        self.pending_constants.append(_PendingConstant(value, array, source_bytes))
+        return value
+
+    def rank(self, value: ir.Value | None) -> int | None:
+        return self.ranks.rank(value)
+
+    def opset(self, domain: str = "") -> int:
+        graph_opsets = self.owner.opset_imports if self.owner is not None else {}
+        version = graph_opsets.get(domain) or self.model.opset_imports.get(domain)
+        if version is None and domain == "":
+            version = self.model.opset_imports.get("ai.onnx")
+        return int(version) if version is not None else 0
