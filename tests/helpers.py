@@ -1,0 +1,50 @@
+"""Shared test utilities: build small models, run them in onnxruntime with optimizations off."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+
+def session(model: onnx.ModelProto) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return session(model).run(None, feeds)
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset: int = 17, functions=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], functions=list(functions)
+    )
+    model.ir_version = 8 if opset <= 17 else 9
+    return model
+
+
+def tensor(name: str, array) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def value_info(name: str, dtype=TensorProto.FLOAT, shape=None) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def stress_inputs(shape, dtype=np.float32, seed: int = 0) -> list[np.ndarray]:
+    """Random normal, negatives, large magnitudes and signed zeros for one input."""
+    rng = np.random.default_rng(seed)
+    normal = rng.standard_normal(shape).astype(dtype)
+    big = (rng.standard_normal(shape) * (100.0 if dtype == np.float16 else 1e4)).astype(dtype)
+    zeros = np.where(rng.random(shape) < 0.5, -0.0, 0.0).astype(dtype)
+    return [normal, -np.abs(normal), big, zeros]
+
+
+def op_types(model: onnx.ModelProto) -> list[str]:
+    return [node.op_type for node in model.graph.node]
