@@ -1,0 +1,93 @@
+"""`onnxrefine verify ORIGINAL CANDIDATE`: did the candidate change what the original computes?
+
+Prints a per-output table and, as the last line of stdout, `verdict: <exact|rounding|unstable|
+mismatch>`. Exit 0 for exact/rounding, 1 for unstable/mismatch, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from onnxrefine.errors import BadInputError
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "verify",
+        help="compare an optimized model with its original: exact, rounding, unstable or mismatch",
+        description="Run ORIGINAL and CANDIDATE in onnxruntime (CPU, optimizations off, one thread) "
+                    "on the same inputs and judge the difference against a float64 evaluation of "
+                    "the original. Exit 0 exact/rounding, 1 unstable/mismatch, 2 bad input.",
+    )
+    parser.add_argument("original", help="the original .onnx model")
+    parser.add_argument("candidate", help="the rewritten .onnx model")
+    parser.add_argument("--inputs", metavar="FILE",
+                        help="input values: .npz (keys = input names, or '<set>/<name>' for several "
+                             "sets); a fuzzer oracle.pkl only with --trust-pickle")
+    parser.add_argument("--trust-pickle", action="store_true",
+                        help="allow --inputs to be a pickle (unpickling runs code from the file)")
+    parser.add_argument("--trials", type=int, default=3, metavar="N",
+                        help="random input sets and perturbation runs per set (default 3)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    parser.add_argument("--dims", default="", metavar="NAME=N,...",
+                        help="values for symbolic input dims, e.g. N=2,batch=1 (others default to 2)")
+    parser.add_argument("--no-stress", action="store_true",
+                        help="only random-normal inputs (no negatives/zeros/large/inf/NaN sets)")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="stop starting new input sets after this long")
+    parser.add_argument("--json", metavar="OUT", help="write the full report as JSON")
+    parser.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
+    parser.set_defaults(func=run)
+
+
+def parse_dims(text: str) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise BadInputError(f"--dims: expected NAME=INT, got {item!r}")
+        try:
+            size = int(value)
+        except ValueError:
+            raise BadInputError(f"--dims: {name.strip()!r} needs an integer, got {value!r}") from None
+        if size < 0:
+            raise BadInputError(f"--dims: {name.strip()!r} must not be negative")
+        dims[name.strip()] = size
+    return dims
+
+
+def _check_output_path(option: str, path: str | None) -> None:
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise BadInputError(f"{option}: folder does not exist: {folder}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from onnxrefine.verify import verify_models
+    from onnxrefine.verify.inputs import load_inputs
+    from onnxrefine.verify.report import render_table
+
+    if args.trials < 1:
+        raise BadInputError("--trials must be at least 1")
+    dims = parse_dims(args.dims)
+    _check_output_path("--json", args.json)
+    _check_output_path("--html", args.html)
+    inputs = load_inputs(args.inputs, trust_pickle=args.trust_pickle) if args.inputs else None
+    report = verify_models(args.original, args.candidate, inputs=inputs, trials=args.trials,
+                           seed=args.seed, dims=dims, stress=not args.no_stress,
+                           time_budget_s=args.time_budget)
+    if args.json:
+        report.write_json(args.json)
+    if args.html:
+        report.write_html(args.html)
+    console = Console(file=sys.stdout, width=max(120, Console().width))
+    render_table(report, console)
+    sys.stdout.flush()
+    print(f"verdict: {report.verdict}", flush=True)
+    return report.exit_code

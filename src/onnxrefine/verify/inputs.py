@@ -1,0 +1,232 @@
+"""Input sets for verification: loaded from a file or generated from the model's input types.
+
+Loading: `.npz` files are read with `allow_pickle=False`. A `.npz` whose keys look like
+"<set index>/<input name>" holds several sets. The fuzzer `oracle.pkl` layout (a dict whose
+"input" maps names to arrays, or a list of such dicts) is read only with `trust_pickle=True`,
+because unpickling runs arbitrary code; without it the file is refused before it is opened.
+
+Generation (deterministic in `seed`): symbolic dims come from `dims` (name -> int), other unknown
+dims default to 2. `trials` random-normal sets are followed, with `stress=True`, by stress sets:
+negatives, signed zeros and tiny values, large magnitudes around sqrt(max) (products stay
+finite), values near max/4, and a set sprinkled with +-inf and NaN. Integer inputs keep to a
+valid range where they feed indices ([-dim, dim) when the indexed dim is known, else [0, 2)) or
+shapes/counts/axes (1..3); other integers are small. Bool inputs are random.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping, Sequence
+
+import ml_dtypes
+import numpy as np
+import onnx
+
+from onnxrefine.errors import BadInputError
+from onnxrefine.verify import graphinfo
+
+DEFAULT_DIM = 2
+_MULTI_SET_KEY = re.compile(r"^(\d+)/(.+)$")
+
+InputSet = dict  # input name -> np.ndarray
+
+
+def load_inputs(path: str | os.PathLike, *, trust_pickle: bool = False) -> list[InputSet]:
+    """Read input sets from `path` (.npz, or a pickle only when `trust_pickle`)."""
+    path = os.fspath(path)
+    lower = path.lower()
+    if not lower.endswith(".npz"):
+        if not trust_pickle:
+            # Checked before the file is touched: unpickling runs whatever code it contains.
+            raise BadInputError(
+                f"refusing to unpickle {path}: loading a pickle runs arbitrary code; "
+                "pass --trust-pickle if you trust this file, or convert the inputs to .npz"
+            )
+        return _load_pickle(path)
+    if not os.path.isfile(path):
+        raise BadInputError(f"inputs file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except ValueError as exc:
+        raise BadInputError(f"cannot read {path} without unpickling objects: {exc}") from None
+    except Exception as exc:  # a zip that is not an npz, a truncated file...
+        raise BadInputError(f"cannot read inputs from {path}: {exc}") from None
+    if arrays and all(_MULTI_SET_KEY.match(key) for key in arrays):
+        sets: dict[int, InputSet] = {}
+        for key, array in arrays.items():
+            match = _MULTI_SET_KEY.match(key)
+            sets.setdefault(int(match.group(1)), {})[match.group(2)] = array
+        return [sets[index] for index in sorted(sets)]
+    return [arrays]
+
+
+def save_inputs(path: str | os.PathLike, input_sets: Sequence[Mapping[str, np.ndarray]]) -> None:
+    """Write input sets as one .npz (multi-set keys when more than one), atomically."""
+    path = os.fspath(path)
+    if len(input_sets) == 1:
+        arrays = dict(input_sets[0])
+    else:
+        arrays = {f"{index}/{name}": value for index, feeds in enumerate(input_sets)
+                  for name, value in feeds.items()}
+    temp = f"{path}.tmp-{os.getpid()}.npz"
+    try:
+        np.savez(temp, **arrays)
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+
+
+def _load_pickle(path: str) -> list[InputSet]:
+    import pickle
+
+    if not os.path.isfile(path):
+        raise BadInputError(f"inputs file not found: {path}")
+    try:
+        with open(path, "rb") as handle:
+            data = pickle.load(handle)  # noqa: S301 - only reached with trust_pickle=True
+    except Exception as exc:
+        raise BadInputError(f"cannot unpickle {path}: {exc}") from None
+    records = data if isinstance(data, list) else [data]
+    sets = []
+    for record in records:
+        if isinstance(record, Mapping) and isinstance(record.get("input"), Mapping):
+            record = record["input"]
+        if not isinstance(record, Mapping):
+            raise BadInputError(f"{path}: expected a dict whose 'input' maps input names to arrays")
+        sets.append({str(name): np.asarray(value) for name, value in record.items()})
+    return sets
+
+
+def check_inputs(model: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]]) -> list[InputSet]:
+    """Match each set to the model's inputs: names, dtypes and fixed dims; raise BadInputError."""
+    specs = graphinfo.graph_inputs(model)
+    expected = {spec.name: spec for spec in specs}
+    checked = []
+    for index, feeds in enumerate(input_sets):
+        where = f"input set {index}" if len(input_sets) > 1 else "inputs"
+        missing = [name for name in expected if name not in feeds]
+        if missing:
+            raise BadInputError(f"{where}: missing model input(s) {', '.join(missing)}")
+        extra = [name for name in feeds if name not in expected]
+        if extra:
+            raise BadInputError(f"{where}: not inputs of the model: {', '.join(extra)}")
+        clean = {}
+        for name, spec in expected.items():
+            array = np.asarray(feeds[name])
+            if spec.dtype != np.dtype(object) and array.dtype != spec.dtype:
+                raise BadInputError(
+                    f"{where}: input {name!r} is {array.dtype}, the model expects {spec.dtype}")
+            if spec.shape is not None:
+                if array.ndim != len(spec.shape):
+                    raise BadInputError(f"{where}: input {name!r} has rank {array.ndim}, "
+                                        f"the model expects rank {len(spec.shape)}")
+                for axis, (got, want) in enumerate(zip(array.shape, spec.shape)):
+                    if isinstance(want, int) and want > 0 and got != want:
+                        raise BadInputError(f"{where}: input {name!r} has shape {array.shape}, "
+                                            f"the model expects {spec.shape} (axis {axis})")
+            clean[name] = array
+        checked.append(clean)
+    return checked
+
+
+def concrete_shape(spec: graphinfo.InputSpec, dims: Mapping[str, int] | None) -> tuple[int, ...]:
+    dims = dims or {}
+    if spec.shape is None:
+        return (DEFAULT_DIM,)
+    shape = []
+    for dim in spec.shape:
+        if isinstance(dim, int) and dim > 0:
+            shape.append(dim)
+        elif isinstance(dim, str) and dim in dims:
+            shape.append(int(dims[dim]))
+        elif dim == 0:
+            shape.append(0)
+        else:
+            shape.append(DEFAULT_DIM)
+    return tuple(shape)
+
+
+def generate_inputs(model: onnx.ModelProto, *, seed: int = 0, dims: Mapping[str, int] | None = None,
+                    stress: bool = True, trials: int = 3) -> list[InputSet]:
+    """Random-normal sets (`trials` of them), then stress sets when `stress`."""
+    return [feeds for _, feeds in generate_labelled_inputs(model, seed=seed, dims=dims,
+                                                           stress=stress, trials=trials)]
+
+
+STRESS_KINDS = ("negative", "zeros_tiny", "large", "near_max", "inf_nan")
+
+
+def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
+                             dims: Mapping[str, int] | None = None, stress: bool = True,
+                             trials: int = 3) -> list[tuple[str, InputSet]]:
+    specs = graphinfo.graph_inputs(model)
+    shapes = {spec.name: concrete_shape(spec, dims) for spec in specs}
+    known_shapes = dict(graphinfo.static_shapes(model, None))
+    known_shapes.update(shapes)
+    roles = {spec.name: graphinfo.integer_role(model, spec.name, known_shapes)
+             for spec in specs if spec.dtype.kind in "iu"}
+    kinds = [f"random{index}" for index in range(max(1, trials))]
+    if stress:
+        kinds += [f"stress:{kind}" for kind in STRESS_KINDS]
+    sets = []
+    for set_index, kind in enumerate(kinds):
+        feeds = {}
+        for input_index, spec in enumerate(specs):
+            rng = np.random.default_rng([seed, set_index, input_index])
+            feeds[spec.name] = _make_array(spec, shapes[spec.name], kind, rng, roles.get(spec.name))
+        sets.append((kind, feeds))
+    return sets
+
+
+def _make_array(spec, shape, kind, rng, role):
+    dtype = spec.dtype
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return _make_ints(dtype, shape, rng, role or ("plain",))
+    if graphinfo.is_float_dtype(dtype):
+        return _make_floats(dtype, shape, kind, rng)
+    if dtype == np.dtype(object):
+        raise BadInputError(f"cannot generate values for input {spec.name!r} (not a tensor); "
+                            "pass --inputs")
+    raise BadInputError(f"cannot generate values for input {spec.name!r} of type {dtype}; "
+                        "pass --inputs")
+
+
+def _make_ints(dtype, shape, rng, role):
+    if role[0] == "index":
+        dim = role[1]
+        low, high = (-dim, dim) if dim else (0, 2)
+    elif role[0] == "shape":
+        low, high = 1, 4
+    else:
+        low, high = (0, 4) if dtype.kind == "u" else (-3, 4)
+    return rng.integers(low, high, size=shape).astype(dtype)
+
+
+def _make_floats(dtype, shape, kind, rng):
+    info = ml_dtypes.finfo(dtype)
+    big = float(info.max)
+    base = rng.standard_normal(shape)
+    if kind.startswith("random"):
+        values = base
+    elif kind == "stress:negative":
+        values = -np.abs(base) - float(info.tiny)
+    elif kind == "stress:zeros_tiny":
+        choices = np.array([0.0, -0.0, float(info.tiny), -float(info.tiny),
+                            float(info.smallest_subnormal), 1.0, -1.0], dtype=np.float64)
+        values = np.where(rng.random(shape) < 0.6, choices[rng.integers(0, len(choices), shape)], base)
+    elif kind == "stress:large":
+        values = base * np.sqrt(big) * 0.5
+    elif kind == "stress:near_max":
+        values = np.sign(base) * big * rng.uniform(0.1, 0.25, shape)
+    elif kind == "stress:inf_nan":
+        specials = np.array([np.inf, -np.inf, np.nan, -0.0], dtype=np.float64)
+        values = np.where(rng.random(shape) < 0.3, specials[rng.integers(0, 4, shape)], base)
+    else:
+        raise ValueError(kind)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(values, dtype=np.float64).astype(dtype)

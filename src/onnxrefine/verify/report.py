@@ -1,0 +1,156 @@
+"""The verification report: per-output findings, notes, JSON output and the terminal table."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
+
+__all__ = ["EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "OutputReport",
+           "VerificationReport", "write_atomic"]
+
+
+@dataclass
+class OutputReport:
+    name: str
+    verdict: str
+    dtype: str
+    shape: list
+    candidate_shape: list
+    candidate_dtype: str
+    comparison: dict  # compare.Comparison.to_dict(), merged over the ordinary input sets
+    comparison_extreme: dict = field(default_factory=dict)  # the same over extreme-magnitude sets
+    differing: int = 0
+    unexplained: int = 0
+    unstable_positions: int = 0
+    orig_err_max: float | None = None  # max |original - float64 reference|
+    cand_err_max: float | None = None  # max |candidate - float64 reference|
+    reference: str = "none"  # "float64", "no float64 reference", "not needed"
+    bound: dict = field(default_factory=dict)
+    scatter: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return _json_safe(dict(self.__dict__))
+
+
+@dataclass
+class VerificationReport:
+    verdict: str
+    outputs: list  # OutputReport, in the original's output order
+    notes: list = field(default_factory=list)
+    input_sets: list = field(default_factory=list)  # labels of the sets used
+    settings: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict in (EXACT, ROUNDING) else 1
+
+    @property
+    def failing_outputs(self) -> list:
+        return [out.name for out in self.outputs if out.verdict in (UNSTABLE, MISMATCH)]
+
+    def to_dict(self) -> dict:
+        return _json_safe({
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "outputs": [out.to_dict() for out in self.outputs],
+            "notes": list(self.notes),
+            "input_sets": list(self.input_sets),
+            "settings": dict(self.settings),
+            "timings": dict(self.timings),
+        })
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
+    def write_json(self, path) -> None:
+        write_atomic(path, self.to_json() + "\n")
+
+    def write_html(self, path) -> None:
+        from onnxrefine.verify.html import render_html
+
+        write_atomic(path, render_html(self))
+
+    @staticmethod
+    def overall(outputs) -> str:
+        return worst(out.verdict for out in outputs)
+
+
+def write_atomic(path, text: str) -> None:
+    """Write text to path via a temp file in the same folder and os.replace."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temp = tempfile.mkstemp(prefix=".onnxrefine-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def _json_safe(value):
+    if isinstance(value, dict):
+        return {str(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+    return value
+
+
+def format_number(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if value == 0:
+        return "0"
+    return f"{value:.3g}"
+
+
+def render_table(report: VerificationReport, console) -> None:
+    """Print the per-output table with rich."""
+    from rich.table import Table
+
+    table = Table(title="onnxrefine verify", show_lines=False)
+    for column in ("output", "verdict", "max_abs", "max_rel", "max ulp", "p99 ulp", "differing",
+                   "orig err vs f64", "cand err vs f64"):
+        table.add_column(column, justify="left" if column in ("output", "verdict") else "right")
+    styles = {EXACT: "green", ROUNDING: "cyan", UNSTABLE: "yellow", MISMATCH: "bold red"}
+    for out in report.outputs:
+        comp = out.comparison
+        table.add_row(
+            out.name,
+            f"[{styles[out.verdict]}]{out.verdict}[/]",
+            format_number(comp.get("max_abs")),
+            format_number(comp.get("max_rel")),
+            format_number(comp.get("max_ulp")),
+            format_number(comp.get("p99_ulp")),
+            f"{comp.get('differing', out.differing)}/{comp.get('size', 0)}",
+            format_number(out.orig_err_max) if out.reference == "float64" else _no_ref(out),
+            format_number(out.cand_err_max) if out.reference == "float64" else _no_ref(out),
+        )
+    console.print(table)
+    for out in report.outputs:
+        for note in out.notes:
+            console.print(f"  {out.name}: {note}", markup=False, highlight=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
+def _no_ref(out: OutputReport) -> str:
+    return "no f64 ref" if out.reference == "no float64 reference" else "-"
