@@ -48,3 +48,17 @@ def stress_inputs(shape, dtype=np.float32, seed: int = 0) -> list[np.ndarray]:
 
 def op_types(model: onnx.ModelProto) -> list[str]:
     return [node.op_type for node in model.graph.node]
+
+
+def assert_valid_like(original: onnx.ModelProto, optimized: onnx.ModelProto) -> None:
+    """The optimized model passes every check the original passes (checker, strict inference)."""
+    for check in (
+        lambda m: onnx.checker.check_model(m, full_check=True),
+        lambda m: onnx.checker.check_model(m),
+        lambda m: onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True),
+    ):
+        try:
+            check(original)
+        except Exception:
+            continue
+        check(optimized)

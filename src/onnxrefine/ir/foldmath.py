@@ -66,8 +66,9 @@ def round_folded(result: np.ndarray, dtype, what: str) -> np.ndarray:
         raise RewriteRefused(f"{what}: cannot fold into non-floating dtype {dtype}")
     if not np.all(np.isfinite(result)):
         raise RewriteRefused(f"{what}: the folded value is not finite")
-    rounded = result.astype(dtype)
-    back = rounded.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = result.astype(dtype)
+        back = rounded.astype(np.float64)
     if not np.all(np.isfinite(back)):
         big = float(np.max(np.abs(result)))
         raise RewriteRefused(f"{what}: folded value {big:.6g} overflows {dtype.name}")
