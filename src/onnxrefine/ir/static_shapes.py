@@ -76,6 +76,14 @@ _REDUCE = frozenset(
     """ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum
     ReduceLogSumExp ReduceSumSquare""".split()
 )
+_INT64_RESULT = frozenset("Shape Size ArgMax ArgMin NonZero".split())
+_BOOL_RESULT = frozenset("Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Not IsNaN IsInf".split())
+_SAME_DTYPE = (_SAME_SHAPE - {"Cast", "CastLike", "Not", "IsNaN", "IsInf", "EyeLike", "QuantizeLinear",
+                              "DequantizeLinear"}) | frozenset(
+    """Transpose Reshape Flatten Squeeze Unsqueeze Concat Gather GatherElements GatherND Slice Expand
+    Tile Pad Split MatMul Gemm Conv ConvTranspose MaxPool AveragePool LpPool GlobalAveragePool
+    GlobalMaxPool GlobalLpPool Resize DepthToSpace SpaceToDepth ReverseSequence TopK Einsum""".split()
+)
 # Opset from which each reduction takes its axes as an input instead of an attribute.
 _REDUCE_AXES_INPUT_OPSET = {name: (13 if name == "ReduceSum" else 18) for name in _REDUCE}
 
@@ -104,6 +112,23 @@ def broadcast_dims(a, b):
     return Sym("broadcast")
 
 
+def normalize_axes(axes, rank: int | None) -> list[int] | None:
+    """Axes made non-negative; None when the rank is unknown or an axis is out of range."""
+    if rank is None:
+        return None
+    result = [_normalize_axis(a, rank) for a in axes]
+    return None if any(a is None for a in result) else result
+
+
+def static_oracle(ctx) -> StaticShapes:
+    """The oracle shared by one rewrite context (one driver run) or pass context."""
+    oracle = getattr(ctx, "_static_shapes", None)
+    if oracle is None or oracle.model is not ctx.model:
+        oracle = StaticShapes(ctx.model)
+        ctx._static_shapes = oracle
+    return oracle
+
+
 def _normalize_axis(axis: int, rank: int) -> int | None:
     axis = int(axis)
     if axis < 0:
@@ -120,18 +145,84 @@ class StaticShapes:
 
     def __init__(self, model: ir.Model):
         self._main_inputs = {id(v) for v in model.graph.inputs}
-        self._model = model
+        self.model = model
         self._shapes: dict[int, tuple[ir.Value, object]] = {}
         self._elements: dict[int, tuple[ir.Value, object]] = {}
-        self._opsets: dict[int, int] = {}
+        self._dtypes: dict[int, tuple[ir.Value, object]] = {}
 
     def forget(self) -> None:
         self._shapes.clear()
         self._elements.clear()
+        self._dtypes.clear()
+
+    # -- element types --------------------------------------------------------------------
+
+    def dtype(self, value: ir.Value | None, _depth: int = 0) -> ir.DataType | None:
+        """The element type, from trusted facts only (None when not known)."""
+        if value is None:
+            return None
+        hit = self._dtypes.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        result = None
+        if _depth < _MAX_DEPTH:
+            try:
+                result = self._infer_dtype(value, _depth)
+            except (TypeError, ValueError, IndexError):
+                result = None
+        self._dtypes[id(value)] = (value, result)
+        return result
+
+    def _infer_dtype(self, value: ir.Value, depth: int) -> ir.DataType | None:
+        if id(value) in self._main_inputs:
+            return value.dtype if isinstance(value.type, ir.TensorType) else None
+        if value.is_graph_input():
+            return None
+        array = constant_array(value)
+        if array is not None:
+            if value.const_value is not None:
+                return value.const_value.dtype
+            return ir.DataType.from_numpy(array.dtype)
+        node = value.producer()
+        if node is None or node.domain not in _STANDARD_DOMAINS:
+            return None
+        op, index = node.op_type, value.index()
+
+        def dtype_of(i: int):
+            return self.dtype(node.inputs[i], depth + 1) if i < len(node.inputs) and node.inputs[i] is not None else None
+
+        if op == "Dropout" and index == 1:
+            return ir.DataType.BOOL
+        if index != 0 and op not in ("Split", "TopK"):
+            return None
+        if op == "TopK" and index == 1:
+            return ir.DataType.INT64
+        if op == "Cast":
+            return ir.DataType(_attr(node, "to", 0)) or None
+        if op == "CastLike":
+            return dtype_of(1)
+        if op in _INT64_RESULT:
+            return ir.DataType.INT64
+        if op in _BOOL_RESULT:
+            return ir.DataType.BOOL
+        if op == "Where":
+            return dtype_of(1)
+        if op == "ConstantOfShape":
+            attr = node.attributes.get("value")
+            return ir.DataType.FLOAT if attr is None else attr.as_tensor().dtype
+        if op in _SAME_DTYPE or op in _BROADCASTING or op in _REDUCE:
+            return dtype_of(0)
+        return None
 
     # -- shapes ---------------------------------------------------------------------------
 
-    def shape(self, value: ir.Value | None, _depth: int = 0) -> tuple | None:
+    def shape(self, value: ir.Value | None) -> tuple | None:
+        """The trusted shape with None for every dim whose size is not known (rank known)."""
+        shape = self.symbolic_shape(value)
+        return None if shape is None else tuple(d if isinstance(d, int) else None for d in shape)
+
+    def symbolic_shape(self, value: ir.Value | None, _depth: int = 0) -> tuple | None:
+        """The trusted shape with a Sym token for every dim whose size is not known."""
         if value is None:
             return None
         hit = self._shapes.get(id(value))
@@ -142,11 +233,11 @@ class StaticShapes:
         return result
 
     def rank(self, value: ir.Value | None) -> int | None:
-        shape = self.shape(value)
+        shape = self.symbolic_shape(value)
         return None if shape is None else len(shape)
 
     def static_shape(self, value: ir.Value | None) -> tuple[int, ...] | None:
-        shape = self.shape(value)
+        shape = self.symbolic_shape(value)
         if shape is None or not all(isinstance(d, int) for d in shape):
             return None
         return shape
@@ -191,7 +282,7 @@ class StaticShapes:
         inputs = node.inputs
 
         def shape_of(i: int):
-            return self.shape(inputs[i], depth + 1) if i < len(inputs) and inputs[i] is not None else None
+            return self.symbolic_shape(inputs[i], depth + 1) if i < len(inputs) and inputs[i] is not None else None
 
         def elements_of(i: int):
             return self.elements(inputs[i], depth + 1) if i < len(inputs) and inputs[i] is not None else None
@@ -204,7 +295,7 @@ class StaticShapes:
             shapes = [shape_of(i) for i in range(len(inputs)) if inputs[i] is not None]
             return _broadcast_shapes(shapes)
         if op == "Shape":
-            rank = self.rank(inputs[0]) if inputs else None
+            rank = len(shape_of(0)) if shape_of(0) is not None else None
             if rank is None:
                 return None
             start, end = _shape_range(node, rank)
@@ -470,13 +561,13 @@ class StaticShapes:
             return self.elements(inputs[i], depth + 1) if i < len(inputs) and inputs[i] is not None else None
 
         if op == "Shape":
-            shape = self.shape(inputs[0], depth + 1)
+            shape = self.symbolic_shape(inputs[0], depth + 1)
             if shape is None:
                 return None
             start, end = _shape_range(node, len(shape))
             return Elements(tuple(shape[start:end]), False, ir.DataType.INT64)
         if op == "Size":
-            shape = self.shape(inputs[0], depth + 1)
+            shape = self.symbolic_shape(inputs[0], depth + 1)
             size = _product(shape) if shape is not None else None
             return Elements((size if isinstance(size, int) else None,), True, ir.DataType.INT64)
         if op == "Identity":
