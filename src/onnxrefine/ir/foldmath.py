@@ -45,9 +45,22 @@ def constant_array(value: ir.Value | None) -> np.ndarray | None:
         return value.const_value.numpy()
     producer = value.producer()
     if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
-        attr = producer.attributes.get("value")
-        if attr is not None and attr.type == ir.AttributeType.TENSOR:
-            return attr.as_tensor().numpy()
+        return constant_node_array(producer)
+    return None
+
+
+_CONSTANT_LIST_ATTRS = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64, "value_ints": np.int64}
+
+
+def constant_node_array(node: ir.Node) -> np.ndarray | None:
+    """The value of a Constant node, whichever attribute carries it (sparse_value: None)."""
+    attr = node.attributes.get("value")
+    if attr is not None and attr.type == ir.AttributeType.TENSOR:
+        return attr.as_tensor().numpy()
+    for name, dtype in _CONSTANT_LIST_ATTRS.items():
+        attr = node.attributes.get(name)
+        if attr is not None and not isinstance(attr, ir.RefAttr):
+            return np.array(attr.value, dtype=dtype)
     return None
 
 
