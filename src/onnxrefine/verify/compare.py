@@ -45,7 +45,7 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b = np.asarray(b)
     key_a, key_b = ordered_int(a), ordered_int(b)
     same_side = (key_a >= 0) == (key_b >= 0)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         near = np.abs(key_a - key_b).astype(np.float64)
     # Opposite signs may overflow int64 for float64; the sum of magnitudes in float64 is exact
     # enough there (such distances are astronomically large anyway).
@@ -64,8 +64,9 @@ def value_class(values: np.ndarray) -> np.ndarray:
 def bit_identical(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Elementwise: same bits, with any two NaNs counting as identical."""
     a, b = np.asarray(a), np.asarray(b)
-    if graphinfo.is_float_dtype(a.dtype):
-        same = ordered_int(a) == ordered_int(b)
+    if graphinfo.is_float_dtype(a.dtype) and a.dtype == b.dtype:
+        view = _INT_VIEW[a.dtype.itemsize]
+        same = np.ascontiguousarray(a).view(view) == np.ascontiguousarray(b).view(view)
         both_nan = np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))
         return same | both_nan
     return a == b
@@ -134,7 +135,8 @@ def compare_arrays(candidate: np.ndarray, baseline: np.ndarray) -> Comparison:
         b = baseline.astype(np.float64)
         result.pattern_changes = int(np.count_nonzero(value_class(a) != value_class(b)))
         both_finite = np.isfinite(a) & np.isfinite(b)
-        diff = np.where(both_finite, np.abs(a - b), 0.0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(both_finite, np.abs(a - b), 0.0)
         result.rel_floor = magnitude_floor(b, baseline.dtype)
         result.max_abs = float(diff.max(initial=0.0))
         result.max_rel = float((diff / np.maximum(np.abs(b), result.rel_floor)).max(initial=0.0))

@@ -38,20 +38,23 @@ fallback without a float64 reference (the reference raised UnsupportedOperatorEr
     |O'_i - O_i| (O' = the original on inputs moved by a few ulps; positions that jump are
     excluded), E by max s_i, R by O:
         allowed_i = 2 * s_i + 2 * max(s) + gamma * max(|O_i|, m_O),  |C_i - O_i| <= allowed_i
-    and every NaN/inf pattern change is unexplained, except that float differences on
-    extreme-magnitude input sets (below) are not judged at all (counted in the notes). The report marks such outputs
+    and every NaN/inf pattern change is unexplained (outside overflow territory, below). The report marks such outputs
     "no float64 reference".
 
 extreme-magnitude input sets (finite float inputs beyond sqrt(max) of their dtype)
-    Intermediates overflow there, and which one overflows first depends on evaluation order, so a
-    finite <-> inf/NaN change is explained on such sets (and counted in the notes).
+    Intermediates overflow there, and which one overflows first depends on evaluation order, so
+    elements in overflow territory are not judged (they are counted in the notes): where R_i (if
+    available) or O_i is not finite, |R_i| or |O_i| > sqrt(max), or C_i is +-inf or beyond
+    sqrt(max) (a NaN candidate is still judged). Elements whose true value is moderate are still judged, which
+    catches rewrites that overflow on large inputs (softmax without the max shift, say).
 
 Integer/bool outputs: every differing element is unexplained.
 
 unstable positions (controls on the ORIGINAL)
     - the original run twice on the same inputs: any element that differs;
-    - the original on float inputs moved by up to PERTURB_ULPS ulps (PERTURB_RUNS or `trials`
-      runs, at least 8 when the graph holds discrete ops such as ArgMax, Floor, Round, Cast to
+    - the original on float inputs moved by up to PERTURB_ULPS ulps (two checkerboard runs,
+      +-PERTURB_ULPS alternating by position, then random offsets; `trials` runs in all, at least 2,
+      at least 8 when the graph holds discrete ops such as ArgMax, Floor, Round, Cast to
       int, comparisons): an element whose class changes, an integer element that changes, or a
       float element that moves by more than JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O),
       i.e. far more than a few-ulp input change explains.
@@ -133,18 +136,27 @@ class Judgement:
     cand_err_max: float | None = None
     used_reference: bool = False
     overflow_excused: int = 0
-    unjudged: int = 0
     scatter: dict = field(default_factory=lambda: {"ref": [], "orig": [], "cand": []})
     notes: list = field(default_factory=list)
 
 
-def perturb(array: np.ndarray, rng: np.random.Generator, max_ulps: int = PERTURB_ULPS) -> np.ndarray:
-    """Move each finite element by a random number of ulps in [-max_ulps, max_ulps]."""
+def perturb(array: np.ndarray, rng: np.random.Generator, max_ulps: int = PERTURB_ULPS,
+            checkerboard: int | None = None) -> np.ndarray:
+    """Move each finite element by up to max_ulps ulps.
+
+    checkerboard=0/1: +max_ulps on even/odd flat positions and -max_ulps on the others (moves any
+    two neighbours apart or together by 2*max_ulps deterministically); None: random offsets.
+    """
     if not graphinfo.is_float_dtype(array.dtype) or array.size == 0:
         return array
     bits = 8 * array.dtype.itemsize
     keys = ordered_int(array)
-    moved = keys + rng.integers(-max_ulps, max_ulps + 1, size=array.shape)
+    if checkerboard is None:
+        offsets = rng.integers(-max_ulps, max_ulps + 1, size=array.shape)
+    else:
+        parity = (np.arange(array.size).reshape(array.shape) + checkerboard) % 2
+        offsets = np.where(parity == 0, max_ulps, -max_ulps)
+    moved = keys + offsets
     sign_bit = np.int64(1) << np.int64(bits - 1) if bits < 64 else np.int64(np.iinfo(np.int64).min)
     raw = np.where(moved < 0, (-moved) | sign_bit, moved)
     unsigned = {2: np.uint16, 4: np.uint32, 8: np.uint64, 1: np.uint8}[array.dtype.itemsize]
@@ -206,15 +218,15 @@ def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.n
         diff = np.where(finite_ac, np.abs(c - a), 0.0)
     m_a = _rms(a)
     ref = evidence.reference
-    if ref is None and evidence.extreme:
-        # Without a reference nothing tells overflow order from error on such inputs.
-        judgement.unjudged += int(np.count_nonzero(~bit_identical(evidence.candidate, evidence.original)))
-        return np.ones(a.shape, dtype=bool)
     if ref is None:
         sens = _sensitivity(evidence, unstable)
         allowed = ERROR_FACTOR * sens + ERROR_FACTOR * float(sens.max(initial=0.0)) \
             + bound.gamma * np.maximum(np.abs(np.where(finite_ac, a, 0.0)), m_a)
-        return (finite_ac & (diff <= allowed)) | _overflow_excuse(evidence, class_a, class_c, judgement)
+        explained = finite_ac & (diff <= allowed)
+        huge = np.sqrt(graphinfo.finite_max(evidence.original.dtype))
+        territory = (class_a != 0) | (np.abs(np.where(class_a == 0, a, 0.0)) > huge) | \
+            ((class_c != 3) & (np.abs(np.nan_to_num(c, posinf=np.inf, neginf=-np.inf)) > huge))
+        return _overflow_excuse(evidence, explained, territory, judgement)
     r = ref.astype(np.float64)
     class_r = value_class(r)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -244,17 +256,24 @@ def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.n
     judgement.cand_err_max = max(judgement.cand_err_max or 0.0, float(cand_err.max(initial=0.0)))
     _sample_scatter(judgement, np.abs(np.where(finite_r, r, 0.0)), orig_err, cand_err,
                     finite_ar & (class_c == 0))
-    return value_ok | no_ref_ok | pattern_ok | _overflow_excuse(evidence, class_a, class_c, judgement)
+    huge = np.sqrt(top)
+    territory = (class_r != 0) | (class_a != 0) | (np.abs(np.where(class_r == 0, r, 0.0)) > huge) | \
+        (np.abs(np.where(class_a == 0, a, 0.0)) > huge) | \
+        ((class_c != 3) & (np.abs(np.nan_to_num(c, posinf=np.inf, neginf=-np.inf)) > huge))
+    return _overflow_excuse(evidence, value_ok | no_ref_ok | pattern_ok, territory, judgement)
 
 
-def _overflow_excuse(evidence: SetEvidence, class_a, class_c, judgement: Judgement) -> np.ndarray:
-    """On extreme-magnitude inputs, where intermediates overflow, which intermediate overflows
-    first depends on evaluation order: finite<->inf/NaN changes there are not blamed (counted)."""
+def _overflow_excuse(evidence: SetEvidence, explained: np.ndarray, territory: np.ndarray,
+                     judgement: Judgement) -> np.ndarray:
+    """On extreme-magnitude inputs, elements in overflow territory are not judged (counted).
+
+    There intermediates overflow, and which one overflows first depends on evaluation order.
+    """
     if not evidence.extreme:
-        return np.zeros(class_a.shape, dtype=bool)
-    excused = (class_a != class_c) & ((class_a != 0) | (class_c != 0))
+        return explained
+    excused = ~explained & territory & ~bit_identical(evidence.candidate, evidence.original)
     judgement.overflow_excused += int(np.count_nonzero(excused))
-    return excused
+    return explained | excused
 
 
 def _sample_scatter(judgement: Judgement, ref_abs, orig_err, cand_err, usable) -> None:
