@@ -59,7 +59,7 @@ def constant_node_array(node: ir.Node) -> np.ndarray | None:
         return attr.as_tensor().numpy()
     for name, dtype in _CONSTANT_LIST_ATTRS.items():
         attr = node.attributes.get(name)
-        if attr is not None and not isinstance(attr, ir.RefAttr):
+        if attr is not None and not attr.is_ref():
             return np.array(attr.value, dtype=dtype)
     return None
 

@@ -90,7 +90,7 @@ _REDUCE_AXES_INPUT_OPSET = {name: (13 if name == "ReduceSum" else 18) for name i
 
 def _attr(node: ir.Node, name: str, default=None):
     attr = node.attributes.get(name)
-    if attr is None or isinstance(attr, ir.RefAttr):
+    if attr is None or attr.is_ref():
         return default
     return attr.value
 

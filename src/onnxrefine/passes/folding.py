@@ -1,0 +1,310 @@
+"""Constant folding, and Constant nodes turned into initializers.
+
+fold_constants evaluates a node whose inputs are all constants with onnxruntime itself (a
+single-node model, CPU, graph optimizations off): the same kernel on the same values the runtime
+would run, so the folded tensor is bit-identical to what the model computed (EXACT). Guards:
+- standard domains only; never a random operator, never a node with a subgraph, never an
+  operator whose output is not a tensor;
+- the output size comes from ONNX shape inference over the constant inputs *before* anything is
+  evaluated: a ConstantOfShape/Tile/Expand/Range over the per-tensor cap is refused without
+  allocating it, and so is an operator whose output size cannot be bounded that way;
+- a float result that is NaN/inf where every input was finite (an overflow) is refused;
+- the result's element type and shape must be those inference promised (and the declared type,
+  where there is one): otherwise the fold is refused.
+onnx's reference evaluator stands in only where onnxruntime cannot run the node, and only for
+integer/bool/string results, which have one right answer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+
+from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.foldmath import constant_array, constant_node_array, is_float_dtype
+from onnxrefine.passes import graphedit
+from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.rewrite.rule import EXACT
+
+RANDOM_OPS = frozenset(
+    "RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial Bernoulli".split()
+)
+# Dropout draws a random mask in training mode; the no-op passes remove it in inference mode.
+_NEVER_FOLDED = RANDOM_OPS | frozenset(
+    """Dropout If Loop Scan Constant SequenceConstruct SequenceEmpty SequenceInsert SequenceErase
+    SequenceAt SequenceLength SplitToSequence ConcatFromSequence SequenceMap Optional OptionalHasElement
+    OptionalGetElement""".split()
+)
+# Operators whose output never exceeds the total size of their inputs: safe to evaluate even when
+# shape inference cannot tell the output size in advance.
+_SIZE_BOUNDED = frozenset(
+    """Abs Neg Relu Sigmoid Tanh Exp Log Sqrt Reciprocal Floor Ceil Round Sign Not Cast CastLike
+    Identity Transpose Reshape Flatten Squeeze Unsqueeze Slice Concat Split Shape Size Softmax
+    LogSoftmax ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum
+    ReduceLogSumExp ReduceSumSquare ArgMax ArgMin Erf Sin Cos Tan IsNaN IsInf Clip LeakyRelu Elu
+    Selu Softplus Softsign HardSigmoid HardSwish Gelu NonZero Unique TopK CumSum""".split()
+)
+# Inputs up to this many elements are handed to shape inference as data (shapes, axes, repeats).
+_DATA_FOR_INFERENCE = 4096
+
+
+def _single_node_model(node: ir.Node, arrays: list[np.ndarray | None], opset_imports: dict[str, int],
+                       ir_version: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[str]]:
+    proto = ir.serde.serialize_node(node)
+    input_names = []
+    graph_inputs, initializers, feeds = [], [], {}
+    for index, array in enumerate(arrays):
+        if array is None:
+            input_names.append("")
+            continue
+        name = f"input_{index}"
+        input_names.append(name)
+        if array.size <= _DATA_FOR_INFERENCE:
+            initializers.append(onnx.numpy_helper.from_array(array, name))
+        else:
+            elem = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+            graph_inputs.append(onnx.helper.make_tensor_value_info(name, elem, array.shape))
+            feeds[name] = array
+    output_names = [f"output_{i}" if out else "" for i, out in enumerate(proto.output)]
+    del proto.input[:]
+    proto.input.extend(input_names)
+    del proto.output[:]
+    proto.output.extend(output_names)
+    proto.name = "fold"
+    if proto.domain == "ai.onnx":
+        proto.domain = ""
+    outputs = [onnx.ValueInfoProto(name=n) for n in output_names if n]
+    graph = onnx.helper.make_graph([proto], "fold", graph_inputs, outputs, initializers)
+    opsets = [onnx.helper.make_opsetid(d, v) for d, v in opset_imports.items() if d != "ai.onnx"]
+    model = onnx.helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = max(ir_version, 4)
+    return model, feeds, [n for n in output_names if n]
+
+
+def _inferred_outputs(model: onnx.ModelProto) -> dict[str, tuple[int, tuple | None]]:
+    """name -> (elem_type, static shape or None) for each output inference could type."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:  # inference raising means the node is not what it claims
+        raise RewriteRefused(f"shape inference failed on the node: {str(exc).splitlines()[0][:200]}") from None
+    result = {}
+    for output in inferred.graph.output:
+        tensor_type = output.type.tensor_type if output.type.HasField("tensor_type") else None
+        if tensor_type is None or tensor_type.elem_type == 0:
+            continue
+        shape = None
+        if tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in tensor_type.shape.dim):
+            shape = tuple(d.dim_value for d in tensor_type.shape.dim)
+        result[output.name] = (tensor_type.elem_type, shape)
+    return result
+
+
+def _session_options() -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    return options
+
+
+def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports: dict[str, int], ir_version: int,
+                  cap_bytes: int) -> list[np.ndarray]:
+    """The node's outputs on constant inputs, as onnxruntime computes them; RewriteRefused when a
+    guard declines."""
+    model, feeds, outputs = _single_node_model(node, arrays, opset_imports, ir_version)
+    inferred = _inferred_outputs(model)
+    for name in outputs:
+        if name not in inferred:
+            raise RewriteRefused("the result's element type cannot be determined before evaluating")
+        elem_type, shape = inferred[name]
+        if shape is None:
+            if node.op_type not in _SIZE_BOUNDED:
+                raise RewriteRefused("the result's size cannot be determined before evaluating")
+            continue
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize
+        nbytes = math.prod(shape) * max(itemsize, 1)
+        if nbytes > cap_bytes:
+            raise RewriteRefused(f"the folded tensor would take {nbytes} bytes, over the cap of {cap_bytes}")
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), _session_options(),
+                                       providers=["CPUExecutionProvider"])
+        results = session.run(outputs, feeds)
+    except Exception as ort_error:
+        results = _reference_fallback(model, feeds, outputs, inferred, ort_error)
+    checked = []
+    for name, result in zip(outputs, results):
+        if not isinstance(result, np.ndarray):
+            raise RewriteRefused("the result is not a tensor")
+        elem_type, shape = inferred[name]
+        expected = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+        if result.dtype != expected and not (expected == np.dtype(object) and result.dtype.kind in "OU"):
+            raise RewriteRefused(f"the result has dtype {result.dtype}, inference says {expected}")
+        if shape is not None and tuple(result.shape) != shape:
+            raise RewriteRefused(f"the result has shape {result.shape}, inference says {shape}")
+        if result.nbytes > cap_bytes:
+            raise RewriteRefused(f"the folded tensor takes {result.nbytes} bytes, over the cap of {cap_bytes}")
+        checked.append(result)
+    return checked
+
+
+def _reference_fallback(model, feeds, outputs, inferred, ort_error) -> list:
+    reason = str(ort_error).splitlines()[0][:200] if str(ort_error) else type(ort_error).__name__
+    for name in outputs:
+        elem_type, _ = inferred[name]
+        if is_float_dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)):
+            raise RewriteRefused(f"onnxruntime cannot evaluate the node ({reason}); a float result "
+                                 "from another evaluator may differ from the runtime's")
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        return ReferenceEvaluator(model).run(outputs, feeds)
+    except Exception as exc:
+        raise RewriteRefused(f"neither onnxruntime ({reason}) nor the reference evaluator can run the node: "
+                             f"{str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}") from None
+
+
+def _foldable(node: ir.Node) -> bool:
+    if node.domain not in graphedit.STANDARD_DOMAINS or node.op_type in _NEVER_FOLDED:
+        return False
+    if not any(v is not None for v in node.inputs):
+        return False
+    return not any(a.is_ref() or a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                   for a in node.attributes.values())
+
+
+def _overflowed(inputs: list[np.ndarray | None], result: np.ndarray) -> bool:
+    if not is_float_dtype(result.dtype) or np.all(np.isfinite(result.astype(np.float64, copy=False))):
+        return False
+    return all(a is None or not is_float_dtype(a.dtype) or np.all(np.isfinite(a.astype(np.float64))) for a in inputs)
+
+
+def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: frozenset[str] | None = None) -> int:
+    model = pctx.model
+    opsets = {**model.opset_imports, **graph.opset_imports}
+    folded = 0
+    for node in list(graph):
+        if node.graph is not graph or not _foldable(node) or (only is not None and node.op_type not in only):
+            continue
+        if graphedit.is_dead(node):
+            continue  # dead code is the dead-code pass's business; evaluating it buys nothing
+        arrays = [None if v is None else constant_array(v) for v in node.inputs]
+        if any(a is None and v is not None for a, v in zip(arrays, node.inputs)):
+            continue
+        source_bytes = max((a.nbytes for a in arrays if a is not None), default=0)
+        cap = max(pctx.budget.per_tensor_bytes, source_bytes)
+        try:
+            results = evaluate_node(node, arrays, opsets, model.ir_version or 8, cap)
+            replacements = []
+            for output, result in zip([o for o in node.outputs if o.name], results):
+                if _overflowed(arrays, result):
+                    raise RewriteRefused("the folded value is not finite where the inputs were (overflow)")
+                if output.type is not None and output.dtype is not None and output.dtype.numpy() != result.dtype \
+                        and result.dtype.kind not in "OU":
+                    raise RewriteRefused(f"the result dtype {result.dtype} differs from the declared {output.dtype}")
+                replacements.append((output, result))
+            freed = _freed_bytes(node)
+            for _output, result in replacements:
+                graphedit.charge_constant(pctx, result.nbytes, source_bytes, freed)
+                freed = 0
+        except RewriteRefused as refusal:
+            graphedit.log_refuse(pctx, "fold_constants", graph, node, str(refusal))
+            continue
+        added = []
+        for output, result in replacements:
+            if not (output.uses() or output.is_graph_output()):
+                continue
+            hint = output.name or f"{node.name or node.op_type}_folded"
+            value = graphedit.new_constant(pctx, graph, in_function, result, f"{hint}_folded", before=node)
+            graphedit.replace_value(pctx, graph, output, value)
+            added.append(value.name)
+        inputs = [v for v in node.inputs if v is not None]
+        graph.remove(node, safe=True)
+        _drop_unread_constants(inputs)
+        graphedit.log_apply(pctx, "fold_constants", EXACT, graph, node, added)
+        folded += 1
+    return folded
+
+
+def _freed_bytes(node: ir.Node) -> int:
+    freed = 0
+    for value in dict.fromkeys(v for v in node.inputs if v is not None):
+        if value.is_initializer() and not value.is_graph_input() and not value.is_graph_output() \
+                and value.const_value is not None and all(use.node is node for use in value.uses()):
+            freed += value.const_value.nbytes
+    return freed
+
+
+def _drop_unread_constants(values) -> None:
+    for value in dict.fromkeys(values):
+        if value.uses() or value.is_graph_output() or value.is_graph_input():
+            continue
+        producer = value.producer()
+        if producer is None and value.is_initializer() and value.graph is not None:
+            value.graph.initializers.pop(value.name, None)
+        elif producer is not None and producer.op_type == "Constant" and producer.graph is not None:
+            producer.graph.remove(producer, safe=True)
+
+
+def run_fold_constants(pctx: PassContext) -> int:
+    return sum(fold_graph(pctx, graph, in_function) for graph, in_function in list(graphedit.graphs(pctx.model)))
+
+
+# --- extract_constant_to_initializer -----------------------------------------------------------
+
+
+def run_extract_constants(pctx: PassContext) -> int:
+    changes = 0
+    for graph, in_function in list(graphedit.graphs(pctx.model)):
+        if in_function:
+            continue  # a function body cannot hold initializers
+        for node in list(graph):
+            if node.op_type != "Constant" or node.domain not in graphedit.STANDARD_DOMAINS:
+                continue
+            array = constant_node_array(node)
+            attr = node.attributes.get("value")
+            if array is None:
+                continue  # sparse_value, value_string(s): left as they are
+            old = node.outputs[0]
+            tensor = attr.as_tensor() if attr is not None and attr.type == ir.AttributeType.TENSOR else ir.Tensor(array)
+            # The initializer takes over the Constant's output name, so readers of the file (and
+            # subgraphs capturing it) still find it under the name they know.
+            original = old.name or pctx.names.fresh("constant")
+            old.name = pctx.names.fresh(f"{original}_constant")
+            tensor.name = original
+            value = ir.Value(name=original, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape),
+                             const_value=tensor)
+            graph.register_initializer(value)
+            for index, output in enumerate(graph.outputs):
+                if output is old:
+                    graph.outputs[index] = value
+            old.replace_all_uses_with(value)
+            graph.remove(node, safe=True)
+            graphedit.log_apply(pctx, "extract_constant_to_initializer", EXACT, graph, node, [value.name])
+            changes += 1
+    return changes
+
+
+register(
+    PassSpec(
+        "extract_constant_to_initializer",
+        EXACT,
+        "Turn Constant nodes into initializers (main graph and subgraphs; function bodies keep them)",
+        run=run_extract_constants,
+        order=5,
+    )
+)
+register(
+    PassSpec(
+        "fold_constants",
+        EXACT,
+        "Evaluate nodes whose inputs are all constants with onnxruntime (deterministic standard ops, "
+        "size-capped before evaluating, overflow refused)",
+        run=run_fold_constants,
+        order=10,
+    )
+)
