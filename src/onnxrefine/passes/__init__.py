@@ -1,3 +1,4 @@
 """Pass families, one module each. Importing this package registers every pass."""
 
 from onnxrefine.passes import batchnorm  # noqa: F401
+from onnxrefine.passes import folding  # noqa: F401
