@@ -16,6 +16,7 @@ from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES,
 from onnxrefine.passes.pipeline import run_passes
 from onnxrefine.passes.registry import default_pass_names, get_pass
 from onnxrefine.rewrite.log import RewriteLog
+from onnxrefine.verified import VerifySettings, optimize_verified
 
 
 @dataclass
@@ -65,16 +66,33 @@ def optimize_ir(
     per_tensor_bytes: int = DEFAULT_PER_TENSOR_BYTES,
     growth_ratio: float = DEFAULT_GROWTH_RATIO,
     on_progress: Callable[[int], None] | None = None,
-) -> OptimizationReport:
-    """Optimize an onnx-ir model in place and return the report."""
+    verify: VerifySettings | None = None,
+) -> tuple[ir.Model, OptimizationReport]:
+    """Optimize an onnx-ir model and return (optimized model, report).
+
+    Without `verify` the model is optimized in place and returned. With it, each pass is verified
+    and rolled back on a mismatch, and a new model is returned (see onnxrefine.verified).
+    """
     started = time.perf_counter()
     names = resolve_passes(passes, disable)
     budget = ConstantBudget(io.tensor_bytes(model), per_tensor_bytes=per_tensor_bytes, growth_ratio=growth_ratio)
     nodes_before = count_nodes(model)
-    log = run_passes(model, names, budget=budget, fixed_point=fixed_point, on_progress=on_progress)
-    report = OptimizationReport(names, nodes_before, count_nodes(model), time.perf_counter() - started, log)
+    rolled_back, verification = [], None
+    run = None
+    if verify is not None and verify.enabled is not False:
+        run = optimize_verified(
+            model, names, settings=verify, budget=budget, fixed_point=fixed_point, on_progress=on_progress
+        )
+        verification = run.summary
+    if run is not None and run.summary.get("status") == "verified":
+        model, log, rolled_back = run.model, run.log, run.rolled_back
+    else:
+        log = run_passes(model, names, budget=budget, fixed_point=fixed_point, on_progress=on_progress)
+    report = OptimizationReport(
+        names, nodes_before, count_nodes(model), time.perf_counter() - started, log, rolled_back, verification
+    )
     stamp_metadata(model, report)
-    return report
+    return model, report
 
 
 def stamp_metadata(model: ir.Model, report: OptimizationReport) -> None:
@@ -86,7 +104,8 @@ def optimize(model, passes: Sequence[str] | None = None, fixed_point: bool = Tru
     """Optimize `model` (path, onnx.ModelProto or onnx_ir.Model) and return the same type.
 
     A path gives back an onnx.ModelProto. `passes` takes onnxrefine or onnxoptimizer pass names;
-    None runs the default pipeline.
+    None runs the default pipeline. `verify=VerifySettings(...)` verifies every pass and rolls
+    back the ones whose result is a mismatch.
     """
     optimized, _ = optimize_with_report(model, passes, fixed_point=fixed_point, **options)
     return optimized
@@ -96,5 +115,5 @@ def optimize_with_report(model, passes: Sequence[str] | None = None, **options):
     if isinstance(passes, str):
         raise BadInputError("passes must be a list of pass names, not a string")
     ir_model, kind = io.to_ir(model)
-    report = optimize_ir(ir_model, passes, **options)
+    ir_model, report = optimize_ir(ir_model, passes, **options)
     return io.from_ir(ir_model, kind), report

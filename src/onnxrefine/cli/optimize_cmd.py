@@ -13,10 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from onnxrefine.api import optimize_ir
+from onnxrefine.cli.verify_cmd import parse_dims
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES
 from onnxrefine.passes.registry import all_passes
+from onnxrefine.verified import DEFAULT_VERIFY_BUDGET_S, VerifySettings
 
 
 def register(subparsers) -> None:
@@ -41,7 +43,25 @@ def register(subparsers) -> None:
         "--growth-ratio", type=float, default=DEFAULT_GROWTH_RATIO,
         help=f"largest allowed total constant size relative to the input (default {DEFAULT_GROWTH_RATIO})",
     )
+    checks = parser.add_mutually_exclusive_group()
+    checks.add_argument(
+        "--verify", dest="verify", action="store_true", default=None,
+        help="verify every pass against the model before it and roll back mismatches "
+        "(default: on when the model runs in onnxruntime within --verify-budget)",
+    )
+    checks.add_argument("--no-verify", dest="verify", action="store_false", help="skip verification")
+    parser.add_argument("--verify-budget", type=float, default=DEFAULT_VERIFY_BUDGET_S,
+                        help=f"seconds verification may take in auto mode (default {DEFAULT_VERIFY_BUDGET_S:g})")
+    parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
+    parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
+    parser.add_argument("--seed", type=int, default=0, help="seed for generated verification inputs")
     parser.set_defaults(func=run)
+
+
+def load_inputs(path: str) -> list:
+    from onnxrefine.verify.inputs import load_inputs as load
+
+    return load(path)
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -83,8 +103,12 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     size_before = source.stat().st_size if source.is_file() else 0
     model = io.load_model(source)
+    settings = VerifySettings(
+        enabled=args.verify, budget_s=args.verify_budget, seed=args.seed, dims=parse_dims(args.dims),
+        inputs=load_inputs(args.inputs) if args.inputs else None,
+    )
     with console.status("optimizing…") as status:
-        report = optimize_ir(
+        model, report = optimize_ir(
             model,
             _split(args.passes),
             disable=_split(args.disable) or (),
@@ -92,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
             per_tensor_bytes=args.max_tensor_bytes,
             growth_ratio=args.growth_ratio,
             on_progress=lambda n: status.update(f"optimizing… {n} nodes visited"),
+            verify=settings,
         )
     io.save_model(model, output, input_path=source)
     seconds = time.perf_counter() - started
@@ -100,6 +125,10 @@ def run(args: argparse.Namespace) -> int:
     console.print(summary_table(report, size_before, output.stat().st_size, seconds))
     if args.explain:
         console.print(refusals_table(report))
+    for rollback in report.rolled_back:
+        console.print(
+            f"rolled back pass {rollback['pass']}: {rollback['verdict']} on {', '.join(rollback['outputs'])}"
+        )
     console.print(f"wrote {output}")
     return 0
 
@@ -117,6 +146,14 @@ def summary_table(report, size_before: int, size_after: int, seconds: float) -> 
     table.add_row("nodes", f"{report.nodes_before} -> {report.nodes_after}", "")
     table.add_row("file size", f"{_size(size_before)} -> {_size(size_after)}", "")
     table.add_row("seconds", f"{seconds:.2f}", "")
+    verification = report.verification or {"status": "off"}
+    if verification.get("status") == "verified":
+        text = f"{verification['verdict']} (end to end, against onnxruntime and float64)"
+    elif verification.get("status") == "skipped":
+        text = f"skipped: {verification['reason']}"
+    else:
+        text = "off (--no-verify)"
+    table.add_row("verification", text, "")
     return table
 
 

@@ -1,0 +1,116 @@
+"""optimize with verification: a wrong pass is rolled back, a failing model is never written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from helpers import make_model, op_types, run, tensor, value_info
+from onnx import helper
+
+import onnxrefine
+from onnxrefine.cli.main import main
+from onnxrefine.passes import registry
+from onnxrefine.passes.registry import PassSpec
+from onnxrefine.rewrite.pattern import Op, Var
+from onnxrefine.rewrite.rule import EXACT, Replacement, Rule
+from onnxrefine.verified import VerificationFailed, VerifySettings
+
+BN_PASSES = ["fuse_bn_into_conv", "fuse_bn_into_gemm"]
+
+
+def relu_to_abs(m, ctx):
+    """A deliberately wrong 'exact' rule: Relu(x) -> Abs(x) differs for every negative x."""
+    node = ctx.node("Abs", [m["x"]])
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+@pytest.fixture
+def planted_pass(monkeypatch):
+    spec = PassSpec("planted_wrong_pass", EXACT, "test only", rules=(Rule("relu_to_abs", Op("Relu", Var("x")), relu_to_abs),))
+    registry._load_pass_modules()
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    return spec.name
+
+
+def model_with_bn_and_relu() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    inits = [
+        tensor("W", rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32)),
+        tensor("s", rng.uniform(0.5, 1.5, 4).astype(np.float32)),
+        tensor("b", rng.normal(0, 0.2, 4).astype(np.float32)),
+        tensor("m", rng.normal(0, 0.2, 4).astype(np.float32)),
+        tensor("v", rng.uniform(0.5, 1.5, 4).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+        helper.make_node("Relu", ["n"], ["y"]),
+    ]
+    return make_model(nodes, [value_info("x", shape=["N", 3, 6, 6])], [value_info("y", shape=["N", 4, 6, 6])], inits)
+
+
+def test_wrong_pass_is_rolled_back_and_the_rest_kept(planted_pass):
+    model = model_with_bn_and_relu()
+    optimized, report = onnxrefine.optimize_with_report(
+        model, BN_PASSES + [planted_pass], verify=VerifySettings(enabled=True)
+    )
+    assert [r["pass"] for r in report.rolled_back] == [planted_pass]
+    assert report.rolled_back[0]["verdict"] == "mismatch"
+    assert op_types(optimized) == ["Conv", "Relu"]
+    assert report.verification["status"] == "verified"
+    assert report.verification["verdict"] == "rounding"
+    x = np.random.default_rng(1).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(run(optimized, {"x": x})[0], run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_without_verification_the_wrong_pass_goes_through(planted_pass):
+    # The control for the test above: the planted rule really does change the model.
+    optimized = onnxrefine.optimize(model_with_bn_and_relu(), [planted_pass])
+    assert "Abs" in op_types(optimized)
+
+
+def test_model_failing_final_verification_is_not_written(tmp_path, monkeypatch, planted_pass):
+    import onnxrefine.verified as verified
+
+    class FakeReport:
+        verdict = "mismatch"
+        failing_outputs = ["y"]
+
+    # Per-pass checks pass; the end-to-end check reports a mismatch.
+    monkeypatch.setattr(verified, "_verify_end_to_end", lambda *args: FakeReport())
+    path = tmp_path / "m.onnx"
+    onnx.save(model_with_bn_and_relu(), path)
+    with pytest.raises(VerificationFailed):
+        onnxrefine.optimize(str(path), BN_PASSES, verify=VerifySettings(enabled=True))
+    assert main(["optimize", str(path), "--passes", ",".join(BN_PASSES), "--verify"]) == 2
+    assert not (tmp_path / "m.opt.onnx").exists()
+
+
+def test_cli_verifies_by_default_and_reports_it(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(model_with_bn_and_relu(), path)
+    result = subprocess.run(
+        [sys.executable, "-m", "onnxrefine", "optimize", str(path), "--passes", ",".join(BN_PASSES)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "rounding (end to end" in result.stdout
+    result = subprocess.run(
+        [sys.executable, "-m", "onnxrefine", "optimize", str(path), "--passes", ",".join(BN_PASSES), "--no-verify"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0 and "off (--no-verify)" in result.stdout
+
+
+def test_explicit_verify_on_a_model_onnxruntime_cannot_run_is_bad_input(tmp_path):
+    node = helper.make_node("MysteryOp", ["x"], ["y"], domain="com.example")
+    model = make_model([node], [value_info("x", shape=[2])], [value_info("y", shape=[2])])
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    path = tmp_path / "custom.onnx"
+    onnx.save(model, path)
+    assert main(["optimize", str(path), "--verify"]) == 2
+    assert main(["optimize", str(path)]) == 0  # auto mode: optimizes, says verification was skipped
