@@ -385,6 +385,9 @@ class StaticShapes:
                 dims.append(shape[i])
             elif isinstance(e, int) and e < -1:
                 return None
+            elif isinstance(e, Sym) and not allowzero and not (shape is not None and i < len(shape) and shape[i] is e):
+                # a run-time size that may be 0, which would copy input dim i instead
+                dims.append(Sym("reshape"))
             else:
                 dims.append(e)
         if sum(1 for d in dims if isinstance(d, int) and d == -1) > 1:

@@ -57,7 +57,8 @@ def new_constant(pctx: PassContext, graph: ir.Graph, in_function: bool, array: n
     """A constant holding `array` exactly: an initializer of `graph`, or a Constant node in a
     function body (inserted before `before`, or appended)."""
     name = pctx.names.fresh(hint)
-    tensor = ir.Tensor(np.ascontiguousarray(array), name=name)
+    array = np.require(array, requirements="C")  # ascontiguousarray would turn a scalar into [1]
+    tensor = ir.Tensor(array, name=name)
     value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape), const_value=tensor)
     if in_function:
         node = ir.Node("", "Constant", [], [ir.AttrTensor("value", tensor)], outputs=[value],

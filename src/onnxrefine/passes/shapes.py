@@ -1,0 +1,145 @@
+"""Shape folding: Shape, Size, and the integer arithmetic on shapes, folded where the dims they
+read are known from trusted facts (ir/static_shapes.py), with symbolic dims kept symbolic.
+
+- A Shape/Size/Gather/Slice/Concat/... whose every element is known becomes a constant; Shape's
+  `start`/`end` (opset 15+) are honoured, and a symbolic dim is never folded to a number.
+- A Reshape target computed from shapes becomes a constant when each unknown element is the
+  size of the same axis of the data being reshaped: that element becomes 0 ("copy the input
+  dim"), which needs allowzero=0. Reshape(x, Concat(Shape(x)[0:1], [12, 64])) -> Reshape(x, [0, 12, 64]).
+All of it is integer bookkeeping over sizes the runtime itself would compute: EXACT.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.static_shapes import StaticShapes, Sym
+from onnxrefine.passes import graphedit
+from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.rewrite.rule import EXACT
+
+# Operators whose output value the oracle can compute from partial shape information.
+FOLDABLE = frozenset("Shape Size Gather Slice Concat Unsqueeze Squeeze Cast Identity Reshape Add Sub Mul Div Max Min".split())
+
+
+def _attr(node: ir.Node, name: str, default=None):
+    attr = node.attributes.get(name)
+    return default if attr is None or attr.is_ref() else attr.value
+
+
+def _reshape_target(node: ir.Node, oracle: StaticShapes) -> np.ndarray | None:
+    """A constant Reshape target equivalent to the computed one, or None."""
+    if len(node.inputs) < 2 or node.inputs[1] is None or constant_array(node.inputs[1]) is not None:
+        return None
+    target = oracle.elements(node.inputs[1])
+    if target is None or target.scalar or target.known():
+        return None  # a fully known target is folded as a value
+    if _attr(node, "allowzero", 0):
+        return None
+    data = oracle.symbolic_shape(node.inputs[0])
+    items = []
+    for i, element in enumerate(target.items):
+        if isinstance(element, int):
+            items.append(element)
+        elif isinstance(element, Sym) and data is not None and i < len(data) and data[i] is element:
+            items.append(0)
+        else:
+            return None
+    return np.array(items, dtype=np.int64)
+
+
+def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, oracle: StaticShapes,
+                         only: frozenset[str], rule: str) -> int:
+    changes = 0
+    for node in list(graph):
+        if node.graph is not graph or node.domain not in graphedit.STANDARD_DOMAINS:
+            continue
+        if node.op_type == "Reshape" and "Reshape" in only:
+            target = _reshape_target(node, oracle)
+            if target is not None:
+                old_target = node.inputs[1]
+                value = graphedit.new_constant(pctx, graph, in_function, target,
+                                               f"{old_target.name or 'shape'}_static", before=node)
+                node.replace_input_with(1, value)
+                graphedit.log_apply(pctx, rule, EXACT, graph, node, [value.name])
+                changes += 1
+                continue
+        if node.op_type not in only or len(node.outputs) != 1:
+            continue
+        output = node.outputs[0]
+        if graphedit.is_dead(node):
+            continue
+        if node.op_type not in ("Shape", "Size") and all(constant_array(v) is not None for v in node.inputs if v is not None):
+            continue  # all-constant nodes are fold_constants' business
+        elements = oracle.elements(output)
+        if elements is None or not elements.known():
+            continue
+        array = elements.array()
+        if output.type is not None and output.dtype is not None and output.dtype != elements.dtype:
+            graphedit.log_refuse(pctx, rule, graph, node,
+                                 f"declared element type {output.dtype} differs from the computed {elements.dtype}")
+            continue
+        value = graphedit.new_constant(pctx, graph, in_function, array, f"{output.name or node.op_type}_static",
+                                       before=node)
+        graphedit.replace_value(pctx, graph, output, value)
+        graph.remove(node, safe=True)
+        graphedit.log_apply(pctx, rule, EXACT, graph, node, [value.name])
+        changes += 1
+    return changes
+
+
+def _runner(only: frozenset[str], rule: str):
+    def run(pctx: PassContext) -> int:
+        oracle = StaticShapes(pctx.model)
+        return sum(
+            fold_shapes_in_graph(pctx, graph, in_function, oracle, only, rule)
+            for graph, in_function in list(graphedit.graphs(pctx.model))
+        )
+
+    return run
+
+
+register(
+    PassSpec(
+        "fold_shapes",
+        EXACT,
+        "Fold Shape/Size and integer shape arithmetic (Gather, Slice, Concat, ...) over trusted static "
+        "dims; make computed Reshape targets constant (symbolic dims become 0)",
+        run=_runner(FOLDABLE, "fold_shapes"),
+        order=12,
+    )
+)
+register(
+    PassSpec(
+        "eliminate_shape_op",
+        EXACT,
+        "Replace Shape/Size of a tensor whose needed dims are statically known by a constant "
+        "(honours Shape's start/end)",
+        run=_runner(frozenset({"Shape", "Size"}), "eliminate_shape_op"),
+        default=False,
+        order=12,
+    )
+)
+register(
+    PassSpec(
+        "eliminate_shape_gather",
+        EXACT,
+        "Replace Gather from a Shape by a constant when the gathered dims are statically known",
+        run=_runner(frozenset({"Gather"}), "eliminate_shape_gather"),
+        default=False,
+        order=12,
+    )
+)
+register(
+    PassSpec(
+        "eliminate_slice_after_shape",
+        EXACT,
+        "Replace Slice of a Shape by a constant when the sliced dims are statically known "
+        "(honours Shape's start/end, unlike onnxoptimizer)",
+        run=_runner(frozenset({"Slice"}), "eliminate_slice_after_shape"),
+        default=False,
+        order=12,
+    )
+)
