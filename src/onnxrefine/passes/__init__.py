@@ -2,3 +2,4 @@
 
 from onnxrefine.passes import batchnorm  # noqa: F401
 from onnxrefine.passes import folding  # noqa: F401
+from onnxrefine.passes import shapes  # noqa: F401
