@@ -1,5 +1,6 @@
 """Pass families, one module each. Importing this package registers every pass."""
 
 from onnxrefine.passes import batchnorm  # noqa: F401
+from onnxrefine.passes import noop  # noqa: F401
 from onnxrefine.passes import folding  # noqa: F401
 from onnxrefine.passes import shapes  # noqa: F401

@@ -110,8 +110,9 @@ class RewriteDriver:
             replacement = rule.rewrite(found, self.ctx)
             if replacement is None:
                 return None
-            self._check_replacement(replacement, found.nodes)
-            freed = _freed_bytes(found.nodes)
+            matched = _with_extra_nodes(found.nodes, replacement.also_removed, graph)
+            self._check_replacement(replacement, matched, graph)
+            freed = _freed_bytes(matched)
             new_sizes = [pending.array.nbytes for pending in self.ctx.pending_constants]
             reason = self.budget.growth_refusal(new_sizes, freed)
             if reason is not None:
@@ -120,9 +121,9 @@ class RewriteDriver:
             self.log.refuse(rule.name, graph.name or "", node_label(node), str(refusal))
             return None
         self.budget.charge(new_sizes, freed)
-        return self._apply(rule, found.nodes, replacement, owner, graph)
+        return self._apply(rule, matched, replacement, owner, graph)
 
-    def _check_replacement(self, replacement: Replacement, matched: list[ir.Node]) -> None:
+    def _check_replacement(self, replacement: Replacement, matched: list[ir.Node], graph: ir.Graph) -> None:
         matched_outputs = {id(v) for n in matched for v in n.outputs}
         pending = {id(p.value) for p in self.ctx.pending_constants}
         for old, new in replacement.outputs.items():
@@ -134,6 +135,10 @@ class RewriteDriver:
                     raise RewriteRefused(
                         f"graph output '{old.name}' would become an alias of '{new.name}'"
                     )
+                producer = new.producer()
+                if producer is not None and producer.graph is not None and producer.graph is not graph:
+                    # Renaming it to the output's name would rename a value of the enclosing graph.
+                    raise RewriteRefused(f"graph output '{old.name}' would become the outer-scope value '{new.name}'")
             if old.type is not None and new.type is not None and old.dtype != new.dtype:
                 raise AssertionError(f"rule changed the dtype of {old.name!r}")
 
@@ -185,6 +190,13 @@ class RewriteDriver:
             added=[node_label(n) for n in new_nodes],
         )
         return touched
+
+
+def _with_extra_nodes(matched: list[ir.Node], extra, graph: ir.Graph) -> list[ir.Node]:
+    """The pattern's nodes plus the rule's `also_removed` nodes of this graph, root still last."""
+    inside = {id(n) for n in matched}
+    extra = [n for n in dict.fromkeys(extra) if id(n) not in inside and n.graph is graph]
+    return extra + list(matched)
 
 
 def _refuse_shared_intermediates(matched: list[ir.Node]) -> None:

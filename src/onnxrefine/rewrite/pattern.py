@@ -47,6 +47,14 @@ class Opt(Pattern):
 
 
 @dataclass(frozen=True, eq=False)
+class Rest(Pattern):
+    """Last slot only: any number (zero or more) of further inputs, captured as a list under
+    `name` (variadic operators such as Concat)."""
+
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
 class Op(Pattern):
     """A value produced by output `output` of a node whose op type is one of `op`."""
 
@@ -100,19 +108,26 @@ class _Matcher:
         if node.domain not in (_STANDARD_DOMAINS if pattern.domain == "" else (pattern.domain,)):
             return None
         inputs = list(node.inputs)
-        required = sum(1 for p in pattern.inputs if not isinstance(p, Opt))
+        patterns = pattern.inputs
+        rest_binding: dict[str, object] = {}
+        if patterns and isinstance(patterns[-1], Rest):
+            patterns = patterns[:-1]
+            rest_binding = {pattern.inputs[-1].name: inputs[len(patterns):]}
+            inputs = inputs[: len(patterns)]
+        required = sum(1 for p in patterns if not isinstance(p, Opt))
         while inputs and inputs[-1] is None and len(inputs) > required:
             inputs.pop()
-        if len(inputs) < required or len(inputs) > len(pattern.inputs):
+        if len(inputs) < required or len(inputs) > len(patterns):
             return None
-        inputs += [None] * (len(pattern.inputs) - len(inputs))
+        inputs += [None] * (len(patterns) - len(inputs))
         orders = [inputs]
-        if node.op_type in COMMUTATIVE_OPS and len(inputs) == 2:
+        if node.op_type in COMMUTATIVE_OPS and len(inputs) == 2 and not rest_binding:
             orders.append([inputs[1], inputs[0]])
         for ordered in orders:
-            result = self._match_inputs(pattern.inputs, ordered)
+            result = self._match_inputs(patterns, ordered)
             if result is not None:
                 bindings, nodes = result
+                bindings = {**bindings, **rest_binding}
                 if pattern.name is not None:
                     if pattern.name in bindings:
                         continue
@@ -173,7 +188,7 @@ def constant_array_available(value: ir.Value) -> bool:
 
 
 def _names(pattern: Pattern) -> list[str]:
-    if isinstance(pattern, (Var, Const)):
+    if isinstance(pattern, (Var, Const, Rest)):
         return [pattern.name]
     if isinstance(pattern, Opt):
         return _names(pattern.inner)

@@ -32,6 +32,9 @@ REASSOCIATING = "reassociating"
 class Replacement:
     nodes: Sequence[ir.Node]
     outputs: Mapping[ir.Value, ir.Value]
+    # Nodes outside the pattern's tree that the rule found itself (a variadic input's producer, a
+    # sibling) and that the driver removes too once nothing reads them.
+    also_removed: Sequence[ir.Node] = ()
 
 
 @dataclass(frozen=True)

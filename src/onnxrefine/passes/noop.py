@@ -1,0 +1,405 @@
+"""No-op elimination: nodes whose output provably equals their input, bit for bit.
+
+Every guard rests on trusted facts only (constants, the main graph's declared inputs, operator
+shape/type rules via ir/static_shapes.py), never on declared value_info. A replacement that would
+make a graph output alias a graph input, another output or an outer-scope value is refused by the
+driver; the node then stays.
+
+Not no-ops, and therefore refused: x + (+0.0) in floating point (-0.0 + 0.0 = +0.0), x - (-0.0),
+a constant that broadcasts x up, ArgMax(f(x)) for an f that can create ties (see MONOTONE_ARG),
+Reshape(Reshape(x, a), b) when b copies dims with 0, Dropout that may run in training mode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.foldmath import is_float_dtype
+from onnxrefine.passes.opargs import attr, dtypes_of, input_at, int_list_arg, known_dim, normalize_axes, shapes_of
+from onnxrefine.passes.registry import PassSpec, register
+from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
+from onnxrefine.rewrite.rule import EXACT, Replacement, RewriteContext, Rule
+
+
+def _forward(m: Match, node_key: str, value_key: str = "x") -> Replacement:
+    """Replace output 0 of the matched node by the captured value."""
+    return Replacement([], {m[node_key].outputs[0]: m[value_key]})
+
+
+def _rank(ctx: RewriteContext, value: ir.Value, what: str) -> int:
+    rank = shapes_of(ctx).rank(value)
+    if rank is None:
+        raise RewriteRefused(f"the rank of {what} is not known from trusted facts")
+    return rank
+
+
+# --- eliminate_identity ----------------------------------------------------------------------
+
+
+def drop_identity(m: Match, ctx: RewriteContext) -> Replacement:
+    return _forward(m, "node")
+
+
+IDENTITY = Rule("eliminate_identity", Op("Identity", Var("x"), name="node"), drop_identity)
+
+
+# --- eliminate_nop_cast ------------------------------------------------------------------------
+
+
+def drop_same_type_cast(m: Match, ctx: RewriteContext) -> Replacement:
+    node: ir.Node = m["node"]
+    oracle = dtypes_of(ctx)
+    source = oracle.dtype(m["x"])
+    if source is None:
+        raise RewriteRefused("the input's element type is not known from trusted facts")
+    if node.op_type == "Cast":
+        target = ir.DataType(attr(node, "to"))
+    else:
+        target = oracle.dtype(input_at(node, 1))
+        if target is None:
+            raise RewriteRefused("CastLike's target element type is not known from trusted facts")
+    if source != target:
+        return None  # a real conversion; nothing to explain
+    return _forward(m, "node")
+
+
+CAST = Rule("eliminate_nop_cast", Op("Cast", Var("x"), name="node"), drop_same_type_cast)
+CAST_LIKE = Rule("eliminate_nop_cast_like", Op("CastLike", Var("x"), Var("like"), name="node"), drop_same_type_cast)
+
+
+# --- eliminate_nop_dropout ---------------------------------------------------------------------
+
+
+def drop_inference_dropout(m: Match, ctx: RewriteContext) -> Replacement:
+    node: ir.Node = m["node"]
+    opset = ctx.opset()
+    if opset and opset < 7 and attr(node, "is_test", 0) != 1:
+        raise RewriteRefused("Dropout before opset 7 without is_test=1 runs in training mode")
+    training = m.get("training")
+    if training is not None:
+        flag = m.array("training")
+        if flag is None:
+            raise RewriteRefused("Dropout's training_mode is not a constant")
+        if np.any(flag):
+            raise RewriteRefused("Dropout runs in training mode")
+    if any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
+        raise RewriteRefused("Dropout's mask output is read")
+    return _forward(m, "node")
+
+
+DROPOUT = Rule(
+    "eliminate_nop_dropout",
+    Op("Dropout", Var("x"), Opt(Var("ratio")), Opt(Var("training")), name="node"),
+    drop_inference_dropout,
+)
+
+
+# --- eliminate_nop_flatten ---------------------------------------------------------------------
+
+
+def drop_flatten_of_matrix(m: Match, ctx: RewriteContext) -> Replacement | None:
+    if int(attr(m["node"], "axis", 1)) not in (1, -1):
+        return None
+    if _rank(ctx, m["x"], "Flatten's input") != 2:
+        raise RewriteRefused("Flatten's input is not known to be 2-D")
+    return _forward(m, "node")
+
+
+FLATTEN = Rule("eliminate_nop_flatten", Op("Flatten", Var("x"), name="node"), drop_flatten_of_matrix)
+
+
+# --- eliminate_nop_pad -------------------------------------------------------------------------
+
+
+def drop_zero_pad(m: Match, ctx: RewriteContext) -> Replacement | None:
+    pads = int_list_arg(m["node"], "pads", 1, "pads")
+    if pads is None or any(p != 0 for p in pads):
+        return None
+    # With nothing added or cropped, every mode (constant, edge, reflect, wrap) returns the input.
+    return _forward(m, "node")
+
+
+PAD = Rule("eliminate_nop_pad", Op("Pad", Var("x"), Rest("args"), name="node"), drop_zero_pad)
+
+
+# --- eliminate_nop_concat / eliminate_nop_split ------------------------------------------------
+
+CONCAT = Rule("eliminate_nop_concat", Op("Concat", Var("x"), name="node"), lambda m, ctx: _forward(m, "node"))
+
+
+def drop_single_split(m: Match, ctx: RewriteContext) -> Replacement | None:
+    node: ir.Node = m["node"]
+    if len(node.outputs) != 1:
+        return None
+    split = int_list_arg(node, "split", 1, "split")
+    if split is not None:
+        shape = shapes_of(ctx).shape(m["x"])
+        axis = normalize_axes([attr(node, "axis", 0)], None if shape is None else len(shape))
+        if shape is None or axis is None or known_dim(shape[axis[0]]) is None:
+            raise RewriteRefused("Split's axis length is not known, so the split may not cover it")
+        if split != [shape[axis[0]]]:
+            raise RewriteRefused(f"split {split} does not cover the axis of length {shape[axis[0]]}")
+    return _forward(m, "node")
+
+
+SPLIT = Rule("eliminate_nop_split", Op("Split", Var("x"), Rest("args"), name="node"), drop_single_split)
+
+
+# --- eliminate_nop_expand ----------------------------------------------------------------------
+
+
+def drop_unit_expand(m: Match, ctx: RewriteContext) -> Replacement | None:
+    shape = m.array("shape").reshape(-1)
+    if np.any(shape != 1):
+        return None
+    rank = _rank(ctx, m["x"], "Expand's input")
+    if shape.size > rank:
+        raise RewriteRefused(f"Expand to rank {shape.size} raises the rank of a rank-{rank} input")
+    return _forward(m, "node")
+
+
+EXPAND = Rule("eliminate_nop_expand", Op("Expand", Var("x"), Const("shape"), name="node"), drop_unit_expand)
+
+
+# --- eliminate_nop_transpose -------------------------------------------------------------------
+
+
+def drop_identity_transpose(m: Match, ctx: RewriteContext) -> Replacement | None:
+    perm = attr(m["node"], "perm")
+    if perm is None:
+        if _rank(ctx, m["x"], "Transpose's input") > 1:
+            return None
+    elif list(perm) != list(range(len(perm))):
+        return None
+    return _forward(m, "node")
+
+
+TRANSPOSE = Rule("eliminate_nop_transpose", Op("Transpose", Var("x"), name="node"), drop_identity_transpose)
+
+
+# --- eliminate_nop_reshape ---------------------------------------------------------------------
+
+
+def reshape_keeps_shape(source, target: list[int], allowzero: bool) -> str | None:
+    """Why Reshape(x, target) may differ from x of trusted shape `source`; None if it never does."""
+    if source is None:
+        return "the input's shape is not known from trusted facts"
+    if len(target) != len(source):
+        return f"target rank {len(target)} differs from the input rank {len(source)}"
+    if target.count(-1) > 1:
+        return "more than one -1 in the target"
+    for i, (t, d) in enumerate(zip(target, source)):
+        if t == 0 and not allowzero:
+            continue  # copies dim i
+        if t == -1:
+            others = [source[j] for j in range(len(source)) if j != i]
+            if any(known_dim(o) is None or o == 0 for o in others):
+                return "-1 next to a dim that is unknown or zero"
+            continue
+        if known_dim(d) is None:
+            return f"input dim {i} is not known"
+        if t != d:
+            return f"target dim {i} is {t}, the input's is {d}"
+    return None
+
+
+def drop_same_shape_reshape(m: Match, ctx: RewriteContext) -> Replacement | None:
+    target = [int(t) for t in m.array("shape").reshape(-1)]
+    source = shapes_of(ctx).shape(m["x"])
+    reason = reshape_keeps_shape(source, target, bool(attr(m["node"], "allowzero", 0)))
+    if reason is not None:
+        raise RewriteRefused(reason)
+    return _forward(m, "node")
+
+
+RESHAPE = Rule("eliminate_nop_reshape", Op("Reshape", Var("x"), Const("shape"), name="node"), drop_same_shape_reshape)
+
+
+# --- eliminate_nop_with_unit -------------------------------------------------------------------
+
+
+def _unit_guard(m: Match, ctx: RewriteContext, op: str) -> Replacement | None:
+    constant = m.array("c")
+    if constant is None:
+        return None
+    if op == "Mul" or op == "Div" or op == "Pow":
+        if not np.all(constant == 1):
+            return None
+    elif op == "And":
+        if not np.all(constant):
+            return None
+    elif op == "Or":
+        if np.any(constant):
+            return None
+    else:  # Add, Sub
+        if np.any(constant != 0):
+            return None
+        if is_float_dtype(constant.dtype):
+            negative_zero = np.signbit(constant)
+            if op == "Add" and not np.all(negative_zero):
+                raise RewriteRefused("x + 0.0 turns x = -0.0 into +0.0 (only x + (-0.0) is a no-op)")
+            if op == "Sub" and np.any(negative_zero):
+                raise RewriteRefused("x - (-0.0) turns x = -0.0 into +0.0")
+    source_dtype = dtypes_of(ctx).dtype(m["x"])
+    # The operator's type constraint already ties both operands to one element type (Pow's
+    # exponent excepted); a trusted dtype that disagrees means the model is not what it seems.
+    if op != "Pow" and source_dtype is not None and source_dtype.numpy() != constant.dtype:
+        raise RewriteRefused(f"input element type {source_dtype} differs from the constant's {constant.dtype}")
+    shape = shapes_of(ctx).shape(m["x"])
+    if shape is None:
+        raise RewriteRefused("the input's rank is not known, so the constant may broadcast it up")
+    if constant.ndim > len(shape):
+        raise RewriteRefused(f"a rank-{constant.ndim} constant broadcasts the rank-{len(shape)} input up")
+    aligned = shape[len(shape) - constant.ndim:]
+    for d_const, d_in in zip(constant.shape, aligned):
+        if d_const != 1 and d_const != known_dim(d_in):
+            raise RewriteRefused(f"constant dim {d_const} may broadcast input dim {d_in}")
+    return _forward(m, "node")
+
+
+def _unit_rule(op: str) -> Rule:
+    pattern = Op(op, Var("x"), Const("c"), name="node")
+    return Rule(f"eliminate_nop_with_unit_{op.lower()}", pattern, lambda m, ctx: _unit_guard(m, ctx, op))
+
+
+UNIT_RULES = tuple(_unit_rule(op) for op in ("Mul", "Add", "Sub", "Div", "Pow", "And", "Or"))
+
+
+# --- eliminate_nop_monotone_argmax -------------------------------------------------------------
+
+# Widening casts that are exact and order-preserving; the source types are ones onnxruntime's
+# ArgMax/ArgMin implement, so the rewritten node still runs there.
+_EXACT_WIDENING = {
+    ir.DataType.FLOAT16: {ir.DataType.FLOAT, ir.DataType.DOUBLE},
+    ir.DataType.FLOAT: {ir.DataType.DOUBLE},
+    ir.DataType.INT8: {ir.DataType.INT16, ir.DataType.INT32, ir.DataType.INT64, ir.DataType.FLOAT16,
+                       ir.DataType.FLOAT, ir.DataType.DOUBLE},
+    ir.DataType.UINT8: {ir.DataType.INT16, ir.DataType.UINT16, ir.DataType.INT32, ir.DataType.UINT32,
+                        ir.DataType.INT64, ir.DataType.UINT64, ir.DataType.FLOAT16, ir.DataType.FLOAT,
+                        ir.DataType.DOUBLE},
+    ir.DataType.INT32: {ir.DataType.INT64, ir.DataType.DOUBLE},
+}
+_FLOAT_NEG_TYPES = {ir.DataType.FLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE}
+_TIE_MAKERS = {
+    "Exp": "Exp overflows to inf and underflows to 0, making ties ArgMax breaks differently",
+    "Sigmoid": "Sigmoid saturates to 0 and 1 in floating point, making ties",
+    "Tanh": "Tanh saturates to -1 and 1 in floating point, making ties",
+    "Log": "Log rounds neighbouring inputs to one output (ties) and maps negatives to NaN",
+    "Sqrt": "Sqrt rounds neighbouring inputs to one output (ties) and maps negatives to NaN",
+    "Softmax": "Softmax rounds and underflows, making ties",
+    "LogSoftmax": "LogSoftmax rounds, making ties",
+    "Relu": "Relu is not strictly monotone (all negatives tie at 0)",
+}
+MONOTONE_ARG = ("Neg", "Cast") + tuple(_TIE_MAKERS)
+
+
+def drop_monotone_before_arg(m: Match, ctx: RewriteContext) -> Replacement:
+    f: ir.Node = m["f"]
+    arg: ir.Node = m["arg"]
+    if f.op_type in _TIE_MAKERS:
+        raise RewriteRefused(_TIE_MAKERS[f.op_type])
+    dtype = dtypes_of(ctx).dtype(m["x"])
+    if dtype is None:
+        raise RewriteRefused(f"the element type before {f.op_type} is not known from trusted facts")
+    op_type = arg.op_type
+    if f.op_type == "Neg":
+        # Negation is exact and injective on floats (not on ints: -INT_MIN wraps), so ArgMax of
+        # -x is ArgMin of x, ties and select_last_index included.
+        if dtype not in _FLOAT_NEG_TYPES:
+            raise RewriteRefused(f"Neg on {dtype} is not order-reversing (integer negation wraps)")
+        op_type = "ArgMin" if op_type == "ArgMax" else "ArgMax"
+    else:
+        target = ir.DataType(attr(f, "to"))
+        if target not in _EXACT_WIDENING.get(dtype, ()):
+            raise RewriteRefused(f"Cast {dtype} -> {target} is not a known exact, order-preserving widening")
+    new = ctx.node(op_type, [m["x"]], dict(arg.attributes), hint=arg.name or None)
+    return Replacement([new], {arg.outputs[0]: new.outputs[0]})
+
+
+MONOTONE_ARGMAX = Rule(
+    "eliminate_nop_monotone_argmax",
+    Op(("ArgMax", "ArgMin"), Op(MONOTONE_ARG, Var("x"), name="f"), name="arg"),
+    drop_monotone_before_arg,
+    keeps_intermediates=True,
+)
+
+
+# --- eliminate_consecutive_idempotent_ops ------------------------------------------------------
+
+IDEMPOTENT_UNARY = ("Relu", "Ceil", "Floor", "Round", "Abs")
+
+
+def _idempotent_rule(op: str) -> Rule:
+    pattern = Op(op, Op(op, Var("x"), name="inner"), name="outer")
+    return Rule(
+        f"idempotent_{op.lower()}_chain",
+        pattern,
+        lambda m, ctx: Replacement([], {m["outer"].outputs[0]: m["inner"].outputs[0]}),
+        keeps_intermediates=True,
+    )
+
+
+def collapse_reshape_chain(m: Match, ctx: RewriteContext) -> Replacement:
+    outer: ir.Node = m["outer"]
+    target = m.array("shape").reshape(-1)
+    if not attr(outer, "allowzero", 0) and np.any(target == 0):
+        raise RewriteRefused("the outer Reshape copies dims with 0, which would copy from a different input")
+    new = ctx.node("Reshape", [m["x"], m["shape"]], dict(outer.attributes), hint=outer.name or None)
+    return Replacement([new], {outer.outputs[0]: new.outputs[0]})
+
+
+RESHAPE_CHAIN = Rule(
+    "idempotent_reshape_chain",
+    Op("Reshape", Op("Reshape", Var("x"), Var("inner_shape"), name="inner"), Const("shape"), name="outer"),
+    collapse_reshape_chain,
+    keeps_intermediates=True,
+)
+
+
+def collapse_flatten_to_row(m: Match, ctx: RewriteContext) -> Replacement | None:
+    outer: ir.Node = m["outer"]
+    if int(attr(outer, "axis", 1)) != 0:
+        return None  # axis 1 of a 2-D Flatten output is eliminate_nop_flatten's case
+    new = ctx.node("Flatten", [m["x"]], dict(outer.attributes), hint=outer.name or None)
+    return Replacement([new], {outer.outputs[0]: new.outputs[0]})
+
+
+FLATTEN_CHAIN = Rule(
+    "idempotent_flatten_chain",
+    Op("Flatten", Op("Flatten", Var("x"), name="inner"), name="outer"),
+    collapse_flatten_to_row,
+    keeps_intermediates=True,
+)
+
+_NOP_PASSES = (
+    ("eliminate_identity", "Remove Identity nodes", (IDENTITY,)),
+    ("eliminate_nop_cast", "Remove Cast/CastLike to the element type the input provably has", (CAST, CAST_LIKE)),
+    ("eliminate_nop_dropout", "Remove inference-mode Dropout whose mask is unused", (DROPOUT,)),
+    ("eliminate_nop_flatten", "Remove Flatten(axis=1) of a tensor known to be 2-D", (FLATTEN,)),
+    ("eliminate_nop_pad", "Remove Pad whose pads are all zero (any mode)", (PAD,)),
+    ("eliminate_nop_concat", "Remove Concat of a single input", (CONCAT,)),
+    ("eliminate_nop_split", "Remove Split with one output covering the whole axis", (SPLIT,)),
+    ("eliminate_nop_expand", "Remove Expand to an all-ones shape no longer than the input's rank", (EXPAND,)),
+    ("eliminate_nop_transpose", "Remove Transpose with the identity permutation", (TRANSPOSE,)),
+    ("eliminate_nop_reshape", "Remove Reshape to the input's own (trusted, static) shape", (RESHAPE,)),
+    (
+        "eliminate_nop_with_unit",
+        "Remove x*1, x/1, x**1, x-0, x+(-0.0), And(x,true), Or(x,false) that do not broadcast x",
+        UNIT_RULES,
+    ),
+    (
+        "eliminate_nop_monotone_argmax",
+        "ArgMax/ArgMin of Neg (float: swaps to ArgMin/ArgMax) or of an exact widening Cast reads x",
+        (MONOTONE_ARGMAX,),
+    ),
+    (
+        "eliminate_consecutive_idempotent_ops",
+        "f(f(x)) -> f(x) for Relu/Ceil/Floor/Round/Abs; Reshape chains without 0s; Flatten chains to axis 0",
+        tuple(_idempotent_rule(op) for op in IDEMPOTENT_UNARY) + (RESHAPE_CHAIN, FLATTEN_CHAIN),
+    ),
+)
+
+for _name, _summary, _rules in _NOP_PASSES:
+    register(PassSpec(_name, EXACT, _summary, rules=_rules, order=20))
