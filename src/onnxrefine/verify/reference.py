@@ -1,0 +1,527 @@
+"""A float64 reference evaluator: the model's arithmetic, as ideal as float64 allows.
+
+Every floating tensor (float32/float16/bfloat16/float8/float64 feeds, initializers, Constant values,
+Cast/CastLike to a floating type) is carried as float64; integer and bool tensors keep their exact dtype and
+ONNX semantics. The result is what the graph computes with (almost) no rounding, which is what verification
+compares float32 runs against.
+
+Known, deliberate departures from a float32 runtime:
+- Cast to float16/bfloat16/float32 does not round (nor overflow to inf): we model ideal arithmetic.
+- Cast of NaN/inf or out-of-range floats to an integer type is undefined in ONNX; we return numpy's result.
+- Random* ops are not evaluated (their values are not part of a model's deterministic meaning).
+
+Most ops run in hand-written numpy kernels (see ``reference_kernels_nn`` and ``reference_kernels_tensor``);
+other standard ops fall back to ``onnx.reference`` on the float64 arrays, with a check that the fallback did
+not hand back a lower-precision float.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from onnxrefine.errors import OnnxRefineError
+from onnxrefine.verify import reference_kernels_nn as _nn
+from onnxrefine.verify import reference_kernels_shape as _shape
+from onnxrefine.verify import reference_kernels_tensor as _tensor
+from onnxrefine.verify.reference_kernels_tensor import to_internal
+
+__all__ = [
+    "ReferencePrecisionWarning",
+    "UnsupportedOperatorError",
+    "evaluate_float64",
+    "supported_op_types",
+]
+
+_STANDARD_DOMAINS = ("", "ai.onnx")
+# Ops whose value is not a deterministic function of the inputs; refusing is more honest than guessing.
+_NONDETERMINISTIC = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+# Ops with no meaning in ideal arithmetic, or that need more than numpy.
+_REFUSED = {
+    "BitCast": "reinterprets the bits of a float, which has no meaning once floats are carried as float64",
+    "ImageDecoder": "decodes image bytes (needs Pillow), outside what the reference models",
+}
+
+
+class UnsupportedOperatorError(OnnxRefineError):
+    """The float64 reference cannot evaluate an operator (unknown domain, random op, failed fallback)."""
+
+
+class ReferencePrecisionWarning(UserWarning):
+    """An onnx.reference fallback returned a float narrower than float64 for float64 inputs."""
+
+
+def _native_handlers() -> dict[str, Any]:
+    handlers: dict[str, Any] = {}
+    handlers.update(_tensor.HANDLERS)
+    handlers.update(_shape.HANDLERS)
+    handlers.update(_nn.HANDLERS)
+    handlers.update(
+        {"If": _run_if, "Loop": _run_loop, "Scan": _run_scan, "Constant": _run_constant}
+    )
+    return handlers
+
+
+
+def native_op_types() -> frozenset[str]:
+    """Standard-domain ops evaluated by this package's own kernels."""
+    return frozenset(_NATIVE)
+
+
+def fallback_op_types() -> frozenset[str]:
+    """Standard-domain ops evaluated through onnx.reference (on float64 arrays)."""
+    global _FALLBACK_CACHE
+    if _FALLBACK_CACHE is None:
+        from onnx.reference.ops._op_list import load_op
+
+        names = {
+            schema.name
+            for schema in onnx.defs.get_all_schemas_with_history()
+            if schema.domain in _STANDARD_DOMAINS and schema.name not in _NATIVE
+        }
+        loadable = set()
+        for name in names - _NONDETERMINISTIC - set(_REFUSED):
+            try:
+                load_op("", name)
+            except Exception:  # noqa: BLE001 - onnx.reference simply lacks this op
+                continue
+            loadable.add(name)
+        _FALLBACK_CACHE = frozenset(loadable)
+    return _FALLBACK_CACHE
+
+
+_FALLBACK_CACHE: frozenset[str] | None = None
+
+
+def supported_op_types() -> frozenset[str]:
+    """Standard-domain op types this evaluator can run (natively or through the onnx.reference fallback)."""
+    return native_op_types() | fallback_op_types()
+
+
+def evaluate_float64(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    outputs: Sequence[str] | None = None,
+) -> dict[str, np.ndarray]:
+    """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all)."""
+    opsets = {op.domain or "": op.version for op in model.opset_import}
+    if "ai.onnx" in opsets and "" not in opsets:
+        opsets[""] = opsets["ai.onnx"]
+    functions = {(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
+    evaluator = _Evaluator(opsets, functions)
+    graph = model.graph
+    wanted = list(outputs) if outputs is not None else [o.name for o in graph.output]
+    env = evaluator.bind_graph_inputs(graph, feeds)
+    results = evaluator.run_graph(graph, env, parent_scope=None, wanted=wanted)
+    return {name: results[name] for name in wanted}
+
+
+class _Scope(dict):
+    """Values visible to a graph: its own, then (read-only) those of enclosing graphs."""
+
+    def __init__(self, parent: _Scope | None = None):
+        super().__init__()
+        self.parent = parent
+
+    def lookup(self, name: str) -> Any:
+        scope: _Scope | None = self
+        while scope is not None:
+            if name in scope:
+                return dict.__getitem__(scope, name)
+            scope = scope.parent
+        raise KeyError(name)
+
+
+class NodeCall:
+    """What a kernel sees: the node's inputs (None for absent optional ones), attributes and opset."""
+
+    __slots__ = ("node", "inputs", "attrs", "opset", "evaluator", "scope")
+
+    def __init__(self, node, inputs, attrs, opset, evaluator, scope):
+        self.node = node
+        self.inputs = inputs
+        self.attrs = attrs
+        self.opset = opset
+        self.evaluator = evaluator
+        self.scope = scope
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def input(self, index: int) -> Any:
+        return self.inputs[index] if index < len(self.inputs) else None
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.node.output)
+
+
+def _attribute_value(attr: onnx.AttributeProto) -> Any:
+    value = helper.get_attribute_value(attr)
+    if attr.type == onnx.AttributeProto.TENSOR:
+        return to_internal(numpy_helper.to_array(value))
+    if attr.type == onnx.AttributeProto.TENSORS:
+        return [to_internal(numpy_helper.to_array(t)) for t in value]
+    if attr.type == onnx.AttributeProto.SPARSE_TENSOR:
+        return to_internal(_sparse_to_dense(value))
+    if attr.type == onnx.AttributeProto.STRING:
+        return value.decode("utf-8") if isinstance(value, bytes) else value
+    if attr.type == onnx.AttributeProto.STRINGS:
+        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+    if attr.type in (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS):
+        return list(value)
+    return value
+
+
+def _sparse_to_dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    values = numpy_helper.to_array(sparse.values)
+    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    dims = tuple(sparse.dims)
+    dense = np.zeros(dims, dtype=values.dtype)
+    if indices.ndim == 1:
+        dense.reshape(-1)[indices] = values
+    else:
+        dense[tuple(indices.T)] = values
+    return dense
+
+
+class _Evaluator:
+    def __init__(self, opsets: dict[str, int], functions: dict):
+        self.opsets = opsets
+        self.functions = functions
+        self._fallback_cache: dict[Any, Any] = {}
+
+    # -- graphs -------------------------------------------------------------------------------------------
+    def bind_graph_inputs(self, graph: onnx.GraphProto, feeds: Mapping[str, np.ndarray]) -> _Scope:
+        env = _Scope()
+        for init in graph.initializer:
+            env[init.name] = to_internal(numpy_helper.to_array(init))
+        for sparse in graph.sparse_initializer:
+            env[sparse.values.name] = to_internal(_sparse_to_dense(sparse))
+        input_names = {i.name for i in graph.input}
+        for name, value in feeds.items():
+            if name not in input_names:
+                raise OnnxRefineError(f"feed {name!r} is not an input of the model")
+            env[name] = to_internal(np.asarray(value))
+        missing = [i.name for i in graph.input if i.name not in env]
+        if missing:
+            raise OnnxRefineError(f"missing feeds for model inputs: {', '.join(missing)}")
+        return env
+
+    def run_graph(self, graph, env: _Scope, parent_scope: _Scope | None, wanted: Sequence[str]) -> dict:
+        env.parent = parent_scope
+        for init in graph.initializer:
+            if init.name not in env:
+                env[init.name] = to_internal(numpy_helper.to_array(init))
+        for node in graph.node:
+            self.run_node(node, env, self.opsets)
+        result = {}
+        for name in wanted:
+            try:
+                result[name] = env.lookup(name)
+            except KeyError:
+                raise OnnxRefineError(f"output {name!r} is not computed by the graph") from None
+        return result
+
+    def run_subgraph(self, graph: onnx.GraphProto, inputs: Sequence[Any], outer: _Scope) -> list:
+        env = _Scope()
+        for formal, value in zip(graph.input, inputs):
+            env[formal.name] = value
+        outs = self.run_graph(graph, env, outer, [o.name for o in graph.output])
+        return [outs[o.name] for o in graph.output]
+
+    # -- nodes --------------------------------------------------------------------------------------------
+    def run_node(self, node: onnx.NodeProto, env: _Scope, opsets: dict[str, int],
+                 caller_attrs: Mapping[str, Any] | None = None) -> None:
+        inputs = []
+        for name in node.input:
+            if name == "":
+                inputs.append(None)
+                continue
+            try:
+                inputs.append(env.lookup(name))
+            except KeyError:
+                raise OnnxRefineError(
+                    f"node {node.name or node.op_type!r} reads {name!r}, which is not yet computed"
+                ) from None
+        attrs = {}
+        for attr in node.attribute:
+            if attr.ref_attr_name:
+                if caller_attrs is not None and attr.ref_attr_name in caller_attrs:
+                    attrs[attr.name] = caller_attrs[attr.ref_attr_name]
+                continue
+            attrs[attr.name] = _attribute_value(attr)
+        domain = node.domain or ""
+        outputs = self.dispatch(node, domain, inputs, attrs, opsets, env)
+        for name, value in zip(node.output, outputs):
+            if name:
+                env[name] = value
+
+    def dispatch(self, node, domain, inputs, attrs, opsets, env) -> Sequence[Any]:
+        key = (domain, node.op_type, node.overload if node.HasField("overload") else "")
+        function = self.functions.get(key) or self.functions.get((domain, node.op_type, ""))
+        if function is not None:
+            return self._run_function(function, inputs, attrs, env)
+        if domain not in _STANDARD_DOMAINS:
+            raise UnsupportedOperatorError(
+                f"operator {domain}::{node.op_type} (node {node.name!r}) is outside the standard ONNX "
+                "domain and no model-local function defines it"
+            )
+        if node.op_type in _NONDETERMINISTIC:
+            raise UnsupportedOperatorError(
+                f"operator {node.op_type} (node {node.name!r}) is random; the float64 reference does not "
+                "evaluate it"
+            )
+        if node.op_type in _REFUSED:
+            raise UnsupportedOperatorError(
+                f"operator {node.op_type} (node {node.name!r}) is not evaluated: {_REFUSED[node.op_type]}"
+            )
+        opset = opsets.get("", opsets.get("ai.onnx", onnx.defs.onnx_opset_version()))
+        handler = _NATIVE.get(node.op_type)
+        call = NodeCall(node, inputs, attrs, opset, self, env)
+        if handler is not None:
+            return handler(call)
+        return self._run_fallback(call)
+
+    def _run_function(self, function: onnx.FunctionProto, inputs, attrs, env) -> list:
+        caller_attrs = {}
+        for attr in function.attribute_proto:
+            caller_attrs[attr.name] = _attribute_value(attr)
+        caller_attrs.update(attrs)
+        opsets = dict(self.opsets)
+        opsets.update({op.domain or "": op.version for op in function.opset_import})
+        local = _Scope()
+        for formal, value in zip(function.input, inputs):
+            if formal and value is not None:
+                local[formal] = value
+        for node in function.node:
+            self.run_node(node, local, opsets, caller_attrs)
+        outs = []
+        for name in function.output:
+            outs.append(dict.get(local, name))
+        return outs
+
+    def _run_fallback(self, call: NodeCall) -> list:
+        from onnx.reference import ReferenceEvaluator
+
+        node = call.node
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            raise UnsupportedOperatorError(
+                f"operator {node.op_type} (node {node.name!r}) has subgraphs and no native float64 kernel"
+            )
+        value_infos = []
+        feed = {}
+        in_names = []
+        for index, value in enumerate(call.inputs):
+            if value is None:
+                in_names.append("")
+                continue
+            name = f"in{index}"
+            in_names.append(name)
+            value_infos.append(_value_info_for(name, value))
+            feed[name] = value
+        out_names = [f"out{i}" if name else "" for i, name in enumerate(node.output)]
+        cache_key = (id(node), tuple((v.dtype.str, v.ndim) if isinstance(v, np.ndarray) else type(v)
+                                     for v in feed.values()))
+        session = self._fallback_cache.get(cache_key)
+        if session is None:
+            attrs = []
+            for attr in node.attribute:
+                if attr.ref_attr_name:
+                    continue
+                attrs.append(attr)
+            single = helper.make_node(node.op_type, in_names, out_names, domain=node.domain)
+            single.attribute.extend(attrs)
+            for name, value in call.attrs.items():
+                if not any(a.name == name for a in attrs):
+                    single.attribute.append(_make_attribute(name, value))
+            graph = helper.make_graph(
+                [single], "fallback", value_infos,
+                [helper.make_empty_tensor_value_info(n) for n in out_names if n],
+            )
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", call.opset)])
+            model.ir_version = onnx.IR_VERSION
+            try:
+                session = ReferenceEvaluator(model)
+            except Exception as exc:  # noqa: BLE001 - any failure here means "cannot evaluate"
+                raise UnsupportedOperatorError(
+                    f"operator {node.op_type} (node {node.name!r}) has no float64 kernel and onnx.reference "
+                    f"cannot load it: {exc}"
+                ) from exc
+            self._fallback_cache[cache_key] = session
+        try:
+            results = session.run(None, feed)
+        except Exception as exc:  # noqa: BLE001
+            raise UnsupportedOperatorError(
+                f"operator {node.op_type} (node {node.name!r}): onnx.reference fallback failed: {exc}"
+            ) from exc
+        had_float_input = any(isinstance(v, np.ndarray) and v.dtype == np.float64 for v in feed.values())
+        outs = []
+        results_iter = iter(results)
+        for name in out_names:
+            if not name:
+                outs.append(None)
+                continue
+            value = next(results_iter)
+            if isinstance(value, np.ndarray) and _tensor.is_floating(value.dtype) and value.dtype != np.float64:
+                if had_float_input:
+                    warnings.warn(
+                        f"onnx.reference's {node.op_type} returned {value.dtype} for float64 inputs; "
+                        "its result is less precise than the rest of the reference",
+                        ReferencePrecisionWarning,
+                        stacklevel=2,
+                    )
+            outs.append(to_internal(value) if isinstance(value, np.ndarray) else value)
+        return outs
+
+
+def _value_info_for(name: str, value: Any) -> onnx.ValueInfoProto:
+    if isinstance(value, list):
+        elem = value[0].dtype if value else np.dtype(np.float64)
+        elem_type = helper.np_dtype_to_tensor_dtype(elem)
+        return helper.make_tensor_sequence_value_info(name, elem_type, None)
+    if value.dtype == object:
+        return helper.make_tensor_value_info(name, onnx.TensorProto.STRING, None)
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), None)
+
+
+def _make_attribute(name: str, value: Any) -> onnx.AttributeProto:
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(name, numpy_helper.from_array(value))
+    return helper.make_attribute(name, value)
+
+
+# -- control flow and constants -------------------------------------------------------------------------------
+def _run_constant(call: NodeCall) -> list:
+    for key in ("value", "sparse_value"):
+        if key in call.attrs:
+            return [call.attrs[key]]
+    scalar_kinds = {
+        "value_float": np.float64, "value_int": np.int64,
+    }
+    for key, dtype in scalar_kinds.items():
+        if key in call.attrs:
+            return [np.array(call.attrs[key], dtype=dtype)]
+    if "value_floats" in call.attrs:
+        return [np.array(call.attrs["value_floats"], dtype=np.float64)]
+    if "value_ints" in call.attrs:
+        return [np.array(call.attrs["value_ints"], dtype=np.int64)]
+    if "value_string" in call.attrs:
+        return [np.array(call.attrs["value_string"], dtype=object)]
+    if "value_strings" in call.attrs:
+        return [np.array(call.attrs["value_strings"], dtype=object)]
+    raise OnnxRefineError(f"Constant node {call.node.name!r} has no value attribute")
+
+
+def _run_if(call: NodeCall) -> list:
+    cond = bool(np.asarray(call.inputs[0]).reshape(-1)[0])
+    branch = call.attrs["then_branch" if cond else "else_branch"]
+    return call.evaluator.run_subgraph(branch, [], call.scope)
+
+
+def _run_loop(call: NodeCall) -> list:
+    body = call.attrs["body"]
+    max_trip = call.input(0)
+    cond = call.input(1)
+    carried = list(call.inputs[2:])
+    n_carried = len(carried)
+    n_scan = len(body.output) - 1 - n_carried
+    scan_values: list[list[Any]] = [[] for _ in range(n_scan)]
+    trip_limit = int(np.asarray(max_trip).reshape(-1)[0]) if max_trip is not None else None
+    keep_going = bool(np.asarray(cond).reshape(-1)[0]) if cond is not None else True
+    iteration = 0
+    while keep_going and (trip_limit is None or iteration < trip_limit):
+        cond_in = np.array(keep_going, dtype=bool)
+        outs = call.evaluator.run_subgraph(
+            body, [np.array(iteration, dtype=np.int64), cond_in, *carried], call.scope
+        )
+        keep_going = bool(np.asarray(outs[0]).reshape(-1)[0]) if cond is not None or outs[0] is not None else True
+        carried = list(outs[1 : 1 + n_carried])
+        for k in range(n_scan):
+            scan_values[k].append(outs[1 + n_carried + k])
+        iteration += 1
+    stacked = []
+    for k, values in enumerate(scan_values):
+        if values:
+            stacked.append(np.stack([np.asarray(v) for v in values]))
+        else:
+            stacked.append(_empty_scan_output(body.output[1 + n_carried + k]))
+    return carried + stacked
+
+
+def _empty_scan_output(value_info: onnx.ValueInfoProto) -> np.ndarray:
+    elem = value_info.type.tensor_type.elem_type
+    dtype = _tensor.internal_dtype_for(elem) if elem else np.float64
+    dims = [d.dim_value for d in value_info.type.tensor_type.shape.dim] if value_info.type.tensor_type.HasField("shape") else []
+    return np.zeros([0, *dims], dtype=dtype)
+
+
+def _run_scan_opset8(call: NodeCall, body, num_scan_inputs: int) -> list:
+    """Scan-8: every input has a leading batch axis; each batch element is scanned on its own."""
+    lens, *rest = call.inputs
+    n_state = len(rest) - num_scan_inputs
+    directions = call.attr("directions") or [0] * num_scan_inputs
+    batch = rest[0].shape[0]
+    per_batch = []
+    for b in range(batch):
+        state = [s[b] for s in rest[:n_state]]
+        length = rest[n_state].shape[1] if lens is None else int(lens[b])
+        scans = [x[b][:length][::-1] if d else x[b][:length] for x, d in zip(rest[n_state:], directions)]
+        collected: list[list[Any]] = []
+        for t in range(length):
+            outs = call.evaluator.run_subgraph(body, [*state, *(s[t] for s in scans)], call.scope)
+            state = outs[:n_state]
+            if not collected:
+                collected = [[] for _ in outs[n_state:]]
+            for k, value in enumerate(outs[n_state:]):
+                collected[k].append(value)
+        per_batch.append((state, [np.stack(c) for c in collected]))
+    finals = [np.stack([pb[0][k] for pb in per_batch]) for k in range(n_state)]
+    n_scan_out = len(body.output) - n_state
+    scanned = [np.stack([pb[1][k] for pb in per_batch]) for k in range(n_scan_out)]
+    return finals + scanned
+
+
+def _run_scan(call: NodeCall) -> list:
+    body = call.attrs["body"]
+    num_scan_inputs = call.attr("num_scan_inputs")
+    if call.opset < 9:
+        return _run_scan_opset8(call, body, num_scan_inputs)
+    inputs = list(call.inputs)
+    n_state = len(inputs) - num_scan_inputs
+    state = inputs[:n_state]
+    scans = inputs[n_state:]
+    in_axes = call.attr("scan_input_axes") or [0] * num_scan_inputs
+    in_dirs = call.attr("scan_input_directions") or [0] * num_scan_inputs
+    n_scan_out = len(body.output) - n_state
+    out_axes = call.attr("scan_output_axes") or [0] * n_scan_out
+    out_dirs = call.attr("scan_output_directions") or [0] * n_scan_out
+    moved = []
+    for x, axis, direction in zip(scans, in_axes, in_dirs):
+        x = np.moveaxis(x, axis % x.ndim, 0)
+        moved.append(x[::-1] if direction else x)
+    length = moved[0].shape[0] if moved else 0
+    collected: list[list[Any]] = [[] for _ in range(n_scan_out)]
+    for t in range(length):
+        outs = call.evaluator.run_subgraph(body, [*state, *(m[t] for m in moved)], call.scope)
+        state = outs[:n_state]
+        for k in range(n_scan_out):
+            collected[k].append(outs[n_state + k])
+    results = list(state)
+    for k in range(n_scan_out):
+        values = collected[k][::-1] if out_dirs[k] else collected[k]
+        stacked = np.stack(values) if values else _empty_scan_output(body.output[n_state + k])
+        axis = out_axes[k] % stacked.ndim
+        results.append(np.moveaxis(stacked, 0, axis))
+    return results
+
+
+_NATIVE = _native_handlers()
