@@ -112,6 +112,7 @@ def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget
             break
         cand_out = {name: produced[output_map[name]] for name in output_names if name in output_map}
         extreme = _is_extreme(feeds)
+        nonfinite = _has_nonfinite(feeds)
         differing, differing_float = [], []
         set_evidence = {}
         for name in output_names:
@@ -119,7 +120,7 @@ def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget
                 continue
             comparisons[name].append(compare.compare_arrays(cand_out[name], first[name]))
             item = verdict_rules.SetEvidence(first[name], second[name], cand_out[name],
-                                             extreme=extreme)
+                                             extreme=extreme, nonfinite_inputs=nonfinite)
             set_evidence[name] = item
             evidence[name].append(item)
             if _comparable(item) and not np.all(compare.bit_identical(item.candidate, item.original)):
@@ -256,6 +257,9 @@ def _output_report(name, sets, comps, bound, candidate_name, candidate_failure, 
     if judgement.overflow_excused:
         notes.append(f"{judgement.overflow_excused} difference(s) in overflow territory on "
                      "extreme-magnitude inputs not judged")
+    if judgement.nonfinite_excused:
+        notes.append(f"{judgement.nonfinite_excused} inf<->NaN difference(s) on inf/NaN inputs "
+                     "(order of inf arithmetic) not blamed")
     if judgement.verdict == UNSTABLE:
         notes.append(f"the original itself is unstable at {judgement.unstable_positions} element(s); "
                      "the candidate's differences there are not blamed on it")
@@ -280,6 +284,12 @@ def _is_extreme(feeds) -> bool:
             if np.any(np.isfinite(magnitude) & (magnitude > limit)):
                 return True
     return False
+
+
+def _has_nonfinite(feeds) -> bool:
+    return any(graphinfo.is_float_dtype(np.asarray(value).dtype)
+               and not np.all(np.isfinite(np.asarray(value).astype(np.float64)))
+               for value in feeds.values())
 
 
 def _comparable(item) -> bool:

@@ -48,6 +48,11 @@ extreme-magnitude input sets (finite float inputs beyond sqrt(max) of their dtyp
     sqrt(max) (a NaN candidate is still judged). Elements whose true value is moderate are still judged, which
     catches rewrites that overflow on large inputs (softmax without the max shift, say).
 
+input sets holding inf or NaN
+    Whether an inf meets an inf of the other sign (NaN) depends on evaluation order, so a change
+    between inf and NaN (both sides non-finite) is explained there (counted in the notes);
+    finite <-> non-finite changes are still judged by the pattern rule.
+
 Integer/bool outputs: every differing element is unexplained.
 
 unstable positions (controls on the ORIGINAL)
@@ -124,6 +129,7 @@ class SetEvidence:
     perturbed: list = field(default_factory=list)
     reference: np.ndarray | None = None
     extreme: bool = False  # the input set holds finite floats beyond sqrt(max) of their dtype
+    nonfinite_inputs: bool = False  # the input set holds inf or NaN
 
 
 @dataclass
@@ -136,6 +142,7 @@ class Judgement:
     cand_err_max: float | None = None
     used_reference: bool = False
     overflow_excused: int = 0
+    nonfinite_excused: int = 0
     scatter: dict = field(default_factory=lambda: {"ref": [], "orig": [], "cand": []})
     notes: list = field(default_factory=list)
 
@@ -268,7 +275,14 @@ def _overflow_excuse(evidence: SetEvidence, explained: np.ndarray, territory: np
     """On extreme-magnitude inputs, elements in overflow territory are not judged (counted).
 
     There intermediates overflow, and which one overflows first depends on evaluation order.
+    Likewise, with inf/NaN inputs, whether inf meets -inf (NaN) or not (inf) depends on the order,
+    so an inf <-> NaN change (both sides non-finite) is not blamed either.
     """
+    if evidence.nonfinite_inputs:
+        class_a, class_c = value_class(evidence.original), value_class(evidence.candidate)
+        order = ~explained & (class_a != 0) & (class_c != 0) & (class_a != class_c)
+        judgement.nonfinite_excused += int(np.count_nonzero(order))
+        explained = explained | order
     if not evidence.extreme:
         return explained
     excused = ~explained & territory & ~bit_identical(evidence.candidate, evidence.original)

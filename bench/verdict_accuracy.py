@@ -1,0 +1,407 @@
+"""How well does `verify_models` label rewrites, next to a plain np.allclose check?
+
+Builds a labelled set in code: rewrites that only change float rounding (label "rounding"),
+real semantic bugs ("bug") and purely structural rewrites ("exact"). For each pair, the same
+generated input sets (random normal + stress sets, seed 0) go to verify_models and to
+np.allclose(rtol=1e-4, atol=1e-5, equal_nan=True) per output (a shape change fails allclose).
+
+Correct means: rounding -> verdict exact or rounding / allclose passes; bug -> verdict mismatch
+(unstable is shown apart and not counted as correct) / allclose fails; exact -> verdict exact /
+allclose passes.
+
+The "no f64" column reruns verify_models with the float64 reference made unavailable (it raises
+UnsupportedOperatorError), i.e. the documented fallback judged by the perturbation spread.
+
+Run: python bench/verdict_accuracy.py [--verbose]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxrefine.verify import verify_models
+from onnxrefine.verify.inputs import generate_inputs
+from onnxrefine.verify.runner import ModelRunner
+
+F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "bench", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                              [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    built.ir_version = 8
+    return built
+
+
+def node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+# ------------------------------------------------------------------------------ rounding cases
+
+def conv_bn(seed, shape, *, drop_eps=False, mean_sign=False, eps=1e-5, small_var=False):
+    rng = np.random.default_rng(seed)
+    cout, cin, k = 4, shape[1], 3
+    w = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    sc = rng.uniform(0.5, 2, cout).astype(np.float32)
+    sh = rng.standard_normal(cout).astype(np.float32)
+    mu = rng.standard_normal(cout).astype(np.float32)
+    var = (rng.uniform(0.01, 0.05, cout) if small_var else rng.uniform(0.5, 2, cout)).astype(np.float32)
+    ins = [("x", F32, ["N"] + list(shape[1:]))]
+    orig = model([node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+                  node("BatchNormalization", ["c", "s", "t", "m", "v"], ["y"], epsilon=eps),
+                  node("Relu", ["y"], ["r"])], ins, [("y", F32), ("r", F32)],
+                 [("W", w), ("B", b), ("s", sc), ("t", sh), ("m", mu), ("v", var)])
+    factor = (sc / np.sqrt(var if drop_eps else var + np.float32(eps))).astype(np.float32)
+    fb = ((b + mu if mean_sign else b - mu) * factor + sh).astype(np.float32)
+    cand = model([node("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1]), node("Relu", ["y"], ["r"])],
+                 ins, [("y", F32), ("r", F32)], [("W", (w * factor[:, None, None, None]).astype(np.float32)),
+                                                  ("B", fb)])
+    return orig, cand, {"N": shape[0]}
+
+
+def matmul_add_gemm(seed, m, k, n, *, drop_bias=False):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    ins = [("x", F32, [m, k])]
+    orig = model([node("MatMul", ["x", "W"], ["mm"]), node("Add", ["mm", "b"], ["y"])], ins, [("y", F32)],
+                 [("W", w), ("b", b)])
+    if drop_bias:
+        cand = model([node("MatMul", ["x", "W"], ["y"])], ins, [("y", F32)], [("W", w)])
+    else:
+        cand = model([node("Gemm", ["x", "W", "b"], ["y"])], ins, [("y", F32)], [("W", w), ("b", b)])
+    return orig, cand, {}
+
+
+def reassociate_mul(shape):
+    ins = [(name, F32, list(shape)) for name in "abc"]
+    orig = model([node("Mul", ["a", "b"], ["ab"]), node("Mul", ["ab", "c"], ["y"])], ins, [("y", F32)])
+    cand = model([node("Mul", ["b", "c"], ["bc"]), node("Mul", ["a", "bc"], ["y"])], ins, [("y", F32)])
+    return orig, cand, {}
+
+
+def sum_order(shape):
+    ins = [(name, F32, list(shape)) for name in "abcd"]
+    orig = model([node("Sum", ["a", "b", "c", "d"], ["y"])], ins, [("y", F32)])
+    cand = model([node("Add", ["d", "c"], ["dc"]), node("Add", ["b", "a"], ["ba"]),
+                  node("Add", ["dc", "ba"], ["y"])], ins, [("y", F32)])
+    return orig, cand, {}
+
+
+def reduce_split(shape):
+    ins = [("x", F32, list(shape))]
+    axes = np.array([1, 2], np.int64)
+    orig = model([node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)], ins, [("y", F32)], [("axes", axes)])
+    cand = model([node("ReduceSum", ["x", "a2"], ["p"], keepdims=0), node("ReduceSum", ["p", "a1"], ["y"], keepdims=0)],
+                 ins, [("y", F32)], [("a2", np.array([2], np.int64)), ("a1", np.array([1], np.int64))])
+    return orig, cand, {}
+
+
+def constant_mul_fold(seed, shape, *, scale_error=0.0):
+    rng = np.random.default_rng(seed)
+    c1 = rng.uniform(0.5, 3, shape[-1]).astype(np.float32)
+    c2 = rng.uniform(0.5, 3, shape[-1]).astype(np.float32)
+    ins = [("x", F32, list(shape))]
+    orig = model([node("Mul", ["x", "c1"], ["t"]), node("Mul", ["t", "c2"], ["y"])], ins, [("y", F32)],
+                 [("c1", c1), ("c2", c2)])
+    folded = (c1 * c2 * np.float32(1 + scale_error)).astype(np.float32)
+    cand = model([node("Mul", ["x", "c"], ["y"])], ins, [("y", F32)], [("c", folded)])
+    return orig, cand, {}
+
+
+def div_to_mul(shape):
+    ins = [("x", F32, list(shape))]
+    orig = model([node("Div", ["x", "d"], ["y"])], ins, [("y", F32)], [("d", np.float32(3.0))])
+    cand = model([node("Mul", ["x", "r"], ["y"])], ins, [("y", F32)], [("r", np.float32(1.0) / np.float32(3.0))])
+    return orig, cand, {}
+
+
+def matmul_chain(seed, m, k):
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal((k, k)).astype(np.float32)
+    c = rng.standard_normal((k, k)).astype(np.float32)
+    ins = [("x", F32, [m, k])]
+    orig = model([node("MatMul", ["x", "B"], ["t"]), node("MatMul", ["t", "C"], ["y"])], ins, [("y", F32)],
+                 [("B", b), ("C", c)])
+    cand = model([node("MatMul", ["x", "BC"], ["y"])], ins, [("y", F32)], [("BC", (b @ c).astype(np.float32))])
+    return orig, cand, {}
+
+
+def softmax_decomposed(shape, *, wrong_axis=False):
+    ins = [("x", F32, list(shape))]
+    orig = model([node("Softmax", ["x"], ["y"], axis=-1)], ins, [("y", F32)])
+    if wrong_axis:
+        cand = model([node("Softmax", ["x"], ["y"], axis=0)], ins, [("y", F32)])
+        return orig, cand, {}
+    cand = model([node("ReduceMax", ["x"], ["m"], axes=[-1], keepdims=1), node("Sub", ["x", "m"], ["s"]),
+                  node("Exp", ["s"], ["e"]), node("ReduceSum", ["e", "ax"], ["z"], keepdims=1),
+                  node("Div", ["e", "z"], ["y"])], ins, [("y", F32)], [("ax", np.array([-1], np.int64))])
+    return orig, cand, {}
+
+
+# ------------------------------------------------------------------------------ bugs
+
+def transpose_wrong():
+    ins = [("x", F32, [3, 3, 3])]
+    orig = model([node("Transpose", ["x"], ["t"], perm=[1, 2, 0]), node("Transpose", ["t"], ["y"], perm=[0, 2, 1])],
+                 ins, [("y", F32)])
+    cand = model([node("Transpose", ["x"], ["y"], perm=[2, 1, 0])], ins, [("y", F32)])  # second[first]
+    return orig, cand, {}
+
+
+def pad_into_maxpool():
+    ins = [("x", F32, [1, 2, 6, 6])]
+    orig = model([node("Pad", ["x", "p"], ["q"]), node("MaxPool", ["q"], ["y"], kernel_shape=[3, 3])], ins,
+                 [("y", F32)], [("p", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))])
+    cand = model([node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], ins, [("y", F32)])
+    return orig, cand, {}
+
+
+def reshape_collapse(correct=False):
+    ins = [("x", F32, [2, 12])]
+    last = np.array([3, 8] if correct else [0, -1], np.int64)
+    orig = model([node("Reshape", ["x", "s1"], ["r"]), node("Reshape", ["r", "s2"], ["y"])], ins, [("y", F32)],
+                 [("s1", np.array([6, 4], np.int64)), ("s2", last)])
+    cand = model([node("Reshape", ["x", "s2"], ["y"])], ins, [("y", F32)], [("s2", last)])
+    return orig, cand, {}
+
+
+def slice_off_by_one():
+    ins = [("x", F32, [4, 6])]
+    def sliced(start, end):
+        return model([node("Slice", ["x", "st", "en", "ax"], ["y"])], ins, [("y", F32)],
+                     [("st", np.array([start], np.int64)), ("en", np.array([end], np.int64)),
+                      ("ax", np.array([1], np.int64))])
+    return sliced(1, 5), sliced(0, 4), {}
+
+
+def relu_to_leaky():
+    ins = [("x", F32, [4, 8])]
+    orig = model([node("Relu", ["x"], ["y"])], ins, [("y", F32)])
+    cand = model([node("LeakyRelu", ["x"], ["y"], alpha=0.01)], ins, [("y", F32)])
+    return orig, cand, {}
+
+
+def float16_overflow_fold():
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-2, 2, (4, 3)).astype(np.float16)
+    w[0, 0], w[2, 1] = 40000, -40000
+    ins = [("x", F16, [5, 4])]
+    two = np.float16(2.0)
+    orig = model([node("MatMul", ["x", "W"], ["m"]), node("Mul", ["m", "two"], ["y"])], ins, [("y", F16)],
+                 [("W", w), ("two", two)])
+    with np.errstate(over="ignore"):
+        folded = (w * two).astype(np.float16)  # 80000 overflows float16 to inf
+    cand = model([node("MatMul", ["x", "W"], ["y"])], ins, [("y", F16)], [("W", folded)])
+    return orig, cand, {}
+
+
+def sigmoid_to_hardsigmoid():
+    ins = [("x", F32, [4, 8])]
+    orig = model([node("Sigmoid", ["x"], ["y"])], ins, [("y", F32)])
+    cand = model([node("HardSigmoid", ["x"], ["y"])], ins, [("y", F32)])
+    return orig, cand, {}
+
+
+# ------------------------------------------------------------------------------ exact cases
+
+def identity_removed():
+    ins = [("x", F32, [3, 4])]
+    orig = model([node("Identity", ["x"], ["i"]), node("Tanh", ["i"], ["y"])], ins, [("y", F32)])
+    cand = model([node("Tanh", ["x"], ["y"])], ins, [("y", F32)])
+    return orig, cand, {}
+
+
+def transpose_cancel():
+    ins = [("x", F32, [2, 3, 4])]
+    orig = model([node("Transpose", ["x"], ["t"], perm=[2, 0, 1]), node("Transpose", ["t"], ["u"], perm=[1, 2, 0]),
+                  node("Relu", ["u"], ["y"])], ins, [("y", F32)])
+    cand = model([node("Relu", ["x"], ["y"])], ins, [("y", F32)])
+    return orig, cand, {}
+
+
+def dropout_removed():
+    ins = [("x", F32, [3, 5])]
+    orig = model([node("Dropout", ["x"], ["d"]), node("Sigmoid", ["d"], ["y"])], ins, [("y", F32)])
+    cand = model([node("Sigmoid", ["x"], ["y"])], ins, [("y", F32)])
+    return orig, cand, {}
+
+
+def squeeze_unsqueeze_cancel():
+    ins = [("x", F32, [3, 1, 4])]
+    orig = model([node("Squeeze", ["x", "a"], ["s"]), node("Unsqueeze", ["s", "a"], ["u"]), node("Neg", ["u"], ["y"])],
+                 ins, [("y", F32)], [("a", np.array([1], np.int64))])
+    cand = model([node("Neg", ["x"], ["y"])], ins, [("y", F32)])
+    return orig, cand, {}
+
+
+def cse_merge():
+    ins = [("x", F32, [4, 4])]
+    orig = model([node("Exp", ["x"], ["e1"]), node("Exp", ["x"], ["e2"]), node("Add", ["e1", "e2"], ["y"])],
+                 ins, [("y", F32)])
+    cand = model([node("Exp", ["x"], ["e1"]), node("Add", ["e1", "e1"], ["y"])], ins, [("y", F32)])
+    return orig, cand, {}
+
+
+def cases():
+    rounding = [
+        ("bn fold conv 2x3x8x8 s0", lambda: conv_bn(0, (2, 3, 8, 8))),
+        ("bn fold conv 1x8x6x6 s1", lambda: conv_bn(1, (1, 8, 6, 6))),
+        ("bn fold conv 3x16x5x5 s2", lambda: conv_bn(2, (3, 16, 5, 5))),
+        ("matmul+add->gemm 4x16x8", lambda: matmul_add_gemm(0, 4, 16, 8)),
+        ("matmul+add->gemm 8x64x32", lambda: matmul_add_gemm(1, 8, 64, 32)),
+        ("(a*b)*c -> a*(b*c) 4x8", lambda: reassociate_mul((4, 8))),
+        ("(a*b)*c -> a*(b*c) 2x3x16", lambda: reassociate_mul((2, 3, 16))),
+        ("sum order 3x7", lambda: sum_order((3, 7))),
+        ("reduce split 2x6x10", lambda: reduce_split((2, 6, 10))),
+        ("const mul fold 4x8", lambda: constant_mul_fold(0, (4, 8))),
+        ("div->mul by reciprocal", lambda: div_to_mul((5, 6))),
+        ("matmul chain fold 6x16", lambda: matmul_chain(0, 6, 16)),
+        ("softmax decomposed 3x10", lambda: softmax_decomposed((3, 10))),
+    ]
+    bugs = [
+        ("bn fold, epsilon dropped", lambda: conv_bn(0, (2, 3, 8, 8), drop_eps=True, eps=1e-2, small_var=True)),
+        ("bn fold, mean sign flipped", lambda: conv_bn(1, (1, 8, 6, 6), mean_sign=True)),
+        ("transpose pair composed wrong", transpose_wrong),
+        ("zero pad folded into maxpool", pad_into_maxpool),
+        ("reshape [6,4]->[0,-1] collapse", reshape_collapse),
+        ("dropped bias", lambda: matmul_add_gemm(0, 4, 16, 8, drop_bias=True)),
+        ("softmax wrong axis", lambda: softmax_decomposed((3, 10), wrong_axis=True)),
+        ("slice off by one", slice_off_by_one),
+        ("relu -> leakyrelu(0.01)", relu_to_leaky),
+        ("scale error 1e-3", lambda: constant_mul_fold(0, (4, 8), scale_error=1e-3)),
+        ("float16 overflow fold", float16_overflow_fold),
+        ("sigmoid -> hardsigmoid", sigmoid_to_hardsigmoid),
+        # subtle ones, below allclose's rtol
+        ("scale error 1e-5", lambda: constant_mul_fold(1, (4, 8), scale_error=1e-5)),
+        ("bn fold, epsilon 1e-4 dropped", lambda: conv_bn(2, (2, 3, 8, 8), drop_eps=True, eps=1e-4)),
+    ]
+    exact = [
+        ("identity removed", identity_removed),
+        ("transpose pair cancelled", transpose_cancel),
+        ("dropout removed", dropout_removed),
+        ("squeeze/unsqueeze cancelled", squeeze_unsqueeze_cancel),
+        ("reshape pair collapsed correctly", lambda: reshape_collapse(correct=True)),
+        ("common subexpression merged", cse_merge),
+    ]
+    return [("rounding", *c) for c in rounding] + [("bug", *c) for c in bugs] + [("exact", *c) for c in exact]
+
+
+def allclose_passes(original, candidate, input_sets) -> bool:
+    first, second = ModelRunner(original, "original"), ModelRunner(candidate, "candidate")
+    with np.errstate(all="ignore"):
+        for feeds in input_sets:
+            a, b = first.run(feeds), second.run(feeds)
+            for name, value in a.items():
+                other = b.get(name)
+                if other is None or other.shape != value.shape:
+                    return False
+                if not np.allclose(other.astype(np.float64), value.astype(np.float64), rtol=1e-4, atol=1e-5,
+                                   equal_nan=True):
+                    return False
+    return True
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def verify_without_reference(original, candidate, input_sets):
+    """verify_models with a float64 reference that declines every model."""
+    import types
+
+    stub = types.ModuleType("onnxrefine.verify.reference")
+
+    def evaluate_float64(model, feeds, *, outputs=None):
+        raise _Unsupported("disabled for this benchmark column")
+
+    stub.evaluate_float64, stub.UnsupportedOperatorError = evaluate_float64, _Unsupported
+    saved = sys.modules.get("onnxrefine.verify.reference")
+    sys.modules["onnxrefine.verify.reference"] = stub
+    try:
+        return verify_models(original, candidate, inputs=input_sets)
+    finally:
+        if saved is None:
+            del sys.modules["onnxrefine.verify.reference"]
+        else:
+            sys.modules["onnxrefine.verify.reference"] = saved
+
+
+def is_correct(label, verdict):
+    if label == "bug":
+        return verdict == "mismatch"
+    if label == "rounding":
+        return verdict in ("exact", "rounding")
+    return verdict == "exact"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    from rich.console import Console
+    from rich.table import Table
+
+    rows, totals = [], {}
+    for label, name, build in cases():
+        original, candidate, dims = build()
+        input_sets = generate_inputs(original, seed=0, dims=dims, stress=True, trials=3)
+        started = time.perf_counter()
+        report = verify_models(original, candidate, inputs=input_sets)
+        elapsed = time.perf_counter() - started
+        plain = allclose_passes(original, candidate, input_sets)
+        fallback = verify_without_reference(original, candidate, input_sets).verdict
+        verify_ok = is_correct(label, report.verdict)
+        plain_ok = (not plain) if label == "bug" else plain
+        fallback_ok = is_correct(label, fallback)
+        references = sorted({out.reference for out in report.outputs if out.reference != "not needed"})
+        rows.append((label, name, report.verdict, fallback, "pass" if plain else "fail", verify_ok, plain_ok,
+                     elapsed, ",".join(references) or "-"))
+        stats = totals.setdefault(label, [0, 0, 0, 0])
+        stats[0] += 1
+        stats[1] += verify_ok
+        stats[2] += plain_ok
+        stats[3] += fallback_ok
+        if args.verbose and not verify_ok:
+            print(name, report.to_json()[:3000])
+
+    console = Console(width=130)
+    detail = Table(title="labelled cases")
+    for column in ("label", "case", "verify verdict", "no f64", "allclose", "verify ok", "allclose ok",
+                   "time s", "reference"):
+        detail.add_column(column)
+    for label, name, verdict, fallback, plain, verify_ok, plain_ok, elapsed, reference in rows:
+        detail.add_row(label, name, verdict, fallback, plain, "yes" if verify_ok else "NO",
+                       "yes" if plain_ok else "NO", f"{elapsed:.2f}", reference)
+    console.print(detail)
+    summary = Table(title="accuracy per label")
+    for column in ("label", "cases", "verify_models", "verify_models, no f64 reference",
+                   "np.allclose(rtol=1e-4, atol=1e-5)"):
+        summary.add_column(column)
+
+    def share(right, count):
+        return f"{right}/{count} ({100 * right / count:.0f}%)"
+
+    for label in ("rounding", "bug", "exact"):
+        count, verify_right, plain_right, fallback_right = totals[label]
+        summary.add_row(label, str(count), share(verify_right, count), share(fallback_right, count),
+                        share(plain_right, count))
+    count, verify_right, plain_right, fallback_right = (sum(t[i] for t in totals.values()) for i in range(4))
+    summary.add_row("all", str(count), share(verify_right, count), share(fallback_right, count),
+                    share(plain_right, count))
+    console.print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
