@@ -16,6 +16,7 @@ from onnxrefine.errors import OnnxRefineError
 SUBCOMMAND_MODULES = (
     "onnxrefine.cli.optimize_cmd",
     "onnxrefine.cli.verify_cmd",
+    "onnxrefine.cli.bisect_cmd",
 )
 
 

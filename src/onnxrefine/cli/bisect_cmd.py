@@ -1,0 +1,64 @@
+"""`onnxrefine bisect`: find the first optimizer step that changes what a model computes."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from onnxrefine.cli.verify_cmd import parse_dims
+from onnxrefine.errors import BadInputError
+from onnxrefine.ir import io
+from onnxrefine.triage.adapters import ADAPTERS
+from onnxrefine.triage.bisect import BisectSettings, bisect
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bisect",
+        help="apply an optimizer step by step and name the first step that causes a mismatch",
+        description="Apply the optimizer's passes one at a time (onnxrefine: rewrite by rewrite), verify "
+        "after each, and write a repro bundle for the first real mismatch.",
+    )
+    parser.add_argument("model", help="input .onnx file")
+    parser.add_argument("--optimizer", default="onnxrefine", choices=sorted(ADAPTERS),
+                        help="which optimizer to bisect (peers are used only when installed)")
+    parser.add_argument("--passes", help="comma-separated pass names (default: the optimizer's default list)")
+    parser.add_argument("--out", default=None, help="bundle folder (default: <model>.bisect beside the model)")
+    parser.add_argument("--inputs", help="input sets (.npz) instead of generated ones")
+    parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trials", type=int, default=2)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from onnxrefine.verify.inputs import load_inputs
+
+    console = Console()
+    if not ADAPTERS[args.optimizer].available():
+        raise BadInputError(f"optimizer '{args.optimizer}' is not installed (pip install {ADAPTERS[args.optimizer].package})")
+    model = io.from_ir(io.load_model(args.model), "proto")
+    out = args.out or f"{args.model.removesuffix('.onnx')}.bisect"
+    settings = BisectSettings(
+        seed=args.seed, trials=args.trials, dims=parse_dims(args.dims),
+        inputs=load_inputs(args.inputs) if args.inputs else None,
+    )
+    passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
+    with console.status(f"bisecting {args.optimizer}…"):
+        result = bisect(model, optimizer=args.optimizer, passes=passes, out_dir=out, settings=settings)
+    table = Table(title=f"onnxrefine bisect --optimizer {args.optimizer}")
+    table.add_column("step")
+    table.add_column("result")
+    for step in result.steps:
+        table.add_row(step["step"], step["status"])
+    console.print(table)
+    if result.verdict == "mismatch":
+        where = f" (rewrite {result.rewrite['rule']} at {result.rewrite['root']})" if result.rewrite else ""
+        console.print(f"first mismatch: step {result.step}{where}")
+        console.print(f"repro bundle: {result.bundle}")
+        print("verdict: mismatch")
+        return 1
+    print("verdict: clean")
+    return 0

@@ -1,0 +1,140 @@
+"""Peer optimizers as sequences of steps, so a bisection can verify after each one.
+
+Each adapter is used only when its package is installed; none is a dependency. onnxoptimizer
+splits into its passes (applied one at a time, by name); the others are single steps.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import onnx
+
+from onnxrefine.errors import BadInputError
+
+Step = tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto]]
+
+
+@dataclass(frozen=True)
+class Adapter:
+    name: str
+    package: str
+    describe: str
+
+    def available(self) -> bool:
+        try:
+            importlib.import_module(self.package)
+        except ImportError:
+            return False
+        return True
+
+    def steps(self, passes: Sequence[str] | None) -> list[Step]:
+        if not self.available():
+            raise BadInputError(f"optimizer '{self.name}' needs the '{self.package}' package, which is not installed")
+        return _STEP_BUILDERS[self.name](passes)
+
+    def command(self, step: str) -> str:
+        return _COMMANDS[self.name].format(step=step)
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    clone = onnx.ModelProto()
+    clone.CopyFrom(model)
+    return clone
+
+
+def _onnxoptimizer_steps(passes):
+    import onnxoptimizer
+
+    names = list(passes) if passes else list(onnxoptimizer.get_fuse_and_elimination_passes())
+    known = set(onnxoptimizer.get_available_passes())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise BadInputError(f"onnxoptimizer has no pass named {', '.join(unknown)}")
+    return [(name, lambda m, name=name: onnxoptimizer.optimize(_copy(m), [name])) for name in names]
+
+
+def _onnxsim_steps(passes):
+    import onnxsim
+
+    def simplify(model):
+        simplified, _ = onnxsim.simplify(_copy(model), check_n=0)
+        return simplified
+
+    return [("onnxsim.simplify", simplify)]
+
+
+def _onnxslim_steps(passes):
+    import onnxslim
+
+    return [("onnxslim.slim", lambda m: onnxslim.slim(_copy(m)))]
+
+
+def _onnxscript_steps(passes):
+    from onnxscript import optimizer
+
+    return [("onnxscript.optimizer.optimize", lambda m: optimizer.optimize(_copy(m)))]
+
+
+def _ort_steps(passes):
+    import onnxruntime as ort
+
+    def basic(model):
+        with tempfile.TemporaryDirectory() as folder:
+            target = os.path.join(folder, "optimized.onnx")
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            options.optimized_model_filepath = target
+            ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            return onnx.load(target)
+
+    return [("onnxruntime basic offline optimization", basic)]
+
+
+def _onnxrefine_steps(passes):
+    from onnxrefine.api import optimize
+    from onnxrefine.passes.registry import default_pass_names
+
+    names = list(passes) if passes else default_pass_names()
+    return [(name, lambda m, name=name: optimize(m, [name])) for name in names]
+
+
+_STEP_BUILDERS = {
+    "onnxrefine": _onnxrefine_steps,
+    "onnxoptimizer": _onnxoptimizer_steps,
+    "onnxsim": _onnxsim_steps,
+    "onnxslim": _onnxslim_steps,
+    "onnxscript": _onnxscript_steps,
+    "ort": _ort_steps,
+}
+_COMMANDS = {
+    "onnxrefine": "onnxrefine optimize original.onnx -o optimized.onnx --passes {step} --no-verify",
+    "onnxoptimizer": "python -c \"import onnx, onnxoptimizer; onnx.save(onnxoptimizer.optimize("
+    "onnx.load('original.onnx'), ['{step}']), 'optimized.onnx')\"",
+    "onnxsim": "onnxsim original.onnx optimized.onnx",
+    "onnxslim": "onnxslim original.onnx optimized.onnx",
+    "onnxscript": "python -c \"import onnx; from onnxscript import optimizer; "
+    "onnx.save(optimizer.optimize(onnx.load('original.onnx')), 'optimized.onnx')\"",
+    "ort": "python -c \"import onnxruntime as ort; o = ort.SessionOptions(); "
+    "o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC; "
+    "o.optimized_model_filepath = 'optimized.onnx'; ort.InferenceSession('original.onnx', o)\"",
+}
+
+ADAPTERS = {
+    "onnxrefine": Adapter("onnxrefine", "onnxrefine", "onnxrefine's passes, one at a time, then rewrite by rewrite"),
+    "onnxoptimizer": Adapter("onnxoptimizer", "onnxoptimizer", "onnxoptimizer, pass by pass"),
+    "onnxsim": Adapter("onnxsim", "onnxsim", "onnxsim.simplify as one step"),
+    "onnxslim": Adapter("onnxslim", "onnxslim", "onnxslim.slim as one step"),
+    "onnxscript": Adapter("onnxscript", "onnxscript", "onnxscript's optimizer as one step"),
+    "ort": Adapter("ort", "onnxruntime", "onnxruntime's basic offline optimization as one step"),
+}
+
+
+def get_adapter(name: str) -> Adapter:
+    if name not in ADAPTERS:
+        raise BadInputError(f"unknown optimizer '{name}' (choose from {', '.join(ADAPTERS)})")
+    return ADAPTERS[name]

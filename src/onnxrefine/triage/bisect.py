@@ -1,0 +1,152 @@
+"""Bisection: apply an optimizer's steps one at a time, verify after each, name the first step
+whose result is a real mismatch, and write a repro bundle for it.
+
+For onnxrefine the failing pass is narrowed further to a single rewrite: the driver is
+deterministic, so replaying the pass with `max_rewrites=k` gives the first k rewrites, and a
+binary search over k finds the rewrite after which the verdict turns to mismatch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxrefine.ir import io
+from onnxrefine.ir.budget import ConstantBudget
+from onnxrefine.passes.pipeline import run_passes
+from onnxrefine.passes.registry import get_pass
+from onnxrefine.triage.adapters import get_adapter
+from onnxrefine.triage.bundle import write_bundle
+
+
+@dataclass
+class BisectSettings:
+    seed: int = 0
+    trials: int = 2
+    dims: Mapping[str, int] | None = None
+    inputs: Sequence[Mapping[str, np.ndarray]] | None = None
+
+
+@dataclass
+class BisectResult:
+    verdict: str  # "mismatch" when a culprit was found, else "clean"
+    step: str | None = None
+    rewrite: dict | None = None
+    bundle: str | None = None
+    steps: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _verify(before: onnx.ModelProto, after: onnx.ModelProto, settings: BisectSettings):
+    from onnxrefine.verify import verify_models
+
+    return verify_models(before, after, inputs=settings.inputs, trials=settings.trials, seed=settings.seed,
+                         dims=settings.dims)
+
+
+def _input_sets(model: onnx.ModelProto, settings: BisectSettings) -> list:
+    if settings.inputs is not None:
+        return list(settings.inputs)
+    from onnxrefine.verify.inputs import generate_inputs
+
+    return generate_inputs(model, seed=settings.seed, dims=settings.dims, stress=True, trials=settings.trials)
+
+
+def replay(model: onnx.ModelProto, pass_name: str, max_rewrites: int | None):
+    """The model after the first `max_rewrites` rewrites of one onnxrefine pass, and its log."""
+    ir_model = io.proto_to_ir(model)
+    budget = ConstantBudget(io.tensor_bytes(ir_model))
+    log = run_passes(ir_model, [pass_name], budget=budget, max_rewrites=max_rewrites)
+    return ir.serde.serialize_model(ir_model), log
+
+
+def narrow_to_rewrite(before: onnx.ModelProto, pass_name: str, settings: BisectSettings):
+    """(model before the culprit rewrite, model after it, the rewrite) for a failing rule pass."""
+    _, full_log = replay(before, pass_name, None)
+    good, bad = 0, len(full_log.applied)
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        candidate, _ = replay(before, pass_name, middle)
+        if _verify(before, candidate, settings).verdict == "mismatch":
+            bad = middle
+        else:
+            good = middle
+    previous, _ = replay(before, pass_name, good) if good else (before, None)
+    culprit_model, log = replay(before, pass_name, bad)
+    culprit = asdict(log.applied[bad - 1]) if len(log.applied) >= bad else None
+    if _verify(previous, culprit_model, settings).verdict != "mismatch":
+        # The change only shows cumulatively: keep the whole prefix as the repro.
+        previous = before
+    return previous, culprit_model, culprit
+
+
+def _same_computation(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    """Equal graphs and functions; metadata and value_info annotations an optimizer adds are not
+    changes to what the model computes."""
+
+    def essence(model: onnx.ModelProto) -> bytes:
+        graph = onnx.GraphProto()
+        graph.CopyFrom(model.graph)
+        del graph.value_info[:]
+        parts = [graph.SerializeToString(deterministic=True)]
+        parts += [f.SerializeToString(deterministic=True) for f in model.functions]
+        return b"\0".join(parts)
+
+    return essence(a) == essence(b)
+
+
+def bisect(
+    model: onnx.ModelProto,
+    *,
+    optimizer: str = "onnxrefine",
+    passes: Sequence[str] | None = None,
+    out_dir: str | os.PathLike = "bisect_bundle",
+    settings: BisectSettings | None = None,
+) -> BisectResult:
+    settings = settings or BisectSettings()
+    adapter = get_adapter(optimizer)
+    result = BisectResult(verdict="clean")
+    current = model
+    for name, apply in adapter.steps(passes):
+        try:
+            candidate = apply(current)
+        except Exception as exc:  # a peer crashing is worth reporting, not fatal to the bisection
+            result.steps.append({"step": name, "status": f"optimizer failed: {type(exc).__name__}: {exc}"})
+            continue
+        if _same_computation(candidate, current):
+            result.steps.append({"step": name, "status": "unchanged"})
+            continue
+        report = _verify(current, candidate, settings)
+        result.steps.append({"step": name, "status": report.verdict})
+        if report.verdict != "mismatch":
+            current = candidate
+            continue
+        before, after, rewrite = current, candidate, None
+        if optimizer == "onnxrefine" and get_pass(name).rules:
+            before, after, rewrite = narrow_to_rewrite(current, name, settings)
+            report = _verify(before, after, settings)
+        title = f"{optimizer}: step '{name}' changes what the model computes"
+        if rewrite:
+            title += f" (rewrite {rewrite['rule']} at {rewrite['root']})"
+        bundle = write_bundle(
+            out_dir,
+            original=before,
+            optimized=after,
+            input_sets=_input_sets(before, settings),
+            report={"optimizer": optimizer, "step": name, "rewrite": rewrite, "steps": result.steps,
+                    "verification": report.to_dict()},
+            title=title,
+            produced_by=f"onnxrefine bisect --optimizer {optimizer}",
+            reproduce_optimizer=adapter.command(name),
+        )
+        result.verdict, result.step, result.rewrite, result.bundle = "mismatch", name, rewrite, str(Path(bundle))
+        return result
+    return result
