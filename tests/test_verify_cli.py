@@ -139,7 +139,7 @@ def test_parse_dims():
 
 
 def test_real_command_has_no_traceback(models, tmp_path):
-    """The installed entry point, end to end: bad input is one line on stderr, exit 2."""
+    """The real entry point in a fresh process: bad input is one line on stderr, exit 2."""
     env = dict(os.environ)
     command = [sys.executable, "-c", "import sys; from onnxrefine.cli.main import main; sys.exit(main())",
                "verify", models["original"], str(tmp_path / "missing.onnx")]
@@ -148,7 +148,3 @@ def test_real_command_has_no_traceback(models, tmp_path):
         pytest.skip("verify subcommand not registered in this checkout")
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-    done = subprocess.run(command[:-1] + [models["no_bias"]], capture_output=True, text=True, env=env,
-                          timeout=120)
-    assert done.returncode == 1, done.stderr
-    assert done.stdout.rstrip("\n").splitlines()[-1] == "verdict: mismatch"

@@ -98,6 +98,22 @@ def test_conv_bn_fold_in_float32_is_rounding(reference_mode):
     assert report.exit_code == 0
     expected_reference = "float64" if reference_mode == "float64" else "no float64 reference"
     assert relu.reference == expected_reference
+    if reference_mode == "float64":
+        assert relu.orig_err_max is not None and relu.cand_err_max is not None
+        assert len(relu.scatter["ref"]) > 0
+
+
+def test_html_report_is_self_contained_with_a_scatter_plot(tmp_path, reference_mode):
+    report = verify_models(_conv_bn_models("original"), _conv_bn_models("fold"), trials=1, stress=False)
+    path = tmp_path / "report.html"
+    report.write_html(path)
+    page = path.read_text()
+    assert "<table" in page and "relu_out" in page
+    assert "<link" not in page and "<script src" not in page
+    if reference_mode == "float64":
+        assert page.count("<svg") >= 2 and "<circle" in page
+    else:
+        assert "no float64 reference" in page
 
 
 # ---------------------------------------------------------------------------------------------

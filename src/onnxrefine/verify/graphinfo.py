@@ -7,7 +7,6 @@ verdict.py). Nothing here runs the model.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -310,7 +309,3 @@ def has_discrete_ops(model: onnx.ModelProto) -> bool:
 
 def finite_max(dtype) -> float:
     return float(ml_dtypes.finfo(np.dtype(dtype)).max)
-
-
-def clamp_log2(value: float) -> float:
-    return math.log2(value) if value > 0 else float("-inf")
