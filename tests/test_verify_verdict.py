@@ -314,3 +314,14 @@ def test_judge_nondeterministic_original_makes_unstable():
 def test_judge_shape_change_is_mismatch():
     evidence = SetEvidence(np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32), np.zeros(6, np.float32))
     assert judge_output([evidence], _bound()).verdict == MISMATCH
+
+
+def test_candidate_that_onnxruntime_rejects_is_mismatch_not_bad_input():
+    x_info = [value_info("x", TensorProto.FLOAT, [2, 3])]
+    y_info = [value_info("y", TensorProto.FLOAT, None)]
+    original = make_model([helper.make_node("Relu", ["x"], ["y"])], x_info, y_info)
+    broken = make_model([helper.make_node("Reshape", ["x", "s"], ["y"])], x_info, y_info,
+                        [tensor("s", np.array([7], np.int64))])
+    report = verify_models(original, broken)
+    assert report.verdict == MISMATCH
+    assert any("candidate failed" in note for note in report.notes)

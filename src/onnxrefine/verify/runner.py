@@ -44,7 +44,7 @@ class ModelRunner:
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.log_severity_level = 3
+        options.log_severity_level = 4  # failures come back as exceptions; no console noise
         try:
             self.session = ort.InferenceSession(model.SerializeToString(), sess_options=options,
                                                 providers=["CPUExecutionProvider"])
