@@ -9,27 +9,19 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
-from onnxrefine.ir.dtypes import DtypeOracle
 from onnxrefine.ir.foldmath import constant_array
-from onnxrefine.ir.static_shapes import StaticShapes
+from onnxrefine.ir.static_shapes import StaticShapes, static_oracle
 from onnxrefine.rewrite.rule import RewriteContext
 
 
 
 def shapes_of(ctx: RewriteContext) -> StaticShapes:
-    """The shape oracle for this driver run. Its facts are about run-time values, which rewrites
-    keep, so it lives as long as the context (a fact unknown now may only stay unknown)."""
-    oracle = ctx.__dict__.get("_noop_fusion_shapes")
-    if oracle is None:
-        oracle = ctx.__dict__["_noop_fusion_shapes"] = StaticShapes(ctx.model)
-    return oracle
+    """The trusted shape/dtype oracle shared by this driver run (ir/static_shapes.py)."""
+    return static_oracle(ctx)
 
 
-def dtypes_of(ctx: RewriteContext) -> DtypeOracle:
-    oracle = ctx.__dict__.get("_noop_fusion_dtypes")
-    if oracle is None:
-        oracle = ctx.__dict__["_noop_fusion_dtypes"] = DtypeOracle(ctx.model)
-    return oracle
+def dtypes_of(ctx: RewriteContext) -> StaticShapes:
+    return static_oracle(ctx)
 
 
 def known_dim(dim) -> int | None:
