@@ -19,6 +19,7 @@ import onnx
 from onnxrefine.fuzz.graphbuilder import (
     BOOL, F16, F32, F64, I64, MAX_NUMEL, NP_TYPES, Dim, GraphBuilder,
 )
+from onnxrefine.fuzz.graphquery import all_op_types
 from onnxrefine.fuzz.opspecs import OP_SPECS
 from onnxrefine.fuzz.patterns import TARGET_PATTERNS, pattern_for
 
@@ -35,6 +36,8 @@ class GeneratedCase:
     opset: int
     target: str | None = None
     pattern_ops: tuple[str, ...] = field(default_factory=tuple)
+    # Concrete shape of every main-graph value under `input_dims`, as the generator computed it.
+    value_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     def random_inputs(self, seed: int | None = None) -> dict[str, np.ndarray]:
         return random_inputs(self.model, self.input_dims, self.seed if seed is None else seed)
@@ -100,13 +103,17 @@ def generate_model(seed: int, *, max_nodes: int = DEFAULT_MAX_NODES, opset: int 
         _grow(g, g.node_count + g.randint(0, budget // 2))
     else:
         _grow(g, budget)
+    if not g.output_values():
+        x = g.inputs[0]
+        g.node1("Identity", [x.name], x.dtype, x.dims)
     inputs = {v.name for v in g.inputs}
     for value in g.pool:
         if value.name not in inputs and g.consumers.get(value.name) and g.chance(0.08):
             g.extra_outputs.append(value)
     model = g.to_model()
     return GeneratedCase(model, dict(g.input_dims), seed, opset, target,
-                         pattern.ops if pattern is not None else ())
+                         pattern.ops if pattern is not None else (),
+                         {v.name: v.sizes for v in g.pool})
 
 
 def _concrete_shape(value_info: onnx.ValueInfoProto, input_dims: dict[str, int]) -> list[int]:
@@ -134,39 +141,44 @@ def random_inputs(model: onnx.ModelProto, input_dims: dict[str, int], seed: int)
     return feeds
 
 
-def all_op_types(graph: onnx.GraphProto) -> list[str]:
-    """Op types of every node, branches of If included."""
-    ops = []
-    for node in graph.node:
-        ops.append(node.op_type)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                ops.extend(all_op_types(attr.g))
-    return ops
+def _session(model: onnx.ModelProto):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
 
 
-def check_case(case: GeneratedCase, *, run: bool = True) -> None:
-    """Raise if the model fails the checker, strict shape inference, or an onnxruntime run."""
+def check_case(case: GeneratedCase, *, run: bool = True, intermediates: bool = False) -> None:
+    """Raise if the model fails the checker, strict shape inference, or an onnxruntime run.
+
+    With `intermediates`, every main-graph value is also fetched and its runtime shape compared
+    with the one the generator computed (a check on the generator's own shape rules).
+    """
     onnx.checker.check_model(case.model, full_check=True)
     onnx.shape_inference.infer_shapes(case.model, check_type=True, strict_mode=True, data_prop=True)
-    if run:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        session = ort.InferenceSession(case.model.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
-        results = session.run(None, case.random_inputs())
-        for info, result in zip(case.model.graph.output, results):
-            expected = _concrete_shape(info, case.input_dims) if all(
-                d.HasField("dim_value") or d.dim_param for d in info.type.tensor_type.shape.dim
-            ) else None
-            if expected is not None and list(result.shape) != expected:
-                raise AssertionError(
-                    f"output {info.name}: declared shape {expected}, runtime {list(result.shape)}")
+    if not run:
+        return
+    model = case.model
+    if intermediates:
+        model = onnx.ModelProto()
+        model.CopyFrom(case.model)
+        declared = {o.name for o in model.graph.output} | {i.name for i in model.graph.input}
+        for name in case.value_shapes:
+            if name not in declared:
+                model.graph.output.append(onnx.ValueInfoProto(name=name))
+    session = _session(model)
+    names = [o.name for o in session.get_outputs()]
+    results = session.run(None, case.random_inputs())
+    for name, result in zip(names, results):
+        expected = case.value_shapes.get(name)
+        if expected is not None and tuple(result.shape) != tuple(expected):
+            raise AssertionError(f"{name}: generator computed shape {list(expected)}, "
+                                 f"onnxruntime gave {list(result.shape)}")
 
 
 __all__ = ["GeneratedCase", "generate_model", "random_inputs", "check_case", "all_op_types",

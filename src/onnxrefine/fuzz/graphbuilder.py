@@ -78,6 +78,9 @@ class Value:
     dims: tuple[Dim, ...]
     # For 1-D int64 tensors whose contents are known dims (Shape outputs and what is computed from them).
     shape_vals: tuple[Dim, ...] | None = None
+    # Unsqueeze of a vector: ONNX data propagation (1.23) then flattens it in Add/Sub/Mul and
+    # rejects partners whose element counts differ, even though broadcasting is valid.
+    flat_data: bool = False
 
     @property
     def rank(self) -> int:
@@ -237,6 +240,8 @@ class GraphBuilder:
         for spec in out_types:
             dtype, dims = spec[0], tuple(spec[1])
             shape_vals = spec[2] if len(spec) > 2 else None
+            # Empty tensors are kept out on purpose: shape rules here assume every dim >= 1.
+            assert all(d.size >= 1 for d in dims), f"{op}: empty output {[d.size for d in dims]}"
             outputs.append(Value(self.fresh(op.lower()), dtype, dims, shape_vals))
         name = self.fresh(f"n_{op}")
         self._scopes[-1].nodes.append(

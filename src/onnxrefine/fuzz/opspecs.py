@@ -22,7 +22,7 @@ from onnxrefine.fuzz.graphbuilder import (
     ALL_TYPES, BOOL, F16, F32, FLOATS, I32, I64, MAX_NUMEL, MAX_RANK, NP_TYPES, NUMERIC,
     Dim, GraphBuilder, OpSpec, Value, broadcast_dims, maybe_negative, numel, product, scalar,
 )
-from onnxrefine.fuzz.opspecs_nn import NN_SPECS, build_reshape
+from onnxrefine.fuzz.opspecs_nn import NN_SPECS, build_pad, build_reshape
 
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
@@ -36,9 +36,20 @@ def const_broadcast_shape(g: GraphBuilder, x: Value) -> list[int]:
     shape = []
     for dim in x.dims[x.rank - keep:]:
         shape.append(dim.size if dim.is_static and g.chance(0.6) else 1)
-    if g.chance(0.05) and x.rank < MAX_RANK and 2 * x.numel <= MAX_NUMEL and keep == x.rank:
+    if (g.chance(0.05) and x.rank < MAX_RANK and 2 * x.numel <= MAX_NUMEL and keep == x.rank
+            and x.shape_vals is None):
         shape = [2] + shape
     return shape
+
+
+def flat_compatible(x: Value, other_dims, other_flat: bool = False) -> bool:
+    """ONNX data propagation flattens int64 operands of Add/Sub/Mul (shape arithmetic), and
+    unsqueezed vectors of any type, then needs equal element counts or a single element; other
+    broadcasts of such operands fail strict inference with data_prop although they are valid."""
+    if x.dtype != I64 and not x.flat_data and not other_flat:
+        return True
+    sizes = {x.numel, numel(other_dims)}
+    return len(sizes) == 1 or 1 in sizes
 
 
 def operand(g: GraphBuilder, x: Value, *, pool_ok: bool = True, values=None) -> tuple[str, tuple]:
@@ -46,13 +57,18 @@ def operand(g: GraphBuilder, x: Value, *, pool_ok: bool = True, values=None) -> 
     if pool_ok and g.chance(0.5):
         def fits(v: Value) -> bool:
             dims = broadcast_dims(x.dims, v.dims) if v.dtype == x.dtype and v is not x else None
-            return dims is not None and numel(dims) <= MAX_NUMEL
+            # ONNX data propagation treats Shape-derived operands as 1-D and rejects other ranks.
+            mixes_shape = (x.shape_vals is not None or v.shape_vals is not None) and v.rank != x.rank
+            return (dims is not None and numel(dims) <= MAX_NUMEL and not mixes_shape
+                    and flat_compatible(x, v.dims, v.flat_data))
         other = g.pick(fits)
         if other is not None:
             return other.name, other.dims
     if pool_ok and g.chance(0.1):
         return x.name, x.dims
     shape = const_broadcast_shape(g, x)
+    if not flat_compatible(x, [Dim.static(d) for d in shape]):
+        shape = [1] * len(shape)
     if values is not None:
         array = np.array(g.choice(values), dtype=NP_TYPES[x.dtype]).reshape([1] * len(shape))
         array = np.broadcast_to(array, shape).copy()
@@ -244,7 +260,9 @@ def emit_unsqueeze(g: GraphBuilder, x: Value, axes):
     norm = {a % out_rank for a in axes}
     rest = iter(x.dims)
     dims = [Dim.static(1) if i in norm else next(rest) for i in range(out_rank)]
-    return g.node1("Unsqueeze", [x.name, g.ints(axes, "axes")], x.dtype, dims)
+    y = g.node1("Unsqueeze", [x.name, g.ints(axes, "axes")], x.dtype, dims)
+    y.flat_data = x.rank <= 1
+    return y
 
 
 def build_unsqueeze(g: GraphBuilder, x: Value):
@@ -456,7 +474,11 @@ def build_tile(g: GraphBuilder, x: Value):
 
 
 def build_constant_of_shape(g: GraphBuilder, x: Value):
-    if x.shape_vals is None or numel(x.shape_vals) > MAX_NUMEL:
+    if x.shape_vals is None:
+        if x.rank == 0:
+            return None
+        x = g.node1("Shape", [x.name], I64, [Dim.static(x.rank)], x.dims)
+    if numel(x.shape_vals) > MAX_NUMEL:
         return None
     if g.chance(0.2):
         return [g.node1("ConstantOfShape", [x.name], F32, x.shape_vals)]
@@ -465,45 +487,6 @@ def build_constant_of_shape(g: GraphBuilder, x: Value):
     return [g.node1("ConstantOfShape", [x.name], dtype, x.shape_vals,
                     value=numpy_helper.from_array(fill))]
 
-
-def build_pad(g: GraphBuilder, x: Value):
-    mode = g.weighted([("constant", 0.5), ("reflect", 0.25), ("edge", 0.25)])
-    begins, ends = [0] * x.rank, [0] * x.rank
-    for i, dim in enumerate(x.dims):
-        if g.chance(0.5):
-            continue
-        limit = 2 if mode != "reflect" else (min(2, dim.size - 1) if dim.is_static else 0)
-        begins[i], ends[i] = g.randint(0, limit), g.randint(0, limit)
-        if mode == "constant" and dim.is_static and dim.size > 2 and g.chance(0.15):
-            begins[i] = -1  # negative pads crop
-    dims = []
-    for dim, b, e in zip(x.dims, begins, ends):
-        if b == 0 and e == 0:
-            dims.append(dim)
-        else:
-            size = dim.size + b + e
-            dims.append(Dim.static(size) if dim.is_static else Dim.computed(size))
-    if numel(dims) > MAX_NUMEL:
-        return None
-    axes = [i for i in range(x.rank) if begins[i] or ends[i]]
-    inputs = [x.name]
-    if g.opset >= 18 and axes and g.chance(0.3):
-        pads = [begins[a] for a in axes] + [ends[a] for a in axes]
-        axes_input = g.ints([maybe_negative(g, a, x.rank) for a in axes], "axes")
-    else:
-        pads, axes_input = begins + ends, ""
-    inputs.append(g.ints(pads, "pads"))
-    value = scalar(g, x.dtype, g.random_array(x.dtype, ())) \
-        if mode == "constant" and g.chance(0.4) else ""
-    if value or axes_input:
-        inputs.append(value)
-    if axes_input:
-        inputs.append(axes_input)
-    attrs = {"mode": mode} if mode != "constant" or g.chance(0.3) else {}
-    return [g.node1("Pad", inputs, x.dtype, dims, **attrs)]
-
-
-SHAPE_TYPES = frozenset({I64})
 
 OP_SPECS: tuple[OpSpec, ...] = (
     OpSpec("Add", NUMERIC, (0, 6), binary("Add"), 2.0),
@@ -542,11 +525,11 @@ OP_SPECS: tuple[OpSpec, ...] = (
     OpSpec("Split", ALL_TYPES, (1, 6), build_split, 0.6),
     OpSpec("Slice", ALL_TYPES, (1, 6), build_slice, 1.0),
     OpSpec("Gather", ALL_TYPES, (1, 6), build_gather, 0.8),
-    OpSpec("Shape", ALL_TYPES, (0, 6), build_shape, 0.8),
+    OpSpec("Shape", ALL_TYPES, (1, 6), build_shape, 0.8),
     OpSpec("Size", ALL_TYPES, (0, 6), build_size, 0.2),
     OpSpec("Expand", ALL_TYPES, (0, 6), build_expand, 0.6),
     OpSpec("Tile", ALL_TYPES, (1, 6), build_tile, 0.4),
-    OpSpec("ConstantOfShape", SHAPE_TYPES, (1, 1), build_constant_of_shape, 0.6),
+    OpSpec("ConstantOfShape", ALL_TYPES, (1, 6), build_constant_of_shape, 0.4),
     OpSpec("Pad", ALL_TYPES, (1, 6), build_pad, 0.8),
 ) + NN_SPECS
 

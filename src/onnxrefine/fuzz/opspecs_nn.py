@@ -1,4 +1,4 @@
-"""Operator specs for convolution, pooling, matrix products, normalisation, Reshape and If.
+"""Operator specs for convolution, padding, pooling, matrix products, normalisation, Reshape, If.
 
 Same contract as `opspecs`: each build function applies the ONNX shape rule for the concrete
 symbol bindings and emits a node that is valid by construction, or returns None.
@@ -214,6 +214,43 @@ def emit_matmul(g: GraphBuilder, x: Value, cols: int | None = None) -> Value | N
 def build_matmul(g: GraphBuilder, x: Value):
     y = emit_matmul(g, x)
     return None if y is None else [y]
+
+
+def build_pad(g: GraphBuilder, x: Value):
+    mode = g.weighted([("constant", 0.5), ("reflect", 0.25), ("edge", 0.25)])
+    begins, ends = [0] * x.rank, [0] * x.rank
+    for i, dim in enumerate(x.dims):
+        if g.chance(0.5):
+            continue
+        limit = 2 if mode != "reflect" else (min(2, dim.size - 1) if dim.is_static else 0)
+        begins[i], ends[i] = g.randint(0, limit), g.randint(0, limit)
+        if mode == "constant" and dim.is_static and dim.size > 2 and g.chance(0.15):
+            begins[i] = -1  # negative pads crop
+    dims = []
+    for dim, b, e in zip(x.dims, begins, ends):
+        if b == 0 and e == 0:
+            dims.append(dim)
+        else:
+            size = dim.size + b + e
+            dims.append(Dim.static(size) if dim.is_static else Dim.computed(size))
+    if numel(dims) > MAX_NUMEL:
+        return None
+    axes = [i for i in range(x.rank) if begins[i] or ends[i]]
+    inputs = [x.name]
+    if g.opset >= 18 and axes and g.chance(0.3):
+        pads = [begins[a] for a in axes] + [ends[a] for a in axes]
+        axes_input = g.ints([maybe_negative(g, a, x.rank) for a in axes], "axes")
+    else:
+        pads, axes_input = begins + ends, ""
+    inputs.append(g.ints(pads, "pads"))
+    value = scalar(g, x.dtype, g.random_array(x.dtype, ())) \
+        if mode == "constant" and g.chance(0.4) else ""
+    if value or axes_input:
+        inputs.append(value)
+    if axes_input:
+        inputs.append(axes_input)
+    attrs = {"mode": mode} if mode != "constant" or g.chance(0.3) else {}
+    return [g.node1("Pad", inputs, x.dtype, dims, **attrs)]
 
 
 # --- Reshape ----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from onnxrefine.fuzz.graphbuilder import (
     ALL_TYPES, BOOL, F16, F32, F64, FLOATS, I64, MAX_NUMEL, NP_TYPES, NUMERIC, Dim, GraphBuilder, Value,
     broadcast_dims, maybe_negative, numel, scalar,
 )
+from onnxrefine.fuzz import graphquery as q
 from onnxrefine.fuzz import opspecs as ops
 from onnxrefine.fuzz import opspecs_nn as nn
 
@@ -33,10 +34,17 @@ class UnknownTargetError(BadInputError, ValueError):
 class Pattern:
     build: Callable[[GraphBuilder], None]
     chains: tuple[tuple[str, ...], ...]
+    check: Callable[[onnx.ModelProto], bool] | None = None
 
     @property
     def ops(self) -> tuple[str, ...]:
-        return self.chains[0]
+        return self.chains[0] if self.chains else ()
+
+    def present(self, model: onnx.ModelProto) -> bool:
+        """Whether the model contains the pattern (one of the chains, or the structural check)."""
+        if self.check is not None and not self.check(model):
+            return False
+        return not self.chains or any(q.has_chain(model, chain) for chain in self.chains)
 
 
 # --- sources ----------------------------------------------------------------------------------
@@ -94,11 +102,11 @@ def matrix(g: GraphBuilder, dtypes=(F32,)) -> Value:
 
 def conv_bn(g: GraphBuilder):
     x = image(g)
-    if g.chance(0.2):
-        y = nn.build_conv_transpose(g, x)[0]
-    else:
-        y = nn.emit_conv(g, x) or nn.emit_conv(g, x, group=1)
-    nn.emit_batchnorm(g, y)
+    y = (nn.build_conv_transpose(g, x) or [None])[0] if g.chance(0.2) else None
+    for _ in range(4):
+        y = y or nn.emit_conv(g, x)
+    if y is not None:
+        nn.emit_batchnorm(g, y)
 
 
 def conv_add_bias(g: GraphBuilder):
@@ -312,8 +320,8 @@ def nop_expand(g: GraphBuilder):
         ops.emit_expand(g, x, [1])
     elif choice < 0.8:
         ops.emit_expand(g, x, [d.size if d.is_static else 1 for d in x.dims])
-    else:
-        ops.build_expand(g, x)
+    elif not ops.build_expand(g, x):
+        ops.emit_expand(g, x, [1])
 
 
 def nop_transpose(g: GraphBuilder):
@@ -341,7 +349,7 @@ def nop_with_unit(g: GraphBuilder):
     x = tensor(g, tuple(NUMERIC), 0)
     op = g.choice(sorted(UNITS))
     shape = g.choice([[], [1], [1] * x.rank])
-    if g.chance(0.15) and x.rank < 5 and x.numel * 2 <= MAX_NUMEL:
+    if g.chance(0.15) and x.rank < 5 and x.numel * 2 <= MAX_NUMEL and x.dtype != I64 and not x.flat_data:
         shape = [2] + [d.size if d.is_static else 1 for d in x.dims]   # the unit grows the output
     unit = g.const(np.full(shape, UNITS[op], dtype=NP_TYPES[x.dtype]), "unit")
     dims = broadcast_dims(x.dims, tuple(Dim.static(s) for s in shape))
@@ -365,9 +373,9 @@ def identity(g: GraphBuilder):
 
 def shape_op(g: GraphBuilder):
     x = tensor(g, tuple(ALL_TYPES), 1)
-    s = ops.build_shape(g, x)
-    if s and g.chance(0.5) and numel(s[0].shape_vals) <= MAX_NUMEL:
-        ops.build_constant_of_shape(g, s[0])
+    s = shape_with_start(g, x)
+    if g.chance(0.5):
+        ops.build_constant_of_shape(g, s)
 
 
 def shape_with_start(g: GraphBuilder, x: Value) -> Value:
@@ -476,7 +484,7 @@ TARGET_PATTERNS: dict[str, Pattern] = {
     "fuse_consecutive_reduce_unsqueeze": Pattern(reduce_unsqueeze, tuple(
         (op, "Unsqueeze") for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"))),
     "fuse_concat_into_reshape": Pattern(concat_into_reshape, (("Concat", "Reshape"), ("Gather", "Reshape"), ("Shape", "Reshape"))),
-    "fuse_qkv": Pattern(qkv, (("MatMul",),)),
+    "fuse_qkv": Pattern(qkv, (("MatMul",),), q.has_shared_matmul_input),
     "eliminate_nop_cast": Pattern(nop_cast, (("Cast",),)),
     "eliminate_nop_dropout": Pattern(nop_dropout, (("Dropout",),)),
     "eliminate_nop_flatten": Pattern(nop_flatten, (("Flatten",),)),
@@ -492,12 +500,12 @@ TARGET_PATTERNS: dict[str, Pattern] = {
     "eliminate_shape_op": Pattern(shape_op, (("Shape",),)),
     "eliminate_shape_gather": Pattern(shape_gather, (("Shape", "Gather"),)),
     "eliminate_slice_after_shape": Pattern(slice_after_shape, (("Shape", "Slice"),)),
-    "eliminate_deadend": Pattern(deadend, (("Relu",), ("Neg",), ("Exp",))),
-    "eliminate_unused_initializer": Pattern(unused_initializer, ()),
-    "eliminate_duplicate_initializer": Pattern(duplicate_initializer, ()),
-    "eliminate_common_subexpression": Pattern(common_subexpression, (("Add",),)),
+    "eliminate_deadend": Pattern(deadend, (), q.has_dead_node),
+    "eliminate_unused_initializer": Pattern(unused_initializer, (), q.has_unused_initializer),
+    "eliminate_duplicate_initializer": Pattern(duplicate_initializer, (), q.has_duplicate_initializers),
+    "eliminate_common_subexpression": Pattern(common_subexpression, (), q.has_common_subexpression),
     "extract_constant_to_initializer": Pattern(constant_to_initializer, (("Constant",),)),
-    "eliminate_if_with_const_cond": Pattern(if_const_cond, (("If",),)),
+    "eliminate_if_with_const_cond": Pattern(if_const_cond, (("If",),), q.has_constant_condition_if),
     "eliminate_consecutive_idempotent_ops": Pattern(idempotent, (("Reshape", "Reshape"), ("Relu", "Relu"))),
     "rewrite_where": Pattern(where_not, (("Not", "Where"),)),
 }
