@@ -18,7 +18,10 @@ integer/bool/string results, which have one right answer.
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -112,6 +115,29 @@ def _session_options() -> ort.SessionOptions:
     return options
 
 
+def _is_low_precision(dtype) -> bool:
+    return np.dtype(dtype) in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _session(model: onnx.ModelProto, check_native: bool) -> ort.InferenceSession:
+    """A session for the single-node model. With `check_native`, refuse a node onnxruntime runs
+    through inserted Casts (most float16/bfloat16 arithmetic on CPU): in the whole model the
+    runtime elides the Cast pair between two such nodes and keeps the intermediate in float32,
+    so a folded float16 tensor would be rounded where the runtime does not round."""
+    options = _session_options()
+    if not check_native:
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    with tempfile.TemporaryDirectory() as folder:
+        options.optimized_model_filepath = os.path.join(folder, "session.onnx")
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        placed = onnx.load(options.optimized_model_filepath, load_external_data=False)
+    original = model.graph.node[0].op_type
+    if any(node.op_type == "Cast" and original != "Cast" for node in placed.graph.node) or len(placed.graph.node) > 1:
+        raise RewriteRefused(f"onnxruntime computes this {original} in float32 through inserted Casts; the "
+                             "folded float16 value could differ from what the runtime passes on")
+    return session
+
+
 def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports: dict[str, int], ir_version: int,
                   cap_bytes: int) -> list[np.ndarray]:
     """The node's outputs on constant inputs, as onnxruntime computes them; RewriteRefused when a
@@ -130,10 +156,13 @@ def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports:
         nbytes = math.prod(shape) * max(itemsize, 1)
         if nbytes > cap_bytes:
             raise RewriteRefused(f"the folded tensor would take {nbytes} bytes, over the cap of {cap_bytes}")
+    low_precision = any(_is_low_precision(a.dtype) for a in arrays if a is not None) or any(
+        _is_low_precision(onnx.helper.tensor_dtype_to_np_dtype(inferred[name][0])) for name in outputs)
     try:
-        session = ort.InferenceSession(model.SerializeToString(), _session_options(),
-                                       providers=["CPUExecutionProvider"])
+        session = _session(model, check_native=low_precision)
         results = session.run(outputs, feeds)
+    except RewriteRefused:
+        raise
     except Exception as ort_error:
         results = _reference_fallback(model, feeds, outputs, inferred, ort_error)
     checked = []

@@ -1,0 +1,369 @@
+"""Cleanup passes: dead code, unused and duplicate initializers, common subexpressions, If with a
+constant condition, Where(Not(c), a, b). Every one of them is EXACT (no arithmetic changes) and
+runs in time linear in the graph (plus hashing the initializers' bytes once).
+
+Everything applies inside If/Loop/Scan bodies and model-local functions too; functions are kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import struct
+from collections import ChainMap
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.passes import graphedit
+from onnxrefine.passes.folding import RANDOM_OPS
+from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.rewrite.pattern import Match, Op, Var
+from onnxrefine.rewrite.rule import EXACT, Replacement, RewriteContext, Rule
+
+# Standard operators have no side effects; an unknown custom operator might (a print, a
+# counter), so dead-code removal leaves those alone.
+_PURE_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
+_MAX_CHECKED_BYTES = 1 << 30
+
+
+def detach(nodes) -> None:
+    """Stop `nodes` (and everything in their subgraphs) from reading any value, so values they
+    captured lose those readers. For nodes that are about to be dropped with their subgraphs."""
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        for index in range(len(node.inputs)):
+            if node.inputs[index] is not None:
+                node.replace_input_with(index, None)
+        for sub in graphedit.subgraphs_of(node):
+            stack.extend(sub)
+
+
+# --- eliminate_deadend ---------------------------------------------------------------------------
+
+
+def _removable(node: ir.Node, functions) -> bool:
+    return node.domain in _PURE_DOMAINS or (node.domain, node.op_type, node.overload) in functions
+
+
+def dead_code_in_graph(pctx: PassContext, graph: ir.Graph) -> int:
+    """Remove nodes whose outputs reach no output of `graph`, scanning it once from the end;
+    subgraphs of live nodes are cleaned first, so a capture that only dead code read dies too."""
+    functions = pctx.model.functions
+    dead = []
+    removed = 0
+    for node in reversed(list(graph)):
+        if _removable(node, functions) and graphedit.is_dead(node):
+            detach([node])
+            dead.append(node)
+            continue
+        for sub in graphedit.subgraphs_of(node):
+            removed += dead_code_in_graph(pctx, sub)
+    if dead:
+        graph.remove(dead, safe=True)
+        for node in dead:
+            graphedit.log_apply(pctx, "eliminate_deadend", EXACT, graph, node)
+    return removed + len(dead)
+
+
+def run_deadend(pctx: PassContext) -> int:
+    changes = dead_code_in_graph(pctx, pctx.model.graph)
+    for function in pctx.model.functions.values():
+        changes += dead_code_in_graph(pctx, function.graph)
+    return changes
+
+
+# --- eliminate_unused_initializer ----------------------------------------------------------------
+
+
+def run_unused_initializer(pctx: PassContext) -> int:
+    changes = 0
+    for graph, in_function in list(graphedit.graphs(pctx.model)):
+        for name, value in list(graph.initializers.items()):
+            if value.uses() or value.is_graph_input() or value.is_graph_output():
+                continue
+            graph.initializers.pop(name)
+            pctx.log.apply(rule="eliminate_unused_initializer", kind=EXACT, graph=graph.name or "",
+                           root=name, removed=[name], added=[])
+            changes += 1
+    return changes
+
+
+# --- eliminate_duplicate_initializer -------------------------------------------------------------
+
+
+def _content_key(value: ir.Value):
+    tensor = value.const_value
+    if tensor is None or tensor.dtype == ir.DataType.STRING:
+        return None
+    data = tensor.tobytes()
+    return (tensor.dtype, tuple(tensor.shape), hashlib.sha256(data).digest()), data
+
+
+def _dedup_graph(pctx: PassContext, graph: ir.Graph, outer) -> int:
+    local: dict = {}
+    seen = ChainMap(local, outer)
+    changes = 0
+    for name, value in list(graph.initializers.items()):
+        if value.is_graph_input() or value.is_graph_output():
+            continue  # an input can be overridden at run time; an output keeps its own name
+        keyed = _content_key(value)
+        if keyed is None:
+            continue
+        key, data = keyed
+        kept = seen.get(key)
+        if kept is None:
+            local[key] = value
+            continue
+        if kept.const_value.tobytes() != data:
+            continue  # a hash collision: different contents
+        value.replace_all_uses_with(kept)
+        graph.initializers.pop(name)
+        pctx.log.apply(rule="eliminate_duplicate_initializer", kind=EXACT, graph=graph.name or "",
+                       root=name, removed=[name], added=[kept.name])
+        changes += 1
+    for node in graph:
+        for sub in graphedit.subgraphs_of(node):
+            changes += _dedup_graph(pctx, sub, seen)  # an outer initializer is visible inside
+    return changes
+
+
+def run_duplicate_initializer(pctx: PassContext) -> int:
+    return _dedup_graph(pctx, pctx.model.graph, {})
+
+
+# --- eliminate_common_subexpression --------------------------------------------------------------
+
+
+class _NotComparable(Exception):
+    pass
+
+
+def _attribute_key(attr: ir.Attr):
+    if attr.is_ref():
+        raise _NotComparable
+    kind = attr.type
+    value = attr.value
+    if kind == ir.AttributeType.FLOAT:
+        return kind, struct.pack("<f", value)  # bit patterns: 0.0 and -0.0 differ, NaN equals NaN
+    if kind == ir.AttributeType.FLOATS:
+        return kind, np.asarray(list(value), dtype=np.float32).tobytes()
+    if kind in (ir.AttributeType.INT, ir.AttributeType.STRING):
+        return kind, value
+    if kind in (ir.AttributeType.INTS, ir.AttributeType.STRINGS):
+        return kind, tuple(value)
+    if kind == ir.AttributeType.TENSOR:
+        if value.dtype == ir.DataType.STRING:
+            return kind, tuple(value.numpy().reshape(-1).tolist()), tuple(value.shape)
+        return kind, value.dtype, tuple(value.shape), hashlib.sha256(value.tobytes()).digest()
+    raise _NotComparable  # graphs, sparse tensors, type protos: not compared
+
+
+def _node_key(node: ir.Node):
+    if node.domain not in _PURE_DOMAINS or node.op_type in RANDOM_OPS:
+        return None
+    try:
+        attributes = tuple(sorted((name, _attribute_key(a)) for name, a in node.attributes.items()))
+    except _NotComparable:
+        return None
+    inputs = list(node.inputs)
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    return (node.domain, node.op_type, node.overload, len(node.outputs),
+            tuple(id(v) if v is not None else None for v in inputs), attributes)
+
+
+def cse_in_graph(pctx: PassContext, graph: ir.Graph) -> int:
+    table: dict = {}
+    changes = 0
+    keep_alive = []  # ids in keys must not be reused while the table lives
+    for node in list(graph):
+        for sub in graphedit.subgraphs_of(node):
+            changes += cse_in_graph(pctx, sub)
+        key = _node_key(node)
+        if key is None:
+            continue
+        kept = table.get(key)
+        if kept is None:
+            table[key] = node
+            keep_alive.append(node)
+            continue
+        if not _merge(pctx, graph, kept, node):
+            continue
+        graph.remove(node, safe=True)
+        graphedit.log_apply(pctx, "eliminate_common_subexpression", EXACT, graph, node, [kept.name or ""])
+        changes += 1
+    return changes
+
+
+def _merge(pctx: PassContext, graph: ir.Graph, kept: ir.Node, duplicate: ir.Node) -> bool:
+    for old, new in zip(duplicate.outputs, kept.outputs):
+        if old.is_graph_output() and (new.is_graph_output() or new.is_graph_input() or not new.name):
+            return False  # two outputs of one value would need an Identity: not worth it
+    for old, new in zip(duplicate.outputs, kept.outputs):
+        graphedit.replace_value(pctx, graph, old, new)
+    return True
+
+
+def run_cse(pctx: PassContext) -> int:
+    changes = cse_in_graph(pctx, pctx.model.graph)
+    for function in pctx.model.functions.values():
+        changes += cse_in_graph(pctx, function.graph)
+    return changes
+
+
+# --- eliminate_if_with_const_cond ----------------------------------------------------------------
+
+
+def _constant_condition(node: ir.Node) -> bool | None:
+    if node.op_type != "If" or node.domain not in graphedit.STANDARD_DOMAINS or not node.inputs:
+        return None
+    cond = constant_array(node.inputs[0])
+    if cond is None or cond.size != 1:
+        return None
+    return bool(cond.reshape(-1)[0])
+
+
+def inline_if(pctx: PassContext, graph: ir.Graph, in_function: bool, node: ir.Node, cond: bool) -> list[ir.Node]:
+    """Replace `node` by the nodes of its taken branch; returns the nodes now in `graph`."""
+    taken_attr = node.attributes.get("then_branch" if cond else "else_branch")
+    other_attr = node.attributes.get("else_branch" if cond else "then_branch")
+    branch: ir.Graph = taken_attr.value
+    branch_outputs = list(branch.outputs)
+    branch.outputs.clear()
+    moved = list(branch)
+    branch.remove(moved)  # unsafe on purpose: the nodes keep their connections
+    for inner in moved:
+        inner.name = pctx.names.fresh(inner.name or f"{node.name or 'if'}_{inner.op_type}")
+        for value in inner.outputs:
+            if value.name:
+                value.name = pctx.names.fresh(value.name)
+    new_nodes = list(moved)
+    produced_here = {id(v) for n in moved for v in n.outputs}
+    for name, value in list(branch.initializers.items()):
+        branch.initializers.pop(name)
+        value.name = pctx.names.fresh(name)
+        if in_function:
+            array = value.const_value.numpy()
+            replacement = graphedit.new_constant(pctx, graph, True, array, value.name, before=node)
+            new_nodes.insert(0, replacement.producer())
+            branch_outputs = [replacement if b is value else b for b in branch_outputs]
+            value.replace_all_uses_with(replacement)
+            produced_here.add(id(replacement))
+        else:
+            graph.register_initializer(value)
+            produced_here.add(id(value))
+    if moved:
+        graph.insert_before(node, moved)
+    claimed: set[int] = set()
+    for old, new in zip(node.outputs, branch_outputs):
+        if old.is_graph_output() and (id(new) not in produced_here or id(new) in claimed
+                                      or new.is_graph_output() or new.is_graph_input()):
+            # An outer value (or one output twice) cannot take the output's name: copy it.
+            identity = ir.Node("", "Identity", [new], name=pctx.names.fresh(f"{node.name or 'if'}_output"))
+            identity.outputs[0].name = pctx.names.fresh(f"{old.name}_inlined")
+            graph.insert_before(node, identity)
+            new_nodes.append(identity)
+            new = identity.outputs[0]
+        claimed.add(id(new))
+        if new.type is None:
+            new.type = old.type
+        graphedit.replace_value(pctx, graph, old, new)
+    if other_attr is not None:
+        detach(other_attr.value)
+    graph.remove(node, safe=True)
+    graphedit.log_apply(pctx, "eliminate_if_with_const_cond", EXACT, graph, node, [n.name for n in new_nodes])
+    return new_nodes
+
+
+def _inline_ifs(pctx: PassContext, graph: ir.Graph, in_function: bool) -> int:
+    changes = 0
+    queue = list(graph)
+    while queue:
+        node = queue.pop()
+        if node.graph is not graph:
+            continue
+        cond = _constant_condition(node)
+        if cond is not None:
+            queue.extend(inline_if(pctx, graph, in_function, node, cond))
+            changes += 1
+            continue
+        for sub in graphedit.subgraphs_of(node):
+            changes += _inline_ifs(pctx, sub, in_function)
+    return changes
+
+
+def _inline_all(pctx: PassContext) -> int:
+    changes = _inline_ifs(pctx, pctx.model.graph, False)
+    for function in pctx.model.functions.values():
+        changes += _inline_ifs(pctx, function.graph, True)
+    return changes
+
+
+def _has_constant_if(model: ir.Model) -> bool:
+    return any(_constant_condition(node) is not None for graph, _ in graphedit.graphs(model) for node in graph)
+
+
+def _strict_inference_error(proto: onnx.ModelProto) -> str | None:
+    try:
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    except Exception as exc:
+        return str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else type(exc).__name__
+    return None
+
+
+def run_if_with_const_cond(pctx: PassContext) -> int:
+    """Inline every If with a constant condition, unless that makes the model fail ONNX's strict
+    shape inference when it passed before: a branch output's shape, hidden behind the If, becomes
+    visible to its readers, and a reader that only ran because its input shape was unknown
+    (Range of a [1] tensor from a Split) would now be rejected by onnxruntime at load time."""
+    if not _has_constant_if(pctx.model):
+        return 0
+    proto = ir.serde.serialize_model(pctx.model)
+    if proto.ByteSize() < _MAX_CHECKED_BYTES and _strict_inference_error(proto) is None:
+        trial = ir.serde.deserialize_model(proto)
+        trial_ctx = PassContext(trial, copy.deepcopy(pctx.names), copy.deepcopy(pctx.budget))
+        _inline_all(trial_ctx)
+        error = _strict_inference_error(ir.serde.serialize_model(trial))
+        if error is not None:
+            pctx.log.refuse("eliminate_if_with_const_cond", pctx.model.graph.name or "", "<all constant Ifs>",
+                            f"inlining makes ONNX shape inference fail: {error}")
+            return 0
+    return _inline_all(pctx)
+
+
+# --- rewrite_where -------------------------------------------------------------------------------
+
+
+def swap_where_branches(m: Match, ctx: RewriteContext) -> Replacement:
+    where: ir.Node = m["where"]
+    new = ctx.node("Where", [m["c"], m["b"], m["a"]], hint=where.name or None)
+    return Replacement([new], {where.outputs[0]: new.outputs[0]})
+
+
+WHERE_NOT = Rule(
+    "rewrite_where",
+    Op("Where", Op("Not", Var("c"), name="not"), Var("a"), Var("b"), name="where"),
+    swap_where_branches,
+)
+
+
+register(PassSpec("eliminate_if_with_const_cond", EXACT,
+                  "Inline the taken branch of an If whose condition is a constant (names kept unique)",
+                  run=run_if_with_const_cond, order=8))
+register(PassSpec("rewrite_where", EXACT, "Where(Not(c), a, b) -> Where(c, b, a)", rules=(WHERE_NOT,), order=20))
+register(PassSpec("eliminate_common_subexpression", EXACT,
+                  "Merge nodes with the same operator, attributes (bit-exact) and inputs; never random "
+                  "operators, subgraph-carrying nodes or custom domains",
+                  run=run_cse, order=80))
+register(PassSpec("eliminate_duplicate_initializer", EXACT,
+                  "Merge initializers with the same dtype, shape and bytes (never graph inputs or outputs)",
+                  run=run_duplicate_initializer, order=85))
+register(PassSpec("eliminate_deadend", EXACT,
+                  "Remove nodes whose outputs reach no graph output (subgraph captures counted; custom "
+                  "domains kept)", run=run_deadend, order=90))
+register(PassSpec("eliminate_unused_initializer", EXACT,
+                  "Remove initializers nothing reads (graph inputs kept)", run=run_unused_initializer, order=95))
