@@ -5,3 +5,4 @@ from onnxrefine.passes import noop  # noqa: F401
 from onnxrefine.passes import folding  # noqa: F401
 from onnxrefine.passes import shapes  # noqa: F401
 from onnxrefine.passes import fusion  # noqa: F401
+from onnxrefine.passes import cleanup  # noqa: F401
