@@ -329,3 +329,19 @@ def _mean_variance_norm(call):
 
 HANDLERS["GroupNormalization"] = _group_norm
 HANDLERS["MeanVarianceNormalization"] = _mean_variance_norm
+
+
+def _lrn(call):
+    # Native because onnx.reference's LRN (1.23) iterates over the batch axis instead of the channels.
+    x = call.inputs[0]
+    size = call.attr("size")
+    alpha, beta, bias = call.attr("alpha", 1e-4), call.attr("beta", 0.75), call.attr("bias", 1.0)
+    c = x.shape[1]
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    squares = np.pad(np.square(x), [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    cumulative = np.concatenate([np.zeros_like(squares[:, :1]), np.cumsum(squares, axis=1)], axis=1)
+    window_sum = cumulative[:, size : size + c] - cumulative[:, :c]
+    return [x / np.power(bias + (alpha / size) * window_sum, beta)]
+
+
+HANDLERS["LRN"] = _lrn
