@@ -1,0 +1,306 @@
+"""Differential fuzz campaigns: generated models through an optimizer, judged by `verify_models`.
+
+Each case gets a seed, one optimizer step (a pass for per-pass optimizers, round robin; the whole
+optimizer otherwise) and a model, usually grown around that pass's pattern. The step is applied,
+and when it changed the graph the verifier (float64 reference, controls, stress inputs) gives a
+verdict. Only `mismatch` cases are filed, as bundles deduplicated by (step, signature); rounding,
+unstable and not-fired cases are counted. Cases run in local processes (`jobs`) or on Ray.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import onnx
+
+from onnxrefine.errors import BadInputError
+from onnxrefine.fuzz.generator import DEFAULT_MAX_NODES, DEFAULT_OPSET, generate_model
+from onnxrefine.fuzz.graphquery import all_op_types
+from onnxrefine.fuzz.patterns import TARGET_PATTERNS
+
+FILED = "mismatch"
+STATUSES = ("mismatch", "rounding", "unstable", "exact", "not_fired", "optimizer_error",
+            "generator_error", "mutated_input")
+
+
+@dataclass(frozen=True)
+class CampaignSettings:
+    optimizer: str = "onnxrefine"
+    passes: tuple[str, ...] | None = None
+    cases: int = 100
+    seed: int = 0
+    opset: int = DEFAULT_OPSET
+    max_nodes: int = DEFAULT_MAX_NODES
+    trials: int = 2
+    targeted: float = 0.8   # fraction of cases grown around the step's pattern
+    time_budget_s: float | None = 20.0   # per verification
+
+
+def parse_target(text: str) -> tuple[str, tuple[str, ...] | None]:
+    """'onnxoptimizer:fuse_pad_into_pool,eliminate_nop_pad' -> ('onnxoptimizer', (...))."""
+    from onnxrefine.triage.adapters import get_adapter
+
+    name, _, passes = text.partition(":")
+    get_adapter(name.strip())
+    chosen = tuple(p.strip() for p in passes.split(",") if p.strip()) or None
+    return name.strip(), chosen
+
+
+@functools.lru_cache(maxsize=8)
+def _steps(optimizer: str, passes: tuple[str, ...] | None):
+    from onnxrefine.triage.adapters import get_adapter
+
+    return get_adapter(optimizer).steps(list(passes) if passes else None)
+
+
+def step_names(settings: CampaignSettings) -> list[str]:
+    return [name for name, _ in _steps(settings.optimizer, settings.passes)]
+
+
+def _essence(model: onnx.ModelProto) -> bytes:
+    graph = onnx.GraphProto()
+    graph.CopyFrom(model.graph)
+    del graph.value_info[:]
+    return graph.SerializeToString(deterministic=True)
+
+
+def signature(step: str, original: onnx.ModelProto, candidate: onnx.ModelProto, report) -> str:
+    """What the step did (op types removed and added) and which outputs broke, hashed short."""
+    before, after = Counter(all_op_types(original.graph)), Counter(all_op_types(candidate.graph))
+    removed, added = sorted((before - after).elements()), sorted((after - before).elements())
+    broken = sorted(out.verdict for out in report.outputs if out.verdict == FILED)
+    text = json.dumps([step, removed, added, len(broken)])
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def case_step(settings: CampaignSettings, index: int) -> str:
+    names = step_names(settings)
+    return names[index % len(names)]
+
+
+def run_case(settings: CampaignSettings, index: int) -> dict:
+    """One case, self-contained so that it can run in another process or on a Ray worker."""
+    from onnxrefine.verify import verify_models
+
+    seed = settings.seed + index
+    step = case_step(settings, index)
+    result = {"index": index, "seed": seed, "step": step, "status": None, "pattern": None}
+    started = time.perf_counter()
+    pattern = None
+    if (seed * 2654435761 % 1000) < settings.targeted * 1000:
+        # Per-pass optimizers get their pass's pattern; whole-model ones a rotating pattern.
+        names = sorted(TARGET_PATTERNS)
+        pattern = step if step in TARGET_PATTERNS else names[seed % len(names)]
+    result["pattern"] = pattern
+    try:
+        case = generate_model(seed, max_nodes=settings.max_nodes, opset=settings.opset, target=pattern)
+    except Exception as exc:  # a generator bug must not stop a campaign
+        result.update(status="generator_error", error=f"{type(exc).__name__}: {exc}")
+        return result
+    result["input_dims"] = case.input_dims
+    apply = dict(_steps(settings.optimizer, settings.passes))[step]
+    pristine = case.model.SerializeToString()
+    given = onnx.ModelProto()
+    given.CopyFrom(case.model)
+    try:
+        candidate = apply(given)
+        # An optimizer that edits the caller's model in place is a bug of its own; the
+        # verification below still uses the pristine original.
+        result["mutated_input"] = given.SerializeToString() != pristine
+    except Exception as exc:
+        result.update(status="optimizer_error", error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        return result
+    if _essence(candidate) == _essence(case.model):
+        result.update(status="not_fired", seconds=time.perf_counter() - started)
+        return result
+    result["fired"] = True
+    try:
+        report = verify_models(case.model, candidate, seed=seed, dims=case.input_dims,
+                               trials=settings.trials, time_budget_s=settings.time_budget_s)
+    except BadInputError as exc:
+        result.update(status="generator_error", error=str(exc))
+        return result
+    result.update(status=report.verdict, seconds=time.perf_counter() - started)
+    if report.verdict == FILED:
+        result["signature"] = signature(step, case.model, candidate, report)
+        result["model"] = case.model.SerializeToString()
+        result["candidate"] = candidate.SerializeToString()
+        result["report"] = report.to_dict()
+        result["opset"] = settings.opset
+        result["max_nodes"] = settings.max_nodes
+    return result
+
+
+@dataclass
+class CampaignSummary:
+    cases: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    per_step: dict = field(default_factory=dict)   # step -> Counter(cases, fired, mismatch)
+    bundles: list = field(default_factory=list)
+    duplicates: int = 0
+    mutating_steps: set = field(default_factory=set)
+    started: float = field(default_factory=time.perf_counter)
+
+    def add(self, result: dict) -> None:
+        self.cases += 1
+        self.statuses[result["status"]] += 1
+        counts = self.per_step.setdefault(result["step"], Counter())
+        counts["cases"] += 1
+        counts["fired"] += bool(result.get("fired"))
+        counts[result["status"]] += 1
+        if result.get("mutated_input"):
+            self.statuses["mutated_input"] += 1
+            counts["mutated_input"] += 1
+            self.mutating_steps.add(result["step"])
+
+    @property
+    def cases_per_minute(self) -> float:
+        return 60.0 * self.cases / max(time.perf_counter() - self.started, 1e-9)
+
+    def fire_rate(self, step: str) -> float:
+        counts = self.per_step.get(step, Counter())
+        return counts["fired"] / counts["cases"] if counts["cases"] else 0.0
+
+    def line(self) -> str:
+        shown = ", ".join(f"{s} {self.statuses[s]}" for s in STATUSES if self.statuses[s])
+        fired = sum(c["fired"] for c in self.per_step.values())
+        return (f"{self.cases} cases, fired {fired}, {shown or 'no results yet'}, "
+                f"{len(self.bundles)} filed, {self.cases_per_minute:.0f} cases/min")
+
+    def to_dict(self) -> dict:
+        return {
+            "cases": self.cases,
+            "statuses": dict(self.statuses),
+            "cases_per_minute": round(self.cases_per_minute, 1),
+            "per_step": {step: {**counts, "fire_rate": round(self.fire_rate(step), 3)}
+                         for step, counts in sorted(self.per_step.items())},
+            "bundles": list(self.bundles),
+            "duplicates": self.duplicates,
+            "steps_that_mutate_their_input": sorted(self.mutating_steps),
+        }
+
+
+def _readme(settings: CampaignSettings, result: dict, folder: str) -> str:
+    from onnxrefine.triage.adapters import get_adapter
+
+    dims = ",".join(f"{k}={v}" for k, v in sorted(result.get("input_dims", {}).items()))
+    dims_flag = f" --dims {dims}" if dims else ""
+    pattern = f", target={result['pattern']!r}" if result["pattern"] else ""
+    optimize = get_adapter(settings.optimizer).command(result["step"]).replace(
+        "original.onnx", "model.onnx").replace("optimized.onnx", "model.opt.onnx")
+    return f"""# {settings.optimizer} step `{result['step']}` changes what a model computes
+
+Found by `onnxrefine fuzz` (case {result['index']}, seed {result['seed']}); verdict `mismatch`
+from `onnxrefine verify` (float64 reference, controls on the original, stress inputs).
+
+Files: `model.onnx` (generated), `model.opt.onnx` (after the step), `inputs.npz` (the input sets
+the verification used), `report.json` (case metadata and the full verification report).
+
+Reproduce:
+
+```sh
+cd {folder}
+# regenerate the original (byte-identical)
+python -c "import onnx; from onnxrefine.fuzz.generator import generate_model; onnx.save(generate_model({result['seed']}, max_nodes={settings.max_nodes}, opset={settings.opset}{pattern}).model, 'model.onnx')"
+# apply the step
+{optimize}
+# verify
+onnxrefine verify model.onnx model.opt.onnx --seed {result['seed']}{dims_flag}
+# shrink to a minimal repro
+onnxrefine reduce .
+```
+"""
+
+
+def write_bundle(out_dir: str, settings: CampaignSettings, result: dict) -> str:
+    """Write case_<n>_seed<s>/ atomically (temp folder, then rename)."""
+    from onnxrefine.verify.inputs import generate_labelled_inputs, save_inputs
+
+    name = f"case_{result['index']}_seed{result['seed']}"
+    final = os.path.join(out_dir, name)
+    staging = tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir)
+    try:
+        model = onnx.load_from_string(result["model"])
+        with open(os.path.join(staging, "model.onnx"), "wb") as handle:
+            handle.write(result["model"])
+        with open(os.path.join(staging, "model.opt.onnx"), "wb") as handle:
+            handle.write(result["candidate"])
+        sets = generate_labelled_inputs(model, seed=result["seed"], dims=result["input_dims"],
+                                        trials=settings.trials)
+        save_inputs(os.path.join(staging, "inputs.npz"), [feeds for _, feeds in sets])
+        meta = {key: result[key] for key in ("index", "seed", "step", "pattern", "signature",
+                                             "input_dims", "opset", "max_nodes")}
+        meta.update(optimizer=settings.optimizer, passes=list(settings.passes or []),
+                    trials=settings.trials, input_set_labels=[label for label, _ in sets],
+                    verification=result["report"])
+        with open(os.path.join(staging, "report.json"), "w") as handle:
+            json.dump(meta, handle, indent=2)
+        with open(os.path.join(staging, "README.md"), "w") as handle:
+            handle.write(_readme(settings, result, name))
+        if os.path.exists(final):
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def _local_results(settings: CampaignSettings, jobs: int):
+    if jobs <= 1:
+        for index in range(settings.cases):
+            yield run_case(settings, index)
+        return
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(run_case, settings, index) for index in range(settings.cases)]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def _ray_results(settings: CampaignSettings, address: str):
+    try:
+        import ray
+    except ImportError:
+        raise BadInputError("--ray needs the 'ray' package (pip install ray)") from None
+    ray.init(address=address, ignore_reinit_error=True)
+    remote_case = ray.remote(run_case)
+    pending = [remote_case.remote(settings, index) for index in range(settings.cases)]
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        yield ray.get(done[0])
+
+
+def run_campaign(settings: CampaignSettings, out_dir: str, *, jobs: int = 1,
+                 ray_address: str | None = None, on_result=None) -> CampaignSummary:
+    """Run every case, file deduplicated mismatch bundles under out_dir, return the summary."""
+    os.makedirs(out_dir, exist_ok=True)
+    step_names(settings)   # fail early on an unknown optimizer or pass
+    summary = CampaignSummary()
+    seen: set[tuple[str, str]] = set()
+    results = _ray_results(settings, ray_address) if ray_address else _local_results(settings, jobs)
+    for result in results:
+        summary.add(result)
+        if result["status"] == FILED:
+            key = (result["step"], result["signature"])
+            if key in seen:
+                summary.duplicates += 1
+            else:
+                seen.add(key)
+                summary.bundles.append(write_bundle(out_dir, settings, result))
+        if on_result is not None:
+            on_result(result, summary)
+    from onnxrefine.verify.report import write_atomic
+
+    write_atomic(os.path.join(out_dir, "summary.json"),
+                 json.dumps({"settings": asdict(settings), **summary.to_dict()}, indent=2) + "\n")
+    return summary
