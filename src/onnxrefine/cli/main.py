@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = (
     "onnxrefine.cli.optimize_cmd",
     "onnxrefine.cli.verify_cmd",
     "onnxrefine.cli.bisect_cmd",
+    "onnxrefine.cli.fuzz_cmd",
 )
 
 
