@@ -16,7 +16,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.static_shapes import static_oracle
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.folding import RANDOM_OPS
 from onnxrefine.passes.registry import PassContext, PassSpec, register
@@ -340,6 +342,13 @@ def run_if_with_const_cond(pctx: PassContext) -> int:
 
 def swap_where_branches(m: Match, ctx: RewriteContext) -> Replacement:
     where: ir.Node = m["where"]
+    dtype = static_oracle(ctx).dtype(m["a"]) or static_oracle(ctx).dtype(m["b"])
+    if dtype is None:
+        raise RewriteRefused("the selected values' element type is not known from trusted facts")
+    if dtype.is_floating_point():
+        # onnxruntime's CPU Where returns +0.0 where it selects -0.0 from its X input (it keeps
+        # the sign from Y), so swapping X and Y would flip signs of zero under that runtime.
+        raise RewriteRefused("swapping Where's branches changes which -0.0 onnxruntime turns into +0.0")
     new = ctx.node("Where", [m["c"], m["b"], m["a"]], hint=where.name or None)
     return Replacement([new], {where.outputs[0]: new.outputs[0]})
 

@@ -77,6 +77,8 @@ def replace_value(pctx: PassContext, graph: ir.Graph, old: ir.Value, new: ir.Val
     name, which `new` takes over (new must be a fresh value of `graph`)."""
     if new.type is None:
         new.type = old.type
+    if new.shape is None and old.shape is not None and old.is_graph_output():
+        new.shape = old.shape  # the same tensor: the output keeps its declared shape
     if old.is_graph_output():
         output_name = old.name
         old.name = pctx.names.fresh(f"{output_name}_replaced")

@@ -71,8 +71,6 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
         output = node.outputs[0]
         if graphedit.is_dead(node):
             continue
-        if node.op_type not in ("Shape", "Size") and all(constant_array(v) is not None for v in node.inputs if v is not None):
-            continue  # all-constant nodes are fold_constants' business
         elements = oracle.elements(output)
         if elements is None or not elements.known():
             continue
