@@ -61,9 +61,10 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnxrefine.fuzz.campaign import run_campaign
+    from onnxrefine.fuzz.campaign import run_campaign, step_names
 
     settings = settings_from_args(args)
+    step_names(settings)   # unknown optimizer or pass: one-line error before any output
     console = Console(stderr=True)
     columns = [TextColumn("fuzz"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[line]}")]

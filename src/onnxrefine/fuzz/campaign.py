@@ -62,6 +62,12 @@ def _steps(optimizer: str, passes: tuple[str, ...] | None):
 
 
 def step_names(settings: CampaignSettings) -> list[str]:
+    if settings.optimizer == "onnxrefine" and settings.passes:
+        from onnxrefine.passes.registry import all_passes
+
+        unknown = sorted(set(settings.passes) - {spec.name for spec in all_passes()})
+        if unknown:
+            raise BadInputError(f"onnxrefine has no pass named {', '.join(unknown)}")
     return [name for name, _ in _steps(settings.optimizer, settings.passes)]
 
 

@@ -1,0 +1,283 @@
+"""Shrink a failing fuzz case to a small model on which the same optimizer step still mismatches.
+
+Greedy delta debugging over graph edits, each kept only when the edited model is still valid
+(checker, strict shape inference, onnxruntime load and run) and the step still yields `mismatch`
+under `verify_models` (so the original's controls stay clean: an unstable original is not a
+mismatch). Edits, repeated to a fixed point: keep one output; cut a node by turning the values
+it produces into graph inputs of the recorded shape and type (everything only it fed then goes
+away); bypass a node whose input has its output's type and shape; prune dead nodes, unused
+initializers and unused inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnxrefine.errors import BadInputError
+from onnxrefine.fuzz.generator import random_inputs
+
+Step = Callable[[onnx.ModelProto], onnx.ModelProto]
+
+
+@dataclass
+class ReduceResult:
+    model: onnx.ModelProto
+    candidate: onnx.ModelProto | None
+    checks: int = 0
+    nodes_before: int = 0
+    nodes_after: int = 0
+    log: list = field(default_factory=list)
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    clone = onnx.ModelProto()
+    clone.CopyFrom(model)
+    return clone
+
+
+def prune(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Drop nodes no output depends on, then unused initializers and graph inputs."""
+    graph = model.graph
+    needed = {o.name for o in graph.output}
+    kept = []
+    for node in reversed(graph.node):
+        if any(out in needed for out in node.output):
+            kept.append(node)
+            needed.update(node.input)
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    needed.update(_outer_names(attr.g))
+    kept.reverse()
+    del graph.node[:]
+    graph.node.extend(kept)
+    inits = [t for t in graph.initializer if t.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
+    inputs = [i for i in graph.input if i.name in needed]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    return model
+
+
+def _outer_names(graph: onnx.GraphProto) -> set[str]:
+    names = set()
+    for node in graph.node:
+        names.update(node.input)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                names.update(_outer_names(attr.g))
+    return names
+
+
+def runtime_types(model: onnx.ModelProto, dims: dict, seed: int) -> dict[str, tuple[int, tuple]]:
+    """Element type and concrete shape of every main-graph value, from one onnxruntime run."""
+    import onnxruntime as ort
+
+    probe = _copy(model)
+    declared = {o.name for o in probe.graph.output}
+    for node in probe.graph.node:
+        for out in node.output:
+            if out and out not in declared:
+                probe.graph.output.append(onnx.ValueInfoProto(name=out))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 4
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    feeds = random_inputs(model, dims, seed)
+    values = dict(zip(names, session.run(None, feeds)))
+    values.update(feeds)
+    return {name: (helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), tuple(np.asarray(v).shape))
+            for name, v in values.items()}
+
+
+def valid(model: onnx.ModelProto) -> bool:
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        return True
+    except Exception:
+        return False
+
+
+def still_fails(model: onnx.ModelProto, step: Step, dims: dict, seed: int, trials: int):
+    """The step's output when the step still gives `mismatch` on this valid model, else None."""
+    from onnxrefine.verify import verify_models
+
+    if not valid(model):
+        return None
+    try:
+        candidate = step(_copy(model))
+    except Exception:
+        return None
+    try:
+        report = verify_models(model, candidate, seed=seed, dims=dims, trials=trials)
+    except BadInputError:
+        return None   # the edited original no longer loads or runs
+    return candidate if report.verdict == "mismatch" else None
+
+
+def _keep_output(model, index):
+    edited = _copy(model)
+    keep = edited.graph.output[index]
+    del edited.graph.output[:]
+    edited.graph.output.append(keep)
+    return prune(edited)
+
+
+def _cut(model, index, types):
+    """Remove node `index`; the values it produced become graph inputs."""
+    edited = _copy(model)
+    node = edited.graph.node[index]
+    outputs = [o for o in node.output if o]
+    if any(o not in types for o in outputs):
+        return None
+    del edited.graph.node[index]
+    graph_outputs = {o.name for o in edited.graph.output}
+    if any(o in graph_outputs for o in outputs):
+        return None
+    for out in outputs:
+        dtype, shape = types[out]
+        edited.graph.input.append(helper.make_tensor_value_info(out, dtype, list(shape)))
+    return prune(edited)
+
+
+def _bypass(model, index, types):
+    """Remove node `index`, feeding its consumers one of its inputs of identical type and shape."""
+    node = model.graph.node[index]
+    if len(node.output) != 1 or node.output[0] not in types:
+        return None
+    if node.output[0] in {o.name for o in model.graph.output}:
+        return None
+    wanted = types[node.output[0]]
+    initial = {t.name for t in model.graph.initializer}
+    for name in node.input:
+        if name and name not in initial and types.get(name) == wanted:
+            edited = _copy(model)
+            del edited.graph.node[index]
+            for other in edited.graph.node:
+                for slot, used in enumerate(other.input):
+                    if used == node.output[0]:
+                        other.input[slot] = name
+            return prune(edited)
+    return None
+
+
+def reduce_model(model: onnx.ModelProto, step: Step, *, dims: dict, seed: int, trials: int = 2,
+                 max_checks: int = 300, time_budget_s: float | None = None,
+                 progress: Callable[[str], None] | None = None) -> ReduceResult:
+    """Greedy reduction of a model on which `step` gives a mismatch."""
+    started = time.perf_counter()
+    result = ReduceResult(model=prune(_copy(model)), candidate=None, nodes_before=len(model.graph.node))
+    result.candidate = still_fails(result.model, step, dims, seed, trials)
+    result.checks = 1
+    if result.candidate is None:
+        raise BadInputError("the case does not give a mismatch for this step (nothing to reduce)")
+
+    def budget_left() -> bool:
+        over_time = time_budget_s is not None and time.perf_counter() - started > time_budget_s
+        return result.checks < max_checks and not over_time
+
+    def attempt(edited, what: str) -> bool:
+        if edited is None or not budget_left():
+            return False
+        result.checks += 1
+        candidate = still_fails(edited, step, dims, seed, trials)
+        if candidate is None:
+            return False
+        result.model, result.candidate = edited, candidate
+        result.log.append(f"{what}: {len(edited.graph.node)} nodes")
+        if progress:
+            progress(result.log[-1])
+        return True
+
+    changed = True
+    while changed and budget_left():
+        changed = False
+        if len(result.model.graph.output) > 1:
+            for index in range(len(result.model.graph.output)):
+                if attempt(_keep_output(result.model, index), f"kept output {index}"):
+                    changed = True
+                    break
+        for edit, name in ((_cut, "cut"), (_bypass, "bypassed")):
+            index = 0
+            while index < len(result.model.graph.node) and budget_left():
+                try:
+                    types = runtime_types(result.model, dims, seed)
+                except Exception:
+                    break
+                op = result.model.graph.node[index].op_type
+                if attempt(edit(result.model, index, types), f"{name} {op}"):
+                    changed = True
+                else:
+                    index += 1
+    result.nodes_after = len(result.model.graph.node)
+    return result
+
+
+def _load_bundle(bundle: str) -> tuple[onnx.ModelProto, dict]:
+    model_path, meta_path = os.path.join(bundle, "model.onnx"), os.path.join(bundle, "report.json")
+    if not os.path.isfile(model_path) or not os.path.isfile(meta_path):
+        raise BadInputError(f"{bundle} is not a fuzz bundle (needs model.onnx and report.json)")
+    try:
+        model = onnx.load(model_path)
+        with open(meta_path) as handle:
+            meta = json.load(handle)
+        meta["optimizer"], meta["step"]
+    except (OSError, ValueError, KeyError, onnx.onnx_cpp2py_export.checker.ValidationError) as exc:
+        raise BadInputError(f"{bundle}: unreadable bundle ({type(exc).__name__}: {exc})") from None
+    except Exception as exc:  # protobuf decode errors have no common public base class
+        raise BadInputError(f"{bundle}: unreadable bundle ({type(exc).__name__})") from None
+    return model, meta
+
+
+def reduce_bundle(bundle: str, *, out_dir: str | None = None, max_checks: int = 300,
+                  time_budget_s: float | None = None, progress=None) -> tuple[ReduceResult, str]:
+    """Reduce a `onnxrefine fuzz` bundle; writes <bundle>/reduced/ (atomically) and returns it."""
+    from onnxrefine.fuzz.campaign import _steps
+
+    model, meta = _load_bundle(bundle)
+    steps = dict(_steps(meta["optimizer"], tuple(meta.get("passes") or ()) or None))
+    if meta["step"] not in steps:
+        raise BadInputError(f"{meta['optimizer']} has no step {meta['step']!r}")
+    result = reduce_model(model, steps[meta["step"]], dims=meta.get("input_dims") or {},
+                          seed=int(meta["seed"]), trials=int(meta.get("trials", 2)),
+                          max_checks=max_checks, time_budget_s=time_budget_s, progress=progress)
+    final = out_dir or os.path.join(bundle, "reduced")
+    parent = os.path.dirname(os.path.abspath(final))
+    staging = tempfile.mkdtemp(prefix=".reduced.", dir=parent)
+    try:
+        onnx.save(result.model, os.path.join(staging, "model.onnx"))
+        onnx.save(result.candidate, os.path.join(staging, "model.opt.onnx"))
+        info = {**{k: meta[k] for k in ("optimizer", "step", "seed") if k in meta},
+                "input_dims": meta.get("input_dims") or {},
+                "nodes_before": result.nodes_before, "nodes_after": result.nodes_after,
+                "checks": result.checks, "log": result.log}
+        with open(os.path.join(staging, "reduce.json"), "w") as handle:
+            json.dump(info, handle, indent=2)
+        dims = ",".join(f"{k}={v}" for k, v in sorted(info["input_dims"].items()))
+        with open(os.path.join(staging, "README.md"), "w") as handle:
+            handle.write(
+                f"# Reduced repro: {meta['optimizer']} step `{meta['step']}`\n\n"
+                f"{result.nodes_before} nodes reduced to {result.nodes_after} "
+                f"in {result.checks} checks; the step still gives `mismatch`.\n\n```sh\n"
+                f"onnxrefine verify model.onnx model.opt.onnx --seed {meta['seed']}"
+                f"{' --dims ' + dims if dims else ''}\n```\n")
+        if os.path.exists(final):
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return result, final
