@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = (
     "onnxrefine.cli.verify_cmd",
     "onnxrefine.cli.bisect_cmd",
     "onnxrefine.cli.fuzz_cmd",
+    "onnxrefine.cli.reduce_cmd",
 )
 
 
