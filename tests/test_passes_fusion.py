@@ -473,3 +473,16 @@ def test_qkv_fused(opset):
     optimized = check_pass(model, "fuse_qkv", x, exact=False)
     assert sorted(op_types(optimized)) == ["MatMul", "Neg", "Relu", "Split"]
     assert [o.name for o in optimized.graph.output] == ["nq", "k", "v"]
+
+
+def test_match_reaching_into_the_enclosing_graph_is_left_alone():
+    # The Reshape sits in an If branch; its target's Concat lives in the main graph.
+    then_graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["t"])], "then", [], [value_info("t", F, [3, 2])])
+    else_graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["e"])], "else", [], [value_info("e", F, [3, 2])])
+    nodes = [helper.make_node("Concat", ["a", "b"], ["s"], axis=0),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph)]
+    model = make_model(nodes, [value_info("x", F, [2, 3]), value_info("c", TensorProto.BOOL, [])], [value_info("y", F, [3, 2])],
+                       [tensor("a", np.array([3], np.int64)), tensor("b", np.array([2], np.int64))])
+    optimized = optimize(model, "fuse_concat_into_reshape", "fuse_consecutive_concats")
+    f = {"x": special_floats((2, 3)), "c": np.array(True)}
+    assert_bit_identical(run(model, f), run(optimized, f))

@@ -466,3 +466,29 @@ def test_reshape_nop_property(shape, data):
 def test_optimized_models_are_valid_onnx():
     model = unary_model([helper.make_node("Identity", ["r"], ["i"]), helper.make_node("Cast", ["i"], ["y"], to=F)])
     onnx.checker.check_model(optimize(model, *NOP_PASSES), full_check=True)
+
+
+@settings(deadline=None, max_examples=30)
+@given(data=st.data())
+def test_reshape_chain_property(data):
+    shape = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=4))
+    total = int(np.prod(shape))
+    middle = [total] if data.draw(st.booleans()) else [d for d in shape][::-1]
+    outer_dims = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    if int(np.prod(outer_dims)) != total:
+        outer_dims = [total]
+    outer = list(outer_dims)
+    if data.draw(st.booleans()):
+        outer[data.draw(st.integers(0, len(outer) - 1))] = -1
+    if len(outer) <= len(middle) and data.draw(st.booleans()):
+        position = data.draw(st.integers(0, len(outer) - 1))
+        if outer[position] != -1 and middle[position] == outer[position]:
+            outer[position] = 0  # copies the middle dim: the chain must not collapse onto x's dim
+    nodes = [helper.make_node("Reshape", ["x", "a"], ["r"]), helper.make_node("Reshape", ["r", "b"], ["t"]),
+             helper.make_node("Neg", ["t"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, shape)], [value_info("y", F, None)],
+                       [tensor("a", np.array(middle, np.int64)), tensor("b", np.array(outer, np.int64))])
+    optimized = optimize(model, "eliminate_consecutive_idempotent_ops")
+    assert op_types(optimized).count("Reshape") == (2 if 0 in outer else 1)
+    x = {"x": special_floats(tuple(shape), seed=total)}
+    assert_bit_identical(run(model, x), run(optimized, x))

@@ -103,6 +103,8 @@ class RewriteDriver:
         found = match(rule.pattern, node)
         if found is None:
             return None
+        if any(matched.graph is not graph for matched in found.nodes):
+            return None  # part of the match lives in an enclosing graph; rewrite it there, not here
         try:
             if not rule.keeps_intermediates:
                 _refuse_shared_intermediates(found.nodes)
