@@ -130,7 +130,12 @@ def _check(model: onnx.ModelProto, inputs, expected) -> None:
 
 
 def test_backend_node_cases(request):
-    cache_dir = Path(request.config.cache.mkdir("onnxrefine-reference"))
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:
+        cache_dir = Path(cache.mkdir("onnxrefine-reference"))
+    else:  # -p no:cacheprovider
+        cache_dir = Path(tempfile.gettempdir()) / "onnxrefine-reference"
+        cache_dir.mkdir(exist_ok=True)
     cases = _node_cases(cache_dir)
     supported = supported_op_types()
     ran, skipped_type, failures, known = 0, 0, [], []
