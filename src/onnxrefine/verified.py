@@ -94,7 +94,7 @@ def optimize_verified(
 ) -> VerifiedRun | None:
     """Run `pass_names` with per-pass verification. Returns None when verification is in auto
     mode and cannot run (the caller then optimizes without it and says so)."""
-    original = ir.serde.serialize_model(model)
+    original = io.to_proto(model)
     problem = _probe(original, settings)
     if problem is not None:
         if settings.enabled:
@@ -117,7 +117,7 @@ def optimize_verified(
             if not pass_log.applied:
                 log.refused.update(pass_log.refused)
                 continue
-            candidate = ir.serde.serialize_model(candidate_ir)
+            candidate = io.to_proto(candidate_ir)
             report = _verify(current, candidate, settings)
             if report.verdict == "mismatch":
                 refused_passes.add(name)

@@ -15,18 +15,19 @@ import tempfile
 from pathlib import Path
 from typing import Union
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.ir import validate
+from onnxrefine.ir import validate, wire
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto, ir.Model]
 
 # Protobuf cannot serialize a message over 2 GiB; stay well below it.
 EXTERNAL_DATA_THRESHOLD_BYTES = 1_800_000_000
+# Files at least this large are parsed lazily: their weights stay memory-mapped (ir/wire.py).
+LAZY_LOAD_THRESHOLD_BYTES = 8 * 1024 * 1024
 
 
 def load_model(path: str | os.PathLike) -> ir.Model:
@@ -37,7 +38,10 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     if not path.is_file():
         raise BadInputError(f"{path}: not a regular file")
     try:
-        proto = onnx.load_model(str(path), load_external_data=False)
+        if path.stat().st_size >= LAZY_LOAD_THRESHOLD_BYTES:
+            proto = wire.lazy_model_proto(path)
+        else:
+            proto = onnx.load_model(str(path), load_external_data=False)
     except (DecodeError, RuntimeError, ValueError, OSError) as exc:
         raise BadInputError(f"{path}: not a readable ONNX model ({_first_line(exc)})") from None
     if not proto.HasField("graph"):
@@ -70,7 +74,11 @@ def to_ir(model: ModelLike) -> tuple[ir.Model, str]:
     if isinstance(model, ir.Model):
         return model, "ir"
     if isinstance(model, onnx.ModelProto):
-        return proto_to_ir(model), "proto"
+        # onnx-ir wraps tensors of the proto without copying, and renaming a value renames its
+        # tensor: work on a copy so the caller's proto is never modified.
+        private = onnx.ModelProto()
+        private.CopyFrom(model)
+        return proto_to_ir(private), "proto"
     if isinstance(model, (str, os.PathLike)):
         return load_model(model), "path"
     raise BadInputError(f"expected a path, onnx.ModelProto or onnx_ir.Model, got {type(model).__name__}")
@@ -79,6 +87,13 @@ def to_ir(model: ModelLike) -> tuple[ir.Model, str]:
 def from_ir(model: ir.Model, kind: str) -> ir.Model | onnx.ModelProto:
     if kind == "ir":
         return model
+    return to_proto(model)
+
+
+def to_proto(model: ir.Model) -> onnx.ModelProto:
+    """A self-contained ModelProto: tensors memory-mapped from the input file are embedded, so
+    the proto stays valid wherever it is saved or run."""
+    wire.embed_external_tensors(model)
     return ir.serde.serialize_model(model)
 
 
@@ -97,7 +112,6 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os
     needs_external = tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD_BYTES
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     os.close(fd)
-    tmp_data = None
     try:
         if needs_external:
             data_name = path.name + ".data"
@@ -108,7 +122,10 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os
             # model file itself only becomes visible (renamed) once both are complete.
             ir.save(model, tmp_name, external_data=data_name)
         else:
-            ir.save(model, tmp_name)
+            # Every tensor embedded (external references to the input would break once the
+            # output is moved), written one tensor at a time.
+            with open(tmp_name, "wb") as handle:
+                wire.write_model_embedded(model, handle)
         os.replace(tmp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -163,10 +180,3 @@ def _quiet_ir_logging():
         yield
     finally:
         logger.setLevel(previous)
-
-
-def array_of(value: ir.Value) -> np.ndarray | None:
-    """The numpy value of a constant initializer (not a graph input), else None."""
-    if value.is_graph_input() or value.const_value is None:
-        return None
-    return value.const_value.numpy()

@@ -65,7 +65,7 @@ def replay(model: onnx.ModelProto, pass_name: str, max_rewrites: int | None):
     ir_model = io.proto_to_ir(model)
     budget = ConstantBudget(io.tensor_bytes(ir_model))
     log = run_passes(ir_model, [pass_name], budget=budget, max_rewrites=max_rewrites)
-    return ir.serde.serialize_model(ir_model), log
+    return io.to_proto(ir_model), log
 
 
 def narrow_to_rewrite(before: onnx.ModelProto, pass_name: str, settings: BisectSettings):

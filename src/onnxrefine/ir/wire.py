@@ -1,0 +1,193 @@
+"""Reading and writing large models without holding their weights twice.
+
+Protobuf parses and serializes whole messages, so `onnx.load` + `onnx.save` of a 100 MB model
+holds its weights two or three times over. Two small pieces of protobuf wire format avoid that:
+
+- `lazy_model_proto`: parses a model file but leaves each large initializer's `raw_data` where it
+  is, turning the tensor into an external reference to the model file itself at that offset.
+  onnx-ir then memory-maps it, and only weights a rewrite reads are ever paged in.
+- `write_model_embedded`: writes a model with every main-graph initializer embedded, serializing
+  one tensor at a time (a length-prefixed GraphProto field may be written in pieces: repeated
+  fields are concatenated on the wire).
+
+Wire format: tag = field_number << 3 | wire_type; wire type 2 is length-delimited.
+ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.raw_data = 9.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import onnx
+import onnx_ir as ir
+
+_MODEL_GRAPH = 7
+_GRAPH_INITIALIZER = 5
+_TENSOR_RAW_DATA = 9
+_LEN = 2
+LAZY_THRESHOLD_BYTES = 4096
+
+
+class WireFormatError(ValueError):
+    pass
+
+
+def _read_varint(buffer, position: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if position >= end or shift > 63:
+            raise WireFormatError("truncated or malformed varint")
+        byte = buffer[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, position
+        shift += 7
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _fields(buffer, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, field start, payload start, field end) for each field."""
+    position = start
+    while position < end:
+        field_start = position
+        tag, position = _read_varint(buffer, position, end)
+        field, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            _, position = _read_varint(buffer, position, end)
+            payload = position
+        elif wire_type == 1:
+            payload, position = position, position + 8
+        elif wire_type == 2:
+            length, payload = _read_varint(buffer, position, end)
+            position = payload + length
+        elif wire_type == 5:
+            payload, position = position, position + 4
+        else:
+            raise WireFormatError(f"unsupported wire type {wire_type}")
+        if position > end:
+            raise WireFormatError("field runs past the end of its message")
+        yield field, wire_type, field_start, payload, position
+
+
+def lazy_model_proto(path: str | os.PathLike, threshold: int | None = None) -> onnx.ModelProto:
+    """Parse `path`, turning main-graph initializers' raw_data of at least `threshold` bytes
+    (default LAZY_THRESHOLD_BYTES) into external references to the model file itself."""
+    threshold = LAZY_THRESHOLD_BYTES if threshold is None else threshold
+    location = os.path.basename(os.fspath(path))
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return onnx.ModelProto()
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
+            model_rest, graph_rest, tensors = bytearray(), bytearray(), []
+            for field, wire_type, start, payload, end in _fields(buffer, 0, size):
+                if field != _MODEL_GRAPH or wire_type != _LEN:
+                    model_rest += buffer[start:end]
+                    continue
+                for g_field, g_type, g_start, g_payload, g_end in _fields(buffer, payload, end):
+                    if g_field == _GRAPH_INITIALIZER and g_type == _LEN:
+                        tensors.append(_lazy_tensor(buffer, g_payload, g_end, location, threshold))
+                    else:
+                        graph_rest += buffer[g_start:g_end]
+    model = onnx.ModelProto.FromString(bytes(model_rest))
+    graph = onnx.GraphProto.FromString(bytes(graph_rest))
+    graph.initializer.extend(tensors)
+    model.graph.CopyFrom(graph)
+    return model
+
+
+def _lazy_tensor(buffer, start: int, end: int, location: str, threshold: int) -> onnx.TensorProto:
+    rest = bytearray()
+    raw = None
+    for field, wire_type, f_start, payload, f_end in _fields(buffer, start, end):
+        if field == _TENSOR_RAW_DATA and wire_type == _LEN and f_end - payload >= threshold:
+            raw = (payload, f_end - payload)
+        else:
+            rest += buffer[f_start:f_end]
+    tensor = onnx.TensorProto.FromString(bytes(rest))
+    if raw is not None:
+        offset, length = raw
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        del tensor.external_data[:]
+        for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+    return tensor
+
+
+def _embedded_tensor_proto(value: ir.Value, with_data: bool) -> tuple[onnx.TensorProto, int]:
+    """The TensorProto of an initializer with its bytes embedded as raw_data, and its
+    serialized size (computed without copying the data when `with_data` is False)."""
+    tensor = value.const_value
+    if tensor.dtype == ir.DataType.STRING:
+        proto = ir.serde.serialize_tensor(tensor)
+        proto.name = value.name
+        return proto, proto.ByteSize()
+    proto = onnx.TensorProto()
+    proto.name = value.name
+    proto.data_type = tensor.dtype.value
+    proto.dims.extend(int(d) for d in tensor.shape)
+    if tensor.doc_string:
+        proto.doc_string = tensor.doc_string
+    nbytes = tensor.nbytes
+    header = proto.ByteSize()
+    if with_data:
+        proto.raw_data = tensor.tobytes()
+    size = header + (1 + len(_encode_varint(nbytes)) + nbytes if nbytes else 0)
+    return proto, size
+
+
+def embed_external_tensors(model: ir.Model, *, main_graph: bool = True) -> None:
+    """Replace external tensors by in-memory copies (in subgraphs always, main graph if asked)."""
+    graphs = list(model.graph.subgraphs())
+    for function in model.functions.values():
+        graphs.extend(function.subgraphs())
+    if main_graph:
+        graphs.append(model.graph)
+    for graph in graphs:
+        for value in graph.initializers.values():
+            if isinstance(value.const_value, ir.ExternalTensor):
+                value.const_value = ir.Tensor(value.const_value.numpy(), name=value.name)
+
+
+def write_model_embedded(model: ir.Model, handle: BinaryIO) -> None:
+    """Serialize `model` to `handle` with every tensor embedded, one initializer at a time."""
+    embed_external_tensors(model, main_graph=False)
+    initializers = list(model.graph.initializers.values())
+    for value in initializers:
+        model.graph.initializers.pop(value.name)
+    try:
+        proto = ir.serde.serialize_model(model)
+    finally:
+        for value in initializers:
+            model.graph.register_initializer(value)
+    graph_bytes = proto.graph.SerializeToString()
+    proto.ClearField("graph")
+    # Initializers serialized above as value_info would be harmless but redundant; none are.
+    sizes = [_embedded_tensor_proto(value, with_data=False)[1] for value in initializers]
+    graph_length = len(graph_bytes) + sum(1 + len(_encode_varint(s)) + s for s in sizes)
+    handle.write(proto.SerializeToString())
+    handle.write(bytes([_MODEL_GRAPH << 3 | _LEN]) + _encode_varint(graph_length))
+    handle.write(graph_bytes)
+    for value, size in zip(initializers, sizes):
+        tensor_proto, _ = _embedded_tensor_proto(value, with_data=True)
+        data = tensor_proto.SerializeToString()
+        if len(data) != size:
+            raise WireFormatError(f"tensor {value.name}: size changed while writing ({size} -> {len(data)})")
+        handle.write(bytes([_GRAPH_INITIALIZER << 3 | _LEN]) + _encode_varint(size))
+        handle.write(data)
