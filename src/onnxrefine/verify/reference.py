@@ -443,7 +443,8 @@ def _run_loop(call: NodeCall) -> list:
         outs = call.evaluator.run_subgraph(
             body, [np.array(iteration, dtype=np.int64), cond_in, *carried], call.scope
         )
-        keep_going = bool(np.asarray(outs[0]).reshape(-1)[0]) if cond is not None or outs[0] is not None else True
+        # Like onnxruntime, the body's condition output is honoured even when the cond input is omitted.
+        keep_going = bool(np.asarray(outs[0]).reshape(-1)[0])
         carried = list(outs[1 : 1 + n_carried])
         for k in range(n_scan):
             scan_values[k].append(outs[1 + n_carried + k])
