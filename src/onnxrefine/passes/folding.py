@@ -216,6 +216,7 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
     model = pctx.model
     opsets = {**model.opset_imports, **graph.opset_imports}
     folded = 0
+    refused = _refusal_memo(pctx)
     for node in list(graph):
         if node.graph is not graph or not _foldable(node) or (only is not None and node.op_type not in only):
             continue
@@ -224,6 +225,9 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
         arrays = [None if v is None else constant_array(v) for v in node.inputs]
         if any(a is None and v is not None for a, v in zip(arrays, node.inputs)):
             continue
+        signature = tuple(id(v) for v in node.inputs)
+        if refused.get(id(node), (None, None))[1] == signature:
+            continue  # declined in an earlier round on the same inputs: evaluating again is wasted
         source_bytes = max((a.nbytes for a in arrays if a is not None), default=0)
         cap = max(pctx.budget.per_tensor_bytes, source_bytes)
         try:
@@ -242,6 +246,7 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
                 freed = 0
         except RewriteRefused as refusal:
             graphedit.log_refuse(pctx, "fold_constants", graph, node, str(refusal))
+            refused[id(node)] = (node, signature)  # the node is kept alive, so its id stays its own
             continue
         added = []
         for output, result in replacements:
@@ -257,6 +262,14 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
         graphedit.log_apply(pctx, "fold_constants", EXACT, graph, node, added)
         folded += 1
     return folded
+
+
+def _refusal_memo(pctx: PassContext) -> dict:
+    memo = getattr(pctx, "_fold_refused", None)
+    if memo is None:
+        memo = {}
+        pctx._fold_refused = memo
+    return memo
 
 
 def _freed_bytes(node: ir.Node) -> int:
