@@ -32,6 +32,7 @@ def register(subparsers) -> None:
     parser.add_argument("--passes", help="comma-separated pass names (default: the whole default pipeline)")
     parser.add_argument("--disable", default="", help="comma-separated pass names to leave out")
     parser.add_argument("--list-passes", action="store_true", help="list every pass with its class and exit")
+    parser.add_argument("--markdown", action="store_true", help="with --list-passes: print a markdown table")
     parser.add_argument("--report", help="write a JSON report of every rewrite and refusal")
     parser.add_argument("--explain", action="store_true", help="show every refused rewrite and why")
     parser.add_argument("--no-fixed-point", action="store_true", help="run each round once instead of to a fixed point")
@@ -81,6 +82,14 @@ def list_passes_table() -> Table:
     return table
 
 
+def passes_markdown() -> str:
+    """The README's pass table, generated from the registry (a test keeps them equal)."""
+    lines = ["| pass | class | default | what it does |", "|---|---|---|---|"]
+    for spec in all_passes():
+        lines.append(f"| `{spec.name}` | {spec.kind} | {'yes' if spec.default else 'no'} | {spec.summary} |")
+    return "\n".join(lines) + "\n"
+
+
 def default_output_path(model_path: Path) -> Path:
     name = model_path.name
     stem = name[: -len(".onnx")] if name.endswith(".onnx") else name
@@ -90,7 +99,10 @@ def default_output_path(model_path: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.list_passes:
-        console.print(list_passes_table())
+        if args.markdown:
+            print(passes_markdown(), end="")
+        else:
+            console.print(list_passes_table())
         return 0
     if not args.model:
         raise BadInputError("no input model given (usage: onnxrefine optimize MODEL [-o OUT])")
