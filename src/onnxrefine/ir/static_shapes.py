@@ -178,10 +178,10 @@ class StaticShapes:
             return value.dtype if isinstance(value.type, ir.TensorType) else None
         if value.is_graph_input():
             return None
+        if value.const_value is not None and value.producer() is None:
+            return value.const_value.dtype
         array = constant_array(value)
         if array is not None:
-            if value.const_value is not None:
-                return value.const_value.dtype
             return ir.DataType.from_numpy(array.dtype)
         node = value.producer()
         if node is None or node.domain not in _STANDARD_DOMAINS:
@@ -266,6 +266,8 @@ class StaticShapes:
             return self._input_shape(value)
         if value.is_graph_input():
             return None  # subgraph or function inputs: nothing checks them
+        if value.const_value is not None and value.producer() is None:
+            return tuple(int(d) for d in value.const_value.shape)  # no need to read the bytes
         array = constant_array(value)
         if array is not None:
             return tuple(int(d) for d in array.shape)
@@ -547,6 +549,9 @@ class StaticShapes:
         return result
 
     def _infer_elements(self, value: ir.Value, depth: int) -> Elements | None:
+        tensor = value.const_value if value.producer() is None else None
+        if tensor is not None and (len(tensor.shape) > 1 or tensor.size > MAX_ELEMENTS):
+            return None  # too big to be a shape: do not read its bytes
         array = constant_array(value)
         if array is not None:
             if array.dtype.kind not in "iu" or array.ndim > 1 or array.size > MAX_ELEMENTS:

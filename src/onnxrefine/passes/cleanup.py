@@ -105,13 +105,27 @@ def _content_key(value: ir.Value):
     return (tensor.dtype, tuple(tensor.shape), hashlib.sha256(data).digest()), data
 
 
-def _dedup_graph(pctx: PassContext, graph: ir.Graph, outer) -> int:
+def _layout(value: ir.Value):
+    tensor = value.const_value
+    return None if tensor is None else (tensor.dtype, tuple(tensor.shape))
+
+
+def _dedup_graph(pctx: PassContext, graph: ir.Graph, outer, outer_layouts, nested_layouts) -> int:
     local: dict = {}
     seen = ChainMap(local, outer)
+    candidates = [v for v in graph.initializers.values() if not (v.is_graph_input() or v.is_graph_output())]
+    # Only tensors that share a dtype and shape with another can be duplicates: hash just those.
+    counts: dict = {}
+    for value in candidates:
+        counts[_layout(value)] = counts.get(_layout(value), 0) + 1
+    layouts = ChainMap(counts, outer_layouts)
     changes = 0
-    for name, value in list(graph.initializers.items()):
-        if value.is_graph_input() or value.is_graph_output():
-            continue  # an input can be overridden at run time; an output keeps its own name
+    for value in candidates:
+        name = value.name
+        layout = _layout(value)
+        if layout is None or (counts.get(layout, 0) < 2 and layout not in outer_layouts
+                              and layout not in nested_layouts):
+            continue
         keyed = _content_key(value)
         if keyed is None:
             continue
@@ -129,12 +143,14 @@ def _dedup_graph(pctx: PassContext, graph: ir.Graph, outer) -> int:
         changes += 1
     for node in graph:
         for sub in graphedit.subgraphs_of(node):
-            changes += _dedup_graph(pctx, sub, seen)  # an outer initializer is visible inside
+            # an outer initializer is visible inside
+            changes += _dedup_graph(pctx, sub, seen, layouts, nested_layouts)
     return changes
 
 
 def run_duplicate_initializer(pctx: PassContext) -> int:
-    return _dedup_graph(pctx, pctx.model.graph, {})
+    nested = {_layout(v) for sub in pctx.model.graph.subgraphs() for v in sub.initializers.values()}
+    return _dedup_graph(pctx, pctx.model.graph, {}, {}, nested)
 
 
 # --- eliminate_common_subexpression --------------------------------------------------------------

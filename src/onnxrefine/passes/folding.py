@@ -206,10 +206,25 @@ def _foldable(node: ir.Node) -> bool:
                    for a in node.attributes.values())
 
 
+def _all_finite(array: np.ndarray) -> bool:
+    if array.dtype.kind != "f":  # ml_dtypes' bfloat16 and float8 need a widening first
+        array = array.astype(np.float32)
+    return bool(np.isfinite(array).all())
+
+
 def _overflowed(inputs: list[np.ndarray | None], result: np.ndarray) -> bool:
-    if not is_float_dtype(result.dtype) or np.all(np.isfinite(result.astype(np.float64, copy=False))):
+    if not is_float_dtype(result.dtype) or _all_finite(result):
         return False
-    return all(a is None or not is_float_dtype(a.dtype) or np.all(np.isfinite(a.astype(np.float64))) for a in inputs)
+    return all(a is None or not is_float_dtype(a.dtype) or _all_finite(a) for a in inputs)
+
+
+def _is_constant(value: ir.Value) -> bool:
+    if value.is_graph_input():
+        return False
+    if value.const_value is not None and (value.is_initializer() or value.producer() is None):
+        return True
+    producer = value.producer()
+    return producer is not None and producer.op_type == "Constant" and producer.domain in graphedit.STANDARD_DOMAINS
 
 
 def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: frozenset[str] | None = None) -> int:
@@ -222,6 +237,8 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
             continue
         if graphedit.is_dead(node):
             continue  # dead code is the dead-code pass's business; evaluating it buys nothing
+        if not all(v is None or _is_constant(v) for v in node.inputs):
+            continue  # checked before reading any bytes
         arrays = [None if v is None else constant_array(v) for v in node.inputs]
         if any(a is None and v is not None for a, v in zip(arrays, node.inputs)):
             continue
