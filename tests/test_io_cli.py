@@ -283,3 +283,43 @@ def test_api_does_not_modify_a_proto_whose_values_get_renamed():
     before = proto.SerializeToString()
     onnxrefine.optimize(proto, ["eliminate_if_with_const_cond"])
     assert proto.SerializeToString() == before
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_streaming_save_round_trips_every_dtype(tmp_path, monkeypatch, lazy):
+    import ml_dtypes
+
+    if lazy:
+        monkeypatch.setattr(io, "LAZY_LOAD_THRESHOLD_BYTES", 0)
+        monkeypatch.setattr(io.wire, "LAZY_THRESHOLD_BYTES", 1)
+
+    arrays = {
+        "f32": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "f16": np.array([1.5, -2.0], np.float16),
+        "f64": np.array(3.25),
+        "i64": np.array([-1, 2**40], np.int64),
+        "u8": np.array([0, 255], np.uint8),
+        "b": np.array([True, False]),
+        "empty": np.zeros((0, 3), np.float32),
+        "bf16": np.array([1.0, 2.5], ml_dtypes.bfloat16),
+    }
+    inits = [numpy_helper.from_array(a, n) if n != "bf16" else
+             helper.make_tensor(n, TensorProto.BFLOAT16, [2], a.view(np.uint16).tobytes(), raw=True)
+             for n, a in arrays.items()]
+    inits.append(helper.make_tensor("s", TensorProto.STRING, [2], [b"ab", b"c"]))
+    nodes = [helper.make_node("Identity", [n], [f"{n}_out"]) for n in list(arrays) + ["s"]]
+    outputs = [helper.make_tensor_value_info(f"{n}_out", t.data_type, None) for n, t in zip(list(arrays) + ["s"], inits)]
+    graph = helper.make_graph(nodes, "g", [], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    source = tmp_path / "all.onnx"
+    onnx.save(model, source)
+    io.save_model(io.load_model(source), tmp_path / "copy.onnx", input_path=source)
+    copied = {t.name: t for t in onnx.load(tmp_path / "copy.onnx").graph.initializer}
+    for tensor in inits:
+        expected, actual = numpy_helper.to_array(tensor), numpy_helper.to_array(copied[tensor.name])
+        if expected.dtype == object:
+            assert actual.tolist() == expected.tolist()
+        else:
+            assert actual.tobytes() == expected.tobytes()
+        assert list(copied[tensor.name].dims) == list(tensor.dims)
+        assert copied[tensor.name].data_type == tensor.data_type

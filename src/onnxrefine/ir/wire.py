@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterator
 from typing import BinaryIO
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -130,26 +131,50 @@ def _lazy_tensor(buffer, start: int, end: int, location: str, threshold: int) ->
     return tensor
 
 
-def _embedded_tensor_proto(value: ir.Value, with_data: bool) -> tuple[onnx.TensorProto, int]:
-    """The TensorProto of an initializer with its bytes embedded as raw_data, and its
-    serialized size (computed without copying the data when `with_data` is False)."""
+def _tensor_header(value: ir.Value) -> tuple[bytes, int]:
+    """A numeric initializer's TensorProto without its data, and the data's size in bytes."""
     tensor = value.const_value
-    if tensor.dtype == ir.DataType.STRING:
-        proto = ir.serde.serialize_tensor(tensor)
-        proto.name = value.name
-        return proto, proto.ByteSize()
     proto = onnx.TensorProto()
     proto.name = value.name
     proto.data_type = tensor.dtype.value
     proto.dims.extend(int(d) for d in tensor.shape)
     if tensor.doc_string:
         proto.doc_string = tensor.doc_string
-    nbytes = tensor.nbytes
-    header = proto.ByteSize()
-    if with_data:
-        proto.raw_data = tensor.tobytes()
-    size = header + (1 + len(_encode_varint(nbytes)) + nbytes if nbytes else 0)
-    return proto, size
+    return proto.SerializeToString(), tensor.nbytes
+
+
+def _tensor_chunks(value: ir.Value) -> list:
+    """The serialized TensorProto of an initializer as byte chunks, data embedded as raw_data.
+
+    The data chunk is a view of the tensor's own buffer where possible (memory-mapped weights go
+    from the input file to the output file without an extra copy)."""
+    tensor = value.const_value
+    if tensor.dtype == ir.DataType.STRING:
+        proto = ir.serde.serialize_tensor(tensor)
+        proto.name = value.name
+        return [proto.SerializeToString()]
+    header, nbytes = _tensor_header(value)
+    if not nbytes:
+        return [header]
+    array = tensor.numpy()
+    if array.dtype.byteorder == ">" or tensor.dtype.bitwidth < 8:
+        data = tensor.tobytes()  # sub-byte types are packed; big-endian arrays are swapped
+    else:
+        try:
+            data = memoryview(np.ascontiguousarray(array)).cast("B")
+        except (TypeError, ValueError):  # dtypes the buffer protocol does not know (ml_dtypes)
+            data = tensor.tobytes()
+    if len(data) != nbytes:
+        raise WireFormatError(f"tensor {value.name}: {len(data)} data bytes, expected {nbytes}")
+    return [header, bytes([_TENSOR_RAW_DATA << 3 | _LEN]) + _encode_varint(nbytes), data]
+
+
+def _chunks_size(value: ir.Value) -> int:
+    tensor = value.const_value
+    if tensor.dtype == ir.DataType.STRING:
+        return sum(len(chunk) for chunk in _tensor_chunks(value))
+    header, nbytes = _tensor_header(value)
+    return len(header) + (1 + len(_encode_varint(nbytes)) + nbytes if nbytes else 0)
 
 
 def embed_external_tensors(model: ir.Model, *, main_graph: bool = True) -> None:
@@ -179,15 +204,15 @@ def write_model_embedded(model: ir.Model, handle: BinaryIO) -> None:
     graph_bytes = proto.graph.SerializeToString()
     proto.ClearField("graph")
     # Initializers serialized above as value_info would be harmless but redundant; none are.
-    sizes = [_embedded_tensor_proto(value, with_data=False)[1] for value in initializers]
+    sizes = [_chunks_size(value) for value in initializers]
     graph_length = len(graph_bytes) + sum(1 + len(_encode_varint(s)) + s for s in sizes)
     handle.write(proto.SerializeToString())
     handle.write(bytes([_MODEL_GRAPH << 3 | _LEN]) + _encode_varint(graph_length))
     handle.write(graph_bytes)
     for value, size in zip(initializers, sizes):
-        tensor_proto, _ = _embedded_tensor_proto(value, with_data=True)
-        data = tensor_proto.SerializeToString()
-        if len(data) != size:
-            raise WireFormatError(f"tensor {value.name}: size changed while writing ({size} -> {len(data)})")
+        chunks = _tensor_chunks(value)
+        if sum(len(chunk) for chunk in chunks) != size:
+            raise WireFormatError(f"tensor {value.name}: its size changed while writing")
         handle.write(bytes([_GRAPH_INITIALIZER << 3 | _LEN]) + _encode_varint(size))
-        handle.write(data)
+        for chunk in chunks:
+            handle.write(chunk)
