@@ -104,19 +104,23 @@ def has_nested_sparse_initializers(proto: onnx.ModelProto) -> bool:
     return any(graph.sparse_initializer for graph in _all_graph_protos(proto))
 
 
+def sparse_to_dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    """The dense array a SparseTensorProto stands for (linear or per-dimension indices)."""
+    values = numpy_helper.to_array(sparse.values)
+    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    dense = np.zeros(tuple(sparse.dims), dtype=values.dtype)
+    if indices.ndim == 1:
+        dense.reshape(-1)[indices] = values
+    else:
+        dense[tuple(indices.T)] = values
+    return dense
+
+
 def densify_sparse_initializers(proto: onnx.ModelProto) -> None:
     """Replace sparse initializers by equal dense ones, in place (onnx-ir would drop them)."""
     for graph in _all_graph_protos(proto):
         for sparse in graph.sparse_initializer:
-            values = numpy_helper.to_array(sparse.values)
-            indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
-            dims = tuple(sparse.dims)
-            dense = np.zeros(dims, dtype=values.dtype)
-            if indices.ndim == 1:
-                dense.reshape(-1)[indices] = values
-            else:
-                dense[tuple(indices.T)] = values
-            graph.initializer.append(numpy_helper.from_array(dense, sparse.values.name))
+            graph.initializer.append(numpy_helper.from_array(sparse_to_dense(sparse), sparse.values.name))
         del graph.sparse_initializer[:]
 
 

@@ -26,6 +26,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnxrefine.errors import OnnxRefineError
+from onnxrefine.ir.validate import sparse_to_dense
 from onnxrefine.verify import reference_kernels_nn as _nn
 from onnxrefine.verify import reference_kernels_shape as _shape
 from onnxrefine.verify import reference_kernels_tensor as _tensor
@@ -171,7 +172,7 @@ def _attribute_value(attr: onnx.AttributeProto) -> Any:
     if attr.type == onnx.AttributeProto.TENSORS:
         return [to_internal(numpy_helper.to_array(t)) for t in value]
     if attr.type == onnx.AttributeProto.SPARSE_TENSOR:
-        return to_internal(_sparse_to_dense(value))
+        return to_internal(sparse_to_dense(value))
     if attr.type == onnx.AttributeProto.STRING:
         return value.decode("utf-8") if isinstance(value, bytes) else value
     if attr.type == onnx.AttributeProto.STRINGS:
@@ -179,18 +180,6 @@ def _attribute_value(attr: onnx.AttributeProto) -> Any:
     if attr.type in (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS):
         return list(value)
     return value
-
-
-def _sparse_to_dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
-    values = numpy_helper.to_array(sparse.values)
-    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
-    dims = tuple(sparse.dims)
-    dense = np.zeros(dims, dtype=values.dtype)
-    if indices.ndim == 1:
-        dense.reshape(-1)[indices] = values
-    else:
-        dense[tuple(indices.T)] = values
-    return dense
 
 
 class _Evaluator:
@@ -205,7 +194,7 @@ class _Evaluator:
         for init in graph.initializer:
             env[init.name] = to_internal(numpy_helper.to_array(init))
         for sparse in graph.sparse_initializer:
-            env[sparse.values.name] = to_internal(_sparse_to_dense(sparse))
+            env[sparse.values.name] = to_internal(sparse_to_dense(sparse))
         input_names = {i.name for i in graph.input}
         for name, value in feeds.items():
             if name not in input_names:
@@ -221,8 +210,9 @@ class _Evaluator:
         for init in graph.initializer:
             if init.name not in env:
                 env[init.name] = to_internal(numpy_helper.to_array(init))
+        producers = {out: node for node in graph.node for out in node.output if out}
         for node in graph.node:
-            self.run_node(node, env, self.opsets)
+            self.run_node(_log_softmax_form(node, producers), env, self.opsets)
         result = {}
         for name in wanted:
             try:
@@ -381,6 +371,24 @@ class _Evaluator:
                     )
             outs.append(to_internal(value) if isinstance(value, np.ndarray) else value)
         return outs
+
+
+def _log_softmax_form(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto]) -> onnx.NodeProto:
+    """Log(Softmax(x)) evaluated as LogSoftmax(x), the same real function.
+
+    Even in float64 a softmax underflows to 0 once a logit trails the row maximum by ~745, and
+    log(0) = -inf where the true value is finite; the reference must not inherit that, or a
+    rewrite to LogSoftmax (exact in real arithmetic, finite there) looks like a bug.
+    """
+    if node.op_type != "Log" or (node.domain or "") not in _STANDARD_DOMAINS or not node.input:
+        return node
+    softmax = producers.get(node.input[0])
+    if softmax is None or softmax.op_type != "Softmax" or (softmax.domain or "") not in _STANDARD_DOMAINS:
+        return node
+    fused = helper.make_node("LogSoftmax", [softmax.input[0]], list(node.output), name=node.name,
+                             domain=softmax.domain)
+    fused.attribute.extend(softmax.attribute)   # same axis convention in every opset
+    return fused
 
 
 def _value_info_for(name: str, value: Any) -> onnx.ValueInfoProto:
