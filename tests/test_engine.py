@@ -214,3 +214,15 @@ def test_fold_inside_a_model_local_function_uses_constant_nodes():
     assert "BatchNormalization" not in ops and ops.count("Conv") == 1
     x = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
     np.testing.assert_allclose(run(optimized, {"x": x})[0], run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_rule_constants_keep_scalar_shape():
+    from onnxrefine.ir.budget import ConstantBudget
+    from onnxrefine.ir.shapes import RankOracle
+    from onnxrefine.rewrite.rule import RewriteContext
+
+    model = ir_model([helper.make_node("Relu", ["x"], ["y"])], [value_info("x", shape=[2])], [value_info("y")])
+    ctx = RewriteContext(model, NameAllocator(model), ConstantBudget(), RankOracle(model))
+    ctx.begin(model.graph, "test")
+    value = ctx.constant(np.array(2.5, np.float32), "scalar")
+    assert value.const_value.numpy().shape == () and value.shape == ir.Shape([])

@@ -108,7 +108,7 @@ class RewriteContext:
 
     def constant(self, array: np.ndarray, hint: str, derived_from: Sequence[ir.Value | None] = ()) -> ir.Value:
         """A new constant holding `array` exactly; refused when over the per-tensor budget."""
-        array = np.ascontiguousarray(array)
+        array = np.require(array, requirements="C")  # ascontiguousarray would make a scalar 1-D
         source_bytes = max(
             (v.const_value.nbytes for v in derived_from if v is not None and v.const_value is not None),
             default=0,
