@@ -229,6 +229,13 @@ def fuse_log_softmax(m: Match, ctx: RewriteContext) -> Replacement:
     # Softmax and LogSoftmax of one opset share the axis convention (2-D coercion before 13,
     # a single axis from 13 on) and the default axis, so the attributes carry over as they are.
     softmax: ir.Node = m["softmax"]
+    dtype = dtypes_of(ctx).dtype(m["x"])
+    if dtype is None:
+        raise RewriteRefused("the input's element type is not known from trusted facts")
+    if dtype == ir.DataType.DOUBLE:
+        # onnxruntime's float64 LogSoftmax returns finite values (x - max + log(1e20)) in a row
+        # holding a NaN after its first element, where Log(Softmax) gives NaN.
+        raise RewriteRefused("onnxruntime's float64 LogSoftmax turns rows holding a NaN into finite values")
     new = ctx.node("LogSoftmax", [m["x"]], dict(softmax.attributes), hint=m["log"].name or None)
     return Replacement([new], {m["log"].outputs[0]: new.outputs[0]})
 

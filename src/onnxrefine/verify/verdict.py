@@ -21,7 +21,10 @@ rounding bound (float outputs, reference available)
            on this output: a measure of how ill-conditioned the output is)
     m      RMS of |R| over finite elements (the output's typical magnitude, so elements that
            cancel to ~0 are judged against the magnitude of what was summed, not against 0)
-    allowed_i = 2 * e_o_i + 2 * E + gamma * max(|R_i|, m)
+    s      the original's sensitivity (below): how far O_i moves when the inputs move by a few
+           ulps; it covers a rounding difference amplified by an ill-conditioned op downstream
+           (Sqrt or Log near 0, division by a small value) that gamma * |R| does not.
+    allowed_i = 2 * e_o_i + 2 * E + 2 * s_i + gamma * max(|R_i|, m)
     An element that differs (C_i != O_i) is explained when e_c_i <= allowed_i.
     With float32, n <= 2048 gives gamma*|R| <= 1.2e-4 |R|, so a change of 1e-3 relative is caught
     unless the original itself is wrong by ~5e-4 on that output; 1e-6 relative rounding
@@ -243,9 +246,13 @@ def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.n
     big_e = float(np.where(finite_ar, err_o, 0.0).max(initial=0.0))
     m_r = _rms(r)
     scale = np.maximum(np.abs(np.where(class_r == 0, r, 0.0)), m_r)
+    # gamma * scale bounds the rounding of the arithmetic that feeds the output, not its
+    # amplification by an ill-conditioned op further on (Sqrt or Log near 0, a Div by a small
+    # value); how far the original itself moves when its inputs move by a few ulps measures that.
+    sens = _sensitivity(evidence, unstable)
     with np.errstate(invalid="ignore", over="ignore"):
         allowed = ERROR_FACTOR * np.where(class_a == 0, err_o, np.inf) + ERROR_FACTOR * big_e \
-            + bound.gamma * scale
+            + ERROR_FACTOR * sens + bound.gamma * scale
         value_ok = (class_c == 0) & (class_r == 0) & (err_c <= allowed)
     # The reference is not finite but both float32 runs are: compare them with each other.
     no_ref_ok = finite_ac & (class_r != 0) & (

@@ -1,0 +1,90 @@
+"""Reduced cases from `onnxrefine fuzz` campaigns against onnxrefine's own passes and verdict.
+
+Each test names the campaign case it came from (`onnxrefine fuzz --seed 0 --cases 12000`, the
+default pipeline). Two were verdict false positives (float rounding judged a mismatch), one a
+rewrite that onnxruntime executes differently from its original.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from helpers import make_model, op_types, tensor, value_info
+from onnx import TensorProto
+
+import onnxrefine
+from onnxrefine.verify import verify_models
+
+
+def log_softmax_model(dtype: int, width: int = 6) -> onnx.ModelProto:
+    nodes = [onnx.helper.make_node("Softmax", ["x"], ["s"], axis=-1),
+             onnx.helper.make_node("Log", ["s"], ["y"])]
+    return make_model(nodes, [value_info("x", dtype, [2, width])], [value_info("y", dtype, [2, width])],
+                      opset=18)
+
+
+def test_log_softmax_fusion_refused_for_float64():
+    # case 1463: onnxruntime's float64 LogSoftmax returns finite values (x - max + log(1e20)) in a
+    # row holding a NaN after its first element, where Log(Softmax) gives NaN.
+    assert op_types(onnxrefine.optimize(log_softmax_model(TensorProto.DOUBLE),
+                                        ["fuse_consecutive_log_softmax"])) == ["Softmax", "Log"]
+    assert op_types(onnxrefine.optimize(log_softmax_model(TensorProto.FLOAT),
+                                        ["fuse_consecutive_log_softmax"])) == ["LogSoftmax"]
+
+
+def test_log_softmax_on_widely_spread_logits_is_not_a_mismatch():
+    # cases 215, 254: softmax underflows to 0 (even in the float64 reference) where a logit trails
+    # the row maximum by more than ~745, so Log(Softmax) is -inf while LogSoftmax is finite and
+    # right. The reference now evaluates Log(Softmax) as the log-softmax it equals.
+    original = log_softmax_model(TensorProto.FLOAT)
+    candidate = onnxrefine.optimize(original, ["fuse_consecutive_log_softmax"])
+    x = np.array([[0.5, -1000.0, 1.0, 2.0, -3.0, 0.0], [3e4, -2e4, 1.0, 0.0, 5.0, -7.0]], np.float32)
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
+    assert report.verdict in ("rounding", "exact"), report.to_dict()["outputs"][0]["notes"]
+
+
+def test_rounding_amplified_by_sqrt_near_zero_is_rounding_not_mismatch():
+    # case 7012 (fuse_bn_into_conv then Pow(., 0.5)): a rounding difference of ~1e-7 in a value
+    # near 0 grows to ~1e-5 behind a square root, beyond gamma * |output| though the rewrite is
+    # only reassociation. The original's own few-ulp input sensitivity now covers it.
+    def model(constants):
+        nodes, current = [], "x"
+        for index, value in enumerate(constants):
+            nodes.append(onnx.helper.make_node("Add", [current, f"c{index}"], [f"a{index}"]))
+            current = f"a{index}"
+        nodes.append(onnx.helper.make_node("Sqrt", [current], ["y"]))
+        inits = [tensor(f"c{i}", np.array(v, np.float32)) for i, v in enumerate(constants)]
+        return make_model(nodes, [value_info("x", TensorProto.FLOAT, [8])],
+                          [value_info("y", TensorProto.FLOAT, [8])], inits)
+
+    third = np.float32(1 / 3)
+    original, candidate = model([1.0]), model([third, np.float32(1) - third])   # reassociated
+    x = np.array([-0.9997454, -0.9988056, -0.999744, -0.999556, 0.0, 1.0, 2.0, 0.5], np.float32)
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
+    assert report.outputs[0].differing > 0
+    assert report.verdict == "rounding", report.to_dict()["outputs"][0]
+
+
+def test_sensitivity_does_not_excuse_a_real_change():
+    # The same graph with a constant that is off by 1e-3: no few-ulp sensitivity explains that.
+    def model(value):
+        nodes = [onnx.helper.make_node("Add", ["x", "c"], ["a"]), onnx.helper.make_node("Sqrt", ["a"], ["y"])]
+        return make_model(nodes, [value_info("x", TensorProto.FLOAT, [8])],
+                          [value_info("y", TensorProto.FLOAT, [8])], [tensor("c", np.array(value, np.float32))])
+
+    x = np.array([-0.999, -0.9991, -0.9992, -0.9993, 0.0, 1.0, 2.0, 0.5], np.float32)
+    report = verify_models(model(1.0), model(1.001), inputs=[{"x": x}], trials=2)
+    assert report.verdict == "mismatch"
+
+
+def test_mismatch_kind_tells_broken_models_from_wrong_values():
+    from onnxrefine.fuzz.campaign import mismatch_kind
+
+    original = log_softmax_model(TensorProto.FLOAT)
+    x = {"x": np.array([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]] * 2, np.float32)}
+    wrong = onnx.ModelProto.FromString(original.SerializeToString())
+    wrong.graph.node[1].op_type = "Neg"
+    assert mismatch_kind(verify_models(original, wrong, inputs=[x], trials=2)) == "wrong_values"
+    broken = onnx.ModelProto.FromString(original.SerializeToString())
+    broken.graph.node[0].attribute[0].i = 5   # axis out of range: onnxruntime refuses to load
+    assert mismatch_kind(verify_models(original, broken, inputs=[x], trials=2)) == "broken_model"
