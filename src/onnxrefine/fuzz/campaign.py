@@ -27,6 +27,7 @@ from onnxrefine.fuzz.graphquery import all_op_types
 from onnxrefine.fuzz.patterns import TARGET_PATTERNS
 
 FILED = "mismatch"
+SUMMARY_EVERY_S = 30.0
 STATUSES = ("mismatch", "rounding", "unstable", "exact", "not_fired", "optimizer_error",
             "generator_error", "mutated_input")
 
@@ -78,12 +79,27 @@ def _essence(model: onnx.ModelProto) -> bytes:
     return graph.SerializeToString(deterministic=True)
 
 
+def mismatch_kind(report) -> str:
+    """'broken_model' when onnxruntime cannot load or run the candidate, 'wrong_shape' when an
+    output changed shape or type, else 'wrong_values'. Two different bugs of one pass (pads
+    that exceed the kernel, a wrong fold) must not be merged into one bundle."""
+    report = report if isinstance(report, dict) else report.to_dict()
+    if any(note.startswith("candidate failed") for note in report.get("notes", [])):
+        return "broken_model"
+    for out in report.get("outputs", []):
+        if out.get("verdict") == FILED and (out.get("shape") != out.get("candidate_shape")
+                                            or out.get("dtype") != out.get("candidate_dtype")):
+            return "wrong_shape"
+    return "wrong_values"
+
+
 def signature(step: str, original: onnx.ModelProto, candidate: onnx.ModelProto, report) -> str:
-    """What the step did (op types removed and added) and which outputs broke, hashed short."""
+    """What the step did (op types removed and added), how it broke the model and how many
+    outputs broke, hashed short."""
     before, after = Counter(all_op_types(original.graph)), Counter(all_op_types(candidate.graph))
     removed, added = sorted((before - after).elements()), sorted((after - before).elements())
     broken = sorted(out.verdict for out in report.outputs if out.verdict == FILED)
-    text = json.dumps([step, removed, added, len(broken)])
+    text = json.dumps([step, mismatch_kind(report), removed, added, len(broken)])
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
@@ -137,6 +153,7 @@ def run_case(settings: CampaignSettings, index: int) -> dict:
     result.update(status=report.verdict, seconds=time.perf_counter() - started)
     if report.verdict == FILED:
         result["signature"] = signature(step, case.model, candidate, report)
+        result["kind"] = mismatch_kind(report)
         result["model"] = case.model.SerializeToString()
         result["candidate"] = candidate.SerializeToString()
         result["report"] = report.to_dict()
@@ -242,8 +259,8 @@ def write_bundle(out_dir: str, settings: CampaignSettings, result: dict) -> str:
         sets = generate_labelled_inputs(model, seed=result["seed"], dims=result["input_dims"],
                                         trials=settings.trials)
         save_inputs(os.path.join(staging, "inputs.npz"), [feeds for _, feeds in sets])
-        meta = {key: result[key] for key in ("index", "seed", "step", "pattern", "signature",
-                                             "input_dims", "opset", "max_nodes")}
+        meta = {key: result.get(key) for key in ("index", "seed", "step", "pattern", "signature",
+                                                 "kind", "input_dims", "opset", "max_nodes")}
         meta.update(optimizer=settings.optimizer, passes=list(settings.passes or []),
                     trials=settings.trials, input_set_labels=[label for label, _ in sets],
                     verification=result["report"])
@@ -294,6 +311,13 @@ def run_campaign(settings: CampaignSettings, out_dir: str, *, jobs: int = 1,
     summary = CampaignSummary()
     seen: set[tuple[str, str]] = set()
     results = _ray_results(settings, ray_address) if ray_address else _local_results(settings, jobs)
+    from onnxrefine.verify.report import write_atomic
+
+    def save_summary() -> None:
+        write_atomic(os.path.join(out_dir, "summary.json"),
+                     json.dumps({"settings": asdict(settings), **summary.to_dict()}, indent=2) + "\n")
+
+    last_saved = time.perf_counter()
     for result in results:
         summary.add(result)
         if result["status"] == FILED:
@@ -305,8 +329,8 @@ def run_campaign(settings: CampaignSettings, out_dir: str, *, jobs: int = 1,
                 summary.bundles.append(write_bundle(out_dir, settings, result))
         if on_result is not None:
             on_result(result, summary)
-    from onnxrefine.verify.report import write_atomic
-
-    write_atomic(os.path.join(out_dir, "summary.json"),
-                 json.dumps({"settings": asdict(settings), **summary.to_dict()}, indent=2) + "\n")
+        if time.perf_counter() - last_saved > SUMMARY_EVERY_S:
+            save_summary()   # long campaigns can be polled while they run
+            last_saved = time.perf_counter()
+    save_summary()
     return summary

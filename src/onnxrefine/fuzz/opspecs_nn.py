@@ -22,13 +22,14 @@ def spatial(size: int, static: bool) -> Dim:
     return Dim.static(size) if static else Dim.computed(size)
 
 
-def draw_window(g: GraphBuilder, size: int, *, allow_dilation: bool, pad_below_kernel: bool):
+def draw_window(g: GraphBuilder, size: int, *, allow_dilation: bool, pad_below_kernel: bool,
+                min_kernel: int = 1, max_pad: int = 2):
     """Kernel, stride, dilation and pads along one spatial axis with at least one output."""
     for _ in range(8):
-        kernel = g.randint(1, 3)
+        kernel = g.randint(min_kernel, max(3, min_kernel))
         dilation = 2 if allow_dilation and g.chance(0.2) else 1
         stride = g.choice([1, 1, 2])
-        limit = kernel - 1 if pad_below_kernel else 2
+        limit = min(kernel - 1 if pad_below_kernel else 2, max_pad)
         begin = g.randint(0, limit) if g.chance(0.5) else 0
         end = g.randint(0, limit) if g.chance(0.5) else 0
         span = size + begin + end - ((kernel - 1) * dilation + 1)
@@ -129,12 +130,12 @@ def build_batchnorm(g: GraphBuilder, x: Value):
     return [emit_batchnorm(g, x)]
 
 
-def emit_pool(g: GraphBuilder, op: str, x: Value) -> Value:
+def emit_pool(g: GraphBuilder, op: str, x: Value, *, min_kernel: int = 1, max_pad: int = 2) -> Value:
     kernels, strides, dilations, begins, ends, dims = [], [], [], [], [], list(x.dims[:2])
     ceil_mode = 1 if g.chance(0.3) else 0
     for dim in x.dims[2:]:
         k, s, d, b, e, span = draw_window(g, dim.size, allow_dilation=op == "MaxPool",
-                                          pad_below_kernel=True)
+                                          pad_below_kernel=True, min_kernel=min_kernel, max_pad=max_pad)
         floor_out, ceil_out = span // s + 1, -(-span // s) + 1
         # With ceil_mode a last window that would start in the end padding is dropped; runtimes
         # and shape inference disagree there, so such windows are not generated.

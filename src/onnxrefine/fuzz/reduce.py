@@ -3,8 +3,9 @@
 Greedy delta debugging over graph edits, each kept only when the edited model is still valid
 (checker, strict shape inference, onnxruntime load and run) and the step still yields `mismatch`
 under `verify_models` (so the original's controls stay clean: an unstable original is not a
-mismatch). Edits, repeated to a fixed point: keep one output; cut a node by turning the values
-it produces into graph inputs of the recorded shape and type (everything only it fed then goes
+mismatch) of the same kind (wrong values, wrong shape, broken model). Edits, repeated to a fixed
+point: keep one output; move the output up to an earlier node's value; cut a node by turning the
+values it produces into graph inputs of the recorded shape and type (everything only it fed then goes
 away); bypass a node whose input has its output's type and shape; prune dead nodes, unused
 initializers and unused inputs.
 """
@@ -36,6 +37,7 @@ class ReduceResult:
     checks: int = 0
     nodes_before: int = 0
     nodes_after: int = 0
+    kind: str = ""   # campaign.mismatch_kind of the case, kept by every accepted edit
     log: list = field(default_factory=list)
 
 
@@ -111,8 +113,22 @@ def valid(model: onnx.ModelProto) -> bool:
         return False
 
 
-def still_fails(model: onnx.ModelProto, step: Step, dims: dict, seed: int, trials: int):
-    """The step's output when the step still gives `mismatch` on this valid model, else None."""
+def still_fails(model: onnx.ModelProto, step: Step, dims: dict, seed: int, trials: int,
+                kind: str | None = None):
+    """The step's output when the step still gives `mismatch` on this valid model, else None.
+
+    With `kind` (see `campaign.mismatch_kind`), only a mismatch of that kind counts, so that a
+    wrong-values case does not drift into another bug (a candidate that no longer loads).
+    """
+    found = _failure(model, step, dims, seed, trials)
+    if found is None or kind is not None and found[1] != kind:
+        return None
+    return found[0]
+
+
+def _failure(model, step, dims, seed, trials):
+    """(candidate, mismatch kind) when the step gives `mismatch` on this valid model."""
+    from onnxrefine.fuzz.campaign import mismatch_kind
     from onnxrefine.verify import verify_models
 
     if not valid(model):
@@ -125,7 +141,7 @@ def still_fails(model: onnx.ModelProto, step: Step, dims: dict, seed: int, trial
         report = verify_models(model, candidate, seed=seed, dims=dims, trials=trials)
     except BadInputError:
         return None   # the edited original no longer loads or runs
-    return candidate if report.verdict == "mismatch" else None
+    return (candidate, mismatch_kind(report)) if report.verdict == "mismatch" else None
 
 
 def _keep_output(model, index):
@@ -133,6 +149,19 @@ def _keep_output(model, index):
     keep = edited.graph.output[index]
     del edited.graph.output[:]
     edited.graph.output.append(keep)
+    return prune(edited)
+
+
+def _retarget(model, index, types):
+    """Make node `index`'s first output the only graph output (everything after it goes away)."""
+    node = model.graph.node[index]
+    name = node.output[0] if node.output else ""
+    if not name or name not in types or name in {o.name for o in model.graph.output}:
+        return None
+    edited = _copy(model)
+    dtype, shape = types[name]
+    del edited.graph.output[:]
+    edited.graph.output.append(helper.make_tensor_value_info(name, dtype, list(shape)))
     return prune(edited)
 
 
@@ -180,10 +209,11 @@ def reduce_model(model: onnx.ModelProto, step: Step, *, dims: dict, seed: int, t
     """Greedy reduction of a model on which `step` gives a mismatch."""
     started = time.perf_counter()
     result = ReduceResult(model=prune(_copy(model)), candidate=None, nodes_before=len(model.graph.node))
-    result.candidate = still_fails(result.model, step, dims, seed, trials)
+    first = _failure(result.model, step, dims, seed, trials)
     result.checks = 1
-    if result.candidate is None:
+    if first is None:
         raise BadInputError("the case does not give a mismatch for this step (nothing to reduce)")
+    result.candidate, result.kind = first
 
     def budget_left() -> bool:
         over_time = time_budget_s is not None and time.perf_counter() - started > time_budget_s
@@ -193,7 +223,7 @@ def reduce_model(model: onnx.ModelProto, step: Step, *, dims: dict, seed: int, t
         if edited is None or not budget_left():
             return False
         result.checks += 1
-        candidate = still_fails(edited, step, dims, seed, trials)
+        candidate = still_fails(edited, step, dims, seed, trials, result.kind)
         if candidate is None:
             return False
         result.model, result.candidate = edited, candidate
@@ -210,7 +240,7 @@ def reduce_model(model: onnx.ModelProto, step: Step, *, dims: dict, seed: int, t
                 if attempt(_keep_output(result.model, index), f"kept output {index}"):
                     changed = True
                     break
-        for edit, name in ((_cut, "cut"), (_bypass, "bypassed")):
+        for edit, name in ((_retarget, "output moved up to"), (_cut, "cut"), (_bypass, "bypassed")):
             index = 0
             while index < len(result.model.graph.node) and budget_left():
                 try:
@@ -242,6 +272,13 @@ def _load_bundle(bundle: str) -> tuple[onnx.ModelProto, dict]:
     return model, meta
 
 
+def _optimize_command(meta: dict) -> str:
+    from onnxrefine.triage.adapters import get_adapter
+
+    return get_adapter(meta["optimizer"]).command(meta["step"]).replace(
+        "original.onnx", "model.onnx").replace("optimized.onnx", "model.opt.onnx")
+
+
 def reduce_bundle(bundle: str, *, out_dir: str | None = None, max_checks: int = 300,
                   time_budget_s: float | None = None, progress=None) -> tuple[ReduceResult, str]:
     """Reduce a `onnxrefine fuzz` bundle; writes <bundle>/reduced/ (atomically) and returns it."""
@@ -262,6 +299,7 @@ def reduce_bundle(bundle: str, *, out_dir: str | None = None, max_checks: int = 
         onnx.save(result.candidate, os.path.join(staging, "model.opt.onnx"))
         info = {**{k: meta[k] for k in ("optimizer", "step", "seed") if k in meta},
                 "input_dims": meta.get("input_dims") or {},
+                "kind": result.kind,
                 "nodes_before": result.nodes_before, "nodes_after": result.nodes_after,
                 "checks": result.checks, "log": result.log}
         with open(os.path.join(staging, "reduce.json"), "w") as handle:
@@ -271,7 +309,8 @@ def reduce_bundle(bundle: str, *, out_dir: str | None = None, max_checks: int = 
             handle.write(
                 f"# Reduced repro: {meta['optimizer']} step `{meta['step']}`\n\n"
                 f"{result.nodes_before} nodes reduced to {result.nodes_after} "
-                f"in {result.checks} checks; the step still gives `mismatch`.\n\n```sh\n"
+                f"in {result.checks} checks; the step still gives `mismatch` ({result.kind}).\n\n```sh\n"
+                f"{_optimize_command(meta)}\n"
                 f"onnxrefine verify model.onnx model.opt.onnx --seed {meta['seed']}"
                 f"{' --dims ' + dims if dims else ''}\n```\n")
         if os.path.exists(final):
