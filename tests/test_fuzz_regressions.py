@@ -88,3 +88,23 @@ def test_mismatch_kind_tells_broken_models_from_wrong_values():
     broken = onnx.ModelProto.FromString(original.SerializeToString())
     broken.graph.node[0].attribute[0].i = 5   # axis out of range: onnxruntime refuses to load
     assert mismatch_kind(verify_models(original, broken, inputs=[x], trials=2)) == "broken_model"
+
+
+def test_candidate_non_finite_where_the_original_already_broke_down_is_not_a_mismatch():
+    # case 3803 (seed 0 rerun): Log(Softmax(x)) -> Softmax(axis 0) -> Log, the second Softmax also
+    # feeding a Flatten so that only the first pair fuses. On logits ~1e19 the original gives NaN
+    # (a column of -inf into Softmax), the candidate -inf (its remaining float32 Log(Softmax)
+    # underflows), the float64 reference a finite value: the original's own error is unbounded.
+    nodes = [onnx.helper.make_node("Softmax", ["x"], ["s1"], axis=-1),
+             onnx.helper.make_node("Log", ["s1"], ["l1"]),
+             onnx.helper.make_node("Softmax", ["l1"], ["s2"], axis=0),
+             onnx.helper.make_node("Log", ["s2"], ["y"]),
+             onnx.helper.make_node("Flatten", ["s2"], ["f"], axis=0)]
+    original = make_model(nodes, [value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [value_info("y", TensorProto.FLOAT, [2, 4]), value_info("f", TensorProto.FLOAT, [1, 8])],
+                          opset=18)
+    candidate = onnxrefine.optimize(original, ["fuse_consecutive_log_softmax"])
+    assert op_types(candidate).count("LogSoftmax") == 1
+    x = np.array([[-1.3e18, 9.4e18, 4.1e18, -1.4e19], [1.2e19, 5.2e16, 5.8e18, -4.2e18]], np.float32)
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
+    assert report.verdict in ("rounding", "exact"), [o.notes for o in report.outputs]

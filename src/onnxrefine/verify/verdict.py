@@ -34,7 +34,9 @@ rounding bound (float outputs, reference available)
 
 NaN/inf pattern changes (class finite/+inf/-inf/NaN of C_i differs from O_i)
     explained when C_i has R_i's class, or C_i overflowed to the sign of an R_i that is itself
-    beyond the dtype's largest finite value; otherwise unexplained.
+    beyond the dtype's largest finite value, or O_i itself is not finite where R_i is (the
+    original's own error is unbounded there, so allowed_i is infinite: a float32 Log(Softmax)
+    that underflows to -inf, say); otherwise unexplained.
 
 fallback without a float64 reference (the reference raised UnsupportedOperatorError)
     e_o is replaced by the original's sensitivity s_i = max over perturbation runs of
@@ -274,7 +276,9 @@ def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.n
     territory = (class_r != 0) | (class_a != 0) | (np.abs(np.where(class_r == 0, r, 0.0)) > huge) | \
         (np.abs(np.where(class_a == 0, a, 0.0)) > huge) | \
         ((class_c != 3) & (np.abs(np.nan_to_num(c, posinf=np.inf, neginf=-np.inf)) > huge))
-    return _overflow_excuse(evidence, value_ok | no_ref_ok | pattern_ok, territory, judgement)
+    original_broke = (class_a != 0) & (class_r == 0)
+    return _overflow_excuse(evidence, value_ok | no_ref_ok | pattern_ok | original_broke, territory,
+                            judgement)
 
 
 def _overflow_excuse(evidence: SetEvidence, explained: np.ndarray, territory: np.ndarray,
