@@ -323,3 +323,21 @@ def test_streaming_save_round_trips_every_dtype(tmp_path, monkeypatch, lazy):
             assert actual.tobytes() == expected.tobytes()
         assert list(copied[tensor.name].dims) == list(tensor.dims)
         assert copied[tensor.name].data_type == tensor.data_type
+
+
+def test_models_over_the_protobuf_limit_are_saved_with_external_data(tmp_path, monkeypatch):
+    # The real limit is 2 GB; lower the threshold so a small model takes the same path.
+    monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD_BYTES", 1000)
+    source = tmp_path / "in.onnx"
+    onnx.save(build_example(), source)
+    model, _ = onnxrefine.api.optimize_ir(io.load_model(source))
+    target = tmp_path / "out" / "big.onnx"
+    target.parent.mkdir()
+    io.save_model(model, target, input_path=source)
+    assert (target.parent / "big.onnx.data").exists()
+    stored = onnx.load(target, load_external_data=False)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in stored.graph.initializer)
+    loaded = onnx.load(target)
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.testing.assert_allclose(run(loaded, {"image": x})[0], run(build_example(), {"image": x})[0],
+                               rtol=1e-5, atol=1e-6)
