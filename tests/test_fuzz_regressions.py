@@ -108,3 +108,26 @@ def test_candidate_non_finite_where_the_original_already_broke_down_is_not_a_mis
     x = np.array([[-1.3e18, 9.4e18, 4.1e18, -1.4e19], [1.2e19, 5.2e16, 5.8e18, -4.2e18]], np.float32)
     report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
     assert report.verdict in ("rounding", "exact"), [o.notes for o in report.outputs]
+
+
+def test_generator_cases_from_the_campaign_are_valid():
+    # rewrite_where seeds 797 and 8714 crashed the generator (an operand and a condition that each
+    # broadcast with x but not with each other).
+    from onnxrefine.fuzz.generator import check_case, generate_model
+
+    for seed in (797, 8714):
+        check_case(generate_model(seed, target="rewrite_where"))
+
+
+def test_concat_into_reshape_pattern_reaches_empty_tensors_validly():
+    # onnxoptimizer's fuse_concat_into_reshape writes a -1 next to a 0 for an empty tensor; the
+    # generator must produce empty tensors (and keep them away from ops that reject them).
+    from onnxrefine.fuzz.generator import check_case, generate_model
+
+    empty = 0
+    for seed in range(24):
+        case = generate_model(seed, target="fuse_concat_into_reshape")
+        check_case(case, intermediates=True)
+        empty += any(d.HasField("dim_value") and d.dim_value == 0
+                     for i in case.model.graph.input for d in i.type.tensor_type.shape.dim)
+    assert empty >= 2

@@ -151,6 +151,7 @@ class GraphBuilder:
         self._counter = 0
         self.node_count = 0
         self.allow_constant_nodes = True
+        self.allow_empty = False   # set only by patterns that build on zero-size tensors
 
     # --- random helpers -------------------------------------------------------------------------
     def chance(self, p: float) -> bool:
@@ -195,8 +196,11 @@ class GraphBuilder:
         return Dim(self.input_dims[name], name)
 
     def pick(self, accept) -> Value | None:
-        """A pool value accepted by `accept`, preferring recent values nothing consumes yet."""
-        candidates = [(i, v) for i, v in enumerate(self.pool) if accept(v)]
+        """A pool value accepted by `accept`, preferring recent values nothing consumes yet.
+
+        Zero-size values are never picked: only patterns that mean to make them (Reshape of an
+        empty tensor) use them, since most ops (reductions, pools, ArgMax) reject them."""
+        candidates = [(i, v) for i, v in enumerate(self.pool) if v.numel != 0 and accept(v)]
         if not candidates:
             return None
         n = len(self.pool)
@@ -241,7 +245,8 @@ class GraphBuilder:
             dtype, dims = spec[0], tuple(spec[1])
             shape_vals = spec[2] if len(spec) > 2 else None
             # Empty tensors are kept out on purpose: shape rules here assume every dim >= 1.
-            assert all(d.size >= 1 for d in dims), f"{op}: empty output {[d.size for d in dims]}"
+            assert self.allow_empty or all(d.size >= 1 for d in dims), \
+                f"{op}: empty output {[d.size for d in dims]}"
             outputs.append(Value(self.fresh(op.lower()), dtype, dims, shape_vals))
         name = self.fresh(f"n_{op}")
         self._scopes[-1].nodes.append(

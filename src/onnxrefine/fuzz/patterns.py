@@ -157,11 +157,12 @@ def pad_pool(g: GraphBuilder):
     if g.chance(0.3):
         nn.emit_pool(g, op, padded)
         return
-    # A pool without pads of its own and a kernel longer than any one Pad side: a fold then gives
-    # pads below the kernel, which onnxruntime accepts, so a wrong fold shows as wrong values
-    # instead of a model that does not load.
+    # A kernel longer than the Pad's and the pool's own padding together: a fold then gives pads
+    # below the kernel, which onnxruntime accepts, so a wrong fold shows as wrong values (own
+    # pads excluded by count_include_pad=0, say) instead of a model that does not load.
     widest = max((p.size - d.size for p, d in zip(padded.dims[2:], x.dims[2:])), default=0)
-    nn.emit_pool(g, op, padded, min_kernel=min(widest, 2) + 1, max_pad=0)
+    own = g.randint(0, 1)
+    nn.emit_pool(g, op, padded, min_kernel=min(widest, 2) + own + 1, max_pad=own)
 
 
 def matmul_add(g: GraphBuilder):
@@ -254,7 +255,15 @@ def reduce_unsqueeze(g: GraphBuilder):
 
 
 def concat_into_reshape(g: GraphBuilder):
-    x = tensor(g, tuple(ALL_TYPES), 2)
+    # Sometimes an empty tensor (a static 0 dim): a folded target then holds a 0 that must stay a
+    # real 0 (allowzero=1), and a -1 next to it cannot be inferred.
+    empty = g.opset >= 14 and g.chance(0.25)
+    if empty:
+        dims = [Dim.static(g.choice([1, 2, 3, 4, 6])) for _ in range(g.randint(2, 4))]
+        dims[g.randint(0, len(dims) - 1)] = Dim.static(0)
+        x = g.add_input(g.choice([F32, F32, I64]), tuple(dims))
+    else:
+        x = tensor(g, tuple(ALL_TYPES), 2)
     for _ in range(4):
         target = nn.propose_reshape(g, x)
         if len(target) >= 2 and any(source is not None for _, source in target):
@@ -263,7 +272,9 @@ def concat_into_reshape(g: GraphBuilder):
         target = [(d, i) for i, d in enumerate(x.dims)]
     shape = nn.computed_target(g, x, target)
     if shape is not None:
-        g.node1("Reshape", [x.name, shape], x.dtype, [d for d, _ in target])
+        g.allow_empty = empty
+        g.node1("Reshape", [x.name, shape], x.dtype, [d for d, _ in target], **({"allowzero": 1} if empty else {}))
+        g.allow_empty = False
 
 
 def qkv(g: GraphBuilder):
@@ -472,7 +483,11 @@ def where_not(g: GraphBuilder):
     cond, cdims = ops.bool_condition(g, x)
     negated = g.node1("Not", [cond], BOOL, cdims)
     other, odims = ops.operand(g, x)
-    dims = broadcast_dims(broadcast_dims(x.dims, odims), cdims)
+    dims = broadcast_dims(x.dims, odims)
+    dims = broadcast_dims(dims, cdims) if dims is not None else None
+    if dims is None or numel(dims) > MAX_NUMEL:
+        # the operand broadcasts with x and the condition with x, but not with each other
+        other, dims = x.name, broadcast_dims(x.dims, cdims)
     g.node1("Where", [negated.name, x.name, other], x.dtype, dims)
 
 
