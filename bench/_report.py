@@ -39,7 +39,8 @@ def _model_table(cache, models) -> list[str]:
     ]
     for name in models:
         m = cache["models"][name]
-        top = ", ".join(f"{op} {n}" for op, n in list(m.get("op_histogram", {}).items())[:4])
+        histogram = sorted(m.get("op_histogram", {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        top = ", ".join(f"{op} {n}" for op, n in histogram[:4])
         float64 = m.get("float64", {})
         if float64.get("status") == "ok":
             ref = _fmt_error(m.get("original_max_abs_vs_float64"))
@@ -173,6 +174,8 @@ def render(cache: dict, model_order: list[str], tool_order: list[str]) -> str:
         "- **won on nodes**: models where the tool's node count equals the lowest among tools that "
         "succeeded on that model (ties count for each).",
         "",
+        *(["## Conditions of this run", "", *[f"- {note}" for note in cache.get("notes", [])], ""]
+          if cache.get("notes") else []),
         "## Corpus",
         "",
         *_model_table(cache, models),

@@ -49,7 +49,7 @@ def run_worker(mode: str, report_path: Path, log_path: Path, timeout: float, **o
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            return {"ok": False, "timeout": True, "error": f"timed out after {timeout:.0f} s"}
+            return {"ok": False, "timeout": True, "error": f"timed out after {timeout:g} s"}
     process_s = time.perf_counter() - started
     if report_path.exists():
         report = json.loads(report_path.read_text())
@@ -253,18 +253,40 @@ def compare_all(cache: dict) -> None:
         if row.get("status") != "ok" or not row.get("outputs_file"):
             continue
         runs = (BENCH_DIR / row["outputs_file"]).parent
-        candidate = load_outputs(BENCH_DIR / row["outputs_file"])
-        original = load_outputs(runs / "original.npz")
-        reference = load_outputs(runs / "float64.npz")
+        try:
+            candidate = load_outputs(BENCH_DIR / row["outputs_file"])
+            original = load_outputs(runs / "original.npz")
+            reference = load_outputs(runs / "float64.npz")
+        except (OSError, ValueError, KeyError) as exc:  # e.g. a file another run is writing
+            print(f"{row['model']}/{row['tool']}: outputs unreadable ({exc}); errors not updated")
+            continue
         if candidate is None or original is None:
             continue
         row["max_abs_vs_original"] = max_abs_difference(candidate, original)
         row["max_abs_vs_float64"] = max_abs_difference(candidate, reference) if reference else None
         model = cache["models"].get(row["model"])
-        if model is not None:
-            model["original_max_abs_vs_float64"] = (
-                max_abs_difference(original, reference) if reference else None
-            )
+        if model is not None and reference is not None:
+            model["original_max_abs_vs_float64"] = max_abs_difference(original, reference)
+            model["float64"] = {"status": "ok", **{
+                k: v for k, v in model.get("float64", {}).items() if k == "seconds"}}
+
+
+def merge_caches(cache: dict, other: dict) -> None:
+    """Fold another results file into this one: the newer row per (model, tool) wins."""
+    for key, row in other.get("rows", {}).items():
+        mine = cache["rows"].get(key)
+        if mine is None or row.get("date", "") >= mine.get("date", ""):
+            cache["rows"][key] = row
+    for name, model in other.get("models", {}).items():
+        mine = cache["models"].setdefault(name, model)
+        if mine is not model and model.get("float64", {}).get("status") == "ok":
+            if mine.get("float64", {}).get("status") != "ok":
+                mine["float64"] = model["float64"]
+                mine["original_max_abs_vs_float64"] = model.get("original_max_abs_vs_float64")
+    for package, version in other.get("versions", {}).items():
+        if package == "onnxrefine" or package not in cache.setdefault("versions", {}):
+            cache["versions"][package] = version
+    cache["runs"].extend(other.get("runs", []))
 
 
 def load_cache(path: Path) -> dict:
@@ -301,7 +323,15 @@ def main(argv=None) -> int:
     parser.add_argument("--refresh-float64", action="store_true")
     parser.add_argument("--keep-models", action="store_true", help="keep optimized .onnx files")
     parser.add_argument("--report-only", action="store_true", help="only re-render from the cache")
+    parser.add_argument("--note", action="append", default=[],
+                        help="a line about the run's conditions, kept in the cache and the report")
+    parser.add_argument("--runs-dir", type=Path, help="working files (default: CORPUS/_runs)")
+    parser.add_argument("--merge", type=Path, action="append", default=[],
+                        help="fold rows from another results JSON into --results (repeatable)")
     args = parser.parse_args(argv)
+    # Workers run with cwd=bench/, so every path handed to them must be absolute.
+    args.corpus = args.corpus.resolve()
+    args.runs_dir = args.runs_dir.resolve() if args.runs_dir else None
 
     tools = TOOLS if not args.tools else [t.strip() for t in args.tools.split(",") if t.strip()]
     if unknown := [t for t in tools if t not in TOOLS]:
@@ -329,7 +359,7 @@ def main(argv=None) -> int:
         })
         for name in names:
             entry = manifest["models"][name]
-            runs = args.corpus / "_runs" / name
+            runs = (args.runs_dir or args.corpus / "_runs") / name
             runs.mkdir(parents=True, exist_ok=True)
             try:
                 ensure_original(name, entry, args.corpus, runs, cache, args)
@@ -344,6 +374,10 @@ def main(argv=None) -> int:
                 save_cache(args.results, cache)
                 outcome = row["status"] if row["status"] == "ok" else f"{row['status']}: {row['error'][:100]}"
                 print(f"{name:30s} {tool:14s} {time.perf_counter() - started:7.1f} s  {outcome}", flush=True)
+    if args.note:
+        cache.setdefault("notes", []).extend(args.note)
+    for other in args.merge:
+        merge_caches(cache, load_cache(other))
     compare_all(cache)
     save_cache(args.results, cache)
     text = _report.render(cache, model_order=ALL_MODELS, tool_order=TOOLS)
