@@ -131,3 +131,20 @@ def test_concat_into_reshape_pattern_reaches_empty_tensors_validly():
         empty += any(d.HasField("dim_value") and d.dim_value == 0
                      for i in case.model.graph.input for d in i.type.tensor_type.shape.dim)
     assert empty >= 2
+
+
+def test_log_softmax_not_fused_when_it_feeds_a_discrete_op():
+    # case 8483 (seed 0 rerun): Log(Softmax(x, axis 0)) -> ReduceMean -> ArgMax. On large logits
+    # the float32 softmax underflows, Log gives -inf in several columns and ArgMax picks the first
+    # tie; LogSoftmax's finite values pick another index.
+    nodes = [onnx.helper.make_node("Softmax", ["x"], ["s"], axis=0),
+             onnx.helper.make_node("Log", ["s"], ["l"]),
+             onnx.helper.make_node("ReduceMean", ["l"], ["m"], axes=[0], keepdims=0),
+             onnx.helper.make_node("Sigmoid", ["m"], ["g"]),
+             onnx.helper.make_node("ArgMax", ["g"], ["y"], axis=0, keepdims=0)]
+    original = make_model(nodes, [value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [value_info("y", TensorProto.INT64, [])], opset=17)
+    assert op_types(onnxrefine.optimize(original, ["fuse_consecutive_log_softmax"]))[:2] == ["Softmax", "Log"]
+    plain = make_model(nodes[:3], [value_info("x", TensorProto.FLOAT, [2, 3])],
+                       [value_info("m", TensorProto.FLOAT, [3])], opset=17)
+    assert op_types(onnxrefine.optimize(plain, ["fuse_consecutive_log_softmax"])) == ["LogSoftmax", "ReduceMean"]

@@ -236,8 +236,46 @@ def fuse_log_softmax(m: Match, ctx: RewriteContext) -> Replacement:
         # onnxruntime's float64 LogSoftmax returns finite values (x - max + log(1e20)) in a row
         # holding a NaN after its first element, where Log(Softmax) gives NaN.
         raise RewriteRefused("onnxruntime's float64 LogSoftmax turns rows holding a NaN into finite values")
+    if _feeds_discrete_op(m["log"].outputs[0]):
+        # Where the float Softmax underflows, Log gives -inf (ties); LogSoftmax gives distinct
+        # finite values, which an ArgMax or a comparison downstream tells apart (the same reason
+        # Exp/Softmax before ArgMax are not dropped).
+        raise RewriteRefused("the result reaches a discrete op, which the -inf ties of an "
+                             "underflowing Log(Softmax) would decide differently")
     new = ctx.node("LogSoftmax", [m["x"]], dict(softmax.attributes), hint=m["log"].name or None)
     return Replacement([new], {m["log"].outputs[0]: new.outputs[0]})
+
+
+# Ops whose result jumps between neighbouring inputs (ties, thresholds, rounding to integers).
+_DISCRETE_OPS = frozenset({
+    "ArgMax", "ArgMin", "Floor", "Ceil", "Round", "Sign", "TopK", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "Mod", "NonZero", "Unique", "QuantizeLinear",
+    "DynamicQuantizeLinear", "IsInf", "IsNaN", "Hardmax",
+})
+
+
+def _feeds_discrete_op(value: ir.Value) -> bool:
+    """Whether any node downstream of `value` is discrete (a Cast to a non-float type included).
+    Subgraph consumers count as discrete: their outputs are not followed."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        for use in stack.pop().uses():
+            node = use.node
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op_type in _DISCRETE_OPS or node.domain not in ("", "ai.onnx"):
+                return True
+            if node.op_type == "Cast":
+                to = node.attributes.get("to")
+                if to is None or not ir.DataType(to.value).is_floating_point():
+                    return True
+            if node.graph is not value.graph or any(
+                    a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+                return True
+            stack.extend(node.outputs)
+    return False
 
 
 LOG_SOFTMAX = Rule(
