@@ -148,3 +148,25 @@ def test_log_softmax_not_fused_when_it_feeds_a_discrete_op():
     plain = make_model(nodes[:3], [value_info("x", TensorProto.FLOAT, [2, 3])],
                        [value_info("m", TensorProto.FLOAT, [3])], opset=17)
     assert op_types(onnxrefine.optimize(plain, ["fuse_consecutive_log_softmax"])) == ["LogSoftmax", "ReduceMean"]
+
+
+def test_clip_without_min_makes_minus_inf_finite_in_the_reference():
+    # case 2581 (seed 0 after the fixes): Clip(x, max=c) -> Softmax -> Log on an input holding
+    # -inf. Clip's omitted min is numeric_limits::lowest(), so onnxruntime's Clip gives -FLT_MAX,
+    # the original's Log(Softmax) -inf and LogSoftmax a finite value; the reference passed -inf
+    # through Clip and so blamed the candidate.
+    from onnxrefine.verify.reference import evaluate_float64
+
+    nodes = [onnx.helper.make_node("Clip", ["x", "", "c"], ["k"]),
+             onnx.helper.make_node("Softmax", ["k"], ["s"], axis=1),
+             onnx.helper.make_node("Log", ["s"], ["y"])]
+    original = make_model(nodes, [value_info("x", TensorProto.FLOAT, [1, 3])],
+                          [value_info("y", TensorProto.FLOAT, [1, 3])],
+                          [tensor("c", np.array(0.5, np.float32))], opset=17)
+    x = np.array([[-np.inf, -1.0, -0.7]], np.float32)
+    clipped = evaluate_float64(original, {"x": x}, outputs=["k"])["k"]
+    assert np.isfinite(clipped).all() and clipped[0, 0] == np.finfo(np.float64).min
+    candidate = onnxrefine.optimize(original, ["fuse_consecutive_log_softmax"])
+    assert "LogSoftmax" in op_types(candidate)
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
+    assert report.verdict in ("rounding", "exact"), [o.notes for o in report.outputs]

@@ -135,11 +135,17 @@ def _sigmoid(x):
 def _clip(call):
     x = call.inputs[0]
     if call.opset < 11:
-        lo = call.attr("min", -np.inf)
-        hi = call.attr("max", np.inf)
+        lo = call.attr("min")
+        hi = call.attr("max")
     else:
         lo = call.input(1)
         hi = call.input(2)
+    if x.dtype.kind == "f":
+        # Omitted bounds are numeric_limits::lowest()/max() (the spec; onnxruntime does so), so
+        # Clip turns -inf/+inf into finite values; passing infinities through would make the
+        # reference -inf where a rewritten graph rightly stays finite.
+        lo = np.finfo(x.dtype).min if lo is None else lo
+        hi = np.finfo(x.dtype).max if hi is None else hi
     out = x
     if lo is not None:
         out = np.maximum(out, np.asarray(lo, dtype=x.dtype))
