@@ -149,6 +149,32 @@ class StaticShapes:
         self._shapes: dict[int, tuple[ir.Value, object]] = {}
         self._elements: dict[int, tuple[ir.Value, object]] = {}
         self._dtypes: dict[int, tuple[ir.Value, object]] = {}
+        self._warming = False
+
+    def _warm(self, value: ir.Value, memo: dict, compute) -> None:
+        """Compute `compute` for the producers behind `value` bottom-up, without recursion, so
+        that a query deep in a long network never runs into the recursion depth limit."""
+        self._warming = True
+        try:
+            order: list[ir.Value] = []
+            seen: set[int] = set()
+            stack = [(value, False)]
+            while stack:
+                current, expanded = stack.pop()
+                if expanded:
+                    order.append(current)
+                    continue
+                if id(current) in seen or (id(current) in memo and memo[id(current)][0] is current):
+                    continue
+                seen.add(id(current))
+                stack.append((current, True))
+                node = current.producer()
+                if node is not None and id(current) not in self._main_inputs:
+                    stack.extend((i, False) for i in node.inputs if i is not None)
+            for ancestor in order[:-1]:
+                compute(ancestor)
+        finally:
+            self._warming = False
 
     def forget(self) -> None:
         self._shapes.clear()
@@ -164,6 +190,8 @@ class StaticShapes:
         hit = self._dtypes.get(id(value))
         if hit is not None and hit[0] is value:
             return hit[1]
+        if not self._warming:
+            self._warm(value, self._dtypes, self.dtype)
         result = None
         if _depth < _MAX_DEPTH:
             try:
@@ -228,6 +256,8 @@ class StaticShapes:
         hit = self._shapes.get(id(value))
         if hit is not None and hit[0] is value:
             return hit[1]
+        if not self._warming:
+            self._warm(value, self._shapes, self.symbolic_shape)
         result = self._infer_shape(value, _depth) if _depth < _MAX_DEPTH else None
         self._shapes[id(value)] = (value, result)
         return result
@@ -364,6 +394,10 @@ class StaticShapes:
             )
         if op in _REDUCE or op in ("ArgMax", "ArgMin"):
             return self._reduce_shape(node, shape_of(0), elements_of(1))
+        if op == "Resize":
+            return self._resize_shape(node, shape_of(0), elements_of(3) if len(inputs) > 3 else None)
+        if op in ("Conv", "MaxPool", "AveragePool", "LpPool"):
+            return self._window_shape(node, shape_of(0), shape_of(1) if op == "Conv" else None)
         if op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"):
             shape = shape_of(0)
             return None if shape is None or len(shape) < 2 else shape[:2] + (1,) * (len(shape) - 2)
@@ -374,6 +408,59 @@ class StaticShapes:
         if op == "Split":
             return self._split_shape(node, index, shape_of(0), elements_of(1))
         return None
+
+    def _resize_shape(self, node, shape, sizes) -> tuple | None:
+        """Resize given explicit `sizes` over every axis (scales are left unknown)."""
+        if shape is None or sizes is None or sizes.scalar or len(sizes.items) != len(shape):
+            return None
+        policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
+        policy = policy.decode() if isinstance(policy, bytes) else policy
+        if _attr(node, "axes") is not None or policy != "stretch":
+            return None
+        return tuple(e if isinstance(e, int) else Sym("resize") for e in sizes.items)
+
+    def _window_shape(self, node, shape, weight_shape) -> tuple | None:
+        """Conv and pooling outputs: (N, channels, spatial...) with ONNX's output-size formulas.
+        ceil_mode is left unknown (runtimes differ on windows that start in the padding)."""
+        if shape is None or len(shape) < 3:
+            return None
+        spatial = len(shape) - 2
+        if node.op_type == "Conv":
+            if weight_shape is None or len(weight_shape) != len(shape) or not isinstance(weight_shape[0], int):
+                return None
+            kernel = _attr(node, "kernel_shape") or weight_shape[2:]
+            channels = weight_shape[0]
+        else:
+            kernel = _attr(node, "kernel_shape")
+            channels = shape[1]
+            if _attr(node, "ceil_mode", 0):
+                return shape[:2] + tuple(Sym("ceil_mode") for _ in range(spatial))
+        kernel = list(kernel or ())
+        if len(kernel) != spatial or not all(isinstance(k, int) and k > 0 for k in kernel):
+            return None
+        strides = list(_attr(node, "strides") or [1] * spatial)
+        dilations = list(_attr(node, "dilations") or [1] * spatial)
+        pads = list(_attr(node, "pads") or [0] * (2 * spatial))
+        auto_pad = _attr(node, "auto_pad", "NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        if len(strides) != spatial or len(dilations) != spatial or len(pads) != 2 * spatial:
+            return None
+        out = []
+        for i, size in enumerate(shape[2:]):
+            if not isinstance(size, int) or strides[i] < 1 or dilations[i] < 1:
+                out.append(Sym(node.op_type))
+                continue
+            extent = dilations[i] * (kernel[i] - 1) + 1
+            if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+                out.append(-(-size // strides[i]))
+            elif auto_pad == "VALID":
+                out.append((size - extent) // strides[i] + 1 if size >= extent else Sym("empty"))
+            elif auto_pad in ("NOTSET", ""):
+                padded = size + pads[i] + pads[i + spatial]
+                out.append((padded - extent) // strides[i] + 1 if padded >= extent else Sym("empty"))
+            else:
+                return None
+        return (shape[0], channels) + tuple(out)
 
     def _reshape_shape(self, node, shape, target) -> tuple | None:
         if target is None or target.scalar:

@@ -20,7 +20,7 @@ from onnxrefine.ir.foldmath import is_float_dtype
 from onnxrefine.passes.opargs import attr, dtypes_of, input_at, int_list_arg, known_dim, normalize_axes, shapes_of
 from onnxrefine.passes.registry import PassSpec, register
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
-from onnxrefine.rewrite.rule import EXACT, Replacement, RewriteContext, Rule
+from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Replacement, RewriteContext, Rule
 
 
 def _forward(m: Match, node_key: str, value_key: str = "x") -> Replacement:
@@ -151,12 +151,23 @@ SPLIT = Rule("eliminate_nop_split", Op("Split", Var("x"), Rest("args"), name="no
 
 
 def drop_unit_expand(m: Match, ctx: RewriteContext) -> Replacement | None:
-    shape = m.array("shape").reshape(-1)
-    if np.any(shape != 1):
-        return None
-    rank = _rank(ctx, m["x"], "Expand's input")
-    if shape.size > rank:
-        raise RewriteRefused(f"Expand to rank {shape.size} raises the rank of a rank-{rank} input")
+    """Expand is a no-op when broadcasting the input against the target gives the input's own
+    shape: an all-ones target no longer than the input's rank, or a target each of whose dims is
+    1 or equal to the input's known dim."""
+    shape = [int(d) for d in m.array("shape").reshape(-1)]
+    if all(d == 1 for d in shape):
+        rank = _rank(ctx, m["x"], "Expand's input")
+        if len(shape) > rank:
+            raise RewriteRefused(f"Expand to rank {len(shape)} raises the rank of a rank-{rank} input")
+        return _forward(m, "node")
+    source = shapes_of(ctx).shape(m["x"])
+    if source is None:
+        raise RewriteRefused("the input's shape is not known from trusted facts")
+    if len(shape) > len(source):
+        raise RewriteRefused(f"Expand to rank {len(shape)} raises the rank of a rank-{len(source)} input")
+    for target, dim in zip(shape, source[len(source) - len(shape):]):
+        if target != 1 and known_dim(dim) != target:
+            raise RewriteRefused(f"target dim {target} may broadcast input dim {dim}")
     return _forward(m, "node")
 
 
@@ -220,7 +231,7 @@ RESHAPE = Rule("eliminate_nop_reshape", Op("Reshape", Var("x"), Const("shape"), 
 # --- eliminate_nop_with_unit -------------------------------------------------------------------
 
 
-def _unit_guard(m: Match, ctx: RewriteContext, op: str) -> Replacement | None:
+def _unit_guard(m: Match, ctx: RewriteContext, op: str, signed_zero_may_change: bool = False) -> Replacement | None:
     constant = m.array("c")
     if constant is None:
         return None
@@ -236,7 +247,7 @@ def _unit_guard(m: Match, ctx: RewriteContext, op: str) -> Replacement | None:
     else:  # Add, Sub
         if np.any(constant != 0):
             return None
-        if is_float_dtype(constant.dtype):
+        if is_float_dtype(constant.dtype) and not signed_zero_may_change:
             negative_zero = np.signbit(constant)
             if op == "Add" and not np.all(negative_zero):
                 raise RewriteRefused("x + 0.0 turns x = -0.0 into +0.0 (only x + (-0.0) is a no-op)")
@@ -265,6 +276,25 @@ def _unit_rule(op: str) -> Rule:
 
 
 UNIT_RULES = tuple(_unit_rule(op) for op in ("Mul", "Add", "Sub", "Div", "Pow", "And", "Or"))
+
+
+def _float_zero_rule(op: str) -> Rule:
+    """x + 0.0 -> x and x - (-0.0) -> x for floats: equal in value, but the result's zero keeps
+    x's sign where the original made it +0.0. Not bit-exact, so a pass of its own, declared
+    reassociating and verified (a sign flip that reaches 1/x shows as an inf change)."""
+
+    def rewrite(m: Match, ctx: RewriteContext) -> Replacement | None:
+        constant = m.array("c")
+        if constant is None or not is_float_dtype(constant.dtype) or np.any(constant != 0):
+            return None
+        negative_zero = np.signbit(constant)
+        exact = np.all(negative_zero) if op == "Add" else not np.any(negative_zero)
+        if exact:
+            return None  # eliminate_nop_with_unit removes it exactly
+        return _unit_guard(m, ctx, op, signed_zero_may_change=True)
+
+    return Rule(f"eliminate_float_{op.lower()}_zero", Op(op, Var("x"), Const("c"), name="node"), rewrite,
+                kind=REASSOCIATING)
 
 
 # --- eliminate_nop_monotone_argmax -------------------------------------------------------------
@@ -381,7 +411,7 @@ _NOP_PASSES = (
     ("eliminate_nop_pad", "Remove Pad whose pads are all zero (any mode)", (PAD,)),
     ("eliminate_nop_concat", "Remove Concat of a single input", (CONCAT,)),
     ("eliminate_nop_split", "Remove Split with one output covering the whole axis", (SPLIT,)),
-    ("eliminate_nop_expand", "Remove Expand to an all-ones shape no longer than the input's rank", (EXPAND,)),
+    ("eliminate_nop_expand", "Remove Expand whose target broadcasts to the input's own (trusted) shape", (EXPAND,)),
     ("eliminate_nop_transpose", "Remove Transpose with the identity permutation", (TRANSPOSE,)),
     ("eliminate_nop_reshape", "Remove Reshape to the input's own (trusted, static) shape", (RESHAPE,)),
     (
@@ -403,3 +433,13 @@ _NOP_PASSES = (
 
 for _name, _summary, _rules in _NOP_PASSES:
     register(PassSpec(_name, EXACT, _summary, rules=_rules, order=20))
+
+register(
+    PassSpec(
+        "eliminate_float_add_zero",
+        REASSOCIATING,
+        "Remove float x+0.0 and x-(-0.0) that do not broadcast x (equal in value; a -0.0 in x stays -0.0)",
+        rules=(_float_zero_rule("Add"), _float_zero_rule("Sub")),
+        order=21,
+    )
+)
