@@ -170,3 +170,19 @@ def test_clip_without_min_makes_minus_inf_finite_in_the_reference():
     assert "LogSoftmax" in op_types(candidate)
     report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
     assert report.verdict in ("rounding", "exact"), [o.notes for o in report.outputs]
+
+
+def test_reducer_shrinks_input_dims_and_constants_and_keeps_the_caller_dims():
+    from test_fuzz_campaign import _failing_case, wrong_pad_into_maxpool
+
+    from onnxrefine.fuzz.reduce import reduce_model, still_fails
+
+    case = _failing_case()
+    dims = dict(case.input_dims)
+    result = reduce_model(case.model, wrong_pad_into_maxpool, dims=dims, seed=case.seed, max_checks=120)
+    assert dims == case.input_dims   # not rebound in place
+    sizes = [d.dim_value if d.HasField("dim_value") else result.dims[d.dim_param]
+             for info in result.model.graph.input for d in info.type.tensor_type.shape.dim]
+    assert any("->" in line for line in result.log), result.log
+    assert int(np.prod(sizes)) <= 64, (sizes, result.log)
+    assert still_fails(result.model, wrong_pad_into_maxpool, result.dims, case.seed, 2) is not None

@@ -7,7 +7,8 @@ mismatch) of the same kind (wrong values, wrong shape, broken model). Edits, rep
 point: keep one output; move the output up to an earlier node's value; cut a node by turning the
 values it produces into graph inputs of the recorded shape and type (everything only it fed then goes
 away); bypass a node whose input has its output's type and shape; prune dead nodes, unused
-initializers and unused inputs.
+initializers and unused inputs. Then shrinking, also to a fixed point: static input dims to 1 or
+half, symbolic dim bindings to 1, float constants to all ones or to one decimal.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class ReduceResult:
     nodes_before: int = 0
     nodes_after: int = 0
     kind: str = ""   # campaign.mismatch_kind of the case, kept by every accepted edit
+    dims: dict = field(default_factory=dict)   # symbolic dim bindings after shrinking
     log: list = field(default_factory=list)
 
 
@@ -203,11 +205,86 @@ def _bypass(model, index, types):
     return None
 
 
+def _forget_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Drop declared intermediate shapes and output dim sizes (the checker wants an output shape,
+    inference recomputes the sizes after a shape edit); ranks stay."""
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        for dim in out.type.tensor_type.shape.dim:
+            dim.Clear()
+    return model
+
+
+def _shrink_dim(model, input_index, axis, size):
+    """Graph input `input_index` with static dim `axis` set to `size` (smaller than it was)."""
+    edited = _copy(model)
+    dim = edited.graph.input[input_index].type.tensor_type.shape.dim[axis]
+    if not dim.HasField("dim_value") or dim.dim_value <= size:
+        return None
+    dim.dim_value = size
+    return _forget_shapes(edited)
+
+
+def _float_constants(model) -> list[tuple[str, onnx.TensorProto]]:
+    """Float initializers and Constant-node tensors with more than one element, by name."""
+    found = [(t.name, t) for t in model.graph.initializer]
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            found.extend((node.output[0], a.t) for a in node.attribute if a.name == "value")
+    return [(name, t) for name, t in found
+            if helper.tensor_dtype_to_np_dtype(t.data_type).kind == "f" and np.prod(t.dims) > 1]
+
+
+def _plain_constant(model, name, how: str):
+    """The float constant `name` with simpler values: all ones, or rounded to one decimal."""
+    edited = _copy(model)
+    for found, tensor in _float_constants(edited):
+        if found == name:
+            array = onnx.numpy_helper.to_array(tensor)
+            simpler = np.ones_like(array) if how == "ones" else np.round(array.astype(np.float64), 1).astype(array.dtype)
+            if np.array_equal(simpler, array):
+                return None
+            tensor.CopyFrom(onnx.numpy_helper.from_array(simpler, tensor.name))
+            return edited
+    return None
+
+
+def _shrink(result, attempt, dims: dict) -> bool:
+    """Smaller input dims (static ones to 1 or half; symbolic bindings to 1), then simpler float
+    constants. Returns whether anything was kept."""
+    changed = False
+    initial = {t.name for t in result.model.graph.initializer}
+    for index, info in enumerate(result.model.graph.input):
+        if info.name in initial:
+            continue
+        for axis, dim in enumerate(info.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value > 1:
+                for size in sorted({1, dim.dim_value // 2}):
+                    if attempt(_shrink_dim(result.model, index, axis, size), f"{info.name} dim {axis} -> {size}"):
+                        changed = True
+                        break
+    for symbol, size in sorted(dims.items()):
+        if size > 1:
+            dims[symbol] = 1
+            if attempt(_copy(result.model), f"{symbol} -> 1"):
+                changed = True
+            else:
+                dims[symbol] = size
+    for name, _ in _float_constants(result.model):
+        for how in ("ones", "rounded"):
+            if attempt(_plain_constant(result.model, name, how), f"constant {name} {how}"):
+                changed = True
+                break
+    return changed
+
+
 def reduce_model(model: onnx.ModelProto, step: Step, *, dims: dict, seed: int, trials: int = 2,
                  max_checks: int = 300, time_budget_s: float | None = None,
-                 progress: Callable[[str], None] | None = None) -> ReduceResult:
-    """Greedy reduction of a model on which `step` gives a mismatch."""
+                 progress: Callable[[str], None] | None = None, shrink: bool = True) -> ReduceResult:
+    """Greedy reduction of a model on which `step` gives a mismatch; with `shrink`, then smaller
+    input dims and simpler float constants."""
     started = time.perf_counter()
+    dims = dict(dims)   # shrinking rebinds symbols; the caller's dict stays as it was
     result = ReduceResult(model=prune(_copy(model)), candidate=None, nodes_before=len(model.graph.node))
     first = _failure(result.model, step, dims, seed, trials)
     result.checks = 1
@@ -252,6 +329,10 @@ def reduce_model(model: onnx.ModelProto, step: Step, *, dims: dict, seed: int, t
                     changed = True
                 else:
                     index += 1
+    if shrink:
+        while budget_left() and _shrink(result, attempt, dims):
+            pass
+    result.dims = dict(dims)
     result.nodes_after = len(result.model.graph.node)
     return result
 
@@ -298,7 +379,7 @@ def reduce_bundle(bundle: str, *, out_dir: str | None = None, max_checks: int = 
         onnx.save(result.model, os.path.join(staging, "model.onnx"))
         onnx.save(result.candidate, os.path.join(staging, "model.opt.onnx"))
         info = {**{k: meta[k] for k in ("optimizer", "step", "seed") if k in meta},
-                "input_dims": meta.get("input_dims") or {},
+                "input_dims": result.dims,
                 "kind": result.kind,
                 "nodes_before": result.nodes_before, "nodes_after": result.nodes_after,
                 "checks": result.checks, "log": result.log}
