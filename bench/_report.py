@@ -156,9 +156,12 @@ def render(cache: dict, model_order: list[str], tool_order: list[str]) -> str:
         "sequence length 128.",
         "- Each tool runs in a fresh subprocess: load, optimize, save. **time** is that wall time "
         "(tool import excluded; for ort-basic it is the session creation that writes the optimized "
-        "model), median of the runs. **peak RSS** is the worker's `ru_maxrss` (includes the Python "
-        "interpreter and the tool's imports), median of the runs; × file is relative to the input "
-        "model file size.",
+        "model), median of the runs. **peak RSS** is the worker's own high-water mark (`VmHWM`; "
+        "includes the Python interpreter and the tool's imports; rows measured before this was "
+        "switched from `ru_maxrss`, which Linux inherits from the parent process, say so in the "
+        "notes), median of the runs; × file is relative to the input model file size. onnxrefine "
+        "runs as its CLI does (`load_model` from the path, weights memory-mapped; streamed save), "
+        "without its own verification, like the peers.",
         "- **latency ratio**: onnxruntime CPU, graph optimizations OFF, 1 thread; optimized vs "
         "original, interleaved in one process; median of the runs each. Below 1 is faster.",
         "- **max abs vs original**: largest |Δ| over all outputs against the original model in "

@@ -226,3 +226,15 @@ def test_rule_constants_keep_scalar_shape():
     ctx.begin(model.graph, "test")
     value = ctx.constant(np.array(2.5, np.float32), "scalar")
     assert value.const_value.numpy().shape == () and value.shape == ir.Shape([])
+
+
+def test_refusal_of_a_node_later_removed_is_forgotten():
+    # conv_mul refuses (the multiplier varies spatially) ... until the Mul is gone for another reason.
+    from onnxrefine.rewrite.log import RewriteLog
+
+    log = RewriteLog()
+    log.refuse("some_rule", "g", "n1 (Mul)", "why")
+    log.refuse("other_rule", "g", "n1 (Mul)", "why not")
+    log.refuse("some_rule", "g", "n2 (Mul)", "kept")
+    log.forget_node("g", "n1 (Mul)")
+    assert list(log.refused) == [("some_rule", "g", "n2 (Mul)")]

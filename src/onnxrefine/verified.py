@@ -115,7 +115,7 @@ def optimize_verified(
             pass_budget = copy.copy(budget)
             pass_log = run_passes(candidate_ir, [name], budget=pass_budget, fixed_point=True, on_progress=on_progress)
             if not pass_log.applied:
-                log.refused.update(pass_log.refused)
+                log.extend(pass_log)
                 continue
             candidate = io.to_proto(candidate_ir)
             report = _verify(current, candidate, settings)

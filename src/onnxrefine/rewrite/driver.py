@@ -183,6 +183,8 @@ class RewriteDriver:
             removed.append(node)
             for value in inputs:
                 touched.extend(_release(value))
+        for node in removed:
+            self.log.forget_node(graph.name or "", node_label(node))
         self.log.apply(
             rule=rule.name,
             kind=rule.kind,

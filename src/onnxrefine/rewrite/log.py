@@ -34,6 +34,7 @@ class RefusedRewrite:
 class RewriteLog:
     applied: list[AppliedRewrite] = field(default_factory=list)
     refused: dict[tuple[str, str, str], RefusedRewrite] = field(default_factory=dict)
+    _refused_by_node: dict[tuple[str, str], set[str]] = field(default_factory=dict, repr=False)
 
     def apply(self, **fields) -> None:
         self.applied.append(AppliedRewrite(**fields))
@@ -41,6 +42,12 @@ class RewriteLog:
     def refuse(self, rule: str, graph: str, node: str, reason: str) -> None:
         # The same node may be offered to a rule again after a neighbour changed; keep the latest.
         self.refused[(rule, graph, node)] = RefusedRewrite(rule, graph, node, reason)
+        self._refused_by_node.setdefault((graph, node), set()).add(rule)
+
+    def forget_node(self, graph: str, node: str) -> None:
+        """A node another rewrite removed: its earlier refusals no longer describe the model."""
+        for rule in self._refused_by_node.pop((graph, node), ()):
+            self.refused.pop((rule, graph, node), None)
 
     def counts(self) -> Counter:
         return Counter(entry.rule for entry in self.applied)
@@ -50,7 +57,8 @@ class RewriteLog:
 
     def extend(self, other: RewriteLog) -> None:
         self.applied.extend(other.applied)
-        self.refused.update(other.refused)
+        for refusal in other.refused.values():
+            self.refuse(refusal.rule, refusal.graph, refusal.node, refusal.reason)
 
     def to_dict(self) -> dict:
         return {
