@@ -186,3 +186,23 @@ def test_reducer_shrinks_input_dims_and_constants_and_keeps_the_caller_dims():
     assert any("->" in line for line in result.log), result.log
     assert int(np.prod(sizes)) <= 64, (sizes, result.log)
     assert still_fails(result.model, wrong_pad_into_maxpool, result.dims, case.seed, 2) is not None
+
+
+def test_saturation_to_the_largest_float_on_inf_nan_inputs_is_not_a_mismatch():
+    # case 2421 of seed 1000000: onnxruntime's MaxPool pads with the lowest float and skips NaN, so
+    # a window of NaN and padding gives -FLT_MAX; the original's Log(Softmax) makes that -inf, the
+    # fused LogSoftmax keeps -FLT_MAX (the float64 reference says NaN).
+    nodes = [onnx.helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3], pads=[2, 2]),
+             onnx.helper.make_node("Softmax", ["p"], ["s"], axis=0),
+             onnx.helper.make_node("Log", ["s"], ["y"])]
+    original = make_model(nodes, [value_info("x", TensorProto.FLOAT, [3, 2, 3])],
+                          [value_info("y", TensorProto.FLOAT, [3, 2, 5])], opset=17)
+    candidate = onnxrefine.optimize(original, ["fuse_consecutive_log_softmax"])
+    assert "LogSoftmax" in op_types(candidate)
+    inf, nan = np.inf, np.nan
+    x = np.array([[[-0.0, 0.64, nan], [-0.85, -0.66, -0.2]],
+                  [[inf, 1.47, 1.41], [-0.0, -0.84, -1.2]],
+                  [[inf, -0.0, 1.3], [2.33, 0.62, inf]]], np.float32)
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
+    assert report.outputs[0].differing > 0
+    assert report.verdict in ("rounding", "exact"), [o.notes for o in report.outputs]

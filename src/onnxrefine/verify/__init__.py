@@ -258,8 +258,8 @@ def _output_report(name, sets, comps, bound, candidate_name, candidate_failure, 
         notes.append(f"{judgement.overflow_excused} difference(s) in overflow territory on "
                      "extreme-magnitude inputs not judged")
     if judgement.nonfinite_excused:
-        notes.append(f"{judgement.nonfinite_excused} inf<->NaN difference(s) on inf/NaN inputs "
-                     "(order of inf arithmetic) not blamed")
+        notes.append(f"{judgement.nonfinite_excused} inf<->NaN or inf<->largest-finite difference(s) on "
+                     "inf/NaN inputs (order of inf arithmetic, saturation) not blamed")
     if judgement.verdict == UNSTABLE:
         notes.append(f"the original itself is unstable at {judgement.unstable_positions} element(s); "
                      "the candidate's differences there are not blamed on it")

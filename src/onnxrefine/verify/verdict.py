@@ -55,8 +55,10 @@ extreme-magnitude input sets (finite float inputs beyond sqrt(max) of their dtyp
 
 input sets holding inf or NaN
     Whether an inf meets an inf of the other sign (NaN) depends on evaluation order, so a change
-    between inf and NaN (both sides non-finite) is explained there (counted in the notes);
-    finite <-> non-finite changes are still judged by the pattern rule.
+    between inf and NaN (both sides non-finite) is explained there (counted in the notes), and
+    so is an infinity on one side where the other holds the largest finite value of the same sign
+    (onnxruntime saturates there in places: Clip's default bounds, MaxPool's padding, which also
+    swallows a NaN); other finite <-> non-finite changes are still judged by the pattern rule.
 
 Integer/bool outputs: every differing element is unexplained.
 
@@ -292,6 +294,12 @@ def _overflow_excuse(evidence: SetEvidence, explained: np.ndarray, territory: np
     if evidence.nonfinite_inputs:
         class_a, class_c = value_class(evidence.original), value_class(evidence.candidate)
         order = ~explained & (class_a != 0) & (class_c != 0) & (class_a != class_c)
+        a = evidence.original.astype(np.float64)
+        c = evidence.candidate.astype(np.float64)
+        top = float(ml_dtypes.finfo(evidence.candidate.dtype).max)
+        saturated = ~explained & (((a == np.inf) & (c == top)) | ((a == -np.inf) & (c == -top))
+                                  | ((c == np.inf) & (a == top)) | ((c == -np.inf) & (a == -top)))
+        order |= saturated
         judgement.nonfinite_excused += int(np.count_nonzero(order))
         explained = explained | order
     if not evidence.extreme:
