@@ -206,3 +206,20 @@ def test_saturation_to_the_largest_float_on_inf_nan_inputs_is_not_a_mismatch():
     report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
     assert report.outputs[0].differing > 0
     assert report.verdict in ("rounding", "exact"), [o.notes for o in report.outputs]
+
+
+def test_log_softmax_in_an_if_branch_whose_output_reaches_argmax_is_not_fused():
+    # The discrete-op guard must look past a subgraph output: the branch's result leaves the If.
+    branch_nodes = [onnx.helper.make_node("Softmax", ["x"], ["s"], axis=-1),
+                    onnx.helper.make_node("Log", ["s"], ["l"])]
+    branch = onnx.helper.make_graph(branch_nodes, "then", [], [value_info("l", TensorProto.FLOAT, [2, 3])])
+    other = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["x"], ["o"])], "else", [],
+                                   [value_info("o", TensorProto.FLOAT, [2, 3])])
+    nodes = [onnx.helper.make_node("If", ["c"], ["r"], then_branch=branch, else_branch=other),
+             onnx.helper.make_node("ArgMax", ["r"], ["y"], axis=1)]
+    model = make_model(nodes, [value_info("x", TensorProto.FLOAT, [2, 3]), value_info("c", TensorProto.BOOL, [])],
+                       [value_info("y", TensorProto.INT64, [2, 1])], opset=17)
+    optimized = onnxrefine.optimize(model, ["fuse_consecutive_log_softmax"])
+    then_branch = next(a.g for a in optimized.graph.node[0].attribute if a.name == "then_branch")
+    then_ops = [n.op_type for n in then_branch.node]
+    assert then_ops == ["Softmax", "Log"], then_ops

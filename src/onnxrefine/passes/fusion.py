@@ -236,7 +236,7 @@ def fuse_log_softmax(m: Match, ctx: RewriteContext) -> Replacement:
         # onnxruntime's float64 LogSoftmax returns finite values (x - max + log(1e20)) in a row
         # holding a NaN after its first element, where Log(Softmax) gives NaN.
         raise RewriteRefused("onnxruntime's float64 LogSoftmax turns rows holding a NaN into finite values")
-    if _feeds_discrete_op(m["log"].outputs[0]):
+    if _feeds_discrete_op(m["log"].outputs[0], ctx.model.graph):
         # Where the float Softmax underflows, Log gives -inf (ties); LogSoftmax gives distinct
         # finite values, which an ArgMax or a comparison downstream tells apart (the same reason
         # Exp/Softmax before ArgMax are not dropped).
@@ -254,13 +254,17 @@ _DISCRETE_OPS = frozenset({
 })
 
 
-def _feeds_discrete_op(value: ir.Value) -> bool:
+def _feeds_discrete_op(value: ir.Value, main_graph: ir.Graph) -> bool:
     """Whether any node downstream of `value` is discrete (a Cast to a non-float type included).
-    Subgraph consumers count as discrete: their outputs are not followed."""
+    Subgraph consumers, and outputs of a subgraph or function (whose users are not followed),
+    count as discrete."""
     seen: set[int] = set()
     stack = [value]
     while stack:
-        for use in stack.pop().uses():
+        current = stack.pop()
+        if current.is_graph_output() and current.graph is not main_graph:
+            return True
+        for use in current.uses():
             node = use.node
             if id(node) in seen:
                 continue
