@@ -223,3 +223,11 @@ def test_log_softmax_in_an_if_branch_whose_output_reaches_argmax_is_not_fused():
     then_branch = next(a.g for a in optimized.graph.node[0].attribute if a.name == "then_branch")
     then_ops = [n.op_type for n in then_branch.node]
     assert then_ops == ["Softmax", "Log"], then_ops
+
+
+def test_generator_keeps_unsqueezed_shape_vectors_away_from_other_ranks():
+    # Seed 2696 (the slow validity test): Mul(Concat of Shape gathers [3], Unsqueeze(Shape) [3,1,1])
+    # is valid ONNX, but onnxruntime's data propagation rejects it at load time.
+    from onnxrefine.fuzz.generator import check_case, generate_model
+
+    check_case(generate_model(2696, opset=18, max_nodes=40), intermediates=True)

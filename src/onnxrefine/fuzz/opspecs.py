@@ -48,6 +48,10 @@ def flat_compatible(x: Value, other_dims, other_flat: bool = False) -> bool:
     broadcasts of such operands fail strict inference with data_prop although they are valid."""
     if x.dtype != I64 and not x.flat_data and not other_flat:
         return True
+    if x.dtype == I64 and (x.flat_data or other_flat) and x.rank != len(other_dims):
+        # onnxruntime's data propagation miscounts an unsqueezed int64 (shape) vector against an
+        # operand of another rank ("Invalid rank for Mul broadcasting: (3) vs (5)").
+        return False
     sizes = {x.numel, numel(other_dims)}
     return len(sizes) == 1 or 1 in sizes
 
