@@ -13,8 +13,6 @@ import functools
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -245,12 +243,12 @@ onnxrefine reduce .
 
 def write_bundle(out_dir: str, settings: CampaignSettings, result: dict) -> str:
     """Write case_<n>_seed<s>/ atomically (temp folder, then rename)."""
+    from onnxrefine.triage.bundle import staged_folder
     from onnxrefine.verify.inputs import generate_labelled_inputs, save_inputs
 
     name = f"case_{result['index']}_seed{result['seed']}"
     final = os.path.join(out_dir, name)
-    staging = tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir)
-    try:
+    with staged_folder(final, replace=True) as staging:
         model = onnx.load_from_string(result["model"])
         with open(os.path.join(staging, "model.onnx"), "wb") as handle:
             handle.write(result["model"])
@@ -268,12 +266,6 @@ def write_bundle(out_dir: str, settings: CampaignSettings, result: dict) -> str:
             json.dump(meta, handle, indent=2)
         with open(os.path.join(staging, "README.md"), "w") as handle:
             handle.write(_readme(settings, result, name))
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return final
 
 

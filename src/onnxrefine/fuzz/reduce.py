@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -27,6 +25,7 @@ from onnx import helper
 
 from onnxrefine.errors import BadInputError
 from onnxrefine.fuzz.generator import random_inputs
+from onnxrefine.triage.bundle import staged_folder
 
 Step = Callable[[onnx.ModelProto], onnx.ModelProto]
 
@@ -373,9 +372,7 @@ def reduce_bundle(bundle: str, *, out_dir: str | None = None, max_checks: int = 
                           seed=int(meta["seed"]), trials=int(meta.get("trials", 2)),
                           max_checks=max_checks, time_budget_s=time_budget_s, progress=progress)
     final = out_dir or os.path.join(bundle, "reduced")
-    parent = os.path.dirname(os.path.abspath(final))
-    staging = tempfile.mkdtemp(prefix=".reduced.", dir=parent)
-    try:
+    with staged_folder(final, replace=True) as staging:
         onnx.save(result.model, os.path.join(staging, "model.onnx"))
         onnx.save(result.candidate, os.path.join(staging, "model.opt.onnx"))
         info = {**{k: meta[k] for k in ("optimizer", "step", "seed") if k in meta},
@@ -394,10 +391,4 @@ def reduce_bundle(bundle: str, *, out_dir: str | None = None, max_checks: int = 
                 f"{_optimize_command(meta)}\n"
                 f"onnxrefine verify model.onnx model.opt.onnx --seed {meta['seed']}"
                 f"{' --dims ' + dims if dims else ''}\n```\n")
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return result, final

@@ -12,11 +12,12 @@ reader never sees half a bundle.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,26 @@ OPTIMIZED = "optimized.onnx"
 INPUTS = "inputs.npz"
 REPORT = "report.json"
 README = "README.md"
+
+
+@contextlib.contextmanager
+def staged_folder(target: str | os.PathLike, *, replace: bool = False) -> Iterator[Path]:
+    """A temporary folder beside `target` that becomes `target` once the block succeeds (an
+    existing `target` is replaced when `replace`, else refused) and is removed if it fails."""
+    target = Path(target)
+    if target.exists() and not replace:
+        raise BadInputError(f"{target}: already exists; choose another folder")
+    parent = target.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
+    try:
+        yield staging
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def write_bundle(
@@ -47,12 +68,7 @@ def write_bundle(
     from onnxrefine.verify.inputs import save_inputs
 
     target = Path(folder)
-    if target.exists():
-        raise BadInputError(f"{target}: already exists; choose another bundle folder")
-    parent = target.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
-    try:
+    with staged_folder(target) as staging:
         original_name, optimized_name = model_names
         onnx.save(original, staging / original_name)
         onnx.save(optimized, staging / optimized_name)
@@ -61,10 +77,6 @@ def write_bundle(
         (staging / README).write_text(
             _readme(title, produced_by, report, reproduce_optimizer, original_name, optimized_name)
         )
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return target
 
 
