@@ -24,6 +24,10 @@ class NameAllocator:
     def __init__(self, model: ir.Model):
         self._taken: set[str] = set()
         self._counters: dict[str, int] = {}
+        self.absorb(model)
+
+    def absorb(self, model: ir.Model) -> None:
+        """Reserve every name the model uses now (after a pass that named things itself)."""
         for graph in _graphs_and_functions(model):
             if graph.name:
                 self._taken.add(graph.name)

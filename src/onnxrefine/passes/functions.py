@@ -1,0 +1,44 @@
+"""Inlining model-local functions, only when asked (not in the default pipeline: functions are
+kept by default, and every other pass already works inside them)."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnx_ir.passes.common import InlinePass
+
+from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.rewrite.log import node_label
+from onnxrefine.rewrite.rule import EXACT
+
+
+def _local_calls(model: ir.Model) -> list[ir.Node]:
+    local = set(model.functions)
+    graphs = [model.graph, *model.graph.subgraphs()]
+    for function in model.functions.values():
+        graphs.extend([function.graph, *function.subgraphs()])
+    return [node for graph in graphs for node in graph if node.op_identifier() in local]
+
+
+def inline_functions(pctx: PassContext) -> int:
+    calls = _local_calls(pctx.model)
+    if not calls:
+        return 0
+    labels = [(node.graph.name or "", node_label(node)) for node in calls]
+    # onnx-ir's inliner (a well-kept library pass) names the inlined values after the call site.
+    InlinePass()(pctx.model)
+    pctx.names.absorb(pctx.model)
+    for graph_name, label in labels:
+        pctx.log.apply(rule="inline_functions", kind=EXACT, graph=graph_name, root=label, removed=[label], added=[])
+    return len(calls)
+
+
+register(
+    PassSpec(
+        "inline_functions",
+        EXACT,
+        "Inline calls to model-local functions (off by default: functions are kept and optimized in place)",
+        run=inline_functions,
+        default=False,
+        order=5,
+    )
+)

@@ -1,0 +1,39 @@
+"""inline_functions: off by default, exact when asked, names stay unique."""
+
+from __future__ import annotations
+
+import numpy as np
+from helpers import make_model, run, value_info
+from onnx import helper
+from passutil import assert_bit_identical
+
+import onnxrefine
+from onnxrefine.passes.registry import default_pass_names
+
+
+def model_calling_a_function_twice():
+    body = [helper.make_node("Mul", ["a", "a"], ["sq"]), helper.make_node("Add", ["sq", "a"], ["out"])]
+    function = helper.make_function("local", "SquarePlus", ["a"], ["out"], body,
+                                    opset_imports=[helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("SquarePlus", ["x"], ["sq"], domain="local"),  # "sq" is also a body name
+             helper.make_node("SquarePlus", ["sq"], ["y"], domain="local")]
+    model = make_model(nodes, [value_info("x", shape=[3])], [value_info("y", shape=[3])], functions=[function])
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    return model
+
+
+def test_functions_are_kept_by_default():
+    assert "inline_functions" not in default_pass_names()
+    optimized = onnxrefine.optimize(model_calling_a_function_twice())
+    assert [n.op_type for n in optimized.graph.node] == ["SquarePlus", "SquarePlus"]
+
+
+def test_inlining_when_asked_is_exact_and_names_stay_unique():
+    model = model_calling_a_function_twice()
+    optimized = onnxrefine.optimize(model, ["inline_functions"])
+    assert sorted(n.op_type for n in optimized.graph.node) == ["Add", "Add", "Mul", "Mul"]
+    assert not optimized.functions
+    outputs = [o for n in optimized.graph.node for o in n.output]
+    assert len(outputs) == len(set(outputs))
+    x = np.array([-1.5, 0.0, 2.0], np.float32)
+    assert_bit_identical(run(model, {"x": x}), run(optimized, {"x": x}))
