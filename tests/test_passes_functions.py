@@ -37,3 +37,20 @@ def test_inlining_when_asked_is_exact_and_names_stay_unique():
     assert len(outputs) == len(set(outputs))
     x = np.array([-1.5, 0.0, 2.0], np.float32)
     assert_bit_identical(run(model, {"x": x}), run(optimized, {"x": x}))
+
+
+def test_every_onnxoptimizer_default_pass_name_is_accepted():
+    # onnxoptimizer 0.4.2's get_fuse_and_elimination_passes(), as listed in the reference notes.
+    names = """nop eliminate_nop_cast eliminate_nop_dropout eliminate_nop_flatten eliminate_nop_pad
+    eliminate_nop_concat eliminate_nop_split eliminate_nop_expand eliminate_nop_transpose eliminate_nop_reshape
+    eliminate_nop_with_unit eliminate_nop_monotone_argmax eliminate_identity eliminate_shape_op
+    eliminate_shape_gather eliminate_slice_after_shape eliminate_deadend eliminate_unused_initializer
+    eliminate_duplicate_initializer eliminate_common_subexpression extract_constant_to_initializer
+    eliminate_if_with_const_cond eliminate_consecutive_idempotent_ops rewrite_where fuse_add_bias_into_conv
+    fuse_bn_into_conv fuse_pad_into_conv fuse_pad_into_pool fuse_matmul_add_bias_into_gemm
+    fuse_transpose_into_gemm fuse_consecutive_transposes fuse_consecutive_squeezes fuse_consecutive_unsqueezes
+    fuse_consecutive_slices fuse_consecutive_concats fuse_consecutive_log_softmax
+    fuse_consecutive_reduce_unsqueeze fuse_concat_into_reshape fuse_qkv""".split()
+    assert len(names) == 39
+    optimized = onnxrefine.optimize(model_calling_a_function_twice(), names)
+    assert [n.op_type for n in optimized.graph.node] == ["SquarePlus", "SquarePlus"]

@@ -443,3 +443,13 @@ register(
         order=21,
     )
 )
+
+
+def _nothing(pctx) -> int:
+    return 0
+
+
+# onnxoptimizer lists a pass named "nop" among its defaults; accept the name so that pass lists
+# copied from it keep working.
+register(PassSpec("nop", EXACT, "Does nothing (onnxoptimizer's pass of that name)", run=_nothing, default=False,
+                  order=0))
