@@ -88,3 +88,9 @@ def test_missing_peer_is_a_clear_error(tmp_path, capsys):
     onnx.save(model(), path)
     assert main(["bisect", str(path), "--optimizer", "onnxoptimizer"]) == 2
     assert "not installed" in capsys.readouterr().err
+
+
+def test_pipeline_adapter_is_one_step_of_the_whole_pipeline():
+    (name, apply), = ADAPTERS["onnxrefine-pipeline"].steps(None)
+    assert name == "onnxrefine pipeline"
+    assert [n.op_type for n in apply(model()).graph.node] == [n.op_type for n in model().graph.node]

@@ -231,3 +231,31 @@ def test_generator_keeps_unsqueezed_shape_vectors_away_from_other_ranks():
     from onnxrefine.fuzz.generator import check_case, generate_model
 
     check_case(generate_model(2696, opset=18, max_nodes=40), intermediates=True)
+
+
+def test_variadic_min_of_shape_values_folds_every_operand():
+    # Pipeline fuzz case 2457 (seed 9002457): Min(Shape(x, start=-1), [-2], [-4]) was folded to -2,
+    # reading only the first two operands.
+    import numpy as np
+    import onnxrefine
+    from onnx import TensorProto, helper, numpy_helper
+
+    from helpers import run
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], start=-1),
+        helper.make_node("Min", ["s", "a", "b"], ["m"]),
+        helper.make_node("Max", ["s", "b", "a"], ["n"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 3])],
+        [helper.make_tensor_value_info("m", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("n", TensorProto.INT64, [1])],
+        [numpy_helper.from_array(np.array([-2], np.int64), "a"), numpy_helper.from_array(np.array([-4], np.int64), "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    optimized = onnxrefine.optimize(model)
+    x = np.zeros((1, 5, 3), np.float32)
+    expected, actual = run(model, {"x": x}), run(optimized, {"x": x})
+    assert [e.tolist() for e in expected] == [[-4], [3]]
+    assert [a.tolist() for a in actual] == [[-4], [3]]

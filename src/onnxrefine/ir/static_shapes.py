@@ -731,8 +731,14 @@ class StaticShapes:
             if len(target.items) == 1 and target.items[0] in (-1, len(data.items)):
                 return Elements(data.items, False, data.dtype)
             return None
-        if op in ("Add", "Sub", "Mul", "Max", "Min", "Div"):
-            return _arithmetic(op, elements_of(0), elements_of(1))
+        if op in ("Add", "Sub", "Mul", "Div"):
+            return _arithmetic(op, elements_of(0), elements_of(1)) if len(node.inputs) == 2 else None
+        if op in ("Max", "Min"):
+            # Variadic: fold every operand, not just the first two (found by fuzzing the pipeline).
+            result = elements_of(0)
+            for index in range(1, len(node.inputs)):
+                result = _arithmetic(op, result, elements_of(index))
+            return result
         return None
 
     def _slice_elements(self, node, data: Elements, params) -> Elements | None:

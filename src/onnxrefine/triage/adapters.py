@@ -103,8 +103,16 @@ def _onnxrefine_steps(passes):
     return [(name, lambda m, name=name: optimize(m, [name])) for name in names]
 
 
+def _onnxrefine_pipeline_steps(passes):
+    from onnxrefine.api import optimize
+
+    chosen = list(passes) if passes else None
+    return [("onnxrefine pipeline", lambda m: optimize(m, chosen))]
+
+
 _STEP_BUILDERS = {
     "onnxrefine": _onnxrefine_steps,
+    "onnxrefine-pipeline": _onnxrefine_pipeline_steps,
     "onnxoptimizer": _onnxoptimizer_steps,
     "onnxsim": _onnxsim_steps,
     "onnxslim": _onnxslim_steps,
@@ -113,6 +121,7 @@ _STEP_BUILDERS = {
 }
 _COMMANDS = {
     "onnxrefine": "onnxrefine optimize original.onnx -o optimized.onnx --passes {step} --no-verify",
+    "onnxrefine-pipeline": "onnxrefine optimize original.onnx -o optimized.onnx --no-verify",
     "onnxoptimizer": "python -c \"import onnx, onnxoptimizer; onnx.save(onnxoptimizer.optimize("
     "onnx.load('original.onnx'), ['{step}']), 'optimized.onnx')\"",
     "onnxsim": "onnxsim original.onnx optimized.onnx",
@@ -126,6 +135,9 @@ _COMMANDS = {
 
 ADAPTERS = {
     "onnxrefine": Adapter("onnxrefine", "onnxrefine", "onnxrefine's passes, one at a time, then rewrite by rewrite"),
+    "onnxrefine-pipeline": Adapter(
+        "onnxrefine-pipeline", "onnxrefine", "onnxrefine's whole pipeline as one step (passes interacting)"
+    ),
     "onnxoptimizer": Adapter("onnxoptimizer", "onnxoptimizer", "onnxoptimizer, pass by pass"),
     "onnxsim": Adapter("onnxsim", "onnxsim", "onnxsim.simplify as one step"),
     "onnxslim": Adapter("onnxslim", "onnxslim", "onnxslim.slim as one step"),
