@@ -259,3 +259,26 @@ def test_variadic_min_of_shape_values_folds_every_operand():
     expected, actual = run(model, {"x": x}), run(optimized, {"x": x})
     assert [e.tolist() for e in expected] == [[-4], [3]]
     assert [a.tolist() for a in actual] == [[-4], [3]]
+
+
+def test_argmax_of_a_float16_to_float32_cast_is_kept():
+    # Pipeline fuzz case 2036 (seed 11002036): ArgMax(Cast(x_f16 -> f32), select_last_index=1) was
+    # rewritten to ArgMax(x_f16); onnxruntime's float16 kernel breaks inf/±0 ties differently.
+    import numpy as np
+    import onnxrefine
+    from onnx import TensorProto, helper
+
+    from helpers import run
+
+    nodes = [
+        helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+        helper.make_node("Cast", ["h"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("ArgMax", ["f"], ["y"], axis=-1, keepdims=0, select_last_index=1),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    optimized = onnxrefine.optimize(model)
+    assert [n.op_type for n in optimized.graph.node].count("Cast") == 2
+    x = np.array([[-0.0, -1.1, 0.0, -0.7, 0.0, 0.0], [np.inf, -np.inf, np.inf, np.inf, np.inf, -np.inf]], np.float32)
+    assert run(optimized, {"x": x})[0].tolist() == run(model, {"x": x})[0].tolist()
