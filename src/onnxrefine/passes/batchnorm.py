@@ -99,6 +99,22 @@ def _per_channel(constant: np.ndarray, rank: int, channels: int) -> np.ndarray |
     return np.broadcast_to(to_float64(aligned).reshape(-1), (channels,))
 
 
+def _constant_like(m: Match, weight: np.ndarray, what: str) -> np.ndarray:
+    """The matched constant "c", refused unless it has the weight's dtype."""
+    constant = m.array("c")
+    if constant.dtype != weight.dtype:
+        raise RewriteRefused(f"{what} dtype {constant.dtype} differs from the weight's {weight.dtype}")
+    return constant
+
+
+def _per_channel_constant(m: Match, weight: np.ndarray, what: str) -> np.ndarray:
+    """The matched constant "c" as a float64 per-output-channel vector, or a refusal."""
+    per_channel = _per_channel(_constant_like(m, weight, what), weight.ndim, weight.shape[0])
+    if per_channel is None:
+        raise RewriteRefused(f"{what} varies along a non-channel axis")
+    return per_channel
+
+
 def _new_conv(m: Match, ctx: RewriteContext, weight: np.ndarray, bias: np.ndarray | None) -> ir.Node:
     conv: ir.Node = m["conv"]
     w_value = ctx.constant(weight, f"{conv.name or 'conv'}_weight_folded", derived_from=[m["w"]])
@@ -149,9 +165,7 @@ def fold_conv_add_bn(m: Match, ctx: RewriteContext) -> Replacement:
     weight = _float_weight(m)
     channels = weight.shape[0]
     scale, shift = bn_affine(m, ctx, channels, weight.dtype)
-    added = m.array("c")
-    if added.dtype != weight.dtype:
-        raise RewriteRefused(f"added constant dtype {added.dtype} differs from the weight's {weight.dtype}")
+    added = _constant_like(m, weight, "added constant")
     per_channel = _per_channel(added, weight.ndim, channels)
     if per_channel is not None:
         conv = _conv_affine(m, ctx, scale, (per_channel * scale) + shift)
@@ -219,24 +233,14 @@ def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 def fold_conv_mul(m: Match, ctx: RewriteContext) -> Replacement:
     weight = _float_weight(m)
-    factor = m.array("c")
-    if factor.dtype != weight.dtype:
-        raise RewriteRefused(f"multiplier dtype {factor.dtype} differs from the weight's {weight.dtype}")
-    per_channel = _per_channel(factor, weight.ndim, weight.shape[0])
-    if per_channel is None:
-        raise RewriteRefused("multiplier varies along a non-channel axis")
+    per_channel = _per_channel_constant(m, weight, "multiplier")
     conv = _conv_affine(m, ctx, per_channel, None)
     return Replacement([conv], {m["op"].outputs[0]: conv.outputs[0]})
 
 
 def fold_conv_add(m: Match, ctx: RewriteContext) -> Replacement:
     weight = _float_weight(m)
-    added = m.array("c")
-    if added.dtype != weight.dtype:
-        raise RewriteRefused(f"added constant dtype {added.dtype} differs from the weight's {weight.dtype}")
-    per_channel = _per_channel(added, weight.ndim, weight.shape[0])
-    if per_channel is None:
-        raise RewriteRefused("added constant varies along a non-channel axis")
+    per_channel = _per_channel_constant(m, weight, "added constant")
     bias = _bias64(m, "b", weight.shape[0], weight.dtype)
     new_bias = round_folded(bias + per_channel, weight.dtype, "folded bias")
     conv: ir.Node = m["conv"]
