@@ -253,3 +253,18 @@ def test_analysis_never_misses_an_observable_sign(chain, end_in_reciprocal):
         return
     plus, minus = (run(model, {"x": np.array([z], np.float32)})[0] for z in (0.0, -0.0))
     assert plus.tobytes() == minus.tobytes(), chain
+
+
+def test_analysis_does_not_keep_a_stale_not_observable_answer():
+    """A rewrite between two queries may move readers onto a value (a forwarded output); a kept
+    'not observable' answer would then be wrong, so only 'observable' answers are kept."""
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Abs", ["a"], ["y"])]
+    analysis, v = _analysis_of(nodes)
+    assert not analysis.observable(v["a"])
+    graph = analysis.main_graph
+    one = ir.Value(name="one_v", const_value=ir.tensor(np.array(1.0, np.float32)))
+    graph.register_initializer(one)
+    div = ir.Node("", "Div", [one, v["a"]], name="late_div")
+    graph.append(div)
+    graph.outputs.append(div.outputs[0])
+    assert analysis.observable(v["a"]) and analysis.observable(v["x"])

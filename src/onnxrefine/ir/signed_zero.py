@@ -21,9 +21,17 @@ A main-graph output is a sink only when asked (`outputs_observable`): there the 
 in value, so a reassociating rewrite (whose outputs may differ by rounding anyway) may flip one, but
 an exact rewrite (bit-identical outputs) may not. Every pass that can flip a zero is reassociating.
 
-Results are memoised per analysis object; one object per driver run (`for_context`) keeps the
-total cost linear in graph size. A rewrite only replaces values upstream of what it leaves in place,
-so cached answers for values downstream stay right.
+One query is linear in the size of the graph downstream of the value (iterative, memoised). The
+"observable" answers are kept for the whole driver run (`for_context`), since a later rewrite can
+only make a kept answer conservative; "not observable" answers are recomputed per query.
+
+Audit of the passes that could flip a zero (probed in onnxruntime 1.32 CPU, whose Conv/MatMul/Gemm
+sums start at +0.0 and so never give -0.0): guarded here are fuse_mul_into_conv (a negative or zero
+scale), eliminate_float_add_zero, fuse_pad_into_pool (a padded AveragePool sums only the real
+elements) and the BatchNormalization folds whose shift or B holds -0.0 (BN ends by adding it).
+Sign-exact, no guard: x*1, x/1, x**1, x-(+0.0), x+(-0.0) (eliminate_nop_with_unit); MatMul + c ->
+Gemm (the same sum plus c); fuse_pad_into_conv (the same +0.0 padding); fuse_qkv (the same sums);
+fuse_add_bias_into_conv, once the constant becomes the bias as it is (not added to an invented +0.0).
 """
 
 from __future__ import annotations
@@ -106,7 +114,10 @@ class SignedZeroAnalysis:
     def __init__(self, main_graph: ir.Graph, outputs_observable: bool = False):
         self.main_graph = main_graph
         self.outputs_observable = outputs_observable
-        self._memo: dict[ir.Value, bool] = {}
+        # Only "observable" answers are kept across queries: rewrites between two queries may move
+        # readers onto a value (a forwarded output), which can make an unobservable value
+        # observable, while a kept "observable" can at worst be stale in the refusing direction.
+        self._observable: set[ir.Value] = set()
 
     def _expand(self, value: ir.Value) -> tuple[bool, list[ir.Value]]:
         """(reaches a sink directly, values its sign is carried into)."""
@@ -127,15 +138,15 @@ class SignedZeroAnalysis:
 
     def observable(self, value: ir.Value) -> bool:
         """Whether a -0 turned into +0 (or back) in `value` can change what some sink computes."""
-        memo = self._memo
-        if value in memo:
-            return memo[value]
+        if value in self._observable:
+            return True
+        memo: dict[ir.Value, bool] = {}  # this query's answers, "not observable" ones included
         expansions: dict[ir.Value, tuple[bool, list[ir.Value]]] = {}
         on_stack: set[ir.Value] = set()
         stack = [value]
         while stack:
             current = stack[-1]
-            if current in memo:
+            if current in memo or current in self._observable:
                 stack.pop()
                 continue
             if current not in expansions:
@@ -150,10 +161,12 @@ class SignedZeroAnalysis:
             direct, carried = expansions[current]
             # A carried value not yet answered can only be one on the current path (a cycle, which
             # a valid graph has not): count it as observable.
-            memo[current] = direct or any(memo.get(v, True) for v in carried)
+            memo[current] = direct or any(v in self._observable or memo.get(v, True) for v in carried)
+            if memo[current]:
+                self._observable.add(current)
             on_stack.discard(current)
             stack.pop()
-        return memo[value]
+        return value in self._observable
 
     def why(self, value: ir.Value) -> str:
         """A short reason naming the first sink found (for refusals)."""
