@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 from helpers import make_model, run, tensor, value_info
 from onnxrefine.verify import verify_models
 from onnxrefine.verify.reference import evaluate_float64
-from onnxrefine.verify.reference_kernels_dtype import round_to
+from onnxrefine.verify.reference_kernels_dtype import round_ieee
 
 F, H, D = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE
 
@@ -170,12 +170,28 @@ def test_cast_to_float8_saturates_as_the_attribute_says(saturate):
     np.testing.assert_array_equal(ref["b"], ort_b.astype(np.float64))
 
 
-def test_round_to_float16_matches_numpy_on_every_class():
+def test_generic_rounder_matches_numpy_float16_on_every_class():
+    """round_ieee (used for bfloat16, where ml_dtypes rounds float64 twice) against numpy's direct
+    float64 -> float16 conversion, with float16's parameters."""
     rng = np.random.default_rng(7)
     x = np.concatenate([rng.standard_normal(20000) * 10.0 ** rng.integers(-9, 6, 20000),
                         [65504, 65519.99, 65520, -65520, 2.98e-8, 2.99e-8, -0.0, np.inf, np.nan]])
     with np.errstate(all="ignore"):
         expected = x.astype(np.float16).astype(np.float64)
-    got = round_to(x, H)
+    got = round_ieee(x, 10, -14, 65504.0)
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
+
+
+def test_float16_outputs_inside_an_if_branch_are_rounded_too():
+    """The overflowing product lives inside the branch; only the branch's own typing rounds it."""
+    then_graph = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t1"]),
+                                    helper.make_node("Div", ["t1", "k"], ["t"])], "then", [],
+                                   [value_info("t", H, [1])])
+    else_graph = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                                   [value_info("e", H, [1])])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph)]
+    model = make_model(nodes, [value_info("x", H, [1]), value_info("c", TensorProto.BOOL, [])],
+                       [value_info("y", H, [1])], initializers=[tensor("k", np.array(1000.0, np.float16))])
+    ref = evaluate_float64(model, {"x": np.array([300.0], np.float16), "c": np.array(True)})["y"]
+    assert ref[0] == np.inf

@@ -268,3 +268,20 @@ def test_analysis_does_not_keep_a_stale_not_observable_answer():
     graph.append(div)
     graph.outputs.append(div.outputs[0])
     assert analysis.observable(v["a"]) and analysis.observable(v["x"])
+
+
+@pytest.mark.parametrize("sensitive", [True, False])
+def test_sub_negative_zero_is_guarded_like_add_zero(sensitive):
+    """x - (-0.0) turns -0.0 into +0.0 as x + 0.0 does."""
+    tail = _reciprocal("a") if sensitive else [helper.make_node("Relu", ["a"], ["y"])]
+    model = make_model([helper.make_node("Sub", ["x", "z"], ["a"])] + tail, [value_info("x", F, [4])],
+                       [value_info("y", F, [4])],
+                       initializers=[tensor("z", np.array(-0.0, np.float32)), ONE])
+    optimized = onnxrefine.optimize(model, ["eliminate_float_add_zero"])
+    assert ("Sub" in op_types(optimized)) is sensitive
+    x = np.array([-0.0, 0.0, 1.0, -2.0], np.float32)
+    want, got = run(model, {"x": x})[0], run(optimized, {"x": x})[0]
+    if sensitive:
+        assert want.tobytes() == got.tobytes()
+    else:
+        np.testing.assert_array_equal(want, got)

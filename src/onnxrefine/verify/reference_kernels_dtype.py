@@ -82,6 +82,9 @@ def _float8(x: np.ndarray, elem_type: int, saturate: bool) -> np.ndarray:
 
 def round_to(x: np.ndarray, elem_type: int, saturate: bool = True) -> np.ndarray:
     """float64 `x` as the value it has in ONNX element type `elem_type` (carried as float64)."""
+    if elem_type == _T.FLOAT16:
+        with np.errstate(over="ignore"):  # numpy converts float64 -> float16 directly, rounding once
+            return np.asarray(x, dtype=np.float64).astype(np.float16).astype(np.float64)
     if elem_type in _IEEE_FORMATS:
         return round_ieee(x, *_IEEE_FORMATS[elem_type])
     if elem_type in _FLOAT8.values():
