@@ -195,3 +195,15 @@ def test_float16_outputs_inside_an_if_branch_are_rounded_too():
                        [value_info("y", H, [1])], initializers=[tensor("k", np.array(1000.0, np.float16))])
     ref = evaluate_float64(model, {"x": np.array([300.0], np.float16), "c": np.array(True)})["y"]
     assert ref[0] == np.inf
+
+
+def test_cast_like_to_float16_rounds_by_the_inferred_type():
+    """CastLike's target type is the second input's (carried as float64 in the reference): the
+    inferred float16 type of its output is what makes the reference round it."""
+    nodes = [helper.make_node("CastLike", ["x", "like"], ["h"]), helper.make_node("Cast", ["h"], ["y"], to=F)]
+    model = make_model(nodes, [value_info("x", F, [2])], [value_info("y", F, [2])],
+                       initializers=[tensor("like", np.array([1.0], np.float16))])
+    x = np.array([70000.0, 1.0001], np.float32)
+    ref = evaluate_float64(model, {"x": x})["y"]
+    np.testing.assert_array_equal(ref, [np.inf, 1.0])
+    np.testing.assert_array_equal(ref, run(model, {"x": x})[0].astype(np.float64))
