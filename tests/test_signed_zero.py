@@ -313,3 +313,27 @@ def test_sub_negative_zero_is_guarded_like_add_zero(sensitive):
         assert want.tobytes() == got.tobytes()
     else:
         np.testing.assert_array_equal(want, got)
+
+
+def test_bn_fold_with_negative_gamma_and_plus_zero_shift_needs_no_guard():
+    """BN ends by adding its shift: with shift +0.0 every zero comes out +0.0, before and after the
+    fold, so a negative gamma alone folds even in front of 1/x (and the bits stay the same)."""
+    model = _conv_bn(sensitive=True)
+    for init in model.graph.initializer:
+        if init.name in ("b", "mu"):
+            init.CopyFrom(tensor(init.name, np.array([0.0], np.float32)))
+    optimized = onnxrefine.optimize(model, ["fuse_bn_into_conv"])
+    assert "BatchNormalization" not in op_types(optimized)
+    _assert_bit_identical(model, optimized, [1, 1, 2, 2])
+
+
+@pytest.mark.parametrize("c", [0.0, -0.0])
+def test_matmul_add_into_gemm_keeps_zero_signs(c):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "c"], ["a"])] + \
+        _reciprocal("a")
+    model = make_model(nodes, [value_info("x", F, [2, 3])], [value_info("y", F, [2, 4])],
+                       initializers=[tensor("w", np.full((3, 4), -1.0, np.float32)),
+                                     tensor("c", np.full((4,), c, np.float32)), ONE])
+    optimized = onnxrefine.optimize(model, ["fuse_matmul_add_bias_into_gemm"])
+    assert op_types(optimized) == ["Gemm", "Div"]
+    _assert_bit_identical(model, optimized, [2, 3])
