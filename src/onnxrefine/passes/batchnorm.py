@@ -13,6 +13,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import is_float_dtype, round_folded, to_float64
+from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.passes.registry import PassSpec, register
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
@@ -61,7 +62,15 @@ def bn_affine(m: Match, ctx: RewriteContext, channels: int, dtype: np.dtype) -> 
     shift = params["bias"] - params["mean"] * scale
     if not (np.all(np.isfinite(scale)) and np.all(np.isfinite(shift))):
         raise RewriteRefused("the BatchNormalization affine form is not finite")
+    if _has_negative_zero(shift) or _has_negative_zero(params["bias"]):
+        # BN ends by adding shift (or B): a -0.0 there keeps the sign of a zero y*s, which a
+        # negative s flips, while the folded layer's zeros come out as +0.0 (its sums start at +0.0).
+        refuse_if_observable(ctx, bn.outputs[0], "folding a BatchNormalization whose shift holds -0.0")
     return scale, shift
+
+
+def _has_negative_zero(array: np.ndarray) -> bool:
+    return bool(np.any((array == 0) & np.signbit(array)))
 
 
 def _float_weight(m: Match, key: str = "w") -> np.ndarray:
@@ -234,6 +243,10 @@ def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
 def fold_conv_mul(m: Match, ctx: RewriteContext) -> Replacement:
     weight = _float_weight(m)
     per_channel = _per_channel_constant(m, weight, "multiplier")
+    if np.any(per_channel <= 0) or np.any(np.signbit(per_channel)):
+        # Conv(x, W) * s with s < 0 turns the Conv's zeros (+0.0: a window in the padding) into
+        # -0.0; Conv(x, W*s) gives +0.0 there. Only where no sign-sensitive use can tell.
+        refuse_if_observable(ctx, m["op"].outputs[0], "folding a negative or zero scale into the Conv")
     conv = _conv_affine(m, ctx, per_channel, None)
     return Replacement([conv], {m["op"].outputs[0]: conv.outputs[0]})
 
@@ -241,8 +254,13 @@ def fold_conv_mul(m: Match, ctx: RewriteContext) -> Replacement:
 def fold_conv_add(m: Match, ctx: RewriteContext) -> Replacement:
     weight = _float_weight(m)
     per_channel = _per_channel_constant(m, weight, "added constant")
-    bias = _bias64(m, "b", weight.shape[0], weight.dtype)
-    new_bias = round_folded(bias + per_channel, weight.dtype, "folded bias")
+    if m.get("b") is None:
+        # The added constant becomes the bias as it is: adding it to an invented +0.0 bias would
+        # turn a -0.0 in it into +0.0 (Conv + (-0.0) keeps a zero's sign, Conv + (+0.0) does not).
+        new_bias = round_folded(np.array(per_channel), weight.dtype, "folded bias")
+    else:
+        bias = _bias64(m, "b", weight.shape[0], weight.dtype)
+        new_bias = round_folded(bias + per_channel, weight.dtype, "folded bias")
     conv: ir.Node = m["conv"]
     b_value = ctx.constant(new_bias, f"{conv.name or 'conv'}_bias_folded", derived_from=[m.get("b")])
     new = ctx.node("Conv", [m["x"], m["w"], b_value], list(conv.attributes.values()), hint=conv.name or None)
@@ -292,7 +310,8 @@ register(
     PassSpec(
         "fuse_mul_into_conv",
         REASSOCIATING,
-        "Fold a scalar or per-channel constant Mul after a Conv into its weight and bias",
+        "Fold a scalar or per-channel constant Mul after a Conv into its weight and bias (a negative or zero "
+        "scale only where the zeros it flips reach no sign-sensitive use)",
         rules=(CONV_MUL,),
         order=41,
     )

@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.ir.static_shapes import Sym
 from onnxrefine.passes.opargs import (
     attr,
@@ -480,6 +481,9 @@ def fuse_pad_pool(m: Match, ctx: RewriteContext) -> Replacement:
     pads = [a + b for a, b in zip(_consumer_pads(pool, spatial), added)]
     if any(p >= kernel[i % spatial] for i, p in enumerate(pads)):
         raise RewriteRefused("the merged pads would reach the kernel size, which pooling rejects")
+    # onnxruntime's padded AveragePool sums only the real elements: a window of -0.0 values and
+    # padding gives -0.0 where the explicit +0.0 Pad gave +0.0.
+    refuse_if_observable(ctx, pool.outputs[0], "merging the Pad into AveragePool's padding")
     return _with_pads(ctx, pool, m["x"], pads)
 
 
@@ -614,7 +618,8 @@ _FUSION_PASSES = (
     ("fuse_transpose_into_gemm", EXACT, "Transpose [1,0] feeding Gemm -> Gemm transA/transB", (TRANSPOSE_GEMM_A, TRANSPOSE_GEMM_B)),
     ("fuse_pad_into_conv", EXACT, "Constant zero Pad on spatial dims -> Conv pads", (PAD_CONV,)),
     ("fuse_pad_into_pool", REASSOCIATING,
-     "Zero Pad -> AveragePool(count_include_pad=1) pads (an all -0.0 window may give +0.0); never MaxPool",
+     "Zero Pad -> AveragePool(count_include_pad=1) pads where a window's zero sign (which may flip) reaches no "
+     "sign-sensitive use; never MaxPool",
      (PAD_POOL,)),
     ("fuse_concat_into_reshape", EXACT, "Reshape target built by Concat of constants/known sizes -> constant target",
      (CONCAT_RESHAPE,)),

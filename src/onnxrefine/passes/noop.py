@@ -17,6 +17,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import is_float_dtype
+from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.passes.opargs import attr, dtypes_of, input_at, int_list_arg, known_dim, normalize_axes, shapes_of
 from onnxrefine.passes.registry import PassSpec, register
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
@@ -281,7 +282,8 @@ UNIT_RULES = tuple(_unit_rule(op) for op in ("Mul", "Add", "Sub", "Div", "Pow", 
 def _float_zero_rule(op: str) -> Rule:
     """x + 0.0 -> x and x - (-0.0) -> x for floats: equal in value, but the result's zero keeps
     x's sign where the original made it +0.0. Not bit-exact, so a pass of its own, declared
-    reassociating and verified (a sign flip that reaches 1/x shows as an inf change)."""
+    reassociating; applied only where no sign-sensitive use (1/x, ...) can see that zero
+    (ir/signed_zero.py), with or without verification."""
 
     def rewrite(m: Match, ctx: RewriteContext) -> Replacement | None:
         constant = m.array("c")
@@ -291,7 +293,10 @@ def _float_zero_rule(op: str) -> Rule:
         exact = np.all(negative_zero) if op == "Add" else not np.any(negative_zero)
         if exact:
             return None  # eliminate_nop_with_unit removes it exactly
-        return _unit_guard(m, ctx, op, signed_zero_may_change=True)
+        replacement = _unit_guard(m, ctx, op, signed_zero_may_change=True)
+        if replacement is not None:
+            refuse_if_observable(ctx, m["node"].outputs[0], f"removing x {'+ 0.0' if op == 'Add' else '- (-0.0)'}")
+        return replacement
 
     return Rule(f"eliminate_float_{op.lower()}_zero", Op(op, Var("x"), Const("c"), name="node"), rewrite,
                 kind=REASSOCIATING)
@@ -439,7 +444,8 @@ register(
     PassSpec(
         "eliminate_float_add_zero",
         REASSOCIATING,
-        "Remove float x+0.0 and x-(-0.0) that do not broadcast x (equal in value; a -0.0 in x stays -0.0)",
+        "Remove float x+0.0 and x-(-0.0) that do not broadcast x, where the -0.0 it leaves in place of +0.0 "
+        "reaches no sign-sensitive use (a divisor, Reciprocal, Pow base, ...)",
         rules=(_float_zero_rule("Add"), _float_zero_rule("Sub")),
         order=21,
     )

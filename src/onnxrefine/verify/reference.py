@@ -6,7 +6,9 @@ ONNX semantics. The result is what the graph computes with (almost) no rounding,
 compares float32 runs against.
 
 Known, deliberate departures from a float32 runtime:
-- Cast to float16/bfloat16/float32 does not round (nor overflow to inf): we model ideal arithmetic.
+- float32 is modelled as real arithmetic (no rounding, no overflow), Cast to float32 included. Narrower
+  formats are not: a Cast to float16/bfloat16/float8 and every float16/bfloat16 node output are rounded
+  to that type as the spec says (see ``reference_kernels_dtype``).
 - Cast of NaN/inf or out-of-range floats to an integer type is undefined in ONNX; we return numpy's result.
 - Random* ops are not evaluated (their values are not part of a model's deterministic meaning).
 
@@ -27,6 +29,7 @@ from onnx import helper, numpy_helper
 
 from onnxrefine.errors import OnnxRefineError
 from onnxrefine.ir.validate import sparse_to_dense
+from onnxrefine.verify import reference_kernels_dtype as _dtype
 from onnxrefine.verify import reference_kernels_nn as _nn
 from onnxrefine.verify import reference_kernels_shape as _shape
 from onnxrefine.verify import reference_kernels_tensor as _tensor
@@ -118,6 +121,7 @@ def evaluate_float64(
         opsets[""] = opsets["ai.onnx"]
     functions = {(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
     evaluator = _Evaluator(opsets, functions)
+    evaluator.narrow_types = _dtype.narrow_value_types(model)
     graph = model.graph
     wanted = list(outputs) if outputs is not None else [o.name for o in graph.output]
     env = evaluator.bind_graph_inputs(graph, feeds)
@@ -187,6 +191,7 @@ class _Evaluator:
         self.opsets = opsets
         self.functions = functions
         self._fallback_cache: dict[Any, Any] = {}
+        self.narrow_types: dict[str, int] = {}  # float16/bfloat16 value names, rounded where produced
 
     # -- graphs -------------------------------------------------------------------------------------------
     def bind_graph_inputs(self, graph: onnx.GraphProto, feeds: Mapping[str, np.ndarray]) -> _Scope:
@@ -213,6 +218,9 @@ class _Evaluator:
         producers = {out: node for node in graph.node for out in node.output if out}
         for node in graph.node:
             self.run_node(_log_softmax_form(node, producers), env, self.opsets)
+            for out in node.output:
+                if out in self.narrow_types:
+                    env[out] = _dtype.round_to(env[out], self.narrow_types[out])
         result = {}
         for name in wanted:
             try:

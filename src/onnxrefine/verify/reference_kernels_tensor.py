@@ -206,7 +206,14 @@ def _cast_to(x: np.ndarray, elem_type: int, call) -> np.ndarray:
 
 
 def _cast(call):
-    return [_cast_to(call.inputs[0], call.attr("to"), call)]
+    from onnxrefine.verify.reference_kernels_dtype import narrow_float_type, round_to
+
+    to = call.attr("to")
+    result = _cast_to(call.inputs[0], to, call)
+    if narrow_float_type(to):
+        # The spec's rounding and overflow to the narrow type (module reference_kernels_dtype).
+        result = round_to(result, to, saturate=bool(call.attr("saturate", 1)))
+    return [result]
 
 
 def _cast_like(call):

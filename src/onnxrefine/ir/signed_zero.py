@@ -1,0 +1,210 @@
+"""Can the sign of a zero in a value be observed? The guard of rewrites that may flip it.
+
+IEEE floats have two zeros. They compare equal, but some operations tell them apart: 1/(+0) = +inf
+and 1/(-0) = -inf. A rewrite that is exact in real arithmetic (dropping `x + 0.0`, folding a
+negative scale into a Conv's weights, merging a Pad into an AveragePool's own padding) can turn one
+zero into the other; that is harmless unless the zero reaches such an operation. This module
+answers, for one value: does any path from it reach a *sink* (an operation whose result depends on
+the sign of a zero input) through operations that *carry* the sign?
+
+- carriers pass a zero's sign to their output (Mul, Div's numerator, Add/Sub, Neg, Conv, MatMul,
+  layout ops, Sqrt(-0) = -0, Relu(-0) = -0 in onnxruntime, Max/Min, Cast to a float type, ...);
+- stoppers provably lose it (Abs, Exp, Cos, Sigmoid, Softmax, Log(+-0) = -inf, comparisons and
+  Equal since -0 == +0, Cast to int/bool, Shape/Size, ...);
+- sinks observe it: Div's divisor, Reciprocal, Mod's divisor, Pow's base (unless its exponent is a
+  constant > 0, which carries, or 0, which stops), ArgMax/ArgMin/TopK (ties between -0 and +0 are
+  broken differently by onnxruntime's float16 kernels); and, conservatively, anything not listed,
+  custom domains, nodes holding subgraphs, values captured by a subgraph, outputs of a subgraph or
+  of a function body (their readers are not followed).
+
+A main-graph output is a sink only when asked (`outputs_observable`): there the two zeros are equal
+in value, so a reassociating rewrite (whose outputs may differ by rounding anyway) may flip one, but
+an exact rewrite (bit-identical outputs) may not. Every pass that can flip a zero is reassociating.
+
+One query is linear in the size of the graph downstream of the value (iterative, memoised). The
+"observable" answers are kept for the whole driver run (`for_context`), since a later rewrite can
+only make a kept answer conservative; "not observable" answers are recomputed per query.
+
+Audit of the passes that could flip a zero (probed in onnxruntime 1.32 CPU, whose Conv/MatMul/Gemm
+sums start at +0.0 and so never give -0.0): guarded here are fuse_mul_into_conv (a negative or zero
+scale), eliminate_float_add_zero, fuse_pad_into_pool (a padded AveragePool sums only the real
+elements) and the BatchNormalization folds whose shift or B holds -0.0 (BN ends by adding it).
+Sign-exact, no guard: x*1, x/1, x**1, x-(+0.0), x+(-0.0) (eliminate_nop_with_unit); MatMul + c ->
+Gemm (the same sum plus c); fuse_pad_into_conv (the same +0.0 padding); fuse_qkv (the same sums);
+fuse_add_bias_into_conv, once the constant becomes the bias as it is (not added to an invented +0.0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.ir.foldmath import constant_array
+
+_STANDARD = ("", "ai.onnx")
+
+# Every input carries a zero's sign to the outputs (or may: carrying is the conservative choice
+# when an op's treatment of -0 is not pinned down, since it keeps looking for sinks downstream).
+_CARRY = frozenset({
+    "Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Concat",
+    "Gather", "GatherElements", "GatherND", "Split", "Expand", "Tile", "Pad", "Neg", "Mul", "Add",
+    "Sub", "Sum", "Mean", "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "BatchNormalization",
+    "InstanceNormalization", "LayerNormalization", "GroupNormalization", "MeanVarianceNormalization",
+    "LpNormalization", "LRN", "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "ThresholdedRelu",
+    "Sqrt", "Max", "Min", "Clip", "Sin", "Tan", "Asin", "Atan", "Sinh", "Tanh", "Asinh", "Atanh",
+    "Erf", "Round", "Floor", "Ceil", "Sign", "CastLike", "ReduceSum", "ReduceMean", "ReduceMax",
+    "ReduceMin", "ReduceProd", "AveragePool", "MaxPool", "GlobalAveragePool", "GlobalMaxPool",
+    "DepthToSpace", "SpaceToDepth", "Where", "ScatterND", "ScatterElements", "Scatter", "Dropout",
+    "Softsign", "HardSwish", "HardSigmoid", "Gelu", "Mish", "Shrink", "CumSum", "Trilu",
+    "ReverseSequence", "Compress", "SequenceConstruct", "SplitToSequence", "SequenceAt",
+    "ConcatFromSequence", "SequenceInsert", "Optional", "OptionalGetElement",
+})
+# Provably lose it: every output is the same for a -0 or a +0 in any input.
+_STOP = frozenset({
+    "Abs", "Exp", "Cos", "Cosh", "Acos", "Sigmoid", "Softmax", "LogSoftmax", "Log", "Softplus",
+    "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "Equal", "Less",
+    "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "Shape", "Size", "Not", "And",
+    "Or", "Xor", "NonZero",
+})
+# Inputs at these positions observe the sign; the others carry it.
+_SINK_AT = {"Div": {1}, "Mod": {1}}
+# Only input 0 carries; any other float input (scales, roi) is treated as a sink.
+_CARRY_FIRST = frozenset({"Resize", "Upsample"})
+_SINKS = frozenset({"Reciprocal", "ArgMax", "ArgMin", "TopK"})
+
+
+def _has_subgraph(node: ir.Node) -> bool:
+    return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
+
+
+def _classify(node: ir.Node, index: int) -> str:
+    """'sink', 'stop' or 'carry' for `node` reading a value at input `index`."""
+    op = node.op_type
+    if node.domain not in _STANDARD or _has_subgraph(node):
+        return "sink"
+    if op in _SINKS:
+        return "sink"
+    if op in _SINK_AT:
+        return "sink" if index in _SINK_AT[op] else "carry"
+    if op in _CARRY_FIRST:
+        return "carry" if index == 0 else "sink"
+    if op == "Cast":
+        to = node.attributes.get("to")
+        return "carry" if to is not None and ir.DataType(to.value).is_floating_point() else "stop"
+    if op == "Pow":
+        if index == 1:
+            return "stop"  # x ** (+0) == x ** (-0) == 1
+        exponent = constant_array(node.inputs[1]) if len(node.inputs) > 1 else None
+        if exponent is None or exponent.size == 0:
+            return "sink"
+        exponent = exponent.astype(np.float64)
+        if np.all(exponent == 0):
+            return "stop"
+        return "carry" if np.all(exponent > 0) else "sink"  # (-0) ** -1 = -inf, (+0) ** -1 = +inf
+    if op in _STOP:
+        return "stop"
+    if op in _CARRY:
+        return "carry"
+    return "sink"  # unknown: assume it may look
+
+
+class SignedZeroAnalysis:
+    """Memoised answers to `observable(value)` within one graph state (see the module docstring)."""
+
+    def __init__(self, main_graph: ir.Graph, outputs_observable: bool = False):
+        self.main_graph = main_graph
+        self.outputs_observable = outputs_observable
+        # Only "observable" answers are kept across queries: rewrites between two queries may move
+        # readers onto a value (a forwarded output), which can make an unobservable value
+        # observable, while a kept "observable" can at worst be stale in the refusing direction.
+        self._observable: set[ir.Value] = set()
+
+    def _expand(self, value: ir.Value) -> tuple[bool, list[ir.Value]]:
+        """(reaches a sink directly, values its sign is carried into)."""
+        if value.is_graph_output():
+            if value.graph is not self.main_graph or self.outputs_observable:
+                return True, []
+        carried: list[ir.Value] = []
+        for use in value.uses():
+            node = use.node
+            if node.graph is not value.graph:
+                return True, []  # captured by a subgraph (or read across graphs): not followed
+            kind = _classify(node, use.idx)
+            if kind == "sink":
+                return True, []
+            if kind == "carry":
+                carried.extend(out for out in node.outputs if out is not None)
+        return False, carried
+
+    def observable(self, value: ir.Value) -> bool:
+        """Whether a -0 turned into +0 (or back) in `value` can change what some sink computes."""
+        if value in self._observable:
+            return True
+        memo: dict[ir.Value, bool] = {}  # this query's answers, "not observable" ones included
+        expansions: dict[ir.Value, tuple[bool, list[ir.Value]]] = {}
+        on_stack: set[ir.Value] = set()
+        stack = [value]
+        while stack:
+            current = stack[-1]
+            if current in memo or current in self._observable:
+                stack.pop()
+                continue
+            if current not in expansions:
+                expansions[current] = self._expand(current)
+                direct, carried = expansions[current]
+                if not direct:
+                    pending = [v for v in carried if v not in memo and v not in on_stack]
+                    if pending:
+                        on_stack.add(current)
+                        stack.extend(pending)
+                        continue
+            direct, carried = expansions[current]
+            # A carried value not yet answered can only be one on the current path (a cycle, which
+            # a valid graph has not): count it as observable.
+            memo[current] = direct or any(v in self._observable or memo.get(v, True) for v in carried)
+            if memo[current]:
+                self._observable.add(current)
+            on_stack.discard(current)
+            stack.pop()
+        return value in self._observable
+
+    def why(self, value: ir.Value) -> str:
+        """A short reason naming the first sink found (for refusals)."""
+        seen: set[ir.Value] = set()
+        stack = [value]
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if current.is_graph_output() and (current.graph is not self.main_graph or self.outputs_observable):
+                return f"{current.name!r} is an output of a subgraph or function, whose readers are not followed"
+            for use in current.uses():
+                node = use.node
+                label = f"{node.op_type} {node.name!r}" if node.name else node.op_type
+                if node.graph is not current.graph:
+                    return f"{current.name!r} is captured by a subgraph"
+                kind = _classify(node, use.idx)
+                if kind == "sink":
+                    return f"it reaches {label} (input {use.idx}), which tells -0 from +0"
+                if kind == "carry":
+                    stack.extend(out for out in node.outputs if out is not None)
+        return "its sign reaches a sign-sensitive use"
+
+
+def for_context(ctx) -> SignedZeroAnalysis:
+    """The analysis shared by every rule in one driver run (one RewriteContext)."""
+    analysis = getattr(ctx, "_signed_zero_analysis", None)
+    if analysis is None or analysis.main_graph is not ctx.model.graph:
+        analysis = SignedZeroAnalysis(ctx.model.graph)
+        ctx._signed_zero_analysis = analysis
+    return analysis
+
+
+def refuse_if_observable(ctx, value: ir.Value, what: str) -> None:
+    """Raise RewriteRefused when `value`'s zero sign, which the rewrite may flip, can be observed."""
+    from onnxrefine.errors import RewriteRefused
+
+    analysis = for_context(ctx)
+    if analysis.observable(value):
+        raise RewriteRefused(f"{what} may turn -0.0 into +0.0 or back, and {analysis.why(value)}")
