@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from onnxrefine.errors import BadInputError
 
@@ -102,7 +103,6 @@ def check_optimize(args: argparse.Namespace) -> None:
     if getattr(args, "inputs", None):
         readable_file(args.inputs, "--inputs")
     from onnxrefine.cli.optimize_cmd import default_output_path  # the command's own default
-    from pathlib import Path
 
     output = args.output or str(default_output_path(Path(model)))
     sources = [model] + ([args.inputs] if getattr(args, "inputs", None) else [])
@@ -119,7 +119,7 @@ def _references(model: str, data_file: str) -> bool:
     """Whether the model's external data lives in `data_file` (only asked when that file exists)."""
     from onnxrefine.ir.io import _references_file
 
-    return _references_file(model, data_file)
+    return _references_file(model, Path(data_file))
 
 
 def check_verify(args: argparse.Namespace) -> None:
