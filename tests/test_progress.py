@@ -194,7 +194,7 @@ def test_bisect_reports_steps(example, tmp_path):
                      "--passes", "fuse_bn_into_conv,eliminate_identity")
     assert result.returncode == 0, result.stderr
     text = "\n".join(progress_lines(result))
-    assert "bisect tiny.onnx --optimizer onnxrefine > bisect" in text
+    assert "] load tiny.onnx" in text and "] bisect 0/2 step fuse_bn_into_conv" in text
 
 
 def test_default_delay_keeps_quick_errors_one_line(tmp_path):

@@ -195,7 +195,8 @@ def _seconds(seconds: float) -> str:
 
 class PlainDisplay(_Stack):
     """Log lines for a pipe or a file: a phase is shown once it has run `delay` seconds, then at
-    most one line per phase change, plus a heartbeat every `heartbeat` seconds."""
+    most one line per phase change, plus a heartbeat every `heartbeat` seconds when the line has
+    changed (counts, detail), every 6 x `heartbeat` seconds when it has not."""
 
     def __init__(self, stream: TextIO | None = None, *, delay: float = 1.0, heartbeat: float = 5.0,
                  tick: float = 0.25) -> None:
@@ -203,6 +204,7 @@ class PlainDisplay(_Stack):
         self.stream = stream if stream is not None else sys.stderr
         self.delay, self.heartbeat, self.tick = delay, heartbeat, tick
         self._last_line = 0.0
+        self._last_text = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -230,9 +232,14 @@ class PlainDisplay(_Stack):
         if not self._frames:
             return
         now = time.monotonic()
+        text = " > ".join(frame.text() for frame in self._frames)
         due = any(not frame.shown and now - frame.started >= self.delay for frame in self._frames)
-        if due or (self._last_line and now - self._last_line >= self.heartbeat):
-            self._print(" > ".join(frame.text() for frame in self._frames))
+        # Heartbeat: what changed every `heartbeat` seconds; an unchanged line only 6x as rarely.
+        quiet = now - self._last_line if self._last_line else 0.0
+        beat = quiet >= self.heartbeat and (text != self._last_text or quiet >= 6 * self.heartbeat)
+        if due or beat:
+            self._print(text)
+            self._last_text = text
             for frame in self._frames:
                 frame.shown = True
 
@@ -279,7 +286,7 @@ class LiveDisplay(_Stack):
             if seconds >= self.keep_after:  # a lasting line for each phase worth remembering
                 from rich.text import Text
 
-                self._console.print(Text.assemble(("✓ ", "green"), frame.text(),
+                self._console.print(Text.assemble(("✓ ", "green"), frame.name,
                                                   (f"  {_seconds(seconds)}", "dim")))
 
     def _start(self) -> None:

@@ -50,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
         inputs=load_inputs(args.inputs) if args.inputs else None,
     )
     passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
-    with progress.phase(f"bisect {Path(args.model).name} --optimizer {args.optimizer}"):
-        result = bisect(model, optimizer=args.optimizer, passes=passes, out_dir=out, settings=settings)
+    result = bisect(model, optimizer=args.optimizer, passes=passes, out_dir=out, settings=settings)  # shows its steps
     table = Table(title=f"onnxrefine bisect --optimizer {args.optimizer}")
     table.add_column("step")
     table.add_column("result")
