@@ -32,8 +32,8 @@ class Recorder:
     def update(self, done, total, detail, note):
         self.events.append(("update", done, total, detail, note))
 
-    def pop(self):
-        self.events.append(("pop",))
+    def pop(self, ok=True):
+        self.events.append(("pop", ok))
 
 
 def test_phase_and_report_are_no_ops_without_a_reporter():
@@ -61,7 +61,7 @@ def test_reporting_routes_events_and_restores_the_previous_reporter():
     progress.report(detail="after the block: nobody listens")
     assert recorder.events == [
         ("push", "outer", 2, ""), ("push", "inner", None, ""), ("update", 1, 3, "step", None),
-        ("pop",), ("pop",),
+        ("pop", True), ("pop", True),
     ]
 
 
@@ -70,7 +70,7 @@ def test_phase_pops_when_the_block_raises():
     with progress.reporting(recorder), pytest.raises(ValueError):
         with progress.phase("failing"):
             raise ValueError("boom")
-    assert recorder.events[-1] == ("pop",)
+    assert recorder.events[-1] == ("pop", False)
 
 
 def test_plain_display_prints_nested_phases_with_counts():
@@ -85,6 +85,14 @@ def test_plain_display_prints_nested_phases_with_counts():
     assert lines[1].endswith("] optimize 1/3 round 1: fold_constants (512 nodes visited) > verify 0/7")
     # Count updates within a phase are not phase changes: no line each (only the heartbeat).
     assert len(lines) == 3 and "] optimize: done in " in lines[2]
+
+
+def test_plain_display_has_no_done_line_for_a_failed_phase():
+    stream = io.StringIO()
+    with PlainDisplay(stream, delay=0.0, heartbeat=3600) as display, progress.reporting(display):
+        with pytest.raises(ValueError), progress.phase("optimize"):
+            raise ValueError("boom")
+    assert [line.split("] ", 1)[1] for line in stream.getvalue().splitlines()] == ["optimize"]
 
 
 def test_plain_display_is_silent_for_phases_shorter_than_the_delay():
@@ -126,6 +134,12 @@ def test_live_display_leaves_a_line_for_long_phases_only():
         with progress.phase("load small.onnx"):
             pass
     assert "load small.onnx" not in stream.getvalue()
+    stream = io.StringIO()
+    display = LiveDisplay(stream, keep_after=0.0)
+    with display, progress.reporting(display), pytest.raises(ValueError):
+        with progress.phase("load broken.onnx"):
+            raise ValueError("the error line says what happened; no check mark before it")
+    assert "broken.onnx" not in stream.getvalue()
 
 
 class FakeTerminal(io.StringIO):

@@ -18,7 +18,8 @@ Two displays, both on stderr so that stdout stays the command's result:
   over a second.
 - `PlainDisplay` (a pipe or file): one line when a phase has been running for `delay` seconds
   (default 1, so quick commands and quick errors print nothing extra), then at most one line per
-  phase change and a heartbeat every 5 s.
+  phase change, a heartbeat every 5 s while counts or details change (30 s while they do not),
+  and a "done in" line when the last phase ends without an error.
 `display_for_stderr()` picks one; ONNXREFINE_PROGRESS=live|plain|off and
 ONNXREFINE_PROGRESS_DELAY=SECONDS override the choice.
 
@@ -49,7 +50,7 @@ class Reporter(Protocol):
 
     def update(self, done: int | None, total: int | None, detail: str | None, note: str | None) -> None: ...
 
-    def pop(self) -> None: ...
+    def pop(self, ok: bool = True) -> None: ...  # ok: False when the phase ended by an exception
 
 
 _CURRENT: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("onnxrefine_progress",
@@ -66,8 +67,10 @@ def phase(name: str, *, total: int | None = None, detail: str = "") -> Iterator[
     reporter.push(name, total, detail)
     try:
         yield
-    finally:
-        reporter.pop()
+    except BaseException:
+        reporter.pop(False)
+        raise
+    reporter.pop(True)
 
 
 def in_phase(name: str) -> Callable:
@@ -157,10 +160,10 @@ class _Stack:
                 frame.note = note
             self._changed()
 
-    def pop(self) -> None:
+    def pop(self, ok: bool = True) -> None:
         with self._lock:
             if self._frames:
-                self._ended(self._frames.pop())
+                self._ended(self._frames.pop(), ok)
 
     def frames(self) -> list[Frame]:
         with self._lock:
@@ -172,7 +175,7 @@ class _Stack:
     def _changed(self) -> None:
         pass
 
-    def _ended(self, frame: Frame) -> None:
+    def _ended(self, frame: Frame, ok: bool) -> None:
         pass
 
     def __enter__(self):
@@ -183,7 +186,7 @@ class _Stack:
 
     def close(self) -> None:
         while self.frames():
-            self.pop()
+            self.pop(False)
 
 
 def _seconds(seconds: float) -> str:
@@ -243,8 +246,9 @@ class PlainDisplay(_Stack):
             for frame in self._frames:
                 frame.shown = True
 
-    def _ended(self, frame: Frame) -> None:
-        if frame.shown and not self._frames:
+    def _ended(self, frame: Frame, ok: bool) -> None:
+        # A failed phase gets no "done" line: the error line that follows says what happened.
+        if ok and frame.shown and not self._frames:
             self._print(f"{frame.name}: done in {_seconds(time.monotonic() - frame.started)}")
 
     def _print(self, text: str) -> None:
@@ -273,7 +277,7 @@ class LiveDisplay(_Stack):
         if self._live is None:
             self._start()
 
-    def pop(self) -> None:
+    def pop(self, ok: bool = True) -> None:
         with self._lock:
             if not self._frames:
                 return
@@ -283,7 +287,7 @@ class LiveDisplay(_Stack):
             live, self._live = self._live, None
             live.stop()
             seconds = time.monotonic() - frame.started
-            if seconds >= self.keep_after:  # a lasting line for each phase worth remembering
+            if ok and seconds >= self.keep_after:  # a lasting line for each phase worth remembering
                 from rich.text import Text
 
                 self._console.print(Text.assemble(("✓ ", "green"), frame.name,
@@ -296,7 +300,7 @@ class LiveDisplay(_Stack):
         if self._console is None:
             self._console = Console(file=self.stream)
         self._live = Live(_Render(self), console=self._console, transient=True,
-                          refresh_per_second=8, redirect_stdout=False, redirect_stderr=False)
+                          refresh_per_second=8, redirect_stdout=False, redirect_stderr=True)
         self._live.start()
 
 
