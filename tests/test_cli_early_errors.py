@@ -111,6 +111,11 @@ def test_optimize_report_folder_missing_or_same_as_output(example, tmp_path, cap
     assert_early_error(["optimize", example, "-o", out, "--report", out], capsys, "the same file")
 
 
+def test_optimize_and_bisect_bad_dims(example, capsys, no_work):
+    assert_early_error(["optimize", example, "--dims", "N=two"], capsys, "--dims")
+    assert_early_error(["bisect", example, "--dims", "N"], capsys, "--dims")
+
+
 def test_optimize_output_folder_not_writable(example, tmp_path, capsys, no_work, monkeypatch):
     # Tests run as root here, where chmod does not stop writes: ask os.access what a user sees.
     real_access = os.access

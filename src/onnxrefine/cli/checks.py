@@ -100,6 +100,7 @@ def check_optimize(args: argparse.Namespace) -> None:
         return  # the command itself answers these
     model = args.model
     readable_file(model)
+    _dims(args)
     if getattr(args, "inputs", None):
         readable_file(args.inputs, "--inputs")
     from onnxrefine.cli.optimize_cmd import default_output_path  # the command's own default
@@ -113,6 +114,12 @@ def check_optimize(args: argparse.Namespace) -> None:
     if getattr(args, "report", None):
         writable_file(args.report, "--report", sources)
     _distinct_outputs([("-o/--output", output), ("--report", getattr(args, "report", None))])
+
+
+def _dims(args: argparse.Namespace) -> None:
+    from onnxrefine.cli.verify_cmd import parse_dims  # the commands parse --dims the same way
+
+    parse_dims(getattr(args, "dims", "") or "")
 
 
 def _references(model: str, data_file: str) -> bool:
@@ -141,6 +148,7 @@ def bisect_out(args: argparse.Namespace) -> str:
 
 def check_bisect(args: argparse.Namespace) -> None:
     readable_file(args.model)
+    _dims(args)
     if getattr(args, "inputs", None):
         readable_file(args.inputs, "--inputs")
     # The bundle is written only on a mismatch, and an existing folder is refused then: say so now.
