@@ -95,6 +95,27 @@ def test_plain_display_has_no_done_line_for_a_failed_phase():
     assert [line.split("] ", 1)[1] for line in stream.getvalue().splitlines()] == ["optimize"]
 
 
+def _report_from_a_worker():
+    with progress.phase("in the worker"):
+        progress.report(done=1, detail="worker step")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_workers_do_not_report_to_the_parents_display(tmp_path):
+    import multiprocessing
+
+    log = tmp_path / "progress.log"
+    with open(log, "w") as stream:
+        display = PlainDisplay(stream, delay=0.0, heartbeat=3600)
+        with display, progress.reporting(display), progress.phase("parent"):
+            worker = multiprocessing.get_context("fork").Process(target=_report_from_a_worker)
+            worker.start()
+            worker.join(60)
+            assert worker.exitcode == 0
+    text = log.read_text()
+    assert "parent" in text and "worker" not in text
+
+
 def test_plain_display_is_silent_for_phases_shorter_than_the_delay():
     stream = io.StringIO()
     with PlainDisplay(stream, delay=3600, heartbeat=3600) as display, progress.reporting(display):

@@ -139,13 +139,23 @@ class _Stack:
         self._lock = threading.RLock()
         self._frames: list[Frame] = []
         self._started = time.monotonic()
+        # Worker processes forked while a display is current (fuzz --jobs) inherit it, and maybe
+        # its lock in a held state: only the process that made the display reports to it.
+        self._pid = os.getpid()
+
+    def _foreign(self) -> bool:
+        return os.getpid() != self._pid
 
     def push(self, name: str, total: int | None = None, detail: str = "") -> None:
+        if self._foreign():
+            return
         with self._lock:
             self._frames.append(Frame(name, total, None, detail))
             self._changed()
 
     def update(self, done=None, total=None, detail=None, note=None) -> None:
+        if self._foreign():
+            return
         with self._lock:
             if not self._frames:
                 return
@@ -161,6 +171,8 @@ class _Stack:
             self._changed()
 
     def pop(self, ok: bool = True) -> None:
+        if self._foreign():
+            return
         with self._lock:
             if self._frames:
                 self._ended(self._frames.pop(), ok)
@@ -273,11 +285,15 @@ class LiveDisplay(_Stack):
     # Live's refresh thread takes Live's lock and then ours (to draw the frames), so Live is
     # started and stopped only while this thread does not hold our lock.
     def push(self, name: str, total: int | None = None, detail: str = "") -> None:
+        if self._foreign():
+            return
         super().push(name, total, detail)
         if self._live is None:
             self._start()
 
     def pop(self, ok: bool = True) -> None:
+        if self._foreign():
+            return
         with self._lock:
             if not self._frames:
                 return
