@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
 __all__ = ["Reporter", "phase", "in_phase", "report", "reporting", "LiveDisplay", "PlainDisplay",
-           "display_for_stderr"]
+           "display_for_stderr", "showing"]
 
 
 class Reporter(Protocol):
