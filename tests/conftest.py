@@ -1,6 +1,12 @@
 """Shared pytest options: tests marked `slow` run only with --runslow."""
 
+import os
+
 import pytest
+
+# Progress lines depend on timing (a phase shows once it has run a second); tests that read stderr
+# must not see them by chance. tests/test_progress.py turns them on explicitly.
+os.environ.setdefault("ONNXREFINE_PROGRESS", "off")
 
 
 def pytest_addoption(parser):

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxrefine import progress
 from onnxrefine.errors import BadInputError, OnnxRefineError
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import ConstantBudget
@@ -83,6 +84,7 @@ def _probe(original: onnx.ModelProto, settings: VerifySettings) -> str | None:
     return None
 
 
+@progress.in_phase("verified passes")
 def optimize_verified(
     model: ir.Model,
     pass_names: Sequence[str],
@@ -95,6 +97,7 @@ def optimize_verified(
     """Run `pass_names` with per-pass verification. Returns None when verification is in auto
     mode and cannot run (the caller then optimizes without it and says so)."""
     original = io.to_proto(model)
+    progress.report(detail="probe: the original against itself")
     problem = _probe(original, settings)
     if problem is not None:
         if settings.enabled:
@@ -111,6 +114,7 @@ def optimize_verified(
         for name in ordered:
             if name in refused_passes:
                 continue
+            progress.report(done=ordered.index(name), total=len(ordered), detail=name)
             candidate_ir = io.proto_to_ir(current)
             pass_budget = copy.copy(budget)
             pass_log = run_passes(candidate_ir, [name], budget=pass_budget, fixed_point=True, on_progress=on_progress)
@@ -134,6 +138,7 @@ def optimize_verified(
             changed = True
         if not changed or not fixed_point:
             break
+    progress.report(done=len(ordered), detail="end to end: the optimized model against the original")
     final = _verify_end_to_end(original, current, settings)
     if final.verdict == "mismatch":
         outputs = ", ".join(final.failing_outputs)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from onnxrefine import progress
+from onnxrefine.cli.checks import bisect_out
 from onnxrefine.cli.verify_cmd import parse_dims
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import io
@@ -39,15 +42,15 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if not ADAPTERS[args.optimizer].available():
         raise BadInputError(f"optimizer '{args.optimizer}' is not installed (pip install {ADAPTERS[args.optimizer].package})")
-    model = io.from_ir(io.load_model(args.model), "proto")
-    out = args.out or f"{args.model.removesuffix('.onnx')}.bisect"
+    with progress.phase(f"load {Path(args.model).name}"):
+        model = io.from_ir(io.load_model(args.model), "proto")
+    out = bisect_out(args)
     settings = BisectSettings(
         seed=args.seed, trials=args.trials, dims=parse_dims(args.dims),
         inputs=load_inputs(args.inputs) if args.inputs else None,
     )
     passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
-    with console.status(f"bisecting {args.optimizer}…"):
-        result = bisect(model, optimizer=args.optimizer, passes=passes, out_dir=out, settings=settings)
+    result = bisect(model, optimizer=args.optimizer, passes=passes, out_dir=out, settings=settings)  # shows its steps
     table = Table(title=f"onnxrefine bisect --optimizer {args.optimizer}")
     table.add_column("step")
     table.add_column("result")

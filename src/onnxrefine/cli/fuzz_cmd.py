@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from onnxrefine import progress
 from onnxrefine.errors import BadInputError
 
 
@@ -65,14 +65,11 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     step_names(settings)   # unknown optimizer or pass: one-line error before any output
-    console = Console(stderr=True)
-    columns = [TextColumn("fuzz"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[line]}")]
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("fuzz", total=settings.cases, line="starting")
 
-        def update(result, summary):
-            progress.update(task, advance=1, line=summary.line())
+    def update(result, summary):
+        progress.report(done=summary.cases, detail=summary.line())
+
+    with progress.phase(f"fuzz {settings.optimizer}", total=settings.cases, detail="starting"):
         summary = run_campaign(settings, args.out, jobs=args.jobs, ray_address=args.ray,
                                on_result=update)
     table = Table(title=f"onnxrefine fuzz --target {settings.optimizer}")

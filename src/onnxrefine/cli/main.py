@@ -2,6 +2,8 @@
 
 Each subcommand module exposes `register(subparsers)`, which adds its parser and sets
 `func(args) -> int` as the default. Exit codes: 0 success, 1 a negative verdict, 2 bad input.
+Arguments are checked (cli/checks.py) before the subcommand runs; the subcommand runs under the
+progress display (onnxrefine.progress).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import argparse
 import importlib
 import sys
 
-from onnxrefine import __version__
+from onnxrefine import __version__, progress
+from onnxrefine.cli.checks import check_args
 from onnxrefine.errors import OnnxRefineError
 
 SUBCOMMAND_MODULES = (
@@ -41,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        check_args(args)  # output folders, inputs files: fail before any work, not after it
+        # Progress on stderr (live on a terminal, log lines otherwise) for every phase the
+        # library reports; the display is closed before the error or result lines below.
+        with progress.showing(progress.display_for_stderr()):
+            return int(args.func(args) or 0)
     except OnnxRefineError as exc:
         print(f"onnxrefine: error: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from onnxrefine import progress
 from onnxrefine.api import optimize_ir
 from onnxrefine.cli.verify_cmd import parse_dims
 from onnxrefine.errors import BadInputError
@@ -114,12 +115,13 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else default_output_path(source)
     started = time.perf_counter()
     size_before = source.stat().st_size if source.is_file() else 0
-    model = io.load_model(source)
+    with progress.phase(f"load {source.name}"):
+        model = io.load_model(source)
     settings = VerifySettings(
         enabled=args.verify, budget_s=args.verify_budget, seed=args.seed, dims=parse_dims(args.dims),
         inputs=load_inputs(args.inputs) if args.inputs else None,
     )
-    with console.status("optimizing…") as status:
+    with progress.phase(f"optimize {source.name}"):
         model, report = optimize_ir(
             model,
             _split(args.passes),
@@ -127,10 +129,11 @@ def run(args: argparse.Namespace) -> int:
             fixed_point=not args.no_fixed_point,
             per_tensor_bytes=args.max_tensor_bytes,
             growth_ratio=args.growth_ratio,
-            on_progress=lambda n: status.update(f"optimizing… {n} nodes visited"),
+            on_progress=lambda n: progress.report(note=f"{n} nodes visited"),
             verify=settings,
         )
-    io.save_model(model, output, input_path=source)
+    with progress.phase(f"save {output.name}"):
+        io.save_model(model, output, input_path=source)
     seconds = time.perf_counter() - started
     if args.report:
         write_json_atomically(Path(args.report), report.to_dict())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
+from onnxrefine import progress
 
 
 def register(subparsers) -> None:
@@ -29,11 +29,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_checks < 1:
         raise BadInputError("--max-checks must be at least 1")
-    console = Console(stderr=True)
-    with console.status("reducing…") as status:
+    with progress.phase(f"reduce {args.bundle}"):
         result, folder = reduce_bundle(args.bundle, out_dir=args.out, max_checks=args.max_checks,
                                        time_budget_s=args.time_budget,
-                                       progress=lambda line: status.update(f"reducing… {line}"))
+                                       progress=lambda line: progress.report(detail=f"kept: {line}"))
     print(f"{result.nodes_before} nodes -> {result.nodes_after} nodes in {result.checks} checks")
     print(f"reduced repro: {folder}")
     return 0
+

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
+from onnxrefine import progress
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.passes.registry import PassContext, PassSpec, get_pass
@@ -16,6 +17,7 @@ from onnxrefine.rewrite.log import RewriteLog
 MAX_ROUNDS = 16
 
 
+@progress.in_phase("rewrite")
 def run_passes(
     model: ir.Model,
     pass_names: Sequence[str],
@@ -34,9 +36,11 @@ def run_passes(
     rules = [rule for spec in specs for rule in spec.rules]
     graph_passes = [spec for spec in specs if spec.run is not None]
     rewrites_done = 0
-    for _ in range(MAX_ROUNDS):
+    for round_index in range(MAX_ROUNDS):
         changes = 0
+        steps = len(graph_passes) + bool(rules)
         if rules:
+            progress.report(done=0, total=steps, detail=f"round {round_index + 1}: {len(rules)} rewrite rules")
             remaining = None if max_rewrites is None else max_rewrites - rewrites_done
             if remaining is not None and remaining <= 0:
                 break
@@ -49,6 +53,8 @@ def run_passes(
             rewrites_done += driver.rewrites
         # A capped replay is a prefix of rule rewrites only; graph passes would blur it.
         for spec in graph_passes if max_rewrites is None else ():
+            progress.report(done=steps - len(graph_passes) + graph_passes.index(spec), total=steps,
+                            detail=f"round {round_index + 1}: {spec.name}")
             changes += spec.run(context)
         if not fixed_point or changes == 0:
             break

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxrefine import progress
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes.pipeline import run_passes
@@ -73,6 +74,7 @@ def narrow_to_rewrite(before: onnx.ModelProto, pass_name: str, settings: BisectS
     _, full_log = replay(before, pass_name, None)
     good, bad = 0, len(full_log.applied)
     while bad - good > 1:
+        progress.report(detail=f"step {pass_name}: narrowing to one rewrite ({good}..{bad} of {len(full_log.applied)})")
         middle = (good + bad) // 2
         candidate, _ = replay(before, pass_name, middle)
         if _verify(before, candidate, settings).verdict == "mismatch":
@@ -103,6 +105,7 @@ def _same_computation(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
     return essence(a) == essence(b)
 
 
+@progress.in_phase("bisect")
 def bisect(
     model: onnx.ModelProto,
     *,
@@ -115,7 +118,9 @@ def bisect(
     adapter = get_adapter(optimizer)
     result = BisectResult(verdict="clean")
     current = model
-    for name, apply in adapter.steps(passes):
+    steps = adapter.steps(passes)
+    for name, apply in steps:
+        progress.report(done=len(result.steps), total=len(steps), detail=f"step {name}")
         try:
             candidate = apply(current)
         except Exception as exc:  # a peer crashing is worth reporting, not fatal to the bisection

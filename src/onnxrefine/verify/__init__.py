@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 
+from onnxrefine import progress
 from onnxrefine.errors import BadInputError
 from onnxrefine.verify import compare, graphinfo
 from onnxrefine.verify import verdict as verdict_rules
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 
+@progress.in_phase("verify")
 def verify_models(original, candidate, *,
                   inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]] | None = None,
                   trials: int = 3, seed: int = 0, dims: Mapping[str, int] | None = None,
@@ -52,6 +54,7 @@ def verify_models(original, candidate, *,
 
 def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget_s) -> VerificationReport:
     started = time.perf_counter()
+    progress.report(detail="loading the models")
     original_model = load_model(original, "original model")
     candidate_model = load_model(candidate, "candidate model")
     notes: list[str] = []
@@ -67,6 +70,7 @@ def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget
     checked = check_inputs(original_model, [feeds for _, feeds in labelled])
     labelled = [(label, feeds) for (label, _), feeds in zip(labelled, checked)]
 
+    progress.report(detail="creating onnxruntime sessions")
     original_runner = ModelRunner(original_model, "original model")
     output_names = list(original_runner.output_names)
     candidate_failure = _candidate_input_problem(original_model, candidate_model)
@@ -97,6 +101,7 @@ def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget
                          f"{len(labelled)} input sets not run")
             break
         used_labels.append(label)
+        progress.report(done=set_index, total=len(labelled), detail=f"input set {label}: original runs")
         try:
             first = original_runner.run(feeds)
         except RunFailedError as exc:
@@ -104,6 +109,7 @@ def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget
             raise BadInputError(f"input set {label}: {exc}{hint}") from None
         second = original_runner.run(feeds)
         if candidate_failure is None:
+            progress.report(detail=f"input set {label}: candidate run")
             try:
                 produced = candidate_runner.run(feeds)
             except RunFailedError as exc:
@@ -128,9 +134,11 @@ def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget
                 if graphinfo.is_float_dtype(item.original.dtype):
                     differing_float.append(name)
         if differing:
+            progress.report(detail=f"input set {label}: {perturb_count} perturbation runs of the original")
             _add_perturbation_runs(original_runner, feeds, set_evidence, perturb_count,
                                    np.random.default_rng([seed, 7919, set_index]))
         if differing_float:
+            progress.report(detail=f"input set {label}: float64 reference")
             _add_reference(original_model, feeds, differing_float, set_evidence, reference_state)
 
     outputs = []

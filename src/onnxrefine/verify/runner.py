@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 
 from onnxrefine.errors import BadInputError
+from onnxrefine.verify.ort_errors import describe as describe_ort_failure
 
 
 def load_model(model: onnx.ModelProto | str | os.PathLike, role: str = "model") -> onnx.ModelProto:
@@ -49,13 +50,13 @@ class ModelRunner:
             self.session = ort.InferenceSession(model.SerializeToString(), sess_options=options,
                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:
-            raise BadInputError(f"onnxruntime cannot load the {role}: {_first_line(exc)}") from None
+            raise BadInputError(describe_ort_failure(exc, "load", role)) from None
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
             results = self.session.run(self.output_names, dict(feeds))
         except Exception as exc:
-            raise RunFailedError(f"onnxruntime failed to run the {self.role}: {_first_line(exc)}") from None
+            raise RunFailedError(describe_ort_failure(exc, "run", self.role)) from None
         return {name: np.asarray(value) for name, value in zip(self.output_names, results)}
 
 

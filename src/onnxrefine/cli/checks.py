@@ -1,0 +1,187 @@
+"""Argument checks that run before any work: a missing output folder, an output that is the input,
+or an unreadable inputs file is a one-line error (exit 2) in milliseconds, not after minutes of
+optimization and gigabytes of memory.
+
+`check_args(args)` dispatches on the subcommand; each check only looks at the file system (no model
+is parsed), so it is cheap whatever the model's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from onnxrefine.errors import BadInputError
+
+
+def readable_file(path: str | os.PathLike, label: str = "") -> None:
+    """`path` exists, is a regular file and can be read."""
+    prefix = f"{label}: " if label else ""
+    if not os.path.exists(path):
+        raise BadInputError(f"{prefix}{path}: no such file")
+    if not os.path.isfile(path):
+        raise BadInputError(f"{prefix}{path}: not a regular file")
+    if not os.access(path, os.R_OK):
+        raise BadInputError(f"{prefix}{path}: not readable (permission denied)")
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Same file, also through symlinks and hard links; by path where one does not exist yet."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def writable_file(path: str | os.PathLike, label: str, inputs: Sequence[str | os.PathLike] = ()) -> None:
+    """`path` can be written (atomically, by a rename in its folder) and is none of `inputs`."""
+    if os.path.isdir(path):
+        raise BadInputError(f"{label}: {path} is a folder; give a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(folder):
+        raise BadInputError(f"{label}: folder does not exist: {folder}")
+    if not os.path.isdir(folder):
+        raise BadInputError(f"{label}: not a folder: {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInputError(f"{label}: folder is not writable: {folder}")
+    for source in inputs:
+        if source is not None and _same_file(path, source):
+            raise BadInputError(f"{path}: refusing to overwrite the input {os.fspath(source)}; "
+                                "choose another output path")
+
+
+def _nearest_existing(path: str) -> str:
+    current = os.path.abspath(path)
+    while not os.path.exists(current):
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return current
+
+
+def writable_folder(path: str | os.PathLike, label: str, *, must_not_exist: bool = False) -> None:
+    """`path` is (or can be created as) a folder we can write in."""
+    path = os.fspath(path)
+    if os.path.exists(path):
+        if must_not_exist:
+            raise BadInputError(f"{label}: {path} already exists; choose another folder")
+        if not os.path.isdir(path):
+            raise BadInputError(f"{label}: {path} exists and is not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise BadInputError(f"{label}: folder is not writable: {path}")
+        return
+    ancestor = _nearest_existing(path)
+    if not os.path.isdir(ancestor):
+        raise BadInputError(f"{label}: cannot create {path}: {ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise BadInputError(f"{label}: cannot create {path}: {ancestor} is not writable")
+
+
+def _external_data_of(output: str) -> str:
+    # io.save_model writes large models' weights to "<output>.data" beside the output.
+    return output + ".data"
+
+
+def _distinct_outputs(pairs: Sequence[tuple[str, str | None]]) -> None:
+    given = [(label, path) for label, path in pairs if path]
+    for index, (label, path) in enumerate(given):
+        for other_label, other in given[index + 1:]:
+            if _same_file(path, other):
+                raise BadInputError(f"{label} and {other_label} name the same file: {path}")
+
+
+def check_optimize(args: argparse.Namespace) -> None:
+    if getattr(args, "list_passes", False) or not getattr(args, "model", None):
+        return  # the command itself answers these
+    model = args.model
+    readable_file(model)
+    _dims(args)
+    if getattr(args, "inputs", None):
+        readable_file(args.inputs, "--inputs")
+    from onnxrefine.cli.optimize_cmd import default_output_path  # the command's own default
+
+    output = args.output or str(default_output_path(Path(model)))
+    sources = [model] + ([args.inputs] if getattr(args, "inputs", None) else [])
+    writable_file(output, "-o/--output" if args.output else "output", sources)
+    data = _external_data_of(os.fspath(output))
+    if os.path.exists(data) and _references(model, data):
+        raise BadInputError(f"{data}: would overwrite the input's external data; choose another output path")
+    if getattr(args, "report", None):
+        writable_file(args.report, "--report", sources)
+    _distinct_outputs([("-o/--output", output), ("--report", getattr(args, "report", None))])
+
+
+def _dims(args: argparse.Namespace) -> None:
+    from onnxrefine.cli.verify_cmd import parse_dims  # the commands parse --dims the same way
+
+    parse_dims(getattr(args, "dims", "") or "")
+
+
+def _references(model: str, data_file: str) -> bool:
+    """Whether the model's external data lives in `data_file` (only asked when that file exists)."""
+    from onnxrefine.ir.io import _references_file
+
+    return _references_file(model, Path(data_file))
+
+
+def check_verify(args: argparse.Namespace) -> None:
+    readable_file(args.original, "original")
+    readable_file(args.candidate, "candidate")
+    sources = [args.original, args.candidate]
+    if getattr(args, "inputs", None):
+        readable_file(args.inputs, "--inputs")
+        sources.append(args.inputs)
+    for option in ("json", "html"):
+        if getattr(args, option, None):
+            writable_file(getattr(args, option), f"--{option}", sources)
+    _distinct_outputs([("--json", getattr(args, "json", None)), ("--html", getattr(args, "html", None))])
+
+
+def bisect_out(args: argparse.Namespace) -> str:
+    return args.out or f"{args.model.removesuffix('.onnx')}.bisect"
+
+
+def check_bisect(args: argparse.Namespace) -> None:
+    readable_file(args.model)
+    _dims(args)
+    if getattr(args, "inputs", None):
+        readable_file(args.inputs, "--inputs")
+    # The bundle is written only on a mismatch, and an existing folder is refused then: say so now.
+    writable_folder(bisect_out(args), "--out", must_not_exist=True)
+
+
+def check_fuzz(args: argparse.Namespace) -> None:
+    writable_folder(args.out, "--out")
+
+
+def check_reduce(args: argparse.Namespace) -> None:
+    bundle = args.bundle
+    if not os.path.isdir(bundle):
+        raise BadInputError(f"{bundle}: no such folder" if not os.path.exists(bundle)
+                            else f"{bundle}: not a folder (give a case_<n>_seed<s>/ bundle folder)")
+    for name in ("model.onnx", "report.json"):
+        if not os.path.isfile(os.path.join(bundle, name)):
+            raise BadInputError(f"{bundle} is not a fuzz bundle (needs model.onnx and report.json)")
+        readable_file(os.path.join(bundle, name))
+    writable_folder(args.out or os.path.join(bundle, "reduced"), "--out")
+
+
+CHECKS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "optimize": check_optimize,
+    "verify": check_verify,
+    "bisect": check_bisect,
+    "fuzz": check_fuzz,
+    "reduce": check_reduce,
+}
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Raise BadInputError for arguments that would make the command fail after its work."""
+    check = CHECKS.get(getattr(args, "command", None) or "")
+    if check is not None:
+        check(args)
