@@ -17,6 +17,7 @@ not hand back a lower-precision float.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -111,13 +112,19 @@ def evaluate_float64(
     feeds: Mapping[str, np.ndarray],
     *,
     outputs: Sequence[str] | None = None,
+    base_dir: str | None = None,
 ) -> dict[str, np.ndarray]:
-    """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all)."""
+    """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all).
+
+    Initializers stored as external data are read from ``base_dir`` memory-mapped, and converted to
+    float64 only while the node that reads them runs; each value is freed after its last use.
+    """
     opsets = {op.domain or "": op.version for op in model.opset_import}
     if "ai.onnx" in opsets and "" not in opsets:
         opsets[""] = opsets["ai.onnx"]
     functions = {(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
     evaluator = _Evaluator(opsets, functions)
+    evaluator.base_dir = base_dir
     graph = model.graph
     wanted = list(outputs) if outputs is not None else [o.name for o in graph.output]
     env = evaluator.bind_graph_inputs(graph, feeds)
@@ -136,9 +143,39 @@ class _Scope(dict):
         scope: _Scope | None = self
         while scope is not None:
             if name in scope:
-                return dict.__getitem__(scope, name)
+                value = dict.__getitem__(scope, name)
+                # A weight is converted to float64 for the node reading it, never kept converted.
+                return value.load() if isinstance(value, _Initializer) else value
             scope = scope.parent
         raise KeyError(name)
+
+
+class _Initializer:
+    """An initializer not yet read: embedded bytes, or external data memory-mapped on `load()`."""
+
+    __slots__ = ("tensor", "base_dir")
+
+    def __init__(self, tensor: onnx.TensorProto, base_dir: str | None):
+        self.tensor, self.base_dir = tensor, base_dir
+
+    def load(self) -> np.ndarray:
+        tensor = self.tensor
+        if tensor.data_location != onnx.TensorProto.EXTERNAL or self.base_dir is None:
+            return to_internal(numpy_helper.to_array(tensor))
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+        if dtype.kind not in "fiub" or dtype.itemsize == 0:  # packed or non-numpy types: onnx reads them
+            return to_internal(numpy_helper.to_array(tensor, self.base_dir))
+        location = os.path.join(self.base_dir, info["location"])
+        shape = tuple(int(d) for d in tensor.dims)
+        if not np.prod(shape, dtype=np.int64):
+            return np.zeros(shape, dtype=to_internal(np.zeros(0, dtype)).dtype)
+        mapped = np.memmap(location, dtype=dtype.newbyteorder("<"), mode="r",
+                           offset=int(info.get("offset", 0)), shape=shape)
+        view = np.asarray(mapped)
+        # Floats are converted (a new float64 array); other types are copied so that no kernel
+        # holds on to the mapping.
+        return to_internal(view) if _tensor.is_floating(view.dtype) and view.dtype != np.float64 else np.array(view)
 
 
 class NodeCall:
@@ -187,12 +224,15 @@ class _Evaluator:
         self.opsets = opsets
         self.functions = functions
         self._fallback_cache: dict[Any, Any] = {}
+        self.base_dir: str | None = None
+        self.peak_live = 0  # most computed values held at once by one graph (freed after last use)
+        self._last_uses: dict[int, tuple] = {}
 
     # -- graphs -------------------------------------------------------------------------------------------
     def bind_graph_inputs(self, graph: onnx.GraphProto, feeds: Mapping[str, np.ndarray]) -> _Scope:
         env = _Scope()
         for init in graph.initializer:
-            env[init.name] = to_internal(numpy_helper.to_array(init))
+            env[init.name] = _Initializer(init, self.base_dir)
         for sparse in graph.sparse_initializer:
             env[sparse.values.name] = to_internal(sparse_to_dense(sparse))
         input_names = {i.name for i in graph.input}
@@ -209,10 +249,17 @@ class _Evaluator:
         env.parent = parent_scope
         for init in graph.initializer:
             if init.name not in env:
-                env[init.name] = to_internal(numpy_helper.to_array(init))
-        producers = {out: node for node in graph.node for out in node.output if out}
-        for node in graph.node:
-            self.run_node(_log_softmax_form(node, producers), env, self.opsets)
+                env[init.name] = _Initializer(init, self.base_dir)
+        nodes, last_use = self._schedule(graph)
+        keep = set(wanted)
+        live = sum(1 for value in dict.values(env) if not isinstance(value, _Initializer))
+        for index, node in enumerate(nodes):
+            self.run_node(node, env, self.opsets)
+            live += sum(1 for name in node.output if name)
+            self.peak_live = max(self.peak_live, live)
+            for name in last_use.get(index, ()):
+                if name not in keep and dict.__contains__(env, name):
+                    live -= not isinstance(dict.pop(env, name), _Initializer)
         result = {}
         for name in wanted:
             try:
@@ -220,6 +267,25 @@ class _Evaluator:
             except KeyError:
                 raise OnnxRefineError(f"output {name!r} is not computed by the graph") from None
         return result
+
+    def _schedule(self, graph: onnx.GraphProto) -> tuple[list, dict]:
+        """The graph's nodes (Log(Softmax) as LogSoftmax) and, per node index, the names read for
+        the last time there (names a subgraph reads count as read by the node holding it)."""
+        cached = self._last_uses.get(id(graph))
+        if cached is not None and cached[0] is graph:
+            return cached[1], cached[2]
+        producers = {out: node for node in graph.node for out in node.output if out}
+        nodes = [_log_softmax_form(node, producers) for node in graph.node]
+        last: dict[str, int] = {}
+        for index, (node, run) in enumerate(zip(graph.node, nodes)):
+            for name in (*node.input, *run.input, *_subgraph_reads(node)):
+                if name:
+                    last[name] = index
+        by_index: dict[int, list] = {}
+        for name, index in last.items():
+            by_index.setdefault(index, []).append(name)
+        self._last_uses[id(graph)] = (graph, nodes, by_index)
+        return nodes, by_index
 
     def run_subgraph(self, graph: onnx.GraphProto, inputs: Sequence[Any], outer: _Scope) -> list:
         env = _Scope()
@@ -371,6 +437,17 @@ class _Evaluator:
                     )
             outs.append(to_internal(value) if isinstance(value, np.ndarray) else value)
         return outs
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> set:
+    names: set = set()
+    for attr in node.attribute:
+        for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                      attr.graphs if attr.type == onnx.AttributeProto.GRAPHS else []):
+            for inner in graph.node:
+                names.update(inner.input)
+                names |= _subgraph_reads(inner)
+    return names
 
 
 def _log_softmax_form(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto]) -> onnx.NodeProto:
