@@ -10,9 +10,11 @@ verdict.py for the formula).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from typing import Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -29,20 +31,38 @@ from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDI
 
 __all__ = [
     "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "verify_models", "VerificationReport",
-    "OutputReport", "generate_inputs", "load_inputs", "save_inputs", "RunSettings",
+    "OutputReport", "generate_inputs", "load_inputs", "save_inputs", "RunSettings", "run_settings",
 ]
 
 
 DEFAULT_DEPLOYMENT = RunSettings()
+_UNSET: Any = object()
+# Run settings a caller chose for every verification below it (`onnxrefine optimize` sets the
+# user's flags here, so whatever verifies on its behalf runs the models the user's way).
+_SCOPED: ContextVar[dict] = ContextVar("onnxrefine_verify_run_settings", default={})
+
+
+@contextlib.contextmanager
+def run_settings(**settings):
+    """Within the block, verify_models' `deployment`, `custom_op_library`, `atol` and `rtol`
+    default to the given values (an explicit argument still wins)."""
+    unknown = set(settings) - {"deployment", "custom_op_library", "atol", "rtol"}
+    if unknown:
+        raise TypeError(f"unknown run settings: {', '.join(sorted(unknown))}")
+    token = _SCOPED.set({**_SCOPED.get(), **settings})
+    try:
+        yield
+    finally:
+        _SCOPED.reset(token)
 
 
 def verify_models(original, candidate, *,
                   inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]] | None = None,
                   trials: int = 3, seed: int = 0, dims: Mapping[str, int] | None = None,
                   stress: bool = True, time_budget_s: float | None = None,
-                  deployment: RunSettings | None = DEFAULT_DEPLOYMENT,
-                  custom_op_library: str | None = None,
-                  atol: float | None = None, rtol: float | None = None) -> VerificationReport:
+                  deployment: RunSettings | None = _UNSET,
+                  custom_op_library: str | None = _UNSET,
+                  atol: float | None = _UNSET, rtol: float | None = _UNSET) -> VerificationReport:
     """Compare `candidate` against `original` (paths, ModelProtos or onnx_ir Models).
 
     `inputs`: one input set (name -> array) or a sequence of them; when None, `trials` random
@@ -56,7 +76,8 @@ def verify_models(original, candidate, *,
     judged there against the original run the same way, with the same float64 reference, in the
     report's `deployment` section, and it counts in the verdict. `custom_op_library`: registered
     in every session. `atol`/`rtol`: a hard bound on top of the derived one (a differing element
-    beyond atol + rtol*|reference| is a mismatch).
+    beyond atol + rtol*|reference| is a mismatch). Left out, these four come from an enclosing
+    `run_settings(...)` block, else the defaults above.
 
     Models are run from files (a path as given; an in-memory model through a temp folder when it
     is large), one session at a time, so the weights are held once by onnxruntime.
@@ -65,6 +86,15 @@ def verify_models(original, candidate, *,
     original that onnxruntime cannot load or run, or bad run settings. A candidate that
     onnxruntime cannot load or run is a `mismatch` (the rewrite broke the model), not bad input.
     """
+    scoped = _SCOPED.get()
+    if deployment is _UNSET:
+        deployment = scoped.get("deployment", DEFAULT_DEPLOYMENT)
+    if custom_op_library is _UNSET:
+        custom_op_library = scoped.get("custom_op_library")
+    if atol is _UNSET:
+        atol = scoped.get("atol")
+    if rtol is _UNSET:
+        rtol = scoped.get("rtol")
     check_run_settings(deployment, custom_op_library)
     for name, value in (("atol", atol), ("rtol", rtol)):
         if value is not None and not (value >= 0):

@@ -254,6 +254,21 @@ def _write_temp(model: ir.Model, role: str) -> ModelFile:
         raise
 
 
+def inference_session(model, options, providers=("CPUExecutionProvider",)):
+    """An onnxruntime session over a path (used as is), a ModelFile, or an in-memory model (its
+    bytes when small, else a temp file removed once the session holds the weights)."""
+    import onnxruntime as ort
+
+    if isinstance(model, (str, os.PathLike)):
+        return ort.InferenceSession(os.fspath(model), options, providers=list(providers))
+    opened = open_model(model)
+    try:
+        return ort.InferenceSession(opened.session_source(), options, providers=list(providers))
+    finally:
+        if opened is not model:
+            opened.close()  # onnxruntime copied the weights while creating the session
+
+
 def session_options(settings: RunSettings, custom_op_library: str | None = None):
     import onnxruntime as ort
 
