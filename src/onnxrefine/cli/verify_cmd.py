@@ -19,7 +19,9 @@ def register(subparsers) -> None:
         help="compare an optimized model with its original: exact, rounding, unstable or mismatch",
         description="Run ORIGINAL and CANDIDATE in onnxruntime (CPU, optimizations off, one thread) "
                     "on the same inputs and judge the difference against a float64 evaluation of "
-                    "the original. Exit 0 exact/rounding, 1 unstable/mismatch, 2 bad input.",
+                    "the original; then run both again under deployment settings (default: "
+                    "onnxruntime's default optimization level) and judge that apart. "
+                    "Exit 0 exact/rounding, 1 unstable/mismatch, 2 bad input.",
     )
     parser.add_argument("original", help="the original .onnx model")
     parser.add_argument("candidate", help="the rewritten .onnx model")

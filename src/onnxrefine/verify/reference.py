@@ -17,7 +17,6 @@ not hand back a lower-precision float.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,6 +31,8 @@ from onnxrefine.verify import reference_kernels_nn as _nn
 from onnxrefine.verify import reference_kernels_shape as _shape
 from onnxrefine.verify import reference_kernels_tensor as _tensor
 from onnxrefine.verify.reference_kernels_tensor import to_internal
+from onnxrefine.verify.reference_memory import Initializer as _Initializer
+from onnxrefine.verify.reference_memory import last_uses
 
 __all__ = [
     "ReferencePrecisionWarning",
@@ -150,34 +151,6 @@ class _Scope(dict):
         raise KeyError(name)
 
 
-class _Initializer:
-    """An initializer not yet read: embedded bytes, or external data memory-mapped on `load()`."""
-
-    __slots__ = ("tensor", "base_dir")
-
-    def __init__(self, tensor: onnx.TensorProto, base_dir: str | None):
-        self.tensor, self.base_dir = tensor, base_dir
-
-    def load(self) -> np.ndarray:
-        tensor = self.tensor
-        if tensor.data_location != onnx.TensorProto.EXTERNAL or self.base_dir is None:
-            return to_internal(numpy_helper.to_array(tensor))
-        info = {entry.key: entry.value for entry in tensor.external_data}
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
-        if dtype.kind not in "fiub" or dtype.itemsize == 0:  # packed or non-numpy types: onnx reads them
-            return to_internal(numpy_helper.to_array(tensor, self.base_dir))
-        location = os.path.join(self.base_dir, info["location"])
-        shape = tuple(int(d) for d in tensor.dims)
-        if not np.prod(shape, dtype=np.int64):
-            return np.zeros(shape, dtype=to_internal(np.zeros(0, dtype)).dtype)
-        mapped = np.memmap(location, dtype=dtype.newbyteorder("<"), mode="r",
-                           offset=int(info.get("offset", 0)), shape=shape)
-        view = np.asarray(mapped)
-        # Floats are converted (a new float64 array); other types are copied so that no kernel
-        # holds on to the mapping.
-        return to_internal(view) if _tensor.is_floating(view.dtype) and view.dtype != np.float64 else np.array(view)
-
-
 class NodeCall:
     """What a kernel sees: the node's inputs (None for absent optional ones), attributes and opset."""
 
@@ -270,22 +243,13 @@ class _Evaluator:
 
     def _schedule(self, graph: onnx.GraphProto) -> tuple[list, dict]:
         """The graph's nodes (Log(Softmax) as LogSoftmax) and, per node index, the names read for
-        the last time there (names a subgraph reads count as read by the node holding it)."""
+        the last time there."""
         cached = self._last_uses.get(id(graph))
-        if cached is not None and cached[0] is graph:
-            return cached[1], cached[2]
-        producers = {out: node for node in graph.node for out in node.output if out}
-        nodes = [_log_softmax_form(node, producers) for node in graph.node]
-        last: dict[str, int] = {}
-        for index, (node, run) in enumerate(zip(graph.node, nodes)):
-            for name in (*node.input, *run.input, *_subgraph_reads(node)):
-                if name:
-                    last[name] = index
-        by_index: dict[int, list] = {}
-        for name, index in last.items():
-            by_index.setdefault(index, []).append(name)
-        self._last_uses[id(graph)] = (graph, nodes, by_index)
-        return nodes, by_index
+        if cached is None or cached[0] is not graph:
+            producers = {out: node for node in graph.node for out in node.output if out}
+            nodes = [_log_softmax_form(node, producers) for node in graph.node]
+            cached = self._last_uses[id(graph)] = (graph, nodes, last_uses(graph.node, nodes))
+        return cached[1], cached[2]
 
     def run_subgraph(self, graph: onnx.GraphProto, inputs: Sequence[Any], outer: _Scope) -> list:
         env = _Scope()
@@ -437,17 +401,6 @@ class _Evaluator:
                     )
             outs.append(to_internal(value) if isinstance(value, np.ndarray) else value)
         return outs
-
-
-def _subgraph_reads(node: onnx.NodeProto) -> set:
-    names: set = set()
-    for attr in node.attribute:
-        for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                      attr.graphs if attr.type == onnx.AttributeProto.GRAPHS else []):
-            for inner in graph.node:
-                names.update(inner.input)
-                names |= _subgraph_reads(inner)
-    return names
 
 
 def _log_softmax_form(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto]) -> onnx.NodeProto:

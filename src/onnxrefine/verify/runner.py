@@ -31,8 +31,11 @@ from google.protobuf.message import DecodeError
 from onnxrefine.errors import BadInputError
 
 # Tensors up to this many bytes in all may be handed to onnxruntime as serialized bytes; above
-# it the model goes through a temp file (measured: writing a 64 MiB model costs ~0.1 s here).
-IN_MEMORY_SESSION_MAX_BYTES = 64 * 1024 * 1024
+# it the model goes through a temp file. Measured here (session creation, best of 3; a one-MatMul
+# model; bench/session_cost.py): 10 KiB: bytes 0.2 ms, file 20 ms
+# (a fold session per node must stay in memory); 1 MiB: 13 vs 21 ms; 16 MiB: 139 vs 193 ms;
+# 64 MiB: 1.7 s vs 0.85 s. From ~16 MiB on the file costs no more and holds no second copy.
+IN_MEMORY_SESSION_MAX_BYTES = 16 * 1024 * 1024
 # External tensors up to this size are read into the light graph proto (graph-level facts such
 # as small shape constants need their values); larger ones stay on disk.
 SMALL_TENSOR_BYTES = 4096
