@@ -127,6 +127,10 @@ def test_cli_reports_the_deployment_section(tmp_path, capsys):
     code = main(["verify", str(original), str(candidate), "--no-stress", "--trials", "1", "--ort-level", "basic",
                  "--atol", "0", "--rtol", "0"])
     assert capsys.readouterr().out.strip().splitlines()[-1] == "verdict: exact" and code == 0
+    code = main(["verify", str(original), str(candidate), "--no-stress", "--trials", "1", "--no-deployment-check",
+                 "--atol", "0", "--rtol", "0"])
+    out = capsys.readouterr().out
+    assert "deployment:" not in out and out.strip().splitlines()[-1] == "verdict: exact" and code == 0
 
 
 @pytest.mark.parametrize("flags, message", [
