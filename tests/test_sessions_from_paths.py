@@ -104,6 +104,37 @@ def test_onnx_ir_model_is_accepted_and_written_with_the_streaming_saver(small_li
     assert list(small_limit.iterdir()) == []
 
 
+def test_weights_mapped_from_a_file_are_linked_not_copied_and_changed_ones_written(small_limit, tmp_path):
+    """An onnx-ir model loaded from a path (weights memory-mapped) with one weight rewritten: the
+    unchanged weights are read through a hard link to the original data file."""
+    import onnx_ir as ir
+
+    path = tmp_path / "m.onnx"
+    onnx.save_model(mlp(), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.onnx.data", size_threshold=1024)
+    model = io.load_model(path)
+    assert isinstance(model.graph.initializers["W0"].const_value, ir.ExternalTensor)
+    doubled = model.graph.initializers["W1"].const_value.numpy() * 2
+    model.graph.initializers["W1"].const_value = ir.Tensor(doubled, name="W1")
+    expected_model = mlp()
+    expected_model.graph.initializer[2].CopyFrom(numpy_helper.from_array(doubled, "W1"))
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, 64)).astype(np.float32)}
+    with runner.open_model(model) as opened:
+        folder = Path(opened.temp_dir)
+        linked = folder / "linked0.data"
+        assert linked.is_file() and os.path.samefile(linked, tmp_path / "m.onnx.data")
+        assert doubled.nbytes <= (folder / "model.onnx.data").stat().st_size < 2 * doubled.nbytes  # only W1
+        with runner.ModelRunner(opened) as run:
+            np.testing.assert_array_equal(run.run(feeds)["y2"], ort_outputs(expected_model, feeds)[0])
+        reference = evaluate_float64(opened.proto, feeds, base_dir=opened.base_dir)["y2"]
+        np.testing.assert_array_equal(reference, evaluate_float64(expected_model, feeds)["y2"])
+    assert list(small_limit.iterdir()) == []
+    # The caller's model is left as it was.
+    assert isinstance(model.graph.initializers["W0"].const_value, ir.ExternalTensor)
+    assert model.graph.initializers["W1"].const_value.numpy() is not None
+    np.testing.assert_array_equal(model.graph.initializers["W1"].const_value.numpy(), doubled)
+
+
 def test_a_path_stays_a_path_and_its_weights_stay_on_disk(tmp_path):
     model = mlp()
     path = tmp_path / "m.onnx"

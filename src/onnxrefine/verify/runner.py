@@ -243,18 +243,68 @@ def _proto_as_ir(model: onnx.ModelProto) -> ir.Model:
 
 
 def _write_temp(model: ir.Model, role: str) -> ModelFile:
-    """Write `model` into a fresh temp folder with the streaming saver (external data above the
-    threshold) and describe the written file."""
+    """Write `model` into a fresh temp folder and describe the written file.
+
+    Weights still memory-mapped from a file (an onnx-ir model loaded from a path: the unchanged
+    weights of an optimized model) are not copied: their file is hard-linked into the folder
+    (onnxruntime refuses symbolic links that leave the model's folder) and referenced in place;
+    only tensors held in memory are written. Where linking fails (another file system), the
+    streaming saver writes everything (external data above the threshold)."""
     from onnxrefine.ir import io
 
     folder = tempfile.mkdtemp(prefix="onnxrefine-session-")
     try:
         path = os.path.join(folder, "model.onnx")
-        io.save_model(model, path)
+        if not _save_linked(model, folder, path):
+            io.save_model(model, path)
         return ModelFile(light_proto(path, role), path, folder, temp_dir=folder)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
+
+
+def _save_linked(model: ir.Model, folder: str, path: str) -> bool:
+    """Save with the main graph's external tensors referenced through hard links; False (nothing
+    written) when the model has none or a link cannot be made."""
+    from onnxrefine.ir import wire
+
+    values = list(model.graph.initializers.values())
+    external = [v for v in values if isinstance(v.const_value, ir.ExternalTensor)]
+    if not external:
+        return False
+    links: dict[str, str] = {}
+    for value in external:
+        source = os.path.realpath(value.const_value.path)
+        if source not in links:
+            name = f"linked{len(links)}.data"
+            try:
+                os.link(source, os.path.join(folder, name))
+            except OSError:
+                return False
+            links[source] = name
+    wire.embed_external_tensors(model, main_graph=False)  # subgraph weights are small: embedded
+    saved = {v.name: v.const_value for v in values}
+    try:
+        with open(os.path.join(folder, "model.onnx.data"), "wb") as data:
+            for value in values:
+                tensor = value.const_value
+                if isinstance(tensor, ir.ExternalTensor):
+                    value.const_value = ir.ExternalTensor(
+                        links[os.path.realpath(tensor.path)], tensor.offset, tensor.length, tensor.dtype,
+                        shape=tensor.shape, name=tensor.name, base_dir=folder)
+                elif tensor is not None and tensor.dtype != ir.DataType.STRING and tensor.nbytes >= SMALL_TENSOR_BYTES:
+                    # In-memory tensors (rewritten weights) go to a data file of their own, one at a time.
+                    data.write(b"\0" * (-data.tell() % 4096))
+                    offset = data.tell()
+                    data.write(tensor.tobytes())
+                    value.const_value = ir.ExternalTensor(
+                        "model.onnx.data", offset, tensor.nbytes, tensor.dtype, shape=tensor.shape,
+                        name=tensor.name, base_dir=folder)
+        ir.save(model, path)  # tensors already external keep their references
+    finally:
+        for value in values:
+            value.const_value = saved[value.name]
+    return True
 
 
 def inference_session(model, options, providers=("CPUExecutionProvider",)):
