@@ -14,7 +14,7 @@ from rich.table import Table
 
 from onnxrefine import progress
 from onnxrefine.api import optimize_ir
-from onnxrefine.cli.verify_cmd import parse_dims
+from onnxrefine.cli.verify_cmd import add_run_settings_arguments, parse_dims, run_settings_from_args
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES
@@ -57,6 +57,7 @@ def register(subparsers) -> None:
     parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
     parser.add_argument("--seed", type=int, default=0, help="seed for generated verification inputs")
+    add_run_settings_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError("--growth-ratio must be at least 1.0")
     if args.report and not Path(args.report).resolve().parent.is_dir():
         raise BadInputError(f"{args.report}: folder does not exist")
+    verify_run_settings = run_settings_from_args(args)
     source = Path(args.model)
     output = Path(args.output) if args.output else default_output_path(source)
     started = time.perf_counter()
@@ -121,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
         enabled=args.verify, budget_s=args.verify_budget, seed=args.seed, dims=parse_dims(args.dims),
         inputs=load_inputs(args.inputs) if args.inputs else None,
     )
-    with progress.phase(f"optimize {source.name}"):
+    from onnxrefine.verify import run_settings
+
+    with progress.phase(f"optimize {source.name}"), run_settings(**verify_run_settings):
         model, report = optimize_ir(
             model,
             _split(args.passes),

@@ -19,7 +19,9 @@ def register(subparsers) -> None:
         help="compare an optimized model with its original: exact, rounding, unstable or mismatch",
         description="Run ORIGINAL and CANDIDATE in onnxruntime (CPU, optimizations off, one thread) "
                     "on the same inputs and judge the difference against a float64 evaluation of "
-                    "the original. Exit 0 exact/rounding, 1 unstable/mismatch, 2 bad input.",
+                    "the original; then run both again under deployment settings (default: "
+                    "onnxruntime's default optimization level) and judge that apart. "
+                    "Exit 0 exact/rounding, 1 unstable/mismatch, 2 bad input.",
     )
     parser.add_argument("original", help="the original .onnx model")
     parser.add_argument("candidate", help="the rewritten .onnx model")
@@ -39,7 +41,45 @@ def register(subparsers) -> None:
                         help="stop starting new input sets after this long")
     parser.add_argument("--json", metavar="OUT", help="write the full report as JSON")
     parser.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
+    add_run_settings_arguments(parser)
     parser.set_defaults(func=run)
+
+
+# -- deployment run settings (shared with `optimize`) -------------------------------------------
+def add_run_settings_arguments(parser) -> None:
+    group = parser.add_argument_group(
+        "deployment settings",
+        "besides the strict check (optimizations off, one thread), both models also run the way "
+        "they will be deployed; differences there are reported apart and count in the verdict")
+    group.add_argument("--ort-level", default="all", metavar="LEVEL",
+                       help="onnxruntime graph optimization level: disable, basic, extended or all (default all)")
+    group.add_argument("--providers", default="CPUExecutionProvider", metavar="EP,...",
+                       help="execution providers, in order of preference (default CPUExecutionProvider)")
+    group.add_argument("--custom-op-library", metavar="PATH",
+                       help="shared library of custom operator kernels, registered in every session")
+    group.add_argument("--no-deployment-check", action="store_true",
+                       help="run the strict check only")
+    group.add_argument("--atol", type=float, default=None, metavar="A",
+                       help="hard bound: a differing element beyond A + RTOL*|reference| is a mismatch")
+    group.add_argument("--rtol", type=float, default=None, metavar="R", help="see --atol")
+
+
+def run_settings_from_args(args) -> dict:
+    """verify_models' keyword arguments from the flags above; BadInputError (one line) for an
+    unknown level or provider, an unavailable provider or a missing custom-op library."""
+    from onnxrefine.verify.runner import RunSettings, check_run_settings
+
+    providers = tuple(part.strip() for part in args.providers.split(",") if part.strip())
+    deployment = None if args.no_deployment_check else RunSettings(level=args.ort_level, providers=providers)
+    if args.no_deployment_check:  # the flags are still checked: a typo should not pass silently
+        check_run_settings(RunSettings(level=args.ort_level, providers=providers), None)
+    check_run_settings(deployment, args.custom_op_library)
+    for name in ("atol", "rtol"):
+        value = getattr(args, name)
+        if value is not None and not value >= 0:
+            raise BadInputError(f"--{name} must be a non-negative number")
+    return {"deployment": deployment, "custom_op_library": args.custom_op_library,
+            "atol": args.atol, "rtol": args.rtol}
 
 
 def parse_dims(text: str) -> dict[str, int]:
@@ -75,13 +115,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.trials < 1:
         raise BadInputError("--trials must be at least 1")
+    run_settings = run_settings_from_args(args)
     dims = parse_dims(args.dims)
     _check_output_path("--json", args.json)
     _check_output_path("--html", args.html)
     inputs = load_inputs(args.inputs, trust_pickle=args.trust_pickle) if args.inputs else None
     report = verify_models(args.original, args.candidate, inputs=inputs, trials=args.trials,
                            seed=args.seed, dims=dims, stress=not args.no_stress,
-                           time_budget_s=args.time_budget)
+                           time_budget_s=args.time_budget, **run_settings)
     if args.json:
         report.write_json(args.json)
     if args.html:

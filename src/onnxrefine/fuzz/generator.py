@@ -149,8 +149,9 @@ def _session(model: onnx.ModelProto):
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 4
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
+    from onnxrefine.verify.runner import inference_session
+
+    return inference_session(model, options)
 
 
 def check_case(case: GeneratedCase, *, run: bool = True, intermediates: bool = False) -> None:

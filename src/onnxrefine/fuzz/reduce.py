@@ -26,6 +26,7 @@ from onnx import helper
 from onnxrefine.errors import BadInputError
 from onnxrefine.fuzz.generator import random_inputs
 from onnxrefine.triage.bundle import staged_folder
+from onnxrefine.verify.runner import inference_session
 
 Step = Callable[[onnx.ModelProto], onnx.ModelProto]
 
@@ -96,7 +97,7 @@ def runtime_types(model: onnx.ModelProto, dims: dict, seed: int) -> dict[str, tu
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1
     options.log_severity_level = 4
-    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = inference_session(probe, options)
     names = [o.name for o in session.get_outputs()]
     feeds = random_inputs(model, dims, seed)
     values = dict(zip(names, session.run(None, feeds)))

@@ -32,6 +32,7 @@ from onnxrefine.ir.foldmath import constant_array, constant_node_array, is_float
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.registry import PassContext, PassSpec, register
 from onnxrefine.rewrite.rule import EXACT
+from onnxrefine.verify.runner import inference_session
 
 RANDOM_OPS = frozenset(
     "RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial Bernoulli".split()
@@ -126,10 +127,10 @@ def _session(model: onnx.ModelProto, check_native: bool) -> ort.InferenceSession
     so a folded float16 tensor would be rounded where the runtime does not round."""
     options = _session_options()
     if not check_native:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return inference_session(model, options)
     with tempfile.TemporaryDirectory() as folder:
         options.optimized_model_filepath = os.path.join(folder, "session.onnx")
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = inference_session(model, options)
         placed = onnx.load(options.optimized_model_filepath, load_external_data=False)
     original = model.graph.node[0].op_type
     if any(node.op_type == "Cast" and original != "Cast" for node in placed.graph.node) or len(placed.graph.node) > 1:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import onnx
 
 from onnxrefine.errors import BadInputError
+from onnxrefine.verify.runner import inference_session
 
 Step = tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto]]
 
@@ -89,7 +90,12 @@ def _ort_steps(passes):
             options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
             options.optimized_model_filepath = target
-            ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            # Weights of a large model go beside the optimized file (protobuf's 2 GiB limit).
+            options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                             "optimized.onnx.data")
+            options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                             str(1024 * 1024))
+            inference_session(model, options)
             return onnx.load(target)
 
     return [("onnxruntime basic offline optimization", basic)]

@@ -1,7 +1,8 @@
 """Differential verification: did a rewritten model change what the original computes?
 
 `verify_models(original, candidate)` runs both in onnxruntime (CPU, optimizations off, one
-thread) on given or generated input sets, runs controls on the original (a second run and
+thread; then both again under deployment settings, see runner.RunSettings) on given or generated
+input sets, runs controls on the original (a second run and
 few-ulp input perturbations), evaluates the original in float64 where the two differ, and
 returns a VerificationReport whose verdict is exact, rounding, unstable or mismatch (see
 verdict.py for the formula).
@@ -9,8 +10,11 @@ verdict.py for the formula).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from typing import Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -22,21 +26,46 @@ from onnxrefine.verify import verdict as verdict_rules
 from onnxrefine.verify.inputs import (check_inputs, generate_inputs, generate_labelled_inputs,
                                       load_inputs, save_inputs)
 from onnxrefine.verify.report import OutputReport, VerificationReport
-from onnxrefine.verify.runner import ModelRunner, RunFailedError, load_model
+from onnxrefine.verify.runner import (ModelRunner, RunFailedError, RunSettings, check_run_settings,
+                                      open_model)
 from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS
 
 __all__ = [
     "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "verify_models", "VerificationReport",
-    "OutputReport", "generate_inputs", "load_inputs", "save_inputs",
+    "OutputReport", "generate_inputs", "load_inputs", "save_inputs", "RunSettings", "run_settings",
 ]
+
+
+DEFAULT_DEPLOYMENT = RunSettings()
+_UNSET: Any = object()
+# Run settings a caller chose for every verification below it (`onnxrefine optimize` sets the
+# user's flags here, so whatever verifies on its behalf runs the models the user's way).
+_SCOPED: ContextVar[dict] = ContextVar("onnxrefine_verify_run_settings", default={})
+
+
+@contextlib.contextmanager
+def run_settings(**settings):
+    """Within the block, verify_models' `deployment`, `custom_op_library`, `atol` and `rtol`
+    default to the given values (an explicit argument still wins)."""
+    unknown = set(settings) - {"deployment", "custom_op_library", "atol", "rtol"}
+    if unknown:
+        raise TypeError(f"unknown run settings: {', '.join(sorted(unknown))}")
+    token = _SCOPED.set({**_SCOPED.get(), **settings})
+    try:
+        yield
+    finally:
+        _SCOPED.reset(token)
 
 
 @progress.in_phase("verify")
 def verify_models(original, candidate, *,
                   inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]] | None = None,
                   trials: int = 3, seed: int = 0, dims: Mapping[str, int] | None = None,
-                  stress: bool = True, time_budget_s: float | None = None) -> VerificationReport:
-    """Compare `candidate` against `original` (ModelProtos or paths).
+                  stress: bool = True, time_budget_s: float | None = None,
+                  deployment: RunSettings | None = _UNSET,
+                  custom_op_library: str | None = _UNSET,
+                  atol: float | None = _UNSET, rtol: float | None = _UNSET) -> VerificationReport:
+    """Compare `candidate` against `original` (paths, ModelProtos or onnx_ir Models).
 
     `inputs`: one input set (name -> array) or a sequence of them; when None, `trials` random
     sets plus (with `stress`) the stress sets of inputs.py are generated from `seed` and `dims`.
@@ -44,19 +73,57 @@ def verify_models(original, candidate, *,
     graph holds discrete ops). `time_budget_s`: once spent, no further input sets are started
     (the first set always runs); the report notes how many were skipped.
 
-    Raises BadInputError for a missing/non-ONNX file, inputs that do not fit the original, or an
-    original that onnxruntime cannot load or run. A candidate that onnxruntime cannot load or run
-    is a `mismatch` (the rewrite broke the model), not bad input.
+    Besides the strict runs (optimizations off, one thread), both models run under `deployment`
+    (default: onnxruntime's default level, ORT_ENABLE_ALL; None: strict only); the candidate is
+    judged there against the original run the same way, with the same float64 reference, in the
+    report's `deployment` section, and it counts in the verdict. `custom_op_library`: registered
+    in every session. `atol`/`rtol`: a hard bound on top of the derived one (a differing element
+    beyond atol + rtol*|reference| is a mismatch). Left out, these four come from an enclosing
+    `run_settings(...)` block, else the defaults above.
+
+    Models are run from files (a path as given; an in-memory model through a temp folder when it
+    is large), one session at a time, so the weights are held once by onnxruntime.
+
+    Raises BadInputError for a missing/non-ONNX file, inputs that do not fit the original, an
+    original that onnxruntime cannot load or run, or bad run settings. A candidate that
+    onnxruntime cannot load or run is a `mismatch` (the rewrite broke the model), not bad input.
     """
+    scoped = _SCOPED.get()
+    if deployment is _UNSET:
+        deployment = scoped.get("deployment", DEFAULT_DEPLOYMENT)
+    if custom_op_library is _UNSET:
+        custom_op_library = scoped.get("custom_op_library")
+    if atol is _UNSET:
+        atol = scoped.get("atol")
+    if rtol is _UNSET:
+        rtol = scoped.get("rtol")
+    check_run_settings(deployment, custom_op_library)
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if value is not None and not (value >= 0):
+            raise BadInputError(f"--{name} must be a non-negative number")
     with np.errstate(all="ignore"):  # inf/NaN arithmetic is expected on stress inputs
-        return _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget_s)
+        original_file = open_model(original, "original model")
+        candidate_file, candidate_failure = None, None
+        try:
+            try:
+                candidate_file = open_model(candidate, "candidate model")
+            except BadInputError as exc:
+                if isinstance(candidate, (str, os.PathLike)):
+                    raise  # a missing or unreadable file is bad input, not a finding
+                candidate_failure = str(exc)
+            return _verify(original_file, candidate_file, candidate_failure, inputs, trials, seed, dims,
+                           stress, time_budget_s, deployment, custom_op_library, (atol, rtol))
+        finally:
+            for opened, given in ((original_file, original), (candidate_file, candidate)):
+                if opened is not None and opened is not given:
+                    opened.close()
 
 
-def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget_s) -> VerificationReport:
+def _verify(original_file, candidate_file, candidate_failure, inputs, trials, seed, dims, stress,
+            time_budget_s, deployment, custom_op_library, tolerance) -> VerificationReport:
     started = time.perf_counter()
-    progress.report(detail="loading the models")
-    original_model = load_model(original, "original model")
-    candidate_model = load_model(candidate, "candidate model")
+    original_model = original_file.proto
+    candidate_model = candidate_file.proto if candidate_file is not None else None
     notes: list[str] = []
 
     if inputs is None:
@@ -70,20 +137,9 @@ def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget
     checked = check_inputs(original_model, [feeds for _, feeds in labelled])
     labelled = [(label, feeds) for (label, _), feeds in zip(labelled, checked)]
 
-    progress.report(detail="creating onnxruntime sessions")
-    original_runner = ModelRunner(original_model, "original model")
-    output_names = list(original_runner.output_names)
-    candidate_failure = _candidate_input_problem(original_model, candidate_model)
-    candidate_runner = None
-    if candidate_failure is None:
-        try:
-            candidate_runner = ModelRunner(candidate_model, "candidate model")
-        except BadInputError as exc:
-            candidate_failure = str(exc)
-    output_map = _match_outputs(output_names, candidate_runner.output_names, notes) \
-        if candidate_runner else {}
-
-    float_dtypes = graphinfo.float_dtypes(original_model) | graphinfo.float_dtypes(candidate_model)
+    float_dtypes = graphinfo.float_dtypes(original_model)
+    if candidate_model is not None:
+        float_dtypes |= graphinfo.float_dtypes(candidate_model)
     if any(np.dtype(dtype) == np.float16 for dtype in float_dtypes):
         notes.append("float16 graph: onnxruntime on the CPU may insert float16<->float32 casts of "
                      "its own, so discrete results can differ from a pure float16 evaluation")
@@ -91,83 +147,172 @@ def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget
     discrete = graphinfo.has_discrete_ops(original_model)
     perturb_count = verdict_rules.perturbation_runs(trials, discrete)
 
-    evidence: dict[str, list] = {name: [] for name in output_names}
-    comparisons: dict[str, list] = {name: [] for name in output_names}
-    reference_state = {"status": "not needed", "reason": ""}
-    used_labels = []
-    for set_index, (label, feeds) in enumerate(labelled):
-        if time_budget_s is not None and set_index > 0 and time.perf_counter() - started > time_budget_s:
-            notes.append(f"time budget of {time_budget_s:g}s spent: {len(labelled) - set_index} of "
-                         f"{len(labelled)} input sets not run")
-            break
-        used_labels.append(label)
-        progress.report(done=set_index, total=len(labelled), detail=f"input set {label}: original runs")
+    # Sessions run one at a time (each holds its own copy of the weights): the original on every
+    # set, then the candidate, then both again under the deployment settings. The time budget is
+    # checked while the first runs; its share of it is the share of the runs it makes.
+    strict = RunSettings.strict()
+    share = 2 / 3 if deployment is None else 1 / 3
+    deadline = None if time_budget_s is None else started + time_budget_s * share
+    output_names, first_runs = _original_runs(original_file, strict, labelled, custom_op_library,
+                                              deadline, inputs is not None)
+    if len(first_runs) < len(labelled):
+        notes.append(f"time budget of {time_budget_s:g}s spent: {len(labelled) - len(first_runs)} of "
+                     f"{len(labelled)} input sets not run")
+        labelled = labelled[:len(first_runs)]
+    if candidate_failure is None:
+        candidate_failure = _candidate_input_problem(original_model, candidate_model)
+    output_map = _match_outputs(output_names, [out.name for out in candidate_model.graph.output], notes) \
+        if candidate_failure is None else {}
+    strict_track = _Track(strict, first_runs)
+    _candidate_runs(strict_track, candidate_file, labelled, custom_op_library, candidate_failure)
+    tracks = [strict_track]
+    if deployment is not None:
         try:
-            first = original_runner.run(feeds)
-        except RunFailedError as exc:
-            hint = "" if inputs is not None else " (generated inputs; pass --inputs or --dims)"
-            raise BadInputError(f"input set {label}: {exc}{hint}") from None
-        second = original_runner.run(feeds)
-        if candidate_failure is None:
-            progress.report(detail=f"input set {label}: candidate run")
-            try:
-                produced = candidate_runner.run(feeds)
-            except RunFailedError as exc:
-                candidate_failure = f"input set {label}: {exc}"
-        if candidate_failure is not None:
-            break
-        cand_out = {name: produced[output_map[name]] for name in output_names if name in output_map}
-        extreme = _is_extreme(feeds)
-        nonfinite = _has_nonfinite(feeds)
-        differing, differing_float = [], []
-        set_evidence = {}
-        for name in output_names:
-            if name not in cand_out:
-                continue
-            comparisons[name].append(compare.compare_arrays(cand_out[name], first[name]))
-            item = verdict_rules.SetEvidence(first[name], second[name], cand_out[name],
-                                             extreme=extreme, nonfinite_inputs=nonfinite)
-            set_evidence[name] = item
-            evidence[name].append(item)
-            if _comparable(item) and not np.all(compare.bit_identical(item.candidate, item.original)):
-                differing.append(name)
-                if graphinfo.is_float_dtype(item.original.dtype):
-                    differing_float.append(name)
-        if differing:
-            progress.report(detail=f"input set {label}: {perturb_count} perturbation runs of the original")
-            _add_perturbation_runs(original_runner, feeds, set_evidence, perturb_count,
-                                   np.random.default_rng([seed, 7919, set_index]))
-        if differing_float:
-            progress.report(detail=f"input set {label}: float64 reference")
-            _add_reference(original_model, feeds, differing_float, set_evidence, reference_state)
+            _, deployed = _original_runs(original_file, deployment, labelled, custom_op_library, None,
+                                         inputs is not None)
+        except BadInputError as exc:
+            notes.append(f"deployment check not run: the original does not run under the deployment "
+                         f"settings ({deployment.describe()}): {exc}")
+        else:
+            tracks.append(_Track(deployment, deployed))
+            _candidate_runs(tracks[-1], candidate_file, labelled, custom_op_library, candidate_failure)
 
-    outputs = []
+    reference_state = {"status": "not needed", "reason": ""}
+    needs_reference: dict[int, set] = {}
+    for track in tracks:
+        track.collect(output_names, output_map, labelled)
+        for index, names in track.differing_float.items():
+            needs_reference.setdefault(index, set()).update(names)
+        if track.differing_sets:
+            _add_perturbation_runs(track, original_file, labelled, perturb_count, seed, custom_op_library)
+    for index, names in sorted(needs_reference.items()):
+        _add_reference(original_file, labelled[index][1], sorted(names),
+                       [track.set_evidence[index] for track in tracks if index < len(track.set_evidence)],
+                       reference_state)
+
     bounds = _bounds(original_model, labelled[0][1], output_names, u)
-    for name in output_names:
-        outputs.append(_output_report(name, evidence[name], comparisons[name], bounds[name],
-                                      output_map.get(name), candidate_failure, reference_state))
-    if candidate_failure is not None:
-        notes.append(f"candidate failed: {candidate_failure}")
+    sections = []
+    for track in tracks:
+        failure = track.candidate_failure
+        section = []
+        for name in output_names:
+            report = _output_report(name, track.evidence[name], track.comparisons[name], bounds[name],
+                                    output_map.get(name), failure, reference_state)
+            _apply_hard_bound(report, track.evidence[name], tolerance)
+            section.append(report)
+        sections.append(section)
+    outputs, deployed_outputs = sections[0], (sections[1] if len(sections) > 1 else [])
+    if strict_track.candidate_failure is not None:
+        notes.append(f"candidate failed: {strict_track.candidate_failure}")
+    elif len(tracks) > 1 and tracks[1].candidate_failure is not None:
+        notes.append(f"candidate failed under the deployment settings: {tracks[1].candidate_failure}")
     if reference_state["status"] == "unavailable":
         notes.append(f"no float64 reference ({reference_state['reason']}): differing float outputs "
                      "judged by the fallback (ulp statistics, re-run and perturbation controls)")
-    for name, sets in evidence.items():
-        if any(not np.all(compare.bit_identical(item.rerun, item.original)) for item in sets):
-            notes.append(f"control: the original is not deterministic on output {name}")
+    for track in tracks:
+        where = "" if track is strict_track else " under the deployment settings"
+        for name, sets in track.evidence.items():
+            if any(not np.all(compare.bit_identical(item.rerun, item.original)) for item in sets):
+                notes.append(f"control: the original is not deterministic on output {name}{where}")
     if discrete:
         notes.append(f"graph has discrete ops: {perturb_count} perturbation runs of the original "
                      "per input set where the candidate differs")
     elapsed = time.perf_counter() - started
     return VerificationReport(
-        verdict=VerificationReport.overall(outputs),
+        verdict=VerificationReport.overall(outputs + deployed_outputs),
         outputs=outputs,
+        deployment=deployed_outputs,
         notes=notes,
-        input_sets=used_labels,
+        input_sets=[label for label, _ in labelled],
         settings={"trials": trials, "seed": seed, "dims": dict(dims or {}), "stress": stress,
                   "time_budget_s": time_budget_s, "unit_roundoff": u,
-                  "perturbation_runs": perturb_count, "inputs": "given" if inputs is not None else "generated"},
+                  "perturbation_runs": perturb_count, "inputs": "given" if inputs is not None else "generated",
+                  "strict": strict.to_dict(),
+                  "deployment": deployment.to_dict() if deployment is not None else None,
+                  "custom_op_library": custom_op_library, "atol": tolerance[0], "rtol": tolerance[1]},
         timings={"total_s": round(elapsed, 4)},
     )
+
+
+class _Track:
+    """The runs of both models under one RunSettings, and the evidence built from them."""
+
+    def __init__(self, settings: RunSettings, original_runs: list):
+        self.settings = settings
+        self.original_runs = original_runs  # per set: (first, second) output dicts
+        self.candidate_runs: list = []
+        self.candidate_failure: str | None = None
+        self.evidence: dict[str, list] = {}
+        self.comparisons: dict[str, list] = {}
+        self.set_evidence: list[dict] = []
+        self.differing_sets: list[int] = []
+        self.differing_float: dict[int, list] = {}
+
+    def collect(self, output_names, output_map, labelled) -> None:
+        self.evidence = {name: [] for name in output_names}
+        self.comparisons = {name: [] for name in output_names}
+        if self.candidate_failure is not None:
+            return
+        for index, ((first, second), produced) in enumerate(zip(self.original_runs, self.candidate_runs)):
+            feeds = labelled[index][1]
+            cand_out = {name: produced[output_map[name]] for name in output_names if name in output_map}
+            extreme, nonfinite = _is_extreme(feeds), _has_nonfinite(feeds)
+            set_evidence = {}
+            differing_float = []
+            for name in output_names:
+                if name not in cand_out:
+                    continue
+                self.comparisons[name].append(compare.compare_arrays(cand_out[name], first[name]))
+                item = verdict_rules.SetEvidence(first[name], second[name], cand_out[name],
+                                                 extreme=extreme, nonfinite_inputs=nonfinite)
+                set_evidence[name] = item
+                self.evidence[name].append(item)
+                if _comparable(item) and not np.all(compare.bit_identical(item.candidate, item.original)):
+                    if index not in self.differing_sets:
+                        self.differing_sets.append(index)
+                    if graphinfo.is_float_dtype(item.original.dtype):
+                        differing_float.append(name)
+            self.set_evidence.append(set_evidence)
+            if differing_float:
+                self.differing_float[index] = differing_float
+
+
+def _original_runs(model_file, settings, labelled, custom_op_library, deadline, given_inputs):
+    """The original run twice on each set (the second run is the determinism control)."""
+    with ModelRunner(model_file, "original model", settings, custom_op_library) as runner:
+        results = []
+        for index, (label, feeds) in enumerate(labelled):
+            if deadline is not None and index > 0 and time.perf_counter() > deadline:
+                break
+            progress.report(done=index, total=len(labelled),
+                            detail=f"input set {label}: original runs ({settings.level})")
+            try:
+                first = runner.run(feeds)
+            except RunFailedError as exc:
+                hint = "" if given_inputs else " (generated inputs; pass --inputs or --dims)"
+                raise BadInputError(f"input set {label}: {exc}{hint}") from None
+            results.append((first, runner.run(feeds)))
+        return list(runner.output_names), results
+
+
+def _candidate_runs(track, candidate_file, labelled, custom_op_library, failure) -> None:
+    track.candidate_failure = failure
+    if failure is not None:
+        return
+    try:
+        runner = ModelRunner(candidate_file, "candidate model", track.settings, custom_op_library)
+    except BadInputError as exc:
+        track.candidate_failure = str(exc)
+        return
+    with runner:
+        for index, (label, feeds) in enumerate(labelled):
+            progress.report(done=index, total=len(labelled),
+                            detail=f"input set {label}: candidate run ({track.settings.level})")
+            try:
+                track.candidate_runs.append(runner.run(feeds))
+            except RunFailedError as exc:
+                track.candidate_failure = f"input set {label}: {exc}"
+                return
 
 
 def _candidate_input_problem(original: onnx.ModelProto, candidate: onnx.ModelProto) -> str | None:
@@ -190,22 +335,29 @@ def _match_outputs(original_names, candidate_names, notes) -> dict[str, str]:
     return {name: name for name in original_names if name in candidate_names}
 
 
-def _add_perturbation_runs(runner, feeds, set_evidence, count, rng) -> None:
-    if not any(graphinfo.is_float_dtype(np.asarray(value).dtype) for value in feeds.values()):
-        return  # nothing to move by an ulp
-    for run_index in range(count):
-        pattern = run_index if run_index < 2 else None
-        moved = {name: verdict_rules.perturb(np.asarray(value), rng, checkerboard=pattern)
-                 for name, value in feeds.items()}
-        try:
-            results = runner.run(moved)
-        except RunFailedError:
-            continue
-        for name, item in set_evidence.items():
-            item.perturbed.append(results[name])
+def _add_perturbation_runs(track, original_file, labelled, count, seed, custom_op_library) -> None:
+    """Controls on the original where the candidate differs: runs on inputs moved by a few ulps,
+    under the track's own settings."""
+    with ModelRunner(original_file, "original model", track.settings, custom_op_library) as runner:
+        for index in track.differing_sets:
+            feeds = labelled[index][1]
+            if not any(graphinfo.is_float_dtype(np.asarray(value).dtype) for value in feeds.values()):
+                continue  # nothing to move by an ulp
+            rng = np.random.default_rng([seed, 7919, index])
+            progress.report(detail=f"input set {labelled[index][0]}: {count} perturbation runs of the original")
+            for run_index in range(count):
+                pattern = run_index if run_index < 2 else None
+                moved = {name: verdict_rules.perturb(np.asarray(value), rng, checkerboard=pattern)
+                         for name, value in feeds.items()}
+                try:
+                    results = runner.run(moved)
+                except RunFailedError:
+                    continue
+                for name, item in track.set_evidence[index].items():
+                    item.perturbed.append(results[name])
 
 
-def _add_reference(model, feeds, names, set_evidence, state) -> None:
+def _add_reference(model_file, feeds, names, evidence_sets, state) -> None:
     if state["status"] == "unavailable":
         return
     try:
@@ -213,8 +365,11 @@ def _add_reference(model, feeds, names, set_evidence, state) -> None:
     except ImportError as exc:
         state.update(status="unavailable", reason=f"float64 evaluator not importable: {exc}")
         return
+    # Weights stay on disk (memory-mapped) when the model is a file.
+    extra = {"base_dir": model_file.base_dir} if model_file.base_dir is not None else {}
+    progress.report(detail="float64 reference")
     try:
-        values = evaluate_float64(model, feeds, outputs=names)
+        values = evaluate_float64(model_file.proto, feeds, outputs=names, **extra)
     except UnsupportedOperatorError as exc:
         state.update(status="unavailable", reason=str(exc).splitlines()[0] if str(exc) else "unsupported")
         return
@@ -222,10 +377,36 @@ def _add_reference(model, feeds, names, set_evidence, state) -> None:
         state.update(status="unavailable", reason=f"float64 evaluator failed: {type(exc).__name__}: {exc}")
         return
     state["status"] = "float64"
-    for name in names:
-        value = values.get(name)
-        if value is not None and np.shape(value) == set_evidence[name].original.shape:
-            set_evidence[name].reference = np.asarray(value, dtype=np.float64)
+    for set_evidence in evidence_sets:
+        for name in names:
+            value = values.get(name)
+            item = set_evidence.get(name)
+            if item is not None and value is not None and np.shape(value) == item.original.shape:
+                item.reference = np.asarray(value, dtype=np.float64)
+
+
+def _apply_hard_bound(report: OutputReport, sets, tolerance) -> None:
+    """The user's hard bound, on top of the derived one: a differing element whose candidate is
+    beyond atol + rtol*|R| of the float64 reference R (the original where there is none) is a
+    mismatch. Elements whose reference is not finite, and extreme-magnitude input sets, are left
+    to the verdict rules."""
+    atol, rtol = tolerance
+    if atol is None and rtol is None or report.verdict == MISMATCH:
+        return
+    atol, rtol = atol or 0.0, rtol or 0.0
+    beyond = 0
+    for item in sets:
+        if not _comparable(item) or not graphinfo.is_float_dtype(item.original.dtype) or item.extreme:
+            continue
+        ref = item.reference if item.reference is not None else item.original.astype(np.float64)
+        cand = item.candidate.astype(np.float64)
+        differ = ~compare.bit_identical(item.candidate, item.original)
+        within = np.abs(cand - ref) <= atol + rtol * np.abs(ref)
+        beyond += int(np.count_nonzero(differ & np.isfinite(ref) & ~within))
+    if beyond:
+        report.verdict = MISMATCH
+        report.notes.append(f"{beyond} differing element(s) beyond the hard bound atol={atol:g} + "
+                            f"rtol={rtol:g}*|reference|")
 
 
 def _bounds(model, feeds, names, u) -> dict:

@@ -34,6 +34,8 @@ from onnxrefine.verify import reference_kernels_nn as _nn
 from onnxrefine.verify import reference_kernels_shape as _shape
 from onnxrefine.verify import reference_kernels_tensor as _tensor
 from onnxrefine.verify.reference_kernels_tensor import to_internal
+from onnxrefine.verify.reference_memory import Initializer as _Initializer
+from onnxrefine.verify.reference_memory import last_uses
 
 __all__ = [
     "ReferencePrecisionWarning",
@@ -114,14 +116,20 @@ def evaluate_float64(
     feeds: Mapping[str, np.ndarray],
     *,
     outputs: Sequence[str] | None = None,
+    base_dir: str | None = None,
 ) -> dict[str, np.ndarray]:
-    """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all)."""
+    """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all).
+
+    Initializers stored as external data are read from ``base_dir`` memory-mapped, and converted to
+    float64 only while the node that reads them runs; each value is freed after its last use.
+    """
     opsets = {op.domain or "": op.version for op in model.opset_import}
     if "ai.onnx" in opsets and "" not in opsets:
         opsets[""] = opsets["ai.onnx"]
     functions = {(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
     evaluator = _Evaluator(opsets, functions)
     evaluator.narrow_types = _dtype.narrow_value_types(model)
+    evaluator.base_dir = base_dir
     graph = model.graph
     wanted = list(outputs) if outputs is not None else [o.name for o in graph.output]
     env = evaluator.bind_graph_inputs(graph, feeds)
@@ -140,7 +148,9 @@ class _Scope(dict):
         scope: _Scope | None = self
         while scope is not None:
             if name in scope:
-                return dict.__getitem__(scope, name)
+                value = dict.__getitem__(scope, name)
+                # A weight is converted to float64 for the node reading it, never kept converted.
+                return value.load() if isinstance(value, _Initializer) else value
             scope = scope.parent
         raise KeyError(name)
 
@@ -192,12 +202,15 @@ class _Evaluator:
         self.functions = functions
         self._fallback_cache: dict[Any, Any] = {}
         self.narrow_types: dict[str, int] = {}  # float16/bfloat16 value names, rounded where produced
+        self.base_dir: str | None = None
+        self.peak_live = 0  # most computed values held at once by one graph (freed after last use)
+        self._last_uses: dict[int, tuple] = {}
 
     # -- graphs -------------------------------------------------------------------------------------------
     def bind_graph_inputs(self, graph: onnx.GraphProto, feeds: Mapping[str, np.ndarray]) -> _Scope:
         env = _Scope()
         for init in graph.initializer:
-            env[init.name] = to_internal(numpy_helper.to_array(init))
+            env[init.name] = _Initializer(init, self.base_dir)
         for sparse in graph.sparse_initializer:
             env[sparse.values.name] = to_internal(sparse_to_dense(sparse))
         input_names = {i.name for i in graph.input}
@@ -214,13 +227,20 @@ class _Evaluator:
         env.parent = parent_scope
         for init in graph.initializer:
             if init.name not in env:
-                env[init.name] = to_internal(numpy_helper.to_array(init))
-        producers = {out: node for node in graph.node for out in node.output if out}
-        for node in graph.node:
-            self.run_node(_log_softmax_form(node, producers), env, self.opsets)
+                env[init.name] = _Initializer(init, self.base_dir)
+        nodes, last_use = self._schedule(graph)
+        keep = set(wanted)
+        live = sum(1 for value in dict.values(env) if not isinstance(value, _Initializer))
+        for index, node in enumerate(nodes):
+            self.run_node(node, env, self.opsets)
             for out in node.output:
                 if out in self.narrow_types:
                     env[out] = _dtype.round_to(env[out], self.narrow_types[out])
+            live += sum(1 for name in node.output if name)
+            self.peak_live = max(self.peak_live, live)
+            for name in last_use.get(index, ()):
+                if name not in keep and dict.__contains__(env, name):
+                    live -= not isinstance(dict.pop(env, name), _Initializer)
         result = {}
         for name in wanted:
             try:
@@ -228,6 +248,16 @@ class _Evaluator:
             except KeyError:
                 raise OnnxRefineError(f"output {name!r} is not computed by the graph") from None
         return result
+
+    def _schedule(self, graph: onnx.GraphProto) -> tuple[list, dict]:
+        """The graph's nodes (Log(Softmax) as LogSoftmax) and, per node index, the names read for
+        the last time there."""
+        cached = self._last_uses.get(id(graph))
+        if cached is None or cached[0] is not graph:
+            producers = {out: node for node in graph.node for out in node.output if out}
+            nodes = [_log_softmax_form(node, producers) for node in graph.node]
+            cached = self._last_uses[id(graph)] = (graph, nodes, last_uses(graph.node, nodes))
+        return cached[1], cached[2]
 
     def run_subgraph(self, graph: onnx.GraphProto, inputs: Sequence[Any], outer: _Scope) -> list:
         env = _Scope()

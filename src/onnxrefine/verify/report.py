@@ -46,6 +46,8 @@ class VerificationReport:
     input_sets: list = field(default_factory=list)  # labels of the sets used
     settings: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
+    # OutputReport per output, candidate vs original both run under the deployment settings.
+    deployment: list = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -53,13 +55,16 @@ class VerificationReport:
 
     @property
     def failing_outputs(self) -> list:
-        return [out.name for out in self.outputs if out.verdict in (UNSTABLE, MISMATCH)]
+        failing = [out.name for out in self.outputs if out.verdict in (UNSTABLE, MISMATCH)]
+        return failing + [f"{out.name} (deployment)" for out in self.deployment
+                          if out.verdict in (UNSTABLE, MISMATCH) and out.name not in failing]
 
     def to_dict(self) -> dict:
         return _json_safe({
             "verdict": self.verdict,
             "exit_code": self.exit_code,
             "outputs": [out.to_dict() for out in self.outputs],
+            "deployment": [out.to_dict() for out in self.deployment],
             "notes": list(self.notes),
             "input_sets": list(self.input_sets),
             "settings": dict(self.settings),
@@ -123,15 +128,26 @@ def format_number(value) -> str:
 
 
 def render_table(report: VerificationReport, console) -> None:
-    """Print the per-output table with rich."""
+    """Print the per-output table with rich (and the deployment section's, when there is one)."""
+    _render_outputs(report.outputs, "onnxrefine verify", console)
+    if report.deployment:
+        settings = report.settings.get("deployment") or {}
+        title = (f"deployment: level {settings.get('level', '?')}, "
+                 f"{', '.join(settings.get('providers', []))} (original and candidate both so run)")
+        _render_outputs(report.deployment, title, console)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
+def _render_outputs(outputs, title: str, console) -> None:
     from rich.table import Table
 
-    table = Table(title="onnxrefine verify", show_lines=False)
+    table = Table(title=title, show_lines=False)
     for column in ("output", "verdict", "max_abs", "max_rel", "max ulp", "p99 ulp", "differing",
                    "orig err vs f64", "cand err vs f64"):
         table.add_column(column, justify="left" if column in ("output", "verdict") else "right")
     styles = {EXACT: "green", ROUNDING: "cyan", UNSTABLE: "yellow", MISMATCH: "bold red"}
-    for out in report.outputs:
+    for out in outputs:
         comp = out.comparison
         table.add_row(
             out.name,
@@ -145,11 +161,9 @@ def render_table(report: VerificationReport, console) -> None:
             format_number(out.cand_err_max) if out.reference == "float64" else _no_ref(out),
         )
     console.print(table)
-    for out in report.outputs:
+    for out in outputs:
         for note in out.notes:
             console.print(f"  {out.name}: {note}", markup=False, highlight=False)
-    for note in report.notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 def _no_ref(out: OutputReport) -> str:
