@@ -341,3 +341,23 @@ def test_models_over_the_protobuf_limit_are_saved_with_external_data(tmp_path, m
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
     np.testing.assert_allclose(run(loaded, {"image": x})[0], run(build_example(), {"image": x})[0],
                                rtol=1e-5, atol=1e-6)
+
+
+def test_outputs_get_the_umask_mode_not_the_temp_files_0600(tmp_path):
+    """mkstemp makes 0600 files; an optimized model, its report and a bundle folder must be as
+    readable as any file the user's umask allows (other users, containers)."""
+    import os
+    import stat
+
+    out = tmp_path / "tiny.opt.onnx"
+    report = tmp_path / "report.json"
+    old = os.umask(0o022)
+    try:
+        done = subprocess.run([sys.executable, "-m", "onnxrefine", "optimize",
+                               str(EXAMPLES / "tiny_cnn.onnx"), "-o", str(out), "--no-verify",
+                               "--report", str(report)], capture_output=True, text=True)
+    finally:
+        os.umask(old)
+    assert done.returncode == 0, done.stderr
+    for path in (out, report):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path

@@ -202,6 +202,7 @@ def write_json_atomically(path: Path, data: dict) -> None:
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=2)
+        io.publish_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

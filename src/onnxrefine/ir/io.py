@@ -97,6 +97,18 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
     return ir.serde.serialize_model(model)
 
 
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def publish_mode(path: str | os.PathLike, *, directory: bool = False) -> None:
+    """Give a file or folder made by mkstemp/mkdtemp (mode 0600/0700) the mode an ordinary
+    open() or mkdir() would have given it, so outputs are readable by whoever may read the folder."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None) -> None:
     """Write `model` to `path` atomically: a temp file in the same folder, then a rename.
 
@@ -126,6 +138,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os
             # output is moved), written one tensor at a time.
             with open(tmp_name, "wb") as handle:
                 wire.write_model_embedded(model, handle)
+        publish_mode(tmp_name)
         os.replace(tmp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from onnxrefine.errors import BadInputError
+from onnxrefine.ir.io import publish_mode
 
 ORIGINAL = "original.onnx"
 OPTIMIZED = "optimized.onnx"
@@ -44,6 +45,7 @@ def staged_folder(target: str | os.PathLike, *, replace: bool = False) -> Iterat
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
     try:
         yield staging
+        publish_mode(staging, directory=True)
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)

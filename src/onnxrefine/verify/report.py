@@ -8,6 +8,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 
+from onnxrefine.ir.io import publish_mode
 from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
 
 __all__ = ["EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "OutputReport",
@@ -95,6 +96,7 @@ def write_atomic(path, text: str) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
+        publish_mode(temp)
         os.replace(temp, path)
     except BaseException:
         if os.path.exists(temp):
