@@ -132,6 +132,9 @@ def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget
                                    np.random.default_rng([seed, 7919, set_index]))
         if differing_float:
             _add_reference(original_model, feeds, differing_float, set_evidence, reference_state)
+        if differing:
+            _add_verdict_evidence(original_model, original_runner, feeds, differing, set_evidence,
+                                  nonfinite, reference_state)
 
     outputs = []
     bounds = _bounds(original_model, labelled[0][1], output_names, u)
@@ -222,11 +225,63 @@ def _add_reference(model, feeds, names, set_evidence, state) -> None:
 
 def _bounds(model, feeds, names, u) -> dict:
     try:
-        depths = graphinfo.accumulation_depths(model, feeds)
-    except Exception:
-        depths = {}
-    return {name: verdict_rules.RoundingBound.for_output(u, *depths.get(name, (1, graphinfo.UNKNOWN_DIM)))
-            for name in names}
+        profile = graphinfo.accumulation_profile(model, feeds)
+    except Exception:  # an unreadable graph: the widest guess, sensitivity allowed
+        return {name: verdict_rules.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
+    return {name: verdict_rules.RoundingBound.for_value(u, profile[name]) for name in names}
+
+
+# -- evidence for the verdict rules (verdict.py): dependency cones and discrete-output feeds -----
+
+def _add_verdict_evidence(model, runner, feeds, names, set_evidence, nonfinite, reference_state) -> None:
+    """SetEvidence.nonfinite_cone (inf/NaN input sets) and .decision (discrete outputs)."""
+    if nonfinite:
+        # two finite stand-ins: an element that changes under either depends on the inf/NaN inputs
+        changed = {name: None for name in names}
+        for stand_in in (1.0, -2.0):
+            try:
+                results = runner.run(verdict_rules.nonfinite_replaced(feeds, stand_in))
+            except RunFailedError:
+                changed = {}
+                break
+            for name in names:
+                moved = results[name]
+                item = set_evidence[name]
+                if moved.shape != item.original.shape:
+                    changed[name] = np.ones(item.original.shape, dtype=bool)
+                    continue
+                flip = ~compare.bit_identical(moved, item.original)
+                changed[name] = flip if changed[name] is None else changed[name] | flip
+        for name, cone in changed.items():
+            set_evidence[name].nonfinite_cone = cone
+    if reference_state["status"] == "unavailable":
+        return
+    from onnxrefine.verify.decisions import DECISION_OPS, DecisionEvidence
+
+    producers = {out: node for node in model.graph.node for out in node.output}
+    wanted = {}
+    for name in names:
+        node = producers.get(name)
+        item = set_evidence[name]
+        if node is None or node.op_type not in DECISION_OPS or graphinfo.is_float_dtype(item.original.dtype):
+            continue
+        data = list(node.input[:2] if node.op_type in ("Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+                                                        "Equal") else node.input[:1])
+        wanted[name] = (node, data)
+    if not wanted:
+        return
+    try:
+        from onnxrefine.verify.reference import evaluate_float64
+        values = evaluate_float64(model, feeds, outputs=sorted({v for _, data in wanted.values() for v in data}))
+    except Exception:  # no decision evidence: the perturbation controls decide instead
+        return
+    for name, (node, data) in wanted.items():
+        arrays = [np.asarray(values[value]) for value in data]
+        if not all(graphinfo.is_float_dtype(array.dtype) for array in arrays):
+            continue
+        attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
+        set_evidence[name].decision = DecisionEvidence(
+            node.op_type, [array.astype(np.float64) for array in arrays], attrs)
 
 
 def _output_report(name, sets, comps, bound, candidate_name, candidate_failure, reference_state):
