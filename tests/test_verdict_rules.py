@@ -146,6 +146,22 @@ def test_nonfinite_order_excuses_an_artefact_in_the_cone():
     assert judged([True, False, True], reference=np.array([nan, 1.0, inf])).verdict == MISMATCH
 
 
+def test_matmul_chain_fold_on_inf_inputs_is_rounding():
+    # Legitimate: x @ B @ C -> x @ (B @ C). With one inf in a row of x, the original meets
+    # inf - inf (NaN, float64 too: undefined) where the folded product meets a single inf.
+    rng = np.random.default_rng(0)
+    b, c = rng.standard_normal((2, 4, 4)).astype(np.float32)
+    ins, outs = [value_info("x", F, [2, 4])], [value_info("y", F, None)]
+    original = make_model([node("MatMul", ["x", "B"], ["t"]), node("MatMul", ["t", "C"], ["y"])], ins, outs,
+                          [tensor("B", b), tensor("C", c)])
+    candidate = make_model([node("MatMul", ["x", "BC"], ["y"])], ins, outs, [tensor("BC", (b @ c).astype(np.float32))])
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    x[0, 1] = inf
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
+    assert report.verdict == ROUNDING, report.to_dict()["outputs"][0]
+    assert report.outputs[0].comparison["pattern_changes"] > 0
+
+
 def test_nonfinite_cone_is_measured_per_element():
     from onnxrefine.verify import _add_verdict_evidence
     from onnxrefine.verify.runner import ModelRunner
