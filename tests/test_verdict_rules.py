@@ -357,3 +357,24 @@ def test_argmax_flip_far_from_a_tie_is_mismatch():
                        out_type=TensorProto.INT64)
     x = {"x": np.array([[0.5, 0.9, -0.3, 0.1]], np.float32)}
     assert verdict(original, argmin, x) == MISMATCH
+
+
+def test_near_boundary_reads_argmax_layouts_and_bool_casts():
+    from onnxrefine.verify.decisions import DecisionEvidence, near_boundary, reference_decision
+
+    data = np.array([[1.0, 1.0 + 1e-9, 0.0], [0.0, 5.0, 1.0]])
+    for keepdims in (0, 1):
+        decision = DecisionEvidence("ArgMax", [data], {"axis": 1, "keepdims": keepdims})
+        shape = (2, 1) if keepdims else (2,)
+        original = np.array([0, 1], np.int64).reshape(shape)
+        candidate = np.array([1, 2], np.int64).reshape(shape)
+        assert decision.usable(shape) and not decision.usable((3,))
+        assert near_boundary(decision, original, candidate, 1e-6, 2.0).ravel().tolist() == [True, False]
+        expected, defined = reference_decision(decision, original)
+        assert expected.ravel().tolist() == [1, 1] and defined.all()
+    last = DecisionEvidence("ArgMax", [np.array([[2.0, 2.0, 1.0]])], {"axis": 1, "keepdims": 0,
+                                                                        "select_last_index": 1})
+    assert reference_decision(last, np.array([0], np.int64))[0].tolist() == [1]
+    to_bool = DecisionEvidence("Cast", [np.array([1e-9, 0.5, nan])])
+    flags = np.array([True, True, False])
+    assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [True, False, True]
