@@ -59,8 +59,8 @@ class _Facts:
         self.top = float(ml_dtypes.finfo(evidence.candidate.dtype).max)
         self.huge = math.sqrt(self.top)
         self.sens = _sensitivity(evidence, unstable)
-        # derived amplification: the response to a PERTURB_ULPS-ulp input move, scaled up to the
-        # relative rounding (gamma) the graph may commit before the ill-conditioned op
+        # s measures kappa * PERTURB_ULPS * u * |O| (kappa: the output's condition number); scaled
+        # by k it becomes kappa * gamma * |O|, the first-order effect of the graph's rounding
         self.sens_factor = max(1.0, bound.gamma / (PERTURB_ULPS * bound.u))
         with np.errstate(invalid="ignore", over="ignore"):
             if self.r is not None:

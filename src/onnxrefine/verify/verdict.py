@@ -41,9 +41,10 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        normal bound of R.
     ill-conditioned    only for outputs behind an ill-conditioned op (graphinfo.ILL_CONDITIONED_OPS:
                        Sqrt, Log, Div by a non-constant, Pow, Reciprocal, Softmax, normalizations,
-                       ...): e_c <= within-bound's allowance + 2*k*s, k = max(1, gamma/(PERTURB_ULPS*u))
-                       (the measured response to a PERTURB_ULPS-ulp input move, scaled up to the
-                       rounding the graph may commit, gamma).
+                       ...): e_c <= within-bound's allowance + 2*k*s, k = max(1, gamma/(PERTURB_ULPS*u)).
+                       Derived, not a constant: s / (PERTURB_ULPS*u*|O|) is the output's measured
+                       condition number kappa, so 2*k*s ~ 2*gamma*kappa*|O|, the first-order rounding
+                       bound of an ill-conditioned value (kappa ~ 1 adds about gamma*|O| again).
     reference-inexact  R not finite, O and C finite: |C - O| <= 2*E + gamma*max(|O|, m_O).
     follows-reference  C non-finite and of R's class, or +-inf where |R| exceeds the dtype's max.
     original-broke     O non-finite, R finite, C non-finite too (the original's own error is
