@@ -25,7 +25,7 @@ PERTURB_ULPS = 4
 FIN, PINF, NINF, NAN = (int(c) for c in ValueClass)
 
 
-def _rms(values: np.ndarray) -> float:
+def rms(values: np.ndarray) -> float:
     finite = values[np.isfinite(values)]
     return float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
 
@@ -42,7 +42,7 @@ def _sensitivity(evidence, unstable: np.ndarray) -> np.ndarray:
     return sensitivity
 
 
-class _Facts:
+class OutputFacts:
     """Everything the rules read for one float output on one input set (float64 arrays)."""
 
     def __init__(self, evidence, bound, unstable: np.ndarray):
@@ -68,8 +68,8 @@ class _Facts:
                 self.err_o = np.where(finite_ar, np.abs(self.a - self.r), 0.0)
                 self.err_c = np.abs(self.c - self.r)
                 self.big_e = float(self.err_o.max(initial=0.0))
-                self.scale = np.maximum(np.abs(np.where(self.cr == FIN, self.r, 0.0)), _rms(self.r))
-        self.scale_o = np.maximum(np.abs(np.where(self.ca == FIN, self.a, 0.0)), _rms(self.a))
+                self.scale = np.maximum(np.abs(np.where(self.cr == FIN, self.r, 0.0)), rms(self.r))
+        self.scale_o = np.maximum(np.abs(np.where(self.ca == FIN, self.a, 0.0)), rms(self.a))
         self.cone = evidence.nonfinite_cone if evidence.nonfinite_cone is not None \
             and evidence.nonfinite_cone.shape == self.a.shape else np.ones(self.a.shape, dtype=bool)
 
@@ -83,12 +83,12 @@ class _Facts:
 
 # ---------------------------------------------------------------------------------- the rules
 
-def _within_bound(f: _Facts) -> np.ndarray:
+def _within_bound(f: OutputFacts) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         return (f.cc == FIN) & (f.cr == FIN) & (f.err_c <= f.base_allowance())
 
 
-def _ill_conditioned(f: _Facts) -> np.ndarray:
+def _ill_conditioned(f: OutputFacts) -> np.ndarray:
     if not f.bound.ill_conditioned:
         return np.zeros(f.a.shape, dtype=bool)
     allowed = f.base_allowance() + ERROR_FACTOR * f.sens_factor * f.sens
@@ -96,24 +96,24 @@ def _ill_conditioned(f: _Facts) -> np.ndarray:
         return (f.cc == FIN) & (f.cr == FIN) & (f.err_c <= allowed)
 
 
-def _reference_inexact(f: _Facts) -> np.ndarray:
+def _reference_inexact(f: OutputFacts) -> np.ndarray:
     finite_ac = (f.ca == FIN) & (f.cc == FIN)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.where(finite_ac, np.abs(f.c - f.a), np.inf)
     return finite_ac & (f.cr != FIN) & (diff <= ERROR_FACTOR * f.big_e + f.bound.gamma * f.scale_o)
 
 
-def _follows_reference(f: _Facts) -> np.ndarray:
+def _follows_reference(f: OutputFacts) -> np.ndarray:
     return (f.cc != FIN) & ((f.cc == f.cr) | (f.cc == f.crd))
 
 
-def _original_broke(f: _Facts) -> np.ndarray:
+def _original_broke(f: OutputFacts) -> np.ndarray:
     # O is broken where it is not finite though R is finite and, rounded to the dtype, not O's
     # class: an O of +inf where R = 1e39 in float32 is right (the true value overflows), not broken
     return (f.ca != FIN) & (f.cr == FIN) & (f.ca != f.crd) & (f.cc != FIN)
 
 
-def _nonfinite_order(f: _Facts) -> np.ndarray:
+def _nonfinite_order(f: OutputFacts) -> np.ndarray:
     if not f.evidence.nonfinite_inputs:
         return np.zeros(f.a.shape, dtype=bool)
     infinite = (PINF, NINF)
@@ -126,7 +126,7 @@ def _nonfinite_order(f: _Facts) -> np.ndarray:
     return swap & f.cone & (f.artefact() | undefined)
 
 
-def _saturation(f: _Facts) -> np.ndarray:
+def _saturation(f: OutputFacts) -> np.ndarray:
     if not f.evidence.nonfinite_inputs:
         return np.zeros(f.a.shape, dtype=bool)
     a, c, top = f.a, f.c, f.top
@@ -135,7 +135,7 @@ def _saturation(f: _Facts) -> np.ndarray:
     return pairs & f.cone & f.artefact()
 
 
-def _overflow_territory(f: _Facts) -> np.ndarray:
+def _overflow_territory(f: OutputFacts) -> np.ndarray:
     if not f.evidence.extreme:
         return np.zeros(f.a.shape, dtype=bool)
     if f.r is None:
@@ -143,7 +143,7 @@ def _overflow_territory(f: _Facts) -> np.ndarray:
     return (f.cr != FIN) | (np.abs(np.where(f.cr == FIN, f.r, 0.0)) > f.huge)
 
 
-def _fallback(f: _Facts) -> np.ndarray:
+def _fallback(f: OutputFacts) -> np.ndarray:
     finite = (f.ca == FIN) & (f.cc == FIN)
     allowed = ERROR_FACTOR * f.bound.gamma * f.scale_o
     if f.bound.ill_conditioned:
@@ -152,7 +152,7 @@ def _fallback(f: _Facts) -> np.ndarray:
         return finite & (np.abs(f.c - f.a) <= allowed)
 
 
-def _sign_flip(f: _Facts) -> np.ndarray:
+def _sign_flip(f: OutputFacts) -> np.ndarray:
     flip = ((f.ca == PINF) & (f.cc == NINF)) | ((f.ca == NINF) & (f.cc == PINF))
     if f.crd is not None:  # the candidate's infinity against the true value's overflow
         flip |= ((f.crd == PINF) & (f.cc == NINF)) | ((f.crd == NINF) & (f.cc == PINF))
@@ -168,10 +168,10 @@ class Rule:
     why: str
     legitimate: tuple  # regression tests of the case it exists for
     counterexamples: tuple  # tests of real bugs it must not excuse
-    apply: Callable[[_Facts], np.ndarray]
+    apply: Callable[[OutputFacts], np.ndarray]
     needs_reference: bool | None  # True: only with R; False: only without R; None: either
     veto: bool = False  # the elements it matches are unexplained whatever else matched
-    discrete: bool = False  # judges integer/bool outputs (reads _DiscreteFacts)
+    discrete: bool = False  # judges integer/bool outputs (reads DiscreteFacts)
 
 
 _V = "tests/test_verify_verdict.py::"
@@ -248,7 +248,7 @@ RULES = (
 )
 
 
-class _DiscreteFacts:
+class DiscreteFacts:
     """A discrete output on one input set, with the float64 values feeding its decision."""
 
     def __init__(self, evidence, bound):

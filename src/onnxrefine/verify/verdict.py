@@ -89,8 +89,8 @@ import numpy as np
 from onnxrefine.verify import graphinfo
 from onnxrefine.verify.compare import bit_identical, ordered_int, value_class
 from onnxrefine.verify.decisions import DecisionEvidence, near_boundary
-from onnxrefine.verify.rules import (ERROR_FACTOR, PERTURB_ULPS, RULES, Rule, _DiscreteFacts, _Facts,
-                                     _rms)
+from onnxrefine.verify.rules import (ERROR_FACTOR, PERTURB_ULPS, RULES, DiscreteFacts, OutputFacts, Rule,
+                                     rms)
 
 EXACT = "exact"
 ROUNDING = "rounding"
@@ -254,7 +254,7 @@ def unstable_positions(evidence: SetEvidence, bound: RoundingBound) -> np.ndarra
     is_float = graphinfo.is_float_dtype(original.dtype)
     if is_float:
         base = original.astype(np.float64)
-        scale = np.maximum(np.abs(np.nan_to_num(base, nan=0.0, posinf=0.0, neginf=0.0)), _rms(base))
+        scale = np.maximum(np.abs(np.nan_to_num(base, nan=0.0, posinf=0.0, neginf=0.0)), rms(base))
         threshold = JUMP * (PERTURB_ULPS + bound.n) * bound.u * scale
     for moved in evidence.perturbed:
         if moved.shape != original.shape:
@@ -280,7 +280,7 @@ def _explained_discrete(evidence: SetEvidence, bound: RoundingBound, differ: np.
     explained = np.zeros(differ.shape, dtype=bool)
     if evidence.decision is None or not evidence.decision.usable(differ.shape):
         return explained
-    facts = _DiscreteFacts(evidence, bound)
+    facts = DiscreteFacts(evidence, bound)
     for rule in RULES:
         if rule.discrete:
             matched = rule.apply(facts) & differ & ~explained
@@ -292,7 +292,7 @@ def _explained_discrete(evidence: SetEvidence, bound: RoundingBound, differ: np.
 
 def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.ndarray,
                      differ: np.ndarray, judgement: Judgement) -> np.ndarray:
-    facts = _Facts(evidence, bound, unstable)
+    facts = OutputFacts(evidence, bound, unstable)
     explained = np.zeros(differ.shape, dtype=bool)
     vetoed = np.zeros(differ.shape, dtype=bool)
     has_reference = facts.r is not None
@@ -315,7 +315,7 @@ def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.n
     return explained
 
 
-def _record_errors(f: _Facts, judgement: Judgement) -> None:
+def _record_errors(f: OutputFacts, judgement: Judgement) -> None:
     judgement.used_reference = True
     finite_r = f.cr == FIN
     finite_ar = (f.ca == FIN) & finite_r
