@@ -213,6 +213,122 @@ def sigmoid_to_hardsigmoid():
     return orig, cand, {}
 
 
+# ------------------------------------------------------------------------------ issue 9: the rules
+# Each returns (original, candidate, dims, extra input sets[, use generated sets]); the extra sets
+# are judged along with the generated ones (they reach the values where the rule matters).
+
+def _one(nodes, inits=(), shape=(4,), names=("x",)):
+    return model(nodes, [(n, F32, list(shape)) for n in names], [("y", F32)], inits)
+
+
+def reciprocal_signed_zero():
+    inits = [("one", np.float32(1)), ("zero", np.float32(0))]
+    orig = _one([node("Add", ["x", "zero"], ["s"]), node("Div", ["one", "s"], ["y"])], inits)
+    cand = _one([node("Div", ["one", "x"], ["y"])], inits)
+    return orig, cand, {}, [{"x": np.array([-0.0, np.inf, 2.0, -3.0], np.float32)}]
+
+
+def max_as_relu_difference():
+    orig = _one([node("Max", ["a", "b"], ["y"])], names=("a", "b"))
+    cand = _one([node("Sub", ["a", "b"], ["d"]), node("Relu", ["d"], ["r"]), node("Add", ["r", "b"], ["y"])],
+                names=("a", "b"))
+    return orig, cand, {}, [{"a": np.array([np.inf, 1, -2, 0.5], np.float32),
+                             "b": np.array([np.inf, 2, 3, -1], np.float32)}]
+
+
+def relu_as_clip():
+    orig = _one([node("Relu", ["x"], ["y"])])
+    cand = _one([node("Clip", ["x", "lo"], ["y"])], [("lo", np.float32(0))])
+    return orig, cand, {}, [{"x": np.array([np.inf, 1, -2, np.nan], np.float32)}]
+
+
+def naive_softmax(candidate_op):
+    orig = _one([node("Exp", ["x"], ["e"]), node("ReduceSum", ["e", "ax"], ["s"], keepdims=1),
+                 node("Div", ["e", "s"], ["y"])], [("ax", np.array([1], np.int64))], shape=(2, 2))
+    if candidate_op == "clip":
+        cand = _one([node("Clip", ["x", "lo", "hi"], ["k"]), node("Softmax", ["k"], ["y"], axis=1)],
+                    [("lo", np.float32(-80)), ("hi", np.float32(80))], shape=(2, 2))
+    else:
+        cand = _one([node("Softmax", ["x"], ["y"], axis=1)], shape=(2, 2))
+        # the given set only: on the generated large-magnitude sets float64's exp overflows too
+        # (original and reference NaN), and a finite candidate there is a change, not rounding
+        return orig, cand, {}, [{"x": np.array([[100, 99], [1, 2]], np.float32)}], False
+    return orig, cand, {}, [{"x": np.array([[100, 99], [1, 2]], np.float32)}]
+
+
+def sub_constant(value):
+    orig = _one([node("Sub", ["x", "c"], ["y"])], [("c", np.float32(1e6))], shape=(64,))
+    cand = _one([node("Sub", ["x", "c"], ["y"])], [("c", np.float32(value))], shape=(64,))
+    x = (1e6 + 8 * np.random.default_rng(0).standard_normal(64)).astype(np.float32)
+    return orig, cand, {}, [{"x": x}]
+
+
+def reassociate_overflow(moderate):
+    if moderate:   # x * (1e10 * 1e-30) -> (x * 1e10) * 1e-30 overflows where the value is 1e10
+        inits = [("a", np.float32(1e10)), ("b", np.float32(1e-30))]
+        orig = _one([node("Mul", ["a", "b"], ["ab"]), node("Mul", ["x", "ab"], ["y"])], inits)
+        cand = _one([node("Mul", ["x", "a"], ["xa"]), node("Mul", ["xa", "b"], ["y"])], inits)
+        return orig, cand, {}, [{"x": np.array([1e30, 1, -2e30, 3], np.float32)}]
+    orig = _one([node("Div", ["x", "x"], ["q"]), node("Mul", ["x", "q"], ["y"])])   # true value 1e25
+    cand = _one([node("Mul", ["x", "x"], ["p"]), node("Div", ["p", "x"], ["y"])])
+    return orig, cand, {}, [{"x": np.array([1e25, 2, -3e24, 0.5], np.float32)}]
+
+
+def conv_bn_pool(drop_eps):
+    rng = np.random.default_rng(0)
+    cin, cout = 16, 32
+    w = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
+    b, sh, mu = ((0.1 * rng.standard_normal(cout)).astype(np.float32) for _ in range(3))
+    sc, var = rng.uniform(0.5, 2, cout).astype(np.float32), rng.uniform(0.5, 2, cout).astype(np.float32)
+    ins = [("x", F32, [1, cin, 16, 16])]
+    orig = model([node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+                  node("BatchNormalization", ["c", "s", "t", "m", "v"], ["bn"], epsilon=1e-5),
+                  node("GlobalAveragePool", ["bn"], ["y"])], ins, [("y", F32)],
+                 [("W", w), ("B", b), ("s", sc), ("t", sh), ("m", mu), ("v", var)])
+    factor = (sc / np.sqrt(var if drop_eps else var + np.float32(1e-5))).astype(np.float32)
+    cand = model([node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), node("GlobalAveragePool", ["c"], ["y"])],
+                 ins, [("y", F32)], [("W", (w * factor[:, None, None, None]).astype(np.float32)),
+                                     ("B", ((b - mu) * factor + sh).astype(np.float32))])
+    return orig, cand, {}, []
+
+
+def sqrt_near_zero_reassociated():
+    third = np.float32(1 / 3)
+
+    def chain(constants):
+        nodes, current = [], "x"
+        for index in range(len(constants)):
+            nodes.append(node("Add", [current, f"c{index}"], [f"a{index}"]))
+            current = f"a{index}"
+        return _one(nodes + [node("Sqrt", [current], ["y"])],
+                    [(f"c{i}", np.float32(v)) for i, v in enumerate(constants)], shape=(8,))
+
+    x = np.array([-0.9997454, -0.9988056, -0.999744, -0.999556, 0.0, 1.0, 2.0, 0.5], np.float32)
+    return chain([1.0]), chain([third, np.float32(1) - third]), {}, [{"x": x}]
+
+
+def cast_to_int(candidate_op):
+    thirds = [("three", np.float32(3)), ("third", np.float32(1) / np.float32(3))]
+    out = [("y", TensorProto.INT32)]
+    ins = [("x", F32, [2])]
+    orig = model([node("Mul", ["x", "three"], ["a"]), node("Mul", ["a", "third"], ["b"]),
+                  node("Cast", ["b"], ["y"], to=TensorProto.INT32)], ins, out, thirds)
+    sign = [node("Neg", ["x"], ["n"])] if candidate_op == "neg" else [node("Identity", ["x"], ["n"])]
+    cand = model(sign + [node("Cast", ["n"], ["y"], to=TensorProto.INT32)], ins, out)
+    return orig, cand, {}, [{"x": np.array([2.0, 2.0], np.float32)}]
+
+
+def maxpool_log_softmax():
+    ins = [("x", F32, [3, 2, 3])]
+    pool = node("MaxPool", ["x"], ["p"], kernel_shape=[3], pads=[2, 2])
+    orig = model([pool, node("Softmax", ["p"], ["s"], axis=0), node("Log", ["s"], ["y"])], ins, [("y", F32)])
+    cand = model([pool, node("LogSoftmax", ["p"], ["y"], axis=0)], ins, [("y", F32)])
+    inf, nan = np.inf, np.nan
+    x = np.array([[[-0.0, 0.64, nan], [-0.85, -0.66, -0.2]], [[inf, 1.47, 1.41], [-0.0, -0.84, -1.2]],
+                  [[inf, -0.0, 1.3], [2.33, 0.62, inf]]], np.float32)
+    return orig, cand, {}, [{"x": x}]
+
+
 # ------------------------------------------------------------------------------ exact cases
 
 def identity_removed():
@@ -268,6 +384,11 @@ def cases():
         ("div->mul by reciprocal", lambda: div_to_mul((5, 6))),
         ("matmul chain fold 6x16", lambda: matmul_chain(0, 6, 16)),
         ("softmax decomposed 3x10", lambda: softmax_decomposed((3, 10))),
+        ("conv-bn-gap, correct fold", lambda: conv_bn_pool(False)),
+        ("x*(x/x) -> (x*x)/x, true value 1e25", lambda: reassociate_overflow(False)),
+        ("naive softmax -> Softmax (orig overflows)", lambda: naive_softmax("softmax")),
+        ("sqrt near 0, add reassociated", sqrt_near_zero_reassociated),
+        ("maxpool log(softmax) -> logsoftmax, inf/nan", maxpool_log_softmax),
     ]
     bugs = [
         ("bn fold, epsilon dropped", lambda: conv_bn(0, (2, 3, 8, 8), drop_eps=True, eps=1e-2, small_var=True)),
@@ -285,6 +406,15 @@ def cases():
         # subtle ones, below allclose's rtol
         ("scale error 1e-5", lambda: constant_mul_fold(1, (4, 8), scale_error=1e-5)),
         ("bn fold, epsilon 1e-4 dropped", lambda: conv_bn(2, (2, 3, 8, 8), drop_eps=True, eps=1e-4)),
+        # issue 9: holes of the earlier exemptions
+        ("1/(x+0) -> 1/x, x=-0 (signed zero)", reciprocal_signed_zero),
+        ("Max(a,b) -> Relu(a-b)+b", max_as_relu_difference),
+        ("Relu -> Clip(x, 0) (inf -> FLT_MAX)", relu_as_clip),
+        ("naive softmax -> Softmax(Clip(x,+-80))", lambda: naive_softmax("clip")),
+        ("x-1e6 -> x-999999.5", lambda: sub_constant(999999.5)),
+        ("x*(1e10*1e-30) -> (x*1e10)*1e-30", lambda: reassociate_overflow(True)),
+        ("conv-bn-gap, epsilon 1e-5 dropped", lambda: conv_bn_pool(True)),
+        ("Cast(x*3*(1/3)) -> Cast(-x) at x=2", lambda: cast_to_int("neg")),
     ]
     exact = [
         ("identity removed", identity_removed),
@@ -354,8 +484,10 @@ def main(argv=None) -> int:
 
     rows, totals = [], {}
     for label, name, build in cases():
-        original, candidate, dims = build()
-        input_sets = generate_inputs(original, seed=0, dims=dims, stress=True, trials=3)
+        original, candidate, dims, *extra = build()
+        generated = extra[1] if len(extra) > 1 else True
+        input_sets = (generate_inputs(original, seed=0, dims=dims, stress=True, trials=3) if generated else []) \
+            + (list(extra[0]) if extra else [])
         started = time.perf_counter()
         report = verify_models(original, candidate, inputs=input_sets)
         elapsed = time.perf_counter() - started

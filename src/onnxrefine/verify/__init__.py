@@ -189,6 +189,10 @@ def _verify(original_file, candidate_file, candidate_failure, inputs, trials, se
         _add_reference(original_file, labelled[index][1], sorted(names),
                        [track.set_evidence[index] for track in tracks if index < len(track.set_evidence)],
                        reference_state)
+    for track in tracks:
+        for index in track.differing_sets:
+            _add_decision_evidence(original_file, labelled[index][1], track.set_evidence[index],
+                                   reference_state)
 
     bounds = _bounds(original_model, labelled[0][1], output_names, u)
     sections = []
@@ -341,6 +345,8 @@ def _add_perturbation_runs(track, original_file, labelled, count, seed, custom_o
     with ModelRunner(original_file, "original model", track.settings, custom_op_library) as runner:
         for index in track.differing_sets:
             feeds = labelled[index][1]
+            if _has_nonfinite(feeds):
+                _add_nonfinite_cones(runner, feeds, track.set_evidence[index])
             if not any(graphinfo.is_float_dtype(np.asarray(value).dtype) for value in feeds.values()):
                 continue  # nothing to move by an ulp
             rng = np.random.default_rng([seed, 7919, index])
@@ -411,12 +417,68 @@ def _apply_hard_bound(report: OutputReport, sets, tolerance) -> None:
 
 def _bounds(model, feeds, names, u) -> dict:
     try:
-        depths = graphinfo.accumulation_depths(model, feeds)
-    except Exception:
-        depths = {}
-    return {name: verdict_rules.RoundingBound.for_output(u, *depths.get(name, (1, graphinfo.UNKNOWN_DIM)))
-            for name in names}
+        profile = graphinfo.accumulation_profile(model, feeds)
+    except Exception:  # an unreadable graph: the widest guess, sensitivity allowed
+        return {name: verdict_rules.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
+    return {name: verdict_rules.RoundingBound.for_value(u, profile[name]) for name in names}
 
+
+# -- evidence for the verdict rules (verdict.py): dependency cones and discrete-output feeds -----
+
+def _add_nonfinite_cones(runner, feeds, set_evidence) -> None:
+    """SetEvidence.nonfinite_cone on inf/NaN input sets: the original rerun with two finite
+    stand-ins for the inf/NaN inputs; an element that changes under either depends on them."""
+    changed = {name: None for name in set_evidence}
+    for stand_in in (1.0, -2.0):
+        try:
+            results = runner.run(verdict_rules.nonfinite_replaced(feeds, stand_in))
+        except RunFailedError:
+            return
+        for name, item in set_evidence.items():
+            moved = results[name]
+            if moved.shape != item.original.shape:
+                changed[name] = np.ones(item.original.shape, dtype=bool)
+                continue
+            flip = ~compare.bit_identical(moved, item.original)
+            changed[name] = flip if changed[name] is None else changed[name] | flip
+    for name, cone in changed.items():
+        set_evidence[name].nonfinite_cone = cone
+
+
+def _add_decision_evidence(model_file, feeds, set_evidence, reference_state) -> None:
+    """SetEvidence.decision for differing discrete outputs: the float64 values feeding the op."""
+    if reference_state["status"] == "unavailable":
+        return
+    from onnxrefine.verify.decisions import DECISION_OPS, DecisionEvidence
+
+    model = model_file.proto
+    producers = {out: node for node in model.graph.node for out in node.output}
+    wanted = {}
+    for name, item in set_evidence.items():
+        node = producers.get(name)
+        if node is None or node.op_type not in DECISION_OPS or graphinfo.is_float_dtype(item.original.dtype):
+            continue
+        if np.all(compare.bit_identical(item.candidate, item.original)):
+            continue
+        data = list(node.input[:2] if node.op_type in ("Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+                                                        "Equal") else node.input[:1])
+        wanted[name] = (node, data)
+    if not wanted:
+        return
+    extra = {"base_dir": model_file.base_dir} if model_file.base_dir is not None else {}
+    try:
+        from onnxrefine.verify.reference import evaluate_float64
+        values = evaluate_float64(model, feeds, outputs=sorted({v for _, data in wanted.values() for v in data}),
+                                  **extra)
+    except Exception:  # no decision evidence: the perturbation controls decide instead
+        return
+    for name, (node, data) in wanted.items():
+        arrays = [np.asarray(values[value]) for value in data]
+        if not all(graphinfo.is_float_dtype(array.dtype) for array in arrays):
+            continue
+        attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
+        set_evidence[name].decision = DecisionEvidence(
+            node.op_type, [array.astype(np.float64) for array in arrays], attrs)
 
 def _output_report(name, sets, comps, bound, candidate_name, candidate_failure, reference_state):
     if candidate_failure is not None or candidate_name is None or not sets:

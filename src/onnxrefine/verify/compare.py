@@ -19,6 +19,7 @@ Definitions (all computed in float64 from the original dtype):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 import ml_dtypes
 import numpy as np
@@ -55,10 +56,20 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(nan, np.nan, distance)
 
 
+class ValueClass(IntEnum):
+    """The class of a float element; value_class() returns these as plain integers."""
+
+    FINITE = 0
+    POS_INF = 1
+    NEG_INF = 2
+    NAN = 3
+
+
 def value_class(values: np.ndarray) -> np.ndarray:
-    """0 finite, 1 +inf, 2 -inf, 3 NaN."""
+    """Elementwise ValueClass: 0 finite, 1 +inf, 2 -inf, 3 NaN."""
     values = np.asarray(values, dtype=np.float64)
-    return np.select([np.isnan(values), values == np.inf, values == -np.inf], [3, 1, 2], 0)
+    return np.select([np.isnan(values), values == np.inf, values == -np.inf],
+                     [ValueClass.NAN, ValueClass.POS_INF, ValueClass.NEG_INF], ValueClass.FINITE)
 
 
 def bit_identical(a: np.ndarray, b: np.ndarray) -> np.ndarray:

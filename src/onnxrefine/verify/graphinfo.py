@@ -309,3 +309,110 @@ def has_discrete_ops(model: onnx.ModelProto) -> bool:
 
 def finite_max(dtype) -> float:
     return float(ml_dtypes.finfo(np.dtype(dtype)).max)
+
+
+# Ops whose output can move far more than the rounding of their inputs (condition number >> 1
+# somewhere in their domain): a root or logarithm near 0, a division by a value near 0, a power,
+# exp of a large argument, a normalization by a small spread. Only outputs behind one of these get
+# the measured-sensitivity allowance of the verdict (see verdict.py, rule "ill-conditioned").
+ILL_CONDITIONED_OPS = frozenset({
+    "Sqrt", "Log", "Div", "Pow", "Reciprocal", "Softmax", "LogSoftmax", "Exp", "Tan", "Asin",
+    "Acos", "Acosh", "Atanh", "ReduceL2", "ReduceLogSumExp", "LpNormalization", "LpPool",
+    "GlobalLpPool", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
+    "MeanVarianceNormalization", "BatchNormalization", "RMSNormalization", "Mod", "Einsum",
+})
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """The arithmetic behind one value: what the rounding bound of verdict.py is sized from.
+
+    depth      longest path in nodes from the inputs
+    width      largest reduction length among the ancestors (and the node itself)
+    path_sum   largest, over the paths from the inputs, of the summed reduction lengths of the
+               nodes on the path (an elementwise node counts 1): how many roundings can pile up
+               on one element, path by path, instead of depth x widest reduction
+    amplifiers the ill-conditioned op types (ILL_CONDITIONED_OPS) among the ancestors
+    jumps      the discontinuous op types among the ancestors (DISCRETE_OPS, Cast to int/bool):
+               where a float value can jump under a few-ulp input move
+    """
+
+    depth: int
+    width: int
+    path_sum: int
+    amplifiers: tuple = ()
+    jumps: tuple = ()
+
+
+def _is_ill_conditioned(node: onnx.NodeProto, constant_names) -> bool:
+    if node.op_type == "Div":
+        # a division by a constant is as well-conditioned as a multiplication
+        return len(node.input) > 1 and node.input[1] not in constant_names
+    if node.op_type == "BatchNormalization":
+        # inference mode with constant statistics is an affine map
+        return not all(name in constant_names for name in node.input[1:5])
+    return node.op_type in ILL_CONDITIONED_OPS
+
+
+def _is_jump(node: onnx.NodeProto) -> bool:
+    if node.op_type == "Cast":
+        to = _attr(node, "to")
+        return to is not None and not is_float_dtype(np_dtype(to))
+    return node.op_type in DISCRETE_OPS
+
+
+def _subgraph_ops(node: onnx.NodeProto, kind) -> set:
+    found = set()
+    for attr in node.attribute:
+        graphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
+        for graph in graphs:
+            for inner in graph.node:
+                if kind(inner):
+                    found.add(inner.op_type)
+                found |= _subgraph_ops(inner, kind)
+    return found
+
+
+def accumulation_profile(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = None,
+                         names=None) -> dict[str, Accumulation]:
+    """Value name -> Accumulation for the graph outputs (or for `names`, any main-graph values)."""
+    shapes = static_shapes(model, feeds)
+    constants = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer
+                 if _dims_product(init.dims) <= 64}
+    constant_names = {init.name for init in model.graph.initializer}
+    profile: dict[str, Accumulation] = {}
+    for node in model.graph.node:  # ONNX requires topological order
+        if node.op_type == "Constant":
+            constant_names.update(node.output)
+            for out in node.output:
+                value = _attr(node, "value")
+                if value is not None and _dims_product(value.dims) <= 64:
+                    constants[out] = numpy_helper.to_array(value)
+        parents = [profile[name] for name in node.input if name in profile]
+        try:
+            width = reduction_length(node, shapes, constants)
+        except Exception:
+            width = UNKNOWN_DIM
+        amplifiers, jumps = set(), set()
+        for parent in parents:
+            amplifiers.update(parent.amplifiers)
+            jumps.update(parent.jumps)
+        if node.op_type != "Constant" and all(name in constant_names for name in node.input if name):
+            constant_names.update(node.output)  # a function of constants only: nothing to amplify
+        else:
+            if _is_ill_conditioned(node, constant_names):
+                amplifiers.add(node.op_type)
+            if _is_jump(node):
+                jumps.add(node.op_type)
+            amplifiers |= _subgraph_ops(node, lambda inner: inner.op_type in ILL_CONDITIONED_OPS)
+            jumps |= _subgraph_ops(node, _is_jump)
+        entry = Accumulation(
+            depth=max((p.depth for p in parents), default=0) + 1,
+            width=max([width] + [p.width for p in parents]),
+            path_sum=max((p.path_sum for p in parents), default=0) + max(1, width),
+            amplifiers=tuple(sorted(amplifiers)), jumps=tuple(sorted(jumps)))
+        for out in node.output:
+            if out:
+                profile[out] = entry
+    wanted = names if names is not None else [out.name for out in model.graph.output]
+    return {name: profile.get(name, Accumulation(1, 1, 1)) for name in wanted}

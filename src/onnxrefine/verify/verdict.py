@@ -1,80 +1,82 @@
 """The verdict: is a candidate's difference from the original explained by float rounding?
 
 Per output, over every input set, the candidate C is compared with the original O (both from
-onnxruntime) and, when the float64 reference R (the ORIGINAL graph evaluated in float64) is
-available, with R. All arithmetic below is in float64.
+onnxruntime) and, when available, with the float64 reference R (the ORIGINAL graph evaluated in
+float64). All arithmetic below is in float64.
 
-exact
-    C is bit-identical to O on every input set (two NaNs count as identical).
+exact     C is bit-identical to O on every input set (two NaNs count as identical).
+rounding  every element where C differs from O is explained by one of the RULES below.
+unstable  the unexplained elements are all unstable positions of the original (below).
+mismatch  anything else; also a shape or dtype change. Overall: the worst output's verdict.
 
-rounding bound (float outputs, reference available)
-    u      unit roundoff of the lowest-precision float type the graph declares anywhere
-           (2^-24 float32, 2^-11 float16, 2^-8 bfloat16, 2^-53 float64).
-    n      accumulation length of the output: L * W, where L is the longest path (in nodes) from
-           the inputs to the output and W the largest reduction length among its ancestors (Conv:
-           C_in/group * prod(kernel); MatMul/Gemm: K; Reduce*: reduced elements; Softmax: axis
-           length; ...). Clamped to [4, N_CAP(u)], N_CAP(u) = max(64, 2^-13 / u) (2048 for
-           float32), so that gamma_n never exceeds ~1.2e-4 for float32.
-    gamma  gamma_n = n*u / (1 - n*u)   (Higham's bound for n sequential roundings)
-    e_o    |O - R| per element, e_c = |C - R|
-    E      max of e_o over the elements where O and R are finite (the original's own worst error
-           on this output: a measure of how ill-conditioned the output is)
-    m      RMS of |R| over finite elements (the output's typical magnitude, so elements that
-           cancel to ~0 are judged against the magnitude of what was summed, not against 0)
-    s      the original's sensitivity (below): how far O_i moves when the inputs move by a few
-           ulps; it covers a rounding difference amplified by an ill-conditioned op downstream
-           (Sqrt or Log near 0, division by a small value) that gamma * |R| does not.
-    allowed_i = 2 * e_o_i + 2 * E + 2 * s_i + gamma * max(|R_i|, m)
-    An element that differs (C_i != O_i) is explained when e_c_i <= allowed_i.
-    With float32, n <= 2048 gives gamma*|R| <= 1.2e-4 |R|, so a change of 1e-3 relative is caught
-    unless the original itself is wrong by ~5e-4 on that output; 1e-6 relative rounding
-    (a few ulps) is within 2*E or gamma*|R| (n >= 4 allows 4 ulps on every element).
-    Where R is not finite but O and C are, the element is judged by |C_i - O_i| <= 2E + gamma*
-    max(|O_i|, m_O).
+The rounding bound (RoundingBound)
+    u      unit roundoff of the lowest-precision float type the graph declares anywhere.
+    N      accumulation length of the value: the largest, over the paths from the inputs, of the
+           summed reduction lengths of the nodes on the path (Conv: C_in/group * prod(kernel);
+           MatMul/Gemm: K; Reduce*, pools, Softmax, normalizations: their reduced elements; an
+           elementwise node counts 1). graphinfo.accumulation_profile computes it. No cap.
+    n      max(N_MIN, min(N, STAT_K * ceil(sqrt(N)))), gamma = n*u / (1 - n*u).
+           Why sqrt: Higham's gamma_N bounds the error of N roundings relative to the sum of the
+           |terms|, which the verdict does not know (|R| of a mixed-sign sum or mean is far
+           smaller). Rounding errors of independent operations add like a random walk: a length-N
+           accumulation errs by ~u*sqrt(N) relative to the magnitude of its partial sums, which
+           is the magnitude of the result both for same-sign terms and for random-sign ones
+           (error ~ u*sqrt(N/3) resp. u*sqrt(N/2) times |result|). STAT_K = 4 is a wide margin
+           over that; systematic (correlated) rounding is what the original's own measured error
+           E covers, since the original commits it too. The worst-case N*u, capped or not, is
+           ~sqrt(N)/STAT_K times looser and swallowed real bugs: a BatchNorm fold that dropped
+           epsilon (1e-5 on variances ~1 is ~8e-6 relative) before a GlobalAveragePool.
+    e_o    |O - R| where both are finite, else 0; e_c = |C - R|.
+    E      max e_o over the output (the original's own worst error: how ill-conditioned it is).
+    m      RMS of the finite |R| (so elements that cancel to ~0 are judged against the output's
+           typical magnitude).
+    s      the original's measured sensitivity: max over the perturbation runs (inputs moved by
+           PERTURB_ULPS ulps) of |O' - O|, stable positions only.
 
-NaN/inf pattern changes (class finite/+inf/-inf/NaN of C_i differs from O_i)
-    explained when C_i has R_i's class, or C_i overflowed to the sign of an R_i that is itself
-    beyond the dtype's largest finite value, or O_i itself is not finite where R_i is (the
-    original's own error is unbounded there, so allowed_i is infinite: a float32 Log(Softmax)
-    that underflows to -inf, say); otherwise unexplained.
+Rules (RULES in rules.py, applied in order by judge_output; an element explained by any rule is explained,
+unless the veto "sign-flip" applies). Each names its legitimate case (a regression test) and the
+counterexamples it must not excuse (tests as well); see the Rule entries in rules.py.
+    within-bound       e_c <= 2*e_o + 2*E + gamma*max(|R|, m), C and R finite. Where O broke
+                       (non-finite, R finite) e_o is 0: the candidate must then lie within the
+                       normal bound of R.
+    ill-conditioned    only for outputs behind an ill-conditioned op (graphinfo.ILL_CONDITIONED_OPS:
+                       Sqrt, Log, Div by a non-constant, Pow, Reciprocal, Softmax, normalizations,
+                       ...): e_c <= within-bound's allowance + 2*k*s, k = max(1, gamma/(PERTURB_ULPS*u)).
+                       Derived, not a constant: s / (PERTURB_ULPS*u*|O|) is the output's measured
+                       condition number kappa, so 2*k*s ~ 2*gamma*kappa*|O|, the first-order rounding
+                       bound of an ill-conditioned value (kappa ~ 1 adds about gamma*|O| again).
+    reference-inexact  R not finite, O and C finite: |C - O| <= 2*E + gamma*max(|O|, m_O).
+    follows-reference  C non-finite and of R's class, or +-inf where |R| exceeds the dtype's max.
+    original-broke     O non-finite, R finite, C non-finite too (the original's own error is
+                       unbounded there; a finite C is judged by within-bound against R).
+    nonfinite-order    inf <-> NaN (both non-finite) on inf/NaN inputs, only on elements whose
+                       dependency cone holds the non-finite inputs (SetEvidence.nonfinite_cone) and
+                       where O is itself an artefact (O's class differs from R's, or no R), or
+                       where O and R are both NaN (undefined: a reassociation may meet an inf
+                       alone, NaN -> inf; never a defined inf -> NaN).
+    saturation         inf <-> the largest finite value of the same sign, same conditions.
+    overflow-territory on extreme-magnitude inputs (finite floats beyond sqrt(max)), elements
+                       whose true value overflows (R non-finite or |R| > sqrt(max); without R,
+                       the same of O): which intermediate overflows first depends on evaluation
+                       order. A candidate +-inf where R is finite and moderate is NOT excused.
+    sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
+Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fallback" requires
+|C - O| <= 2*gamma*max(|O|, m_O), plus 2*k*(s_i + max s) behind an ill-conditioned op; every
+class change is unexplained unless nonfinite-order, saturation or overflow-territory applies.
 
-fallback without a float64 reference (the reference raised UnsupportedOperatorError)
-    e_o is replaced by the original's sensitivity s_i = max over perturbation runs of
-    |O'_i - O_i| (O' = the original on inputs moved by a few ulps; positions that jump are
-    excluded), E by max s_i, R by O:
-        allowed_i = 2 * s_i + 2 * max(s) + gamma * max(|O_i|, m_O),  |C_i - O_i| <= allowed_i
-    and every NaN/inf pattern change is unexplained (outside overflow territory, below). The report marks such outputs
-    "no float64 reference".
-
-extreme-magnitude input sets (finite float inputs beyond sqrt(max) of their dtype)
-    Intermediates overflow there, and which one overflows first depends on evaluation order, so
-    elements in overflow territory are not judged (they are counted in the notes): where R_i (if
-    available) or O_i is not finite, |R_i| or |O_i| > sqrt(max), or C_i is +-inf or beyond
-    sqrt(max) (a NaN candidate is still judged). Elements whose true value is moderate are still judged, which
-    catches rewrites that overflow on large inputs (softmax without the max shift, say).
-
-input sets holding inf or NaN
-    Whether an inf meets an inf of the other sign (NaN) depends on evaluation order, so a change
-    between inf and NaN (both sides non-finite) is explained there (counted in the notes), and
-    so is an infinity on one side where the other holds the largest finite value of the same sign
-    (onnxruntime saturates there in places: Clip's default bounds, MaxPool's padding, which also
-    swallows a NaN); other finite <-> non-finite changes are still judged by the pattern rule.
-
-Integer/bool outputs: every differing element is unexplained.
+Discrete outputs (integer/bool): no element is explained. A differing element of an output made
+directly by ArgMax/ArgMin, a comparison or a Cast to int/bool counts as unstable only when the
+float64 value feeding it lies within rounding of the decision boundary (SetEvidence.decision,
+decisions.near_boundary); otherwise it is a mismatch. Other discrete outputs, and any output when
+no decision evidence is available, use the perturbation controls below.
 
 unstable positions (controls on the ORIGINAL)
     - the original run twice on the same inputs: any element that differs;
-    - the original on float inputs moved by up to PERTURB_ULPS ulps (two checkerboard runs,
-      +-PERTURB_ULPS alternating by position, then random offsets; `trials` runs in all, at least 2,
-      at least 8 when the graph holds discrete ops such as ArgMax, Floor, Round, Cast to
-      int, comparisons): an element whose class changes, an integer element that changes, or a
-      float element that moves by more than JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O),
-      i.e. far more than a few-ulp input change explains.
-
-Decision per output: no unexplained element on any set -> `rounding` (or `exact`); all
-unexplained elements are unstable positions -> `unstable`; otherwise `mismatch`.
-Shape or dtype differences are an immediate `mismatch`. The overall verdict is the worst output's
-in the order exact < rounding < unstable < mismatch.
+    - the original on float inputs moved by up to PERTURB_ULPS ulps (checkerboard runs, then random
+      ones; at least 8 when the graph holds discrete ops): an element whose class changes, an
+      integer element that changes, or, behind a discontinuous op (Floor, Round, comparisons,
+      Cast to int, ...: graphinfo.DISCRETE_OPS), a float element that moves by more than
+      JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O).
 """
 
 from __future__ import annotations
@@ -82,11 +84,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 
 from onnxrefine.verify import graphinfo
 from onnxrefine.verify.compare import bit_identical, ordered_int, value_class
+from onnxrefine.verify.decisions import DecisionEvidence, near_boundary
+from onnxrefine.verify.rules import (ERROR_FACTOR, PERTURB_ULPS, RULES, DiscreteFacts, OutputFacts, Rule,
+                                     rms)
 
 EXACT = "exact"
 ROUNDING = "rounding"
@@ -94,19 +98,28 @@ UNSTABLE = "unstable"
 MISMATCH = "mismatch"
 VERDICTS = (EXACT, ROUNDING, UNSTABLE, MISMATCH)  # in order of severity
 
-ERROR_FACTOR = 2.0
 N_MIN = 4
-PERTURB_ULPS = 4
+STAT_K = 4
 JUMP = 64.0
 SCATTER_POINTS = 400
+
+FIN = 0  # compare.ValueClass.FINITE
+
+__all__ = [
+    "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "RULES", "Rule", "RoundingBound",
+    "SetEvidence", "Judgement", "DecisionEvidence", "judge_output", "perturb", "worst",
+    "perturbation_runs", "lowest_precision_u", "describe_bound", "nonfinite_replaced",
+]
 
 
 def worst(verdicts) -> str:
     return max(verdicts, key=VERDICTS.index, default=EXACT)
 
 
-def n_cap(u: float) -> int:
-    return max(64, int(2.0 ** -13 / u))
+def effective_n(accumulation: int) -> int:
+    """n of gamma_n for an accumulation length N (see the module docstring)."""
+    accumulation = max(1, int(accumulation))
+    return max(N_MIN, min(accumulation, STAT_K * math.isqrt(accumulation - 1) + STAT_K))
 
 
 @dataclass
@@ -116,14 +129,40 @@ class RoundingBound:
     width: int
     n: int
     gamma: float
+    path_sum: int = 0
+    # ill-conditioned op types behind the value; None: unknown (the sensitivity term applies)
+    amplifiers: tuple | None = None
+    # discontinuous op types behind the value; None: unknown (float jumps count as unstable)
+    jumps: tuple | None = None
 
     @classmethod
-    def for_output(cls, u: float, depth: int, width: int) -> "RoundingBound":
-        n = int(min(max(depth * width, N_MIN), n_cap(u)))
-        return cls(u=u, depth=depth, width=width, n=n, gamma=n * u / (1.0 - n * u))
+    def for_output(cls, u: float, depth: int, width: int, *, path_sum: int | None = None,
+                   amplifiers=None, jumps=None) -> "RoundingBound":
+        """path_sum None: depth * width stands in for it (an upper bound of it)."""
+        total = int(path_sum) if path_sum is not None else int(depth) * int(width)
+        n = effective_n(total)
+        return cls(u=u, depth=depth, width=width, n=n, gamma=n * u / (1.0 - n * u), path_sum=total,
+                   amplifiers=None if amplifiers is None else tuple(amplifiers),
+                   jumps=None if jumps is None else tuple(jumps))
+
+    @classmethod
+    def for_value(cls, u: float, accumulation: graphinfo.Accumulation) -> "RoundingBound":
+        return cls.for_output(u, accumulation.depth, accumulation.width, path_sum=accumulation.path_sum,
+                              amplifiers=accumulation.amplifiers, jumps=accumulation.jumps)
+
+    @property
+    def ill_conditioned(self) -> bool:
+        return self.amplifiers is None or bool(self.amplifiers)
+
+    @property
+    def discontinuous(self) -> bool:
+        return self.jumps is None or bool(self.jumps)
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        result = dict(self.__dict__)
+        for key in ("amplifiers", "jumps"):
+            result[key] = None if result[key] is None else list(result[key])
+        return result
 
 
 @dataclass
@@ -137,6 +176,9 @@ class SetEvidence:
     reference: np.ndarray | None = None
     extreme: bool = False  # the input set holds finite floats beyond sqrt(max) of their dtype
     nonfinite_inputs: bool = False  # the input set holds inf or NaN
+    # bool per element: depends on the non-finite input elements (None: unknown, all assumed to)
+    nonfinite_cone: np.ndarray | None = None
+    decision: DecisionEvidence | None = None  # float64 values feeding a discrete output's op
 
 
 @dataclass
@@ -152,6 +194,28 @@ class Judgement:
     nonfinite_excused: int = 0
     scatter: dict = field(default_factory=lambda: {"ref": [], "orig": [], "cand": []})
     notes: list = field(default_factory=list)
+    excused: dict = field(default_factory=dict)  # rule name -> elements it explained
+
+
+def nonfinite_replaced(feeds, value: float) -> dict:
+    """The feeds with every inf/NaN float element replaced by `value`.
+
+    Running the original on these (twice, with two values) and seeing which output elements change
+    gives each element's dependency on the non-finite inputs (SetEvidence.nonfinite_cone). An
+    element that does not change cannot depend on them through any path onnxruntime evaluates
+    (it is deterministic; the rerun control covers the rest). One that depends on them but happens
+    to come out the same under both values (a Min against an inf, say) is left out of the cone:
+    that errs towards judging the element, never towards excusing it.
+    """
+    replaced = {}
+    for name, array in feeds.items():
+        array = np.asarray(array)
+        if graphinfo.is_float_dtype(array.dtype) and array.size:
+            bad = ~np.isfinite(array.astype(np.float64))
+            if bad.any():
+                array = np.where(bad, np.asarray(value, dtype=array.dtype), array).astype(array.dtype)
+        replaced[name] = array
+    return replaced
 
 
 def perturb(array: np.ndarray, rng: np.random.Generator, max_ulps: int = PERTURB_ULPS,
@@ -179,19 +243,18 @@ def perturb(array: np.ndarray, rng: np.random.Generator, max_ulps: int = PERTURB
     return np.where(keep, array, result).astype(array.dtype)
 
 
-def _rms(values: np.ndarray) -> float:
-    finite = values[np.isfinite(values)]
-    return float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
-
-
 def unstable_positions(evidence: SetEvidence, bound: RoundingBound) -> np.ndarray:
     """Elements where the original itself is not a fixed function of its inputs."""
     original = evidence.original
     unstable = ~bit_identical(evidence.rerun, original)
+    if evidence.decision is not None and evidence.decision.usable(original.shape):
+        # a discrete output with its float64 feed: the decision boundary decides (module docstring)
+        return unstable | near_boundary(evidence.decision, evidence.original, evidence.candidate,
+                                        bound.gamma, ERROR_FACTOR)
     is_float = graphinfo.is_float_dtype(original.dtype)
     if is_float:
         base = original.astype(np.float64)
-        scale = np.maximum(np.abs(np.nan_to_num(base, nan=0.0, posinf=0.0, neginf=0.0)), _rms(base))
+        scale = np.maximum(np.abs(np.nan_to_num(base, nan=0.0, posinf=0.0, neginf=0.0)), rms(base))
         threshold = JUMP * (PERTURB_ULPS + bound.n) * bound.u * scale
     for moved in evidence.perturbed:
         if moved.shape != original.shape:
@@ -200,113 +263,67 @@ def unstable_positions(evidence: SetEvidence, bound: RoundingBound) -> np.ndarra
         if is_float:
             moved64 = moved.astype(np.float64)
             class_change = value_class(moved64) != value_class(base)
-            both_finite = np.isfinite(moved64) & np.isfinite(base)
-            with np.errstate(invalid="ignore"):
-                jump = both_finite & (np.abs(moved64 - base) > threshold)
-            unstable |= class_change | jump
+            unstable |= class_change
+            if bound.discontinuous:
+                # a continuous value moving far (a cancellation, x - 1e6 near 1e6) is sensitive,
+                # not unstable: only a discontinuous op behind it can make it jump
+                both_finite = np.isfinite(moved64) & np.isfinite(base)
+                with np.errstate(invalid="ignore"):
+                    unstable |= both_finite & (np.abs(moved64 - base) > threshold)
         else:
             unstable |= ~bit_identical(moved, original)
     return unstable
 
 
-def _sensitivity(evidence: SetEvidence, unstable: np.ndarray) -> np.ndarray:
-    base = evidence.original.astype(np.float64)
-    sensitivity = np.zeros(base.shape)
-    for moved in evidence.perturbed:
-        if moved.shape != base.shape:
-            continue
-        moved64 = moved.astype(np.float64)
-        usable = np.isfinite(moved64) & np.isfinite(base) & ~unstable
-        sensitivity = np.maximum(sensitivity, np.where(usable, np.abs(moved64 - base), 0.0))
-    return sensitivity
+def _explained_discrete(evidence: SetEvidence, bound: RoundingBound, differ: np.ndarray,
+                        judgement: Judgement) -> np.ndarray:
+    explained = np.zeros(differ.shape, dtype=bool)
+    if evidence.decision is None or not evidence.decision.usable(differ.shape):
+        return explained
+    facts = DiscreteFacts(evidence, bound)
+    for rule in RULES:
+        if rule.discrete:
+            matched = rule.apply(facts) & differ & ~explained
+            if matched.any():
+                judgement.excused[rule.name] = judgement.excused.get(rule.name, 0) + int(np.count_nonzero(matched))
+            explained |= matched
+    return explained
 
 
 def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.ndarray,
-                     judgement: Judgement) -> np.ndarray:
-    """Boolean mask: elements whose candidate value is explained by rounding."""
-    a = evidence.original.astype(np.float64)
-    c = evidence.candidate.astype(np.float64)
-    class_a, class_c = value_class(a), value_class(c)
-    finite_ac = (class_a == 0) & (class_c == 0)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.where(finite_ac, np.abs(c - a), 0.0)
-    m_a = _rms(a)
-    ref = evidence.reference
-    if ref is None:
-        sens = _sensitivity(evidence, unstable)
-        allowed = ERROR_FACTOR * sens + ERROR_FACTOR * float(sens.max(initial=0.0)) \
-            + bound.gamma * np.maximum(np.abs(np.where(finite_ac, a, 0.0)), m_a)
-        explained = finite_ac & (diff <= allowed)
-        huge = np.sqrt(graphinfo.finite_max(evidence.original.dtype))
-        territory = (class_a != 0) | (np.abs(np.where(class_a == 0, a, 0.0)) > huge) | \
-            ((class_c != 3) & (np.abs(np.nan_to_num(c, posinf=np.inf, neginf=-np.inf)) > huge))
-        return _overflow_excuse(evidence, explained, territory, judgement)
-    r = ref.astype(np.float64)
-    class_r = value_class(r)
-    with np.errstate(invalid="ignore", over="ignore"):
-        err_o = np.abs(a - r)
-        err_c = np.abs(c - r)
-    finite_ar = (class_a == 0) & (class_r == 0)
-    big_e = float(np.where(finite_ar, err_o, 0.0).max(initial=0.0))
-    m_r = _rms(r)
-    scale = np.maximum(np.abs(np.where(class_r == 0, r, 0.0)), m_r)
-    # gamma * scale bounds the rounding of the arithmetic that feeds the output, not its
-    # amplification by an ill-conditioned op further on (Sqrt or Log near 0, a Div by a small
-    # value); how far the original itself moves when its inputs move by a few ulps measures that.
-    sens = _sensitivity(evidence, unstable)
-    with np.errstate(invalid="ignore", over="ignore"):
-        allowed = ERROR_FACTOR * np.where(class_a == 0, err_o, np.inf) + ERROR_FACTOR * big_e \
-            + ERROR_FACTOR * sens + bound.gamma * scale
-        value_ok = (class_c == 0) & (class_r == 0) & (err_c <= allowed)
-    # The reference is not finite but both float32 runs are: compare them with each other.
-    no_ref_ok = finite_ac & (class_r != 0) & (
-        diff <= ERROR_FACTOR * big_e + bound.gamma * np.maximum(np.abs(np.where(finite_ac, a, 0.0)), m_a))
-    # A class change is explained when the candidate follows the reference, or when the true value
-    # overflows the dtype anyway and the candidate rounds it to the matching infinity.
-    top = float(ml_dtypes.finfo(evidence.candidate.dtype).max)
-    overflow_ok = (((class_c == 1) & (r > top)) | ((class_c == 2) & (r < -top)))
-    pattern_ok = (class_c != 0) & ((class_c == class_r) | overflow_ok)
-    finite_r = class_r == 0
+                     differ: np.ndarray, judgement: Judgement) -> np.ndarray:
+    facts = OutputFacts(evidence, bound, unstable)
+    explained = np.zeros(differ.shape, dtype=bool)
+    vetoed = np.zeros(differ.shape, dtype=bool)
+    has_reference = facts.r is not None
+    for rule in RULES:
+        if rule.discrete or (rule.needs_reference is not None and rule.needs_reference != has_reference):
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            matched = rule.apply(facts) & differ
+        if rule.veto:
+            vetoed |= matched
+            continue
+        new = matched & ~explained
+        if new.any():
+            judgement.excused[rule.name] = judgement.excused.get(rule.name, 0) + int(np.count_nonzero(new))
+        explained |= matched
+    explained &= ~vetoed
+    unstable &= ~vetoed  # a veto also overrides the original's instability (a pole at 0, say)
+    if has_reference:
+        _record_errors(facts, judgement)
+    return explained
+
+
+def _record_errors(f: OutputFacts, judgement: Judgement) -> None:
     judgement.used_reference = True
-    orig_err = np.where(finite_ar, err_o, 0.0)
-    cand_err = np.where((class_c == 0) & finite_r, err_c, 0.0)
-    judgement.orig_err_max = max(judgement.orig_err_max or 0.0, float(orig_err.max(initial=0.0)))
+    finite_r = f.cr == FIN
+    finite_ar = (f.ca == FIN) & finite_r
+    cand_err = np.where((f.cc == FIN) & finite_r, f.err_c, 0.0)
+    judgement.orig_err_max = max(judgement.orig_err_max or 0.0, float(f.err_o.max(initial=0.0)))
     judgement.cand_err_max = max(judgement.cand_err_max or 0.0, float(cand_err.max(initial=0.0)))
-    _sample_scatter(judgement, np.abs(np.where(finite_r, r, 0.0)), orig_err, cand_err,
-                    finite_ar & (class_c == 0))
-    huge = np.sqrt(top)
-    territory = (class_r != 0) | (class_a != 0) | (np.abs(np.where(class_r == 0, r, 0.0)) > huge) | \
-        (np.abs(np.where(class_a == 0, a, 0.0)) > huge) | \
-        ((class_c != 3) & (np.abs(np.nan_to_num(c, posinf=np.inf, neginf=-np.inf)) > huge))
-    original_broke = (class_a != 0) & (class_r == 0)
-    return _overflow_excuse(evidence, value_ok | no_ref_ok | pattern_ok | original_broke, territory,
-                            judgement)
-
-
-def _overflow_excuse(evidence: SetEvidence, explained: np.ndarray, territory: np.ndarray,
-                     judgement: Judgement) -> np.ndarray:
-    """On extreme-magnitude inputs, elements in overflow territory are not judged (counted).
-
-    There intermediates overflow, and which one overflows first depends on evaluation order.
-    Likewise, with inf/NaN inputs, whether inf meets -inf (NaN) or not (inf) depends on the order,
-    so an inf <-> NaN change (both sides non-finite) is not blamed either.
-    """
-    if evidence.nonfinite_inputs:
-        class_a, class_c = value_class(evidence.original), value_class(evidence.candidate)
-        order = ~explained & (class_a != 0) & (class_c != 0) & (class_a != class_c)
-        a = evidence.original.astype(np.float64)
-        c = evidence.candidate.astype(np.float64)
-        top = float(ml_dtypes.finfo(evidence.candidate.dtype).max)
-        saturated = ~explained & (((a == np.inf) & (c == top)) | ((a == -np.inf) & (c == -top))
-                                  | ((c == np.inf) & (a == top)) | ((c == -np.inf) & (a == -top)))
-        order |= saturated
-        judgement.nonfinite_excused += int(np.count_nonzero(order))
-        explained = explained | order
-    if not evidence.extreme:
-        return explained
-    excused = ~explained & territory & ~bit_identical(evidence.candidate, evidence.original)
-    judgement.overflow_excused += int(np.count_nonzero(excused))
-    return explained | excused
+    _sample_scatter(judgement, np.abs(np.where(finite_r, f.r, 0.0)), f.err_o, cand_err,
+                    finite_ar & (f.cc == FIN))
 
 
 def _sample_scatter(judgement: Judgement, ref_abs, orig_err, cand_err, usable) -> None:
@@ -322,7 +339,7 @@ def _sample_scatter(judgement: Judgement, ref_abs, orig_err, cand_err, usable) -
 
 
 def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
-    """The verdict for one output over all input sets (see the module docstring)."""
+    """The verdict for one output (or any value) over all input sets (module docstring)."""
     judgement = Judgement(verdict=EXACT)
     per_set = []
     for evidence in sets:
@@ -341,11 +358,11 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
             per_set.append(EXACT)
             continue
         unstable = unstable_positions(evidence, bound)
-        judgement.unstable_positions += int(np.count_nonzero(unstable))
         if graphinfo.is_float_dtype(original.dtype):
-            explained = _explained_float(evidence, bound, unstable, judgement)
+            explained = _explained_float(evidence, bound, unstable, differ, judgement)  # may veto unstable
         else:
-            explained = np.zeros(original.shape, dtype=bool)
+            explained = _explained_discrete(evidence, bound, differ, judgement)
+        judgement.unstable_positions += int(np.count_nonzero(unstable))
         unexplained = differ & ~explained
         judgement.unexplained += int(np.count_nonzero(unexplained))
         if not unexplained.any():
@@ -354,6 +371,9 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
             per_set.append(UNSTABLE)
         else:
             per_set.append(MISMATCH)
+    judgement.overflow_excused = judgement.excused.get("overflow-territory", 0)
+    judgement.nonfinite_excused = judgement.excused.get("nonfinite-order", 0) + \
+        judgement.excused.get("saturation", 0)
     judgement.verdict = worst(per_set)
     return judgement
 
@@ -368,5 +388,6 @@ def lowest_precision_u(float_dtypes) -> float:
 
 
 def describe_bound(bound: RoundingBound) -> str:
-    return (f"n={bound.n} (depth {bound.depth} x width {bound.width}), u=2^{math.log2(bound.u):.0f}, "
-            f"gamma_n={bound.gamma:.3g}")
+    amplified = "" if not bound.amplifiers else f", behind {'/'.join(bound.amplifiers)}"
+    return (f"n={bound.n} (accumulation {bound.path_sum}: depth {bound.depth}, widest {bound.width}), "
+            f"u=2^{math.log2(bound.u):.0f}, gamma_n={bound.gamma:.3g}{amplified}")

@@ -1,0 +1,380 @@
+"""The named verdict rules (verify/verdict.py RULES): each exemption's legitimate case, and the
+counterexamples of issue 9 that it must not excuse (each of these passed as `rounding` or
+`unstable` before the rules were narrowed).
+
+Models are built by hand, two per test (original and candidate); nothing here runs a pass.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+from helpers import make_model, tensor, value_info
+from onnx import TensorProto, helper
+
+from onnxrefine.verify import MISMATCH, ROUNDING, UNSTABLE, verify_models
+from onnxrefine.verify import graphinfo
+from onnxrefine.verify.verdict import RULES, RoundingBound, SetEvidence, judge_output
+
+F = TensorProto.FLOAT
+inf, nan = np.inf, np.nan
+
+
+class _Unsupported(Exception):
+    pass
+
+
+@pytest.fixture
+def no_reference(monkeypatch):
+    """The float64 reference declines every model: the documented fallback."""
+    module = types.ModuleType("onnxrefine.verify.reference")
+
+    def evaluate_float64(model, feeds, *, outputs=None):
+        raise _Unsupported("no float64 kernel (test stub)")
+
+    module.evaluate_float64, module.UnsupportedOperatorError = evaluate_float64, _Unsupported
+    monkeypatch.setitem(sys.modules, "onnxrefine.verify.reference", module)
+
+
+def one_input(nodes, inits=(), shape=(4,), out_type=F, inputs=("x",)):
+    return make_model(nodes, [value_info(name, F, list(shape)) for name in inputs],
+                      [value_info("y", out_type, None)], [tensor(k, np.asarray(v)) for k, v in inits])
+
+
+def node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+def verdict(original, candidate, *sets, **kwargs):
+    return verify_models(original, candidate, inputs=list(sets), trials=2, **kwargs).verdict
+
+
+# ------------------------------------------------------------------------------ the rule list
+
+def test_every_rule_is_documented_and_names_existing_tests():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    names = [rule.name for rule in RULES]
+    assert len(names) == len(set(names))
+    for rule in RULES:
+        assert rule.excuses and rule.why
+        assert rule.legitimate or rule.veto, rule.name
+        assert rule.counterexamples, rule.name
+        for test in rule.legitimate + rule.counterexamples:
+            path, name = test.split("::")
+            assert f"def {name}(" in (root / path).read_text(), test
+
+
+# ------------------------------------------------------------------------------ sign of infinity
+
+def _reciprocal_pair():
+    one = [("one", np.float32(1.0)), ("zero", np.float32(0.0))]
+    original = one_input([node("Add", ["x", "zero"], ["s"]), node("Div", ["one", "s"], ["y"])], one)
+    candidate = one_input([node("Div", ["one", "x"], ["y"])], one)
+    return original, candidate
+
+
+@pytest.mark.parametrize("mode", ["float64", "fallback"])
+def test_sign_flip_of_infinity_is_mismatch(mode, request):
+    # removing `x + 0.0` before 1/x: x = -0.0 gives +inf in the original, -inf without the add.
+    # The inf elsewhere in the set made the old inf/NaN order rule excuse the flip.
+    if mode == "fallback":
+        request.getfixturevalue("no_reference")
+    original, candidate = _reciprocal_pair()
+    x = np.array([-0.0, inf, 2.0, -3.0], np.float32)
+    assert verdict(original, candidate, {"x": x}) == MISMATCH
+    assert verify_models(original, candidate, trials=2).verdict == MISMATCH  # generated stress sets
+
+
+# ------------------------------------------------------------------------------ inf <-> NaN
+
+def test_max_rewritten_as_relu_of_difference_is_mismatch():
+    # Max(a, b) -> Relu(a - b) + b: inf - inf is NaN where Max gives inf, and float64 agrees with
+    # the original, so the original is no artefact there.
+    inputs = ("a", "b")
+    original = one_input([node("Max", ["a", "b"], ["y"])], inputs=inputs)
+    candidate = one_input([node("Sub", ["a", "b"], ["d"]), node("Relu", ["d"], ["r"]),
+                           node("Add", ["r", "b"], ["y"])], inputs=inputs)
+    a = np.array([inf, 1.0, -2.0, 0.5], np.float32)
+    b = np.array([inf, 2.0, 3.0, -1.0], np.float32)
+    assert verdict(original, candidate, {"a": a, "b": b}) == MISMATCH
+
+
+def _cube_overflow_models():
+    """y: Max(x^3, x^3) rewritten as Relu(x^3 - x^3) + x^3 (NaN once x^3 overflows); w: Relu(z)."""
+    cube = [node("Mul", ["x", "x"], ["xx"]), node("Mul", ["xx", "x"], ["p"]), node("Relu", ["z"], ["w"])]
+    ins = [value_info("x", F, [3]), value_info("z", F, [3])]
+    outs = [value_info("y", F, None), value_info("w", F, None)]
+    original = make_model(cube + [node("Max", ["p", "p"], ["y"])], ins, outs)
+    candidate = make_model(cube + [node("Sub", ["p", "p"], ["d"]), node("Relu", ["d"], ["r"]),
+                                   node("Add", ["r", "p"], ["y"])], ins, outs)
+    feeds = {"x": np.array([1e13, 1.0, -2.0], np.float32), "z": np.array([inf, 1.0, nan], np.float32)}
+    return original, candidate, feeds
+
+
+@pytest.mark.parametrize("mode", ["float64", "fallback"])
+def test_inf_in_an_unrelated_input_excuses_nothing(mode, request):
+    # y's inf -> NaN comes from finite x (x^3 overflows); the inf is in z, which y does not read.
+    if mode == "fallback":
+        request.getfixturevalue("no_reference")
+    original, candidate, feeds = _cube_overflow_models()
+    report = verify_models(original, candidate, inputs=[feeds], trials=2)
+    assert {out.name: out.verdict for out in report.outputs} == {"y": MISMATCH, "w": "exact"}
+
+
+def test_nonfinite_order_excuses_an_artefact_in_the_cone():
+    # Legitimate: without float64, an inf <-> NaN change on an element that reads the inf inputs
+    # (whether an inf meets an inf of the other sign depends on the order); not elsewhere.
+    original = np.array([inf, 1.0, inf], np.float32)
+    candidate = np.array([nan, 1.0, nan], np.float32)
+    bound = RoundingBound.for_output(2.0 ** -24, 2, 1)
+
+    def judged(cone, reference=None):
+        evidence = SetEvidence(original, original.copy(), candidate, reference=reference,
+                               nonfinite_inputs=True, nonfinite_cone=np.array(cone))
+        return judge_output([evidence], bound)
+
+    assert judged([True, False, True]).verdict == ROUNDING
+    assert judged([True, False, True]).excused == {"nonfinite-order": 2}
+    assert judged([True, False, False]).verdict == MISMATCH
+    # with float64 available, only where the original's class is an artefact (differs from R's)
+    assert judged([True, False, True], reference=np.array([nan, 1.0, nan])).verdict == ROUNDING
+    assert judged([True, False, True], reference=np.array([nan, 1.0, inf])).verdict == MISMATCH
+
+
+def test_matmul_chain_fold_on_inf_inputs_is_rounding():
+    # Legitimate: x @ B @ C -> x @ (B @ C). With one inf in a row of x, the original meets
+    # inf - inf (NaN, float64 too: undefined) where the folded product meets a single inf.
+    rng = np.random.default_rng(0)
+    b, c = rng.standard_normal((2, 4, 4)).astype(np.float32)
+    ins, outs = [value_info("x", F, [2, 4])], [value_info("y", F, None)]
+    original = make_model([node("MatMul", ["x", "B"], ["t"]), node("MatMul", ["t", "C"], ["y"])], ins, outs,
+                          [tensor("B", b), tensor("C", c)])
+    candidate = make_model([node("MatMul", ["x", "BC"], ["y"])], ins, outs, [tensor("BC", (b @ c).astype(np.float32))])
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    x[0, 1] = inf
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
+    assert report.verdict == ROUNDING, report.to_dict()["outputs"][0]
+    assert report.outputs[0].comparison["pattern_changes"] > 0
+
+
+def test_nonfinite_cone_is_measured_per_element():
+    from onnxrefine.verify import _add_nonfinite_cones
+    from onnxrefine.verify.runner import ModelRunner
+
+    original, _, feeds = _cube_overflow_models()
+    runner = ModelRunner(original, "original")
+    first = runner.run(feeds)
+    items = {name: SetEvidence(first[name], first[name], first[name]) for name in ("y", "w")}
+    _add_nonfinite_cones(runner, feeds, items)
+    assert not items["y"].nonfinite_cone.any()
+    assert items["w"].nonfinite_cone.tolist() == [True, False, True]
+
+
+# ------------------------------------------------------------------------------ saturation
+
+def test_relu_rewritten_as_clip_saturating_inf_is_mismatch():
+    # Clip(x, 0) with no max saturates +inf to FLT_MAX; Relu and float64 keep +inf.
+    original = one_input([node("Relu", ["x"], ["y"])])
+    candidate = one_input([node("Clip", ["x", "lo"], ["y"])], [("lo", np.float32(0.0))])
+    x = np.array([inf, 1.0, -2.0, nan], np.float32)
+    assert verdict(original, candidate, {"x": x}) == MISMATCH
+
+
+# ------------------------------------------------------------------------------ the original broke
+
+def _naive_softmax():
+    return one_input([node("Exp", ["x"], ["e"]), node("ReduceSum", ["e", "ax"], ["s"], keepdims=1),
+                      node("Div", ["e", "s"], ["y"])], [("ax", np.array([1], np.int64))], shape=(2, 2))
+
+
+def test_clipped_softmax_where_the_original_overflows_is_mismatch():
+    # exp(100) overflows float32: the original gives NaN; the candidate clips the logits to 80 and
+    # answers 0.5 where float64 says 0.731. A broken original does not make any value acceptable.
+    candidate = one_input([node("Clip", ["x", "lo", "hi"], ["k"]), node("Softmax", ["k"], ["y"], axis=1)],
+                          [("lo", np.float32(-80)), ("hi", np.float32(80))], shape=(2, 2))
+    x = np.array([[100.0, 99.0], [1.0, 2.0]], np.float32)
+    assert verdict(_naive_softmax(), candidate, {"x": x}) == MISMATCH
+    # a candidate that computes the right value where the original broke is fine
+    stable = one_input([node("Softmax", ["x"], ["y"], axis=1)], shape=(2, 2))
+    assert verdict(_naive_softmax(), stable, {"x": x}) == ROUNDING
+
+
+# ------------------------------------------------------------------------------ sensitivity
+
+def test_constant_off_by_half_in_a_well_conditioned_sub_is_mismatch():
+    # x - 1e6 -> x - 999999.5 on x near 1e6: the subtraction is exact (Sterbenz), the candidate
+    # is biased by 8 ulps of x. Moving x by 4 ulps moves the output by 4 ulps, so the old
+    # sensitivity term (2 * 0.25) covered the bias though no ill-conditioned op follows.
+    def model(value):
+        return one_input([node("Sub", ["x", "c"], ["y"])], [("c", np.float32(value))], shape=(64,))
+
+    x = (1e6 + 8 * np.random.default_rng(0).standard_normal(64)).astype(np.float32)
+    assert verdict(model(1e6), model(999999.5), {"x": x}) == MISMATCH
+    assert verdict(model(1e6), model(1e6), {"x": x}) == "exact"
+
+
+def test_sensitivity_term_only_behind_ill_conditioned_ops():
+    model = one_input([node("Sub", ["x", "c"], ["a"]), node("Sqrt", ["a"], ["b"]), node("Div", ["b", "c"], ["y"])],
+                      [("c", np.float32(2.0))])
+    info = graphinfo.accumulation_profile(model, names=["a", "b", "y"])
+    assert info["a"].amplifiers == () and info["b"].amplifiers == ("Sqrt",)
+    assert info["y"].amplifiers == ("Sqrt",)   # Div by a constant is not ill-conditioned
+    assert RoundingBound.for_value(2.0 ** -24, info["a"]).ill_conditioned is False
+
+
+# ------------------------------------------------------------------------------ overflow territory
+
+def test_reassociation_that_overflows_a_moderate_value_is_mismatch():
+    # x * (1e10 * 1e-30) -> (x * 1e10) * 1e-30: on x = 1e30 the candidate overflows to inf where
+    # the original and float64 say 1e10, well inside float32's range.
+    consts = [("a", np.float32(1e10)), ("b", np.float32(1e-30))]
+    original = one_input([node("Mul", ["a", "b"], ["ab"]), node("Mul", ["x", "ab"], ["y"])], consts)
+    candidate = one_input([node("Mul", ["x", "a"], ["xa"]), node("Mul", ["xa", "b"], ["y"])], consts)
+    x = np.array([1e30, 1.0, -2e30, 3.0], np.float32)
+    assert verdict(original, candidate, {"x": x}) == MISMATCH
+
+
+def test_overflow_territory_excuses_order_of_overflow():
+    # Legitimate: x * (x / x) -> (x * x) / x; on x = 1e25 the candidate's x*x overflows. The true
+    # value (1e25) is beyond sqrt(FLT_MAX), where which intermediate overflows depends on order.
+    original = one_input([node("Div", ["x", "x"], ["q"]), node("Mul", ["x", "q"], ["y"])])
+    candidate = one_input([node("Mul", ["x", "x"], ["p"]), node("Div", ["p", "x"], ["y"])])
+    x = np.array([1e25, 2.0, -3e24, 0.5], np.float32)
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
+    assert report.verdict == ROUNDING, report.to_dict()["outputs"][0]
+    assert any("overflow territory" in note for note in report.outputs[0].notes)
+
+
+# ------------------------------------------------------------------------------ reductions
+
+def _conv_bn_pool(mode, seed=0, cin=16, cout=32, hw=16, eps=1e-5):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(cout)).astype(np.float32)
+    scale = rng.uniform(0.5, 2, cout).astype(np.float32)
+    shift = (0.1 * rng.standard_normal(cout)).astype(np.float32)
+    mean = (0.1 * rng.standard_normal(cout)).astype(np.float32)
+    var = rng.uniform(0.5, 2, cout).astype(np.float32)
+    ins = [value_info("x", F, [1, cin, hw, hw])]
+    outs = [value_info("y", F, None)]
+    if mode == "original":
+        nodes = [node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+                 node("BatchNormalization", ["c", "s", "t", "m", "v"], ["bn"], epsilon=eps),
+                 node("GlobalAveragePool", ["bn"], ["y"])]
+        inits = [("W", w), ("B", b), ("s", scale), ("t", shift), ("m", mean), ("v", var)]
+    else:
+        factor = (scale / np.sqrt(var if mode == "drop_epsilon" else var + np.float32(eps))).astype(np.float32)
+        nodes = [node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), node("GlobalAveragePool", ["c"], ["y"])]
+        inits = [("W", (w * factor[:, None, None, None]).astype(np.float32)),
+                 ("B", ((b - mean) * factor + shift).astype(np.float32))]
+    return make_model(nodes, ins, outs, [tensor(k, v) for k, v in inits])
+
+
+def test_bn_fold_dropping_epsilon_before_global_average_pool_is_mismatch():
+    # the pooled value is the only output; epsilon 1e-5 on variances ~1 is ~8e-6 relative, which
+    # the old capped depth x width bound (n = 2048 at most, here 3 x 256) swallowed.
+    report = verify_models(_conv_bn_pool("original"), _conv_bn_pool("drop_epsilon"), trials=2, seed=0)
+    assert report.verdict == MISMATCH, report.to_dict()["outputs"][0]["bound"]
+
+
+def test_correct_bn_fold_before_global_average_pool_is_rounding():
+    report = verify_models(_conv_bn_pool("original"), _conv_bn_pool("fold"), trials=2, seed=0)
+    assert report.verdict == ROUNDING, report.to_dict()["outputs"][0]
+    bound = report.outputs[0].bound
+    assert bound["path_sum"] == 16 * 9 + 1 + 256
+
+
+# ------------------------------------------------------------------------------ reference-inexact
+
+def test_reference_inexact_does_not_excuse_a_far_candidate():
+    bound = RoundingBound.for_output(2.0 ** -24, 2, 1)
+    original = np.array([1.0, 2.0, 3.0], np.float32)
+    reference = np.array([1.0, inf, 3.0])
+    near = SetEvidence(original, original.copy(), np.array([1.0, 2.0000002, 3.0], np.float32), reference=reference)
+    far = SetEvidence(original, original.copy(), np.array([1.0, 2.5, 3.0], np.float32), reference=reference)
+    assert judge_output([near], bound).verdict == ROUNDING
+    assert judge_output([far], bound).verdict == MISMATCH
+
+
+# ------------------------------------------------------------------------------ discrete outputs
+
+def _third_times_three(final):
+    """y = final(x * 3 * (1/3)): exactly x in real arithmetic, rounded in float32."""
+    return [node("Mul", ["x", "three"], ["a"]), node("Mul", ["a", "third"], ["b"])] + final
+
+
+_THIRDS = [("three", np.float32(3.0)), ("third", np.float32(1) / np.float32(3))]
+
+
+def test_cast_to_int_flipped_beyond_the_boundary_is_mismatch():
+    # x = 2.0: x*3*(1/3) is 2.0000000596 in float64, right at the truncation boundary, so the
+    # original's Cast wavers between 1 and 2 under few-ulp input moves; a candidate answering -2
+    # is still no rounding flip (the old perturbation control called it unstable).
+    original = one_input(_third_times_three([node("Cast", ["b"], ["y"], to=TensorProto.INT32)]), _THIRDS,
+                         shape=(1,), out_type=TensorProto.INT32)
+    wrong = one_input([node("Neg", ["x"], ["n"]), node("Cast", ["n"], ["y"], to=TensorProto.INT32)],
+                      shape=(1,), out_type=TensorProto.INT32)
+    x = {"x": np.array([2.0], np.float32)}
+    assert verdict(original, wrong, x) == MISMATCH
+    # a one-step flip at that boundary is what rounding does
+    floor_side = one_input([node("Sub", ["x", "tiny"], ["n"]), node("Cast", ["n"], ["y"], to=TensorProto.INT32)],
+                           [("tiny", np.float32(1e-6))], shape=(1,), out_type=TensorProto.INT32)
+    assert verdict(original, floor_side, x) == UNSTABLE
+
+
+def test_cast_to_int_following_the_reference_is_rounding():
+    # the original cancels catastrophically ((x + 1e8) - 1e8 with x = 4 gives 0 or 8 in float32);
+    # the candidate Cast(x) decides as float64 does, away from any boundary.
+    original = one_input([node("Add", ["x", "big"], ["p"]), node("Sub", ["p", "big"], ["q"]),
+                          node("Cast", ["q"], ["y"], to=TensorProto.INT32)], [("big", np.float32(1e8))],
+                         shape=(2,), out_type=TensorProto.INT32)
+    candidate = one_input([node("Cast", ["x"], ["y"], to=TensorProto.INT32)], shape=(2,),
+                          out_type=TensorProto.INT32)
+    x = {"x": np.array([5.5, 2.5], np.float32)}
+    assert verdict(original, candidate, x) == ROUNDING
+
+
+def test_comparison_flip_near_the_boundary_is_unstable_and_far_is_mismatch():
+    two = [("two", np.float32(2.0))]
+    original = one_input(_third_times_three([node("Less", ["b", "two"], ["y"])]), _THIRDS + two,
+                         shape=(2,), out_type=TensorProto.BOOL)
+    near = one_input([node("LessOrEqual", ["x", "two"], ["y"])], two, shape=(2,), out_type=TensorProto.BOOL)
+    x = {"x": np.array([2.0, 7.0], np.float32)}
+    assert verdict(original, near, x) == UNSTABLE
+    far = one_input([node("Greater", ["x", "two"], ["y"])], two, shape=(2,), out_type=TensorProto.BOOL)
+    assert verdict(original, far, {"x": np.array([2.5, 7.0], np.float32)}) == MISMATCH
+
+
+def test_argmax_flip_far_from_a_tie_is_mismatch():
+    original = one_input(_third_times_three([node("ArgMax", ["b"], ["y"], axis=1, keepdims=0)]), _THIRDS,
+                         shape=(1, 4), out_type=TensorProto.INT64)
+    argmin = one_input([node("ArgMin", ["x"], ["y"], axis=1, keepdims=0)], shape=(1, 4),
+                       out_type=TensorProto.INT64)
+    x = {"x": np.array([[0.5, 0.9, -0.3, 0.1]], np.float32)}
+    assert verdict(original, argmin, x) == MISMATCH
+
+
+def test_near_boundary_reads_argmax_layouts_and_bool_casts():
+    from onnxrefine.verify.decisions import DecisionEvidence, near_boundary, reference_decision
+
+    data = np.array([[1.0, 1.0 + 1e-9, 0.0], [0.0, 5.0, 1.0]])
+    for keepdims in (0, 1):
+        decision = DecisionEvidence("ArgMax", [data], {"axis": 1, "keepdims": keepdims})
+        shape = (2, 1) if keepdims else (2,)
+        original = np.array([0, 1], np.int64).reshape(shape)
+        candidate = np.array([1, 2], np.int64).reshape(shape)
+        assert decision.usable(shape) and not decision.usable((3,))
+        assert near_boundary(decision, original, candidate, 1e-6, 2.0).ravel().tolist() == [True, False]
+        expected, defined = reference_decision(decision, original)
+        assert expected.ravel().tolist() == [1, 1] and defined.all()
+    last = DecisionEvidence("ArgMax", [np.array([[2.0, 2.0, 1.0]])], {"axis": 1, "keepdims": 0,
+                                                                        "select_last_index": 1})
+    assert reference_decision(last, np.array([0], np.int64))[0].tolist() == [1]
+    to_bool = DecisionEvidence("Cast", [np.array([1e-9, 0.5, nan])])
+    flags = np.array([True, True, False])
+    assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [True, False, True]
