@@ -220,7 +220,7 @@ def test_over_budget_auto_mode_skips_up_front_and_never_verifies(spy):
     optimized, report = onnxrefine.optimize_with_report(conv_bn_residual(), verify=VerifySettings(budget_s=1e-6))
     assert spy == []
     assert report.verification["status"] == "skipped"
-    assert "over the budget" in report.verification["reason"]
+    assert "over the limit of 1e-06 s" in report.verification["reason"]
     assert "Conv" in op_types(optimized) and "BatchNormalization" not in op_types(optimized)
 
 
@@ -242,6 +242,20 @@ def test_a_tight_budget_drops_input_sets_before_running(spy):
     _, report = onnxrefine.optimize_with_report(model, verify=VerifySettings(budget_s=budget))
     assert report.verification["input_sets"] == ["random0", "stress:inf_nan", "stress:zeros_tiny"]
     assert len(spy) == 1 and len(spy[0][1]) == 3
+
+
+def test_auto_mode_cuts_to_one_set_rather_than_skip(monkeypatch, spy):
+    # One set would take ~20 s on this (pretend) slow machine: over the automatic budget (5 s for
+    # a schedule this quick), within the 120 s limit: verified on one set, not skipped.
+    model = conv_bn_residual()
+    cost = verify_plan.estimate_cost(verify_plan.light_model(model), {"x": np.zeros((1, 4, 4, 4), np.float32)},
+                                     0, 2)
+    monkeypatch.setattr(verify_plan, "machine_slowdown", lambda: 20.0 / cost.seconds(1))
+    _, report = onnxrefine.optimize_with_report(model, verify=VerifySettings())
+    assert report.verification["status"] == "verified"
+    assert report.verification["input_sets"] == ["random0"]
+    assert "4 more set(s) left out to fit the budget of 5.0 s" in report.verification["plan"]
+    assert len(spy) == 1
 
 
 def test_the_estimate_grows_with_the_work():

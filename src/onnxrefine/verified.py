@@ -91,9 +91,12 @@ def optimize_verified(
     work, log, steps = state.run(record=True)
     budget_s, budget_text = _budget(settings, time.perf_counter() - started)
     try:
+        # Input sets are cut to the budget; only when one set would exceed the limit (the user's
+        # --verify-budget, else DEFAULT_VERIFY_BUDGET_S) is verification skipped.
+        limit_s = settings.budget_s if settings.budget_s is not None else DEFAULT_VERIFY_BUDGET_S
         plan = make_plan(original, budget_s=budget_s, forced=forced, trials=settings.trials,
                          seed=settings.seed, dims=settings.dims, inputs=settings.inputs,
-                         weight_bytes=io.tensor_bytes(work), budget_text=budget_text)
+                         weight_bytes=io.tensor_bytes(work), budget_text=budget_text, limit_s=limit_s)
     except BadInputError as exc:
         if forced:
             raise BadInputError(f"cannot verify: {exc}") from None
@@ -104,7 +107,8 @@ def optimize_verified(
     state.use_inputs([feeds for _, feeds in plan.sets], plan.trials)
     try:
         # In auto mode a gross underestimate (a loaded machine) stops starting further input sets.
-        report = state.verify(work, "end to end", time_budget_s=None if forced else max(budget_s, 2 * plan.estimate_s))
+        guard = None if forced else max(budget_s, 2 * plan.estimate_s)
+        report = state.verify(work, "end to end", time_budget_s=guard)
     except BadInputError as exc:
         if forced:
             raise BadInputError(f"cannot verify: {exc}") from None

@@ -201,10 +201,13 @@ def choose_sets(labelled: Sequence[tuple[str, dict]], trials: int) -> list[tuple
 
 def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: int, seed: int,
               dims: Mapping[str, int] | None, inputs: Sequence[Mapping[str, np.ndarray]] | None,
-              weight_bytes: int, budget_text: str = "") -> VerifyPlan:
-    """What verification will do, decided before it runs. `forced` (--verify) runs every set
-    whatever the estimate; given `inputs` are all run (the user chose them) unless even the
-    whole estimate is over budget in auto mode, which skips."""
+              weight_bytes: int, budget_text: str = "", limit_s: float | None = None,
+              limit_text: str = "") -> VerifyPlan:
+    """What verification will do, decided before it runs: as many input sets as fit `budget_s`,
+    at least one; skipped when even that one would exceed `limit_s` (default: `budget_s`).
+    `forced` (--verify) runs every set whatever the estimate; given `inputs` all run (the user
+    chose them) unless their estimate exceeds the limit in auto mode, which skips."""
+    limit_s = budget_s if limit_s is None else limit_s
     from onnxrefine.verify import verdict as verdict_rules
     from onnxrefine.verify.inputs import generate_labelled_inputs
 
@@ -227,10 +230,10 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
     if cost.slowdown > 1.2:
         work += f", machine load x{cost.slowdown:.1f}"
     budget_text = budget_text or f"{budget_s:g} s"
-    if not forced and estimate > budget_s:
+    if not forced and estimate > limit_s:
         what = "one verification on one input set" if count == 1 else f"verification on {count} given input sets"
-        reason = (f"{what} would take ~{estimate:.0f} s (estimated: {work}), over the budget of "
-                  f"{budget_text} (--verify-budget)")
+        reason = (f"{what} would take ~{estimate:.0f} s (estimated: {work}), over the limit of "
+                  f"{limit_text or f'{limit_s:g} s'} (--verify-budget)")
         return VerifyPlan(False, f"skipped: {reason}", estimate_s=estimate, reason=reason)
     dropped = len(sets) - count
     cut = f"; {dropped} more set(s) left out to fit the budget of {budget_text}" if dropped else ""
