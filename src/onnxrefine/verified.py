@@ -27,7 +27,6 @@ from onnxrefine.ir import io
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.rewrite.log import RewriteLog
-from onnxrefine.verify_plan import VerifyPlan
 
 DEFAULT_VERIFY_BUDGET_S = 120.0  # the most auto mode spends unless --verify-budget says otherwise
 AUTO_BUDGET_FACTOR = 3.0
@@ -77,11 +76,12 @@ def optimize_verified(
 ) -> VerifiedRun:
     """Run the schedule and verify its result (see the module docstring).
 
-    When verification is in auto mode and cannot run (over budget, the model does not run in
-    onnxruntime), the schedule still runs, on `model` in place, and the summary says why it was
-    not verified. With `settings.enabled` such a problem raises BadInputError.
+    The schedule runs on a copy of `model` (every replay starts from the same original). When
+    verification is in auto mode and cannot run (over the limit, the model does not run in
+    onnxruntime), the optimized copy is returned and the summary says why it was not verified.
+    With `settings.enabled` such a problem raises BadInputError.
     """
-    from onnxrefine.verify_plan import make_plan
+    from onnxrefine.verify_plan import VerifyPlan, make_plan  # numpy-heavy: only when verifying
 
     emit = on_event or _noop
     forced = bool(settings.enabled)
@@ -130,7 +130,9 @@ def optimize_verified(
         "status": "verified", "verdict": report.verdict,
         "per_output": {o.name: o.verdict for o in report.outputs}, "notes": report.notes,
         "plan": plan.text, "estimate_s": round(plan.estimate_s, 2),
-        "input_sets": [label for label, _ in plan.sets], "verifications": state.verifications,
+        # The final check may have stopped early on a loaded machine (its notes say so).
+        "input_sets": [label for label, _ in plan.sets][: len(report.input_sets)],
+        "verifications": state.verifications,
         "seconds": round(state.verify_seconds, 3),
     }
     return VerifiedRun(work, log, rolled_back, summary)
