@@ -9,6 +9,11 @@ rewrite inside the culprit run, to the first step whose prefix turns the verdict
 is vetoed (a graph-level pass run is disabled as a whole), the schedule re-runs and the result is
 verified again, at most `max_rollbacks` times. A final model whose verdict is `mismatch` is never
 returned, so never written.
+
+Events for `on_event(kind, **info)`, besides the schedule's (see passes/pipeline.py):
+"verify_plan" (run, text, estimate_s, budget_s) before any verification; "verify" (phase "start":
+what, sets; phase "done": what, verdict, seconds) around each verify_models call; "bisect" (step,
+verdict) when bisection names a culprit. Replays during bisection emit no schedule events.
 """
 
 from __future__ import annotations

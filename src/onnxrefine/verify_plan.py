@@ -1,7 +1,6 @@
 """How much end-to-end verification will cost, decided from the model before anything runs.
 
-One `verify_models(original, candidate)` call costs two onnxruntime sessions, a shape inference
-for the rounding bounds, and per input set: the original twice (run + re-run control), the
+One `verify_models(original, candidate)` call costs two onnxruntime sessions and, per input set: the original twice (run + re-run control), the
 candidate once, perturbation runs of the original where the candidate differs, and one float64
 evaluation of the original. Those costs scale with the model's FLOPs (Conv, ConvTranspose,
 MatMul, Gemm, from shapes inferred on a copy without the weights' bytes), its other elements
@@ -35,7 +34,6 @@ REF_ELEMENT_S = 10e-9
 REF_NODE_S = 150e-6
 REF_WEIGHT_BYTE_S = 4e-9  # weights converted to float64 per evaluation
 SESSION_BYTE_S = 3e-9  # session creation per byte of weights
-SHAPES_BYTE_S = 5e-9  # serialize + infer_shapes of the whole model for the rounding bounds
 PER_SET_S = 0.03  # Python-side work per input set (comparisons, verdict)
 FIXED_S = 0.05
 MAX_SLOWDOWN = 8.0
@@ -137,7 +135,7 @@ def estimate_cost(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray], weigh
     ort_run = flops * ORT_FLOP_S + elements * ORT_ELEMENT_S + len(nodes) * ORT_NODE_S
     ref_run = flops * REF_FLOP_S + elements * REF_ELEMENT_S + len(nodes) * REF_NODE_S \
         + weight_bytes * REF_WEIGHT_BYTE_S
-    fixed = FIXED_S + 2 * weight_bytes * SESSION_BYTE_S + weight_bytes * SHAPES_BYTE_S
+    fixed = FIXED_S + 2 * weight_bytes * SESSION_BYTE_S
     per_set = PER_SET_S + (3 + perturbation_runs) * ort_run + ref_run
     return CostEstimate(flops, elements, len(nodes), weight_bytes, fixed * slowdown, per_set * slowdown,
                         unknown, slowdown)
