@@ -203,6 +203,18 @@ def test_a_clean_model_is_verified_exactly_once(spy):
     assert report.log.counts()["conv_bn"] == 2  # several passes changed the model: still one check
 
 
+def test_an_unchanged_model_needs_no_verification(spy):
+    # Nothing in the default schedule applies to a lone Tanh: the model is the original.
+    model = make_model([helper.make_node("Tanh", ["x"], ["y"])], [value_info("x", shape=[2])],
+                       [value_info("y", shape=[2])])
+    optimized, report = onnxrefine.optimize_with_report(model, verify=VerifySettings())
+    assert report.log.applied == [] and spy == []
+    assert report.verification["verdict"] == "exact" and report.verification["verifications"] == 0
+    assert op_types(optimized) == ["Tanh"]
+    _, forced = onnxrefine.optimize_with_report(model, verify=VerifySettings(enabled=True))
+    assert len(spy) == 1 and forced.verification["verdict"] == "exact"  # --verify runs it anyway
+
+
 def test_the_plan_is_said_before_any_verification_runs(spy):
     events = []
 

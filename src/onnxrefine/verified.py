@@ -94,6 +94,11 @@ def optimize_verified(
     original = io.to_proto(model)
     state = _Schedule(original, pass_names, budget, fixed_point, on_progress, emit, settings)
     work, log, steps = state.run(record=True)
+    if not steps and not forced:  # no change at all: the model is the original (--verify still runs it)
+        summary = {"status": "verified", "verdict": "exact", "per_output": {}, "verifications": 0,
+                   "notes": ["no rewrite applied: the model is unchanged"], "input_sets": [], "seconds": 0.0}
+        emit("verify_plan", run=False, text="nothing to verify: no rewrite applied", estimate_s=0.0, budget_s=0.0)
+        return VerifiedRun(work, log, summary=summary)
     budget_s, budget_text = _budget(settings, time.perf_counter() - started)
     try:
         # Input sets are cut to the budget; only when one set would exceed the limit (the user's

@@ -188,7 +188,9 @@ def summary_table(report, size_before: int, size_after: int, seconds: float) -> 
     table.add_row("file size", f"{_size(size_before)} -> {_size(size_after)}", "")
     table.add_row("seconds", f"{seconds:.2f}", "")
     verification = report.verification or {"status": "off"}
-    if verification.get("status") == "verified":
+    if verification.get("status") == "verified" and verification.get("verifications") == 0:
+        text = "exact (unchanged: no rewrite applied)"
+    elif verification.get("status") == "verified":
         sets = len(verification.get("input_sets") or [])
         text = f"{verification['verdict']} (end to end, against onnxruntime and float64, {sets} input set(s))"
         if report.rolled_back:
