@@ -256,6 +256,21 @@ def test_a_tight_budget_drops_input_sets_before_running(spy):
     assert len(spy) == 1 and len(spy[0][1]) == 3
 
 
+def big_conv() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    return make_model([helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])],
+                      [value_info("x", shape=[1, 64, 112, 112])], [value_info("y", shape=[1, 64, 112, 112])],
+                      [tensor("W", rng.normal(0, 0.1, (64, 64, 3, 3)).astype(np.float32))])
+
+
+def test_exact_only_schedules_are_estimated_without_the_reference():
+    # Exact rewrites leave outputs bit-identical: no perturbation runs, no float64 evaluation.
+    kwargs = dict(budget_s=1e6, forced=False, trials=1, seed=0, dims=None, inputs=None, weight_bytes=147456)
+    reassociating = verify_plan.make_plan(big_conv(), **kwargs)
+    exact = verify_plan.make_plan(big_conv(), differs=False, **kwargs)
+    assert exact.estimate_s < 0.5 * reassociating.estimate_s
+
+
 def test_auto_mode_cuts_to_one_set_rather_than_skip(monkeypatch, spy):
     # One set would take ~20 s on this (pretend) slow machine: over the automatic budget (5 s for
     # a schedule this quick), within the 120 s limit: verified on one set, not skipped.
@@ -273,11 +288,7 @@ def test_auto_mode_cuts_to_one_set_rather_than_skip(monkeypatch, spy):
 def test_the_estimate_grows_with_the_work():
     small = verify_plan.make_plan(conv_bn_residual(), budget_s=1e6, forced=False, trials=1, seed=0, dims=None,
                                   inputs=None, weight_bytes=0)
-    rng = np.random.default_rng(0)
-    big = make_model([helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])],
-                     [value_info("x", shape=[1, 64, 112, 112])], [value_info("y", shape=[1, 64, 112, 112])],
-                     [tensor("W", rng.normal(0, 0.1, (64, 64, 3, 3)).astype(np.float32))])
-    large = verify_plan.make_plan(big, budget_s=1e6, forced=False, trials=1, seed=0, dims=None, inputs=None,
+    large = verify_plan.make_plan(big_conv(), budget_s=1e6, forced=False, trials=1, seed=0, dims=None, inputs=None,
                                   weight_bytes=64 * 64 * 9 * 4)
     assert large.estimate_s > 3 * small.estimate_s
     assert "0.9 GFLOP a run" in large.text  # 2 * 64*112*112 outputs * 64*3*3 products

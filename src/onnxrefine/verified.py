@@ -32,6 +32,7 @@ from onnxrefine.ir import io
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.rewrite.log import RewriteLog
+from onnxrefine.rewrite.rule import EXACT
 
 DEFAULT_VERIFY_BUDGET_S = 120.0  # the most auto mode spends unless --verify-budget says otherwise
 AUTO_BUDGET_FACTOR = 3.0
@@ -106,7 +107,8 @@ def optimize_verified(
         limit_s = settings.budget_s if settings.budget_s is not None else DEFAULT_VERIFY_BUDGET_S
         plan = make_plan(original, budget_s=budget_s, forced=forced, trials=settings.trials,
                          seed=settings.seed, dims=settings.dims, inputs=settings.inputs,
-                         weight_bytes=io.tensor_bytes(work), budget_text=budget_text, limit_s=limit_s)
+                         weight_bytes=io.tensor_bytes(work), budget_text=budget_text, limit_s=limit_s,
+                         differs=any(entry.kind != EXACT for entry in log.applied))
     except BadInputError as exc:
         if forced:
             raise BadInputError(f"cannot verify: {exc}") from None

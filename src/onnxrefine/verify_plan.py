@@ -117,8 +117,10 @@ def machine_slowdown() -> float:
 
 
 def estimate_cost(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray], weight_bytes: int,
-                  perturbation_runs: int, slowdown: float = 1.0) -> CostEstimate:
-    """Seconds for one verification, from the (light) model and one input set's shapes."""
+                  perturbation_runs: int, slowdown: float = 1.0, differs: bool = True) -> CostEstimate:
+    """Seconds for one verification, from the (light) model and one input set's shapes.
+    `differs`: the candidate is expected to differ from the original (a reassociating rewrite was
+    applied), so each set also pays the perturbation runs and the float64 evaluation."""
     shapes = graphinfo.static_shapes(light, {name: _shaped(value) for name, value in feeds.items()})
     flops = elements = 0.0
     unknown = 0
@@ -136,7 +138,7 @@ def estimate_cost(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray], weigh
     ref_run = flops * REF_FLOP_S + elements * REF_ELEMENT_S + len(nodes) * REF_NODE_S \
         + weight_bytes * REF_WEIGHT_BYTE_S
     fixed = FIXED_S + 2 * weight_bytes * SESSION_BYTE_S
-    per_set = PER_SET_S + (3 + perturbation_runs) * ort_run + ref_run
+    per_set = PER_SET_S + 3 * ort_run + ((perturbation_runs * ort_run + ref_run) if differs else 0.0)
     return CostEstimate(flops, elements, len(nodes), weight_bytes, fixed * slowdown, per_set * slowdown,
                         unknown, slowdown)
 
@@ -200,11 +202,12 @@ def choose_sets(labelled: Sequence[tuple[str, dict]], trials: int) -> list[tuple
 def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: int, seed: int,
               dims: Mapping[str, int] | None, inputs: Sequence[Mapping[str, np.ndarray]] | None,
               weight_bytes: int, budget_text: str = "", limit_s: float | None = None,
-              limit_text: str = "") -> VerifyPlan:
+              limit_text: str = "", differs: bool = True) -> VerifyPlan:
     """What verification will do, decided before it runs: as many input sets as fit `budget_s`,
     at least one; skipped when even that one would exceed `limit_s` (default: `budget_s`).
     `forced` (--verify) runs every set whatever the estimate; given `inputs` all run (the user
-    chose them) unless their estimate exceeds the limit in auto mode, which skips."""
+    chose them) unless their estimate exceeds the limit in auto mode, which skips. `differs`:
+    see estimate_cost (False when only exact rewrites were applied: bit-identical outputs expected)."""
     limit_s = budget_s if limit_s is None else limit_s
     from onnxrefine.verify import verdict as verdict_rules
     from onnxrefine.verify.inputs import generate_labelled_inputs
@@ -218,7 +221,8 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
     if not sets:
         return VerifyPlan(False, "skipped: no input sets", reason="no input sets")
     perturb = verdict_rules.perturbation_runs(trials, graphinfo.has_discrete_ops(light))
-    cost = estimate_cost(light, sets[0][1], weight_bytes, perturb, slowdown=machine_slowdown())
+    cost = estimate_cost(light, sets[0][1], weight_bytes, perturb, slowdown=machine_slowdown(),
+                         differs=differs)
     count = len(sets)
     if not forced and inputs is None:
         while count > 1 and cost.seconds(count) > budget_s:
