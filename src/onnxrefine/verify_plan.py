@@ -1,16 +1,17 @@
-"""How much end-to-end verification will cost, decided from the model before anything runs.
+"""How much end-to-end verification will cost, decided from the model before it runs.
 
-One `verify_models(original, candidate)` call costs two onnxruntime sessions and, per input set: the original twice (run + re-run control), the
-candidate once, perturbation runs of the original where the candidate differs, and one float64
-evaluation of the original. Those costs scale with the model's FLOPs (Conv, ConvTranspose,
-MatMul, Gemm, from shapes inferred on a copy without the weights' bytes), its other elements
-and its weight bytes. The constants below were fitted on this project's bench machine (2-core
-AMD EPYC, onnxruntime 1.32, numpy 2.4: resnet50, bert-base; see bench/verify_cost.py); on a
-faster machine the estimate errs high, which only makes auto mode more careful.
+One `verify_models(original, candidate)` call costs two onnxruntime sessions and, per input set:
+the original twice (run + re-run control), the candidate once, and where the candidate differs
+(a reassociating rewrite), perturbation runs of the original and one float64 evaluation of it.
+Those costs scale with the model's FLOPs (Conv, ConvTranspose, MatMul, Gemm, from shapes inferred
+on a copy without the weights' bytes), its other elements and its weight bytes. The constants
+below were fitted on this project's bench machine at idle (2-core AMD EPYC, onnxruntime 1.32,
+numpy 2.4: resnet50, bert-base; see bench/verify_cost.py) and scaled by the machine's current
+load; on a faster machine the estimate errs high, which only makes auto mode more careful.
 
-The plan picks the input sets: the first random set and the stress sets (then further random
-sets up to `trials`), dropping sets from the end while the estimate exceeds the budget, and
-skips verification (saying so up front) when not even one set fits.
+The plan picks the input sets: the first random set, the stress sets, then further random sets
+up to `trials`, dropping sets from the end while the estimate exceeds the budget (keeping at
+least one), and skips verification, saying why up front, when even one set is over the limit.
 """
 
 from __future__ import annotations
