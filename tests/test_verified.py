@@ -58,7 +58,8 @@ def test_wrong_pass_is_rolled_back_and_the_rest_kept(planted_pass):
     optimized, report = onnxrefine.optimize_with_report(
         model, BN_PASSES + [planted_pass], verify=VerifySettings(enabled=True)
     )
-    assert [r["pass"] for r in report.rolled_back] == [planted_pass]
+    # The end-to-end check fails; bisection names the planted rewrite, which is rolled back.
+    assert [(r["pass"], r.get("rule")) for r in report.rolled_back] == [(planted_pass, "relu_to_abs")]
     assert report.rolled_back[0]["verdict"] == "mismatch"
     assert op_types(optimized) == ["Conv", "Relu"]
     assert report.verification["status"] == "verified"
@@ -73,15 +74,18 @@ def test_without_verification_the_wrong_pass_goes_through(planted_pass):
     assert "Abs" in op_types(optimized)
 
 
-def test_model_failing_final_verification_is_not_written(tmp_path, monkeypatch, planted_pass):
-    import onnxrefine.verified as verified
+def test_model_failing_final_verification_is_not_written(tmp_path, monkeypatch):
+    import onnxrefine.verify as verify_package
 
     class FakeReport:
         verdict = "mismatch"
         failing_outputs = ["y"]
+        outputs = []
+        notes = []
 
-    # Per-pass checks pass; the end-to-end check reports a mismatch.
-    monkeypatch.setattr(verified, "_verify_end_to_end", lambda *args: FakeReport())
+    # Every verification reports a mismatch: bisection rolls back every rewrite and the
+    # verdict still says mismatch, so nothing may be returned or written.
+    monkeypatch.setattr(verify_package, "verify_models", lambda *args, **kwargs: FakeReport())
     path = tmp_path / "m.onnx"
     onnx.save(model_with_bn_and_relu(), path)
     with pytest.raises(VerificationFailed):

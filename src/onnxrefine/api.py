@@ -67,27 +67,29 @@ def optimize_ir(
     growth_ratio: float = DEFAULT_GROWTH_RATIO,
     on_progress: Callable[[int], None] | None = None,
     verify: VerifySettings | None = None,
+    on_event: Callable[..., None] | None = None,
 ) -> tuple[ir.Model, OptimizationReport]:
     """Optimize an onnx-ir model and return (optimized model, report).
 
-    Without `verify` the model is optimized in place and returned. With it, each pass is verified
-    and rolled back on a mismatch, and a new model is returned (see onnxrefine.verified).
+    Every path runs the same schedule (passes/pipeline.py). Without `verify` the model is
+    optimized in place and returned. With it, the result is verified end to end against the
+    original, culprits found by bisection are rolled back, and a new model is returned (see
+    onnxrefine.verified). `on_event(kind, **info)` sees the schedule's and verification's events.
     """
     started = time.perf_counter()
     names = resolve_passes(passes, disable)
     budget = ConstantBudget(io.tensor_bytes(model), per_tensor_bytes=per_tensor_bytes, growth_ratio=growth_ratio)
     nodes_before = count_nodes(model)
     rolled_back, verification = [], None
-    run = None
     if verify is not None and verify.enabled is not False:
         run = optimize_verified(
-            model, names, settings=verify, budget=budget, fixed_point=fixed_point, on_progress=on_progress
+            model, names, settings=verify, budget=budget, fixed_point=fixed_point, on_progress=on_progress,
+            on_event=on_event,
         )
-        verification = run.summary
-    if run is not None and run.summary.get("status") == "verified":
-        model, log, rolled_back = run.model, run.log, run.rolled_back
+        model, log, rolled_back, verification = run.model, run.log, run.rolled_back, run.summary
     else:
-        log = run_passes(model, names, budget=budget, fixed_point=fixed_point, on_progress=on_progress)
+        log = run_passes(model, names, budget=budget, fixed_point=fixed_point, on_progress=on_progress,
+                         on_event=on_event)
     report = OptimizationReport(
         names, nodes_before, count_nodes(model), time.perf_counter() - started, log, rolled_back, verification
     )
@@ -104,8 +106,8 @@ def optimize(model, passes: Sequence[str] | None = None, fixed_point: bool = Tru
     """Optimize `model` (path, onnx.ModelProto or onnx_ir.Model) and return the same type.
 
     A path gives back an onnx.ModelProto. `passes` takes onnxrefine or onnxoptimizer pass names;
-    None runs the default pipeline. `verify=VerifySettings(...)` verifies every pass and rolls
-    back the ones whose result is a mismatch.
+    None runs the default pipeline. `verify=VerifySettings(...)` verifies the result end to end
+    and rolls back the rewrites that bisection finds changing it.
     """
     optimized, _ = optimize_with_report(model, passes, fixed_point=fixed_point, **options)
     return optimized

@@ -1,10 +1,19 @@
-"""Optimization with proof: every pass is verified against the model before it, and rolled back
-when its result is a real mismatch; the final model is verified against the original.
+"""Optimization with proof: the schedule runs once, the result is verified end to end, once.
 
-Passes run one at a time (in registry order, rounds to a fixed point). A pass that changes nothing
-costs nothing; a pass that changes the model costs one `verify_models` call on the same input sets
-(generated once from the seed, or the user's). A model whose end-to-end verdict is `mismatch` is
-never returned, so never written.
+The schedule is passes/pipeline.py's, the one `--no-verify` runs, so both apply the same rewrites.
+Before anything runs, verify_plan.py estimates what one verification costs from the model and
+says what will happen (how many input sets, or why verification is skipped). After the schedule,
+the final model is verified against the original. Only when that verdict is not exact/rounding
+does onnxrefine bisect the schedule's deterministic replay: pass run by pass run, then rewrite by
+rewrite inside the culprit run, to the first step whose prefix turns the verdict. That rewrite
+is vetoed (a graph-level pass run is disabled as a whole), the schedule re-runs and the result is
+verified again, at most `max_rollbacks` times. A final model whose verdict is `mismatch` is never
+returned, so never written.
+
+Events for `on_event(kind, **info)`, besides the schedule's (see passes/pipeline.py):
+"verify_plan" (run, text, estimate_s, budget_s) before any verification; "verify" (phase "start":
+what, sets; phase "done": what, verdict, seconds) around each verify_models call; "bisect" (step,
+verdict) when bisection names a culprit. Replays during bisection emit no schedule events.
 """
 
 from __future__ import annotations
@@ -22,13 +31,15 @@ from onnxrefine import progress
 from onnxrefine.errors import BadInputError, OnnxRefineError
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import ConstantBudget
-from onnxrefine.passes.pipeline import MAX_ROUNDS, run_passes
-from onnxrefine.passes.registry import get_pass
+from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.rewrite.log import RewriteLog
+from onnxrefine.rewrite.rule import EXACT
 
-DEFAULT_VERIFY_BUDGET_S = 120.0
-# A pass that changes the model is verified once; a typical run verifies a handful of passes.
-EXPECTED_VERIFICATIONS = 8
+DEFAULT_VERIFY_BUDGET_S = 120.0  # the most auto mode spends unless --verify-budget says otherwise
+AUTO_BUDGET_FACTOR = 3.0
+MIN_AUTO_BUDGET_S = 5.0
+MAX_ROLLBACKS = 4
+ACCEPTED = ("exact", "rounding")
 
 
 class VerificationFailed(OnnxRefineError):
@@ -37,12 +48,15 @@ class VerificationFailed(OnnxRefineError):
 
 @dataclass
 class VerifySettings:
-    enabled: bool | None = None  # None: verify when the model runs in onnxruntime within the budget
-    budget_s: float = DEFAULT_VERIFY_BUDGET_S
+    enabled: bool | None = None  # None: verify when the estimate fits the budget; True: always
+    budget_s: float | None = None  # None: scaled to the schedule's time (see _budget)
     seed: int = 0
-    trials: int = 2
+    # Random input sets besides the stress sets. One: the stress sets find what a second random
+    # set would, and every set costs a float64 evaluation of the whole model.
+    trials: int = 1
     dims: Mapping[str, int] | None = None
     inputs: Sequence[Mapping[str, np.ndarray]] | None = None
+    max_rollbacks: int = MAX_ROLLBACKS
 
 
 @dataclass
@@ -53,38 +67,11 @@ class VerifiedRun:
     summary: dict | None = None
 
 
-def _verify(before: onnx.ModelProto, after: onnx.ModelProto, settings: VerifySettings):
-    from onnxrefine.verify import verify_models
-
-    return verify_models(
-        before, after, inputs=settings.inputs, trials=settings.trials, seed=settings.seed, dims=settings.dims
-    )
-
-
-def _verify_end_to_end(original: onnx.ModelProto, optimized: onnx.ModelProto, settings: VerifySettings):
-    """Per-pass verdicts compose, but rounding can accumulate: check the whole chain once."""
-    return _verify(original, optimized, settings)
-
-
-def _probe(original: onnx.ModelProto, settings: VerifySettings) -> str | None:
-    """None when verification can run within the budget, else why it cannot."""
-    started = time.perf_counter()
-    try:
-        control = _verify(original, original, settings)
-    except OnnxRefineError as exc:
-        return f"the model does not run in onnxruntime ({exc})"
-    seconds = time.perf_counter() - started
-    if control.verdict not in ("exact",):
-        return f"the original does not reproduce itself (control verdict: {control.verdict})"
-    if seconds * EXPECTED_VERIFICATIONS > settings.budget_s:
-        return (
-            f"one verification takes {seconds:.1f}s; {EXPECTED_VERIFICATIONS} would exceed the "
-            f"{settings.budget_s:g}s budget"
-        )
+def _noop(kind: str, **info) -> None:
     return None
 
 
-@progress.in_phase("verified passes")
+@progress.in_phase("optimize and verify")
 def optimize_verified(
     model: ir.Model,
     pass_names: Sequence[str],
@@ -93,56 +80,196 @@ def optimize_verified(
     budget: ConstantBudget,
     fixed_point: bool = True,
     on_progress: Callable[[int], None] | None = None,
-) -> VerifiedRun | None:
-    """Run `pass_names` with per-pass verification. Returns None when verification is in auto
-    mode and cannot run (the caller then optimizes without it and says so)."""
-    original = io.to_proto(model)
-    progress.report(detail="probe: the original against itself")
-    problem = _probe(original, settings)
-    if problem is not None:
-        if settings.enabled:
-            raise BadInputError(f"cannot verify: {problem}")
-        return VerifiedRun(model, RewriteLog(), summary={"status": "skipped", "reason": problem})
+    on_event: Callable[..., None] | None = None,
+) -> VerifiedRun:
+    """Run the schedule and verify its result (see the module docstring).
 
-    current = original
-    log = RewriteLog()
+    The schedule runs on a copy of `model` (every replay starts from the same original). When
+    verification is in auto mode and cannot run (over the limit, the model does not run in
+    onnxruntime), the optimized copy is returned and the summary says why it was not verified.
+    With `settings.enabled` such a problem raises BadInputError.
+    """
+    from onnxrefine.verify_plan import VerifyPlan, make_plan  # numpy-heavy: only when verifying
+
+    emit = on_event or _noop
+    forced = bool(settings.enabled)
+    started = time.perf_counter()
+    original = io.to_proto(model)
+    state = _Schedule(original, pass_names, budget, fixed_point, on_progress, emit, settings)
+    work, log, steps = state.run(record=True)
+    if not steps and not forced:  # no change at all: the model is the original (--verify still runs it)
+        summary = {"status": "verified", "verdict": "exact", "per_output": {}, "verifications": 0,
+                   "notes": ["no rewrite applied: the model is unchanged"], "input_sets": [], "seconds": 0.0}
+        emit("verify_plan", run=False, text="nothing to verify: no rewrite applied", estimate_s=0.0, budget_s=0.0)
+        return VerifiedRun(work, log, summary=summary)
+    budget_s, budget_text = _budget(settings, time.perf_counter() - started)
+    try:
+        # Input sets are cut to the budget; only when one set would exceed the limit (the user's
+        # --verify-budget, else DEFAULT_VERIFY_BUDGET_S) is verification skipped.
+        limit_s = settings.budget_s if settings.budget_s is not None else DEFAULT_VERIFY_BUDGET_S
+        plan = make_plan(original, budget_s=budget_s, forced=forced, trials=settings.trials,
+                         seed=settings.seed, dims=settings.dims, inputs=settings.inputs,
+                         weight_bytes=io.tensor_bytes(work), budget_text=budget_text, limit_s=limit_s,
+                         differs=any(entry.kind != EXACT for entry in log.applied))
+    except BadInputError as exc:
+        if forced:
+            raise BadInputError(f"cannot verify: {exc}") from None
+        plan = VerifyPlan(False, f"skipped: {exc}", reason=str(exc))
+    emit("verify_plan", run=plan.run, text=plan.text, estimate_s=plan.estimate_s, budget_s=budget_s)
+    if not plan.run:
+        return VerifiedRun(work, log, summary={"status": "skipped", "reason": plan.reason, "plan": plan.text})
+    state.use_inputs([feeds for _, feeds in plan.sets], plan.trials)
+    try:
+        # In auto mode a gross underestimate (a loaded machine) stops starting further input sets.
+        guard = None if forced else max(budget_s, 2 * plan.estimate_s)
+        report = state.verify(work, "end to end", time_budget_s=guard)
+    except BadInputError as exc:
+        if forced:
+            raise BadInputError(f"cannot verify: {exc}") from None
+        reason = _not_runnable(exc)
+        return VerifiedRun(work, log, summary={"status": "skipped", "reason": reason, "plan": plan.text})
     rolled_back: list[dict] = []
-    refused_passes: set[str] = set()
-    ordered = sorted(dict.fromkeys(pass_names), key=lambda n: get_pass(n).order)
-    for _ in range(MAX_ROUNDS):
-        changed = False
-        for name in ordered:
-            if name in refused_passes:
-                continue
-            progress.report(done=ordered.index(name), total=len(ordered), detail=name)
-            candidate_ir = io.proto_to_ir(current)
-            pass_budget = copy.copy(budget)
-            pass_log = run_passes(candidate_ir, [name], budget=pass_budget, fixed_point=True, on_progress=on_progress)
-            if not pass_log.applied:
-                log.extend(pass_log)
-                continue
-            candidate = io.to_proto(candidate_ir)
-            report = _verify(current, candidate, settings)
-            if report.verdict == "mismatch":
-                refused_passes.add(name)
-                rolled_back.append({
-                    "pass": name,
-                    "verdict": report.verdict,
-                    "outputs": report.failing_outputs,
-                    "rewrites": len(pass_log.applied),
-                })
-                continue
-            current = candidate
-            budget.added_bytes, budget.freed_bytes = pass_budget.added_bytes, pass_budget.freed_bytes
-            log.extend(pass_log)
-            changed = True
-        if not changed or not fixed_point:
-            break
-    progress.report(done=len(ordered), detail="end to end: the optimized model against the original")
-    final = _verify_end_to_end(original, current, settings)
-    if final.verdict == "mismatch":
-        outputs = ", ".join(final.failing_outputs)
-        raise VerificationFailed(f"the optimized model changes output(s) {outputs} (verdict: mismatch); nothing written")
-    summary = {"status": "verified", "verdict": final.verdict, "per_output": {o.name: o.verdict for o in final.outputs},
-               "notes": final.notes}
-    return VerifiedRun(io.proto_to_ir(current), log, rolled_back, summary)
+    while report.verdict not in ACCEPTED and len(rolled_back) < settings.max_rollbacks and steps:
+        culprit, culprit_report = state.bisect(steps, report)
+        rolled_back.append(_rollback_record(culprit, culprit_report))
+        state.roll_back(culprit)
+        work, log, steps = state.run(record=True)
+        report = state.verify(work, "end to end, after rollback")
+    if report.verdict == "mismatch":
+        outputs = ", ".join(report.failing_outputs)
+        raise VerificationFailed(
+            f"the optimized model changes output(s) {outputs} (verdict: mismatch) and "
+            f"{len(rolled_back)} rollback(s) did not fix it; nothing written")
+    summary = {
+        "status": "verified", "verdict": report.verdict,
+        "per_output": {o.name: o.verdict for o in report.outputs}, "notes": report.notes,
+        "plan": plan.text, "estimate_s": round(plan.estimate_s, 2),
+        # The final check may have stopped early on a loaded machine (its notes say so).
+        "input_sets": [label for label, _ in plan.sets][: len(report.input_sets)],
+        "verifications": state.verifications,
+        "seconds": round(state.verify_seconds, 3),
+    }
+    return VerifiedRun(work, log, rolled_back, summary)
+
+
+def _budget(settings: VerifySettings, schedule_s: float) -> tuple[float, str]:
+    """Seconds auto mode may spend verifying: the user's --verify-budget, else a multiple of what
+    the schedule itself took (verification should not dwarf the optimization it checks), at
+    least MIN_AUTO_BUDGET_S and at most DEFAULT_VERIFY_BUDGET_S."""
+    if settings.budget_s is not None:
+        return settings.budget_s, f"{settings.budget_s:g} s"
+    budget = min(DEFAULT_VERIFY_BUDGET_S, max(MIN_AUTO_BUDGET_S, AUTO_BUDGET_FACTOR * schedule_s))
+    return budget, f"{budget:.1f} s ({AUTO_BUDGET_FACTOR:g}x the optimization's {schedule_s:.1f} s, at least " \
+        f"{MIN_AUTO_BUDGET_S:g} s)"
+
+
+def _not_runnable(exc: Exception) -> str:
+    return f"the model does not run in onnxruntime ({exc})"
+
+
+def _rollback_record(step: Step, report) -> dict:
+    record = {"pass": step.pass_name, "verdict": report.verdict, "outputs": list(report.failing_outputs),
+              "step": step.index, "round": step.round}
+    if step.rule is not None:
+        record.update(rule=step.rule, graph=step.graph, root=step.root, rewrites=1, what="rewrite")
+    else:
+        record.update(what="pass")
+    return record
+
+
+class _Schedule:
+    """The schedule from the original, replayable to any prefix, with vetoes and disabled passes."""
+
+    def __init__(self, original: onnx.ModelProto, pass_names, budget, fixed_point, on_progress, emit,
+                 settings: VerifySettings):
+        self.original = original
+        self.pass_names = list(pass_names)
+        self.budget = budget
+        self.fixed_point = fixed_point
+        self.on_progress = on_progress
+        self.emit = emit
+        self.settings = settings
+        self.input_sets: list = []
+        self.trials = settings.trials
+        self.vetoed: set[tuple[str, str, str]] = set()
+        self.disabled: set[str] = set()
+        self.verifications = 0
+        self.verify_seconds = 0.0
+
+    def run(self, max_steps: int | None = None, *, record: bool = False):
+        """(model, log, steps) of the schedule from a fresh copy of the original, so every run
+        and replay starts from the same model and takes the same steps."""
+        model = io.proto_to_ir(self.original)
+        steps: list[Step] = []
+
+        def hook(kind, **info):
+            if kind == "step":
+                steps.append(info["step"])
+            if record:
+                self.emit(kind, **info)
+
+        budget = copy.copy(self.budget)
+        log = run_passes(model, [n for n in self.pass_names if n not in self.disabled], budget=budget,
+                         fixed_point=self.fixed_point, on_progress=self.on_progress if record else None,
+                         max_steps=max_steps, vetoed=self.vetoed, on_event=hook)
+        return model, log, steps
+
+    def use_inputs(self, input_sets: list, trials: int) -> None:
+        """The input sets every verification of this run uses, so verdicts are comparable."""
+        self.input_sets, self.trials = input_sets, trials
+
+    def verify(self, candidate: ir.Model | onnx.ModelProto, what: str, time_budget_s: float | None = None):
+        import onnxrefine.verify as verify_package  # looked up at call time: tests count the calls
+
+        proto = candidate if isinstance(candidate, onnx.ModelProto) else io.to_proto(candidate)
+        self.emit("verify", phase="start", what=what, sets=len(self.input_sets))
+        progress.report(detail=f"verify {what}")
+        started = time.perf_counter()
+        report = verify_package.verify_models(self.original, proto, inputs=self.input_sets, trials=self.trials,
+                                              seed=self.settings.seed, dims=self.settings.dims,
+                                              time_budget_s=time_budget_s)
+        seconds = time.perf_counter() - started
+        self.verifications += 1
+        self.verify_seconds += seconds
+        self.emit("verify", phase="done", what=what, verdict=report.verdict, seconds=seconds)
+        return report
+
+    def bisect(self, steps: list[Step], final_report):
+        """The first step whose prefix turns the verdict, and that prefix's report. Pass runs
+        first (a driver run of a round, or one graph pass run), then rewrites inside the run."""
+
+        def is_bad(verdict: str) -> bool:
+            return verdict == "mismatch" if final_report.verdict == "mismatch" else verdict not in ACCEPTED
+
+        reports: dict[int, object] = {len(steps): final_report}
+
+        def bad_at(count: int) -> bool:
+            model, _, _ = self.run(max_steps=count)
+            reports[count] = self.verify(model, f"bisect: first {count} of {len(steps)} steps")
+            return is_bad(reports[count].verdict)
+
+        ends = [0] + [s.index for i, s in enumerate(steps)
+                      if i + 1 == len(steps) or _run_of(steps[i + 1]) != _run_of(s)]
+        good, bad = 0, len(ends) - 1
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            good, bad = (good, middle) if bad_at(ends[middle]) else (middle, bad)
+        low, high = ends[good], ends[bad]
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if bad_at(middle) else (middle, high)
+        culprit = steps[high - 1]
+        report = reports[high]  # every bad end was verified (the last one is the final model)
+        self.emit("bisect", step=culprit, verdict=report.verdict)
+        return culprit, report
+
+    def roll_back(self, step: Step) -> None:
+        if step.rewrite_key is not None:
+            self.vetoed.add(step.rewrite_key)
+        else:
+            self.disabled.add(step.pass_name)
+
+
+def _run_of(step: Step) -> tuple:
+    """Steps of one pass run: all rule rewrites of a round come from one driver run."""
+    return (step.round, "rules") if step.rule is not None else (step.round, step.pass_name, step.index)

@@ -48,12 +48,14 @@ def register(subparsers) -> None:
     checks = parser.add_mutually_exclusive_group()
     checks.add_argument(
         "--verify", dest="verify", action="store_true", default=None,
-        help="verify every pass against the model before it and roll back mismatches "
-        "(default: on when the model runs in onnxruntime within --verify-budget)",
+        help="verify the optimized model end to end, bisect and roll back what breaks it, on every "
+        "input set whatever the cost (default: on when the estimated cost fits --verify-budget)",
     )
     checks.add_argument("--no-verify", dest="verify", action="store_false", help="skip verification")
-    parser.add_argument("--verify-budget", type=float, default=DEFAULT_VERIFY_BUDGET_S,
-                        help=f"seconds verification may take in auto mode (default {DEFAULT_VERIFY_BUDGET_S:g})")
+    parser.add_argument("--verify-budget", type=float, default=None,
+                        help="seconds verification may take in auto mode (default: 3x the optimization's own "
+                        f"time, at least 5, at most {DEFAULT_VERIFY_BUDGET_S:g}); input sets are left out, or "
+                        "verification skipped, by an estimate made before it runs")
     parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
     parser.add_argument("--seed", type=int, default=0, help="seed for generated verification inputs")
@@ -126,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from onnxrefine.verify import run_settings
 
     with progress.phase(f"optimize {source.name}"), run_settings(**verify_run_settings):
+        on_event = _event_printer(console)
         model, report = optimize_ir(
             model,
             _split(args.passes),
@@ -135,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
             growth_ratio=args.growth_ratio,
             on_progress=lambda n: progress.report(note=f"{n} nodes visited"),
             verify=settings,
+            on_event=on_event,
         )
     with progress.phase(f"save {output.name}"):
         io.save_model(model, output, input_path=source)
@@ -145,11 +149,33 @@ def run(args: argparse.Namespace) -> int:
     if args.explain:
         console.print(refusals_table(report))
     for rollback in report.rolled_back:
-        console.print(
-            f"rolled back pass {rollback['pass']}: {rollback['verdict']} on {', '.join(rollback['outputs'])}"
-        )
+        console.print(f"rolled back {describe_rollback(rollback)}")
     console.print(f"wrote {output}")
     return 0
+
+
+def _event_printer(console: Console):
+    """Say what verification will do before it runs, and what each bisection step found (the
+    live display shows the phases themselves)."""
+
+    def on_event(kind: str, **info) -> None:
+        if kind == "verify_plan":
+            console.print(f"verification: {info['text']}", highlight=False)
+        elif kind == "bisect":
+            step = info["step"]
+            where = f"rewrite {step.rule} at {step.root}" if step.rule else f"pass {step.pass_name}"
+            console.print(f"bisection: {where} (step {step.index}) turns the verdict to {info['verdict']}",
+                          highlight=False)
+
+    return on_event
+
+
+def describe_rollback(rollback: dict) -> str:
+    outputs = ", ".join(rollback.get("outputs") or []) or "?"
+    if rollback.get("rule"):
+        return (f"rewrite {rollback['rule']} at {rollback['root']} (pass {rollback['pass']}): "
+                f"{rollback['verdict']} on {outputs}")
+    return f"pass {rollback['pass']}: {rollback['verdict']} on {outputs}"
 
 
 def summary_table(report, size_before: int, size_after: int, seconds: float) -> Table:
@@ -166,8 +192,13 @@ def summary_table(report, size_before: int, size_after: int, seconds: float) -> 
     table.add_row("file size", f"{_size(size_before)} -> {_size(size_after)}", "")
     table.add_row("seconds", f"{seconds:.2f}", "")
     verification = report.verification or {"status": "off"}
-    if verification.get("status") == "verified":
-        text = f"{verification['verdict']} (end to end, against onnxruntime and float64)"
+    if verification.get("status") == "verified" and verification.get("verifications") == 0:
+        text = "exact (unchanged: no rewrite applied)"
+    elif verification.get("status") == "verified":
+        sets = len(verification.get("input_sets") or [])
+        text = f"{verification['verdict']} (end to end, against onnxruntime and float64, {sets} input set(s))"
+        if report.rolled_back:
+            text += f"; {len(report.rolled_back)} rolled back"
     elif verification.get("status") == "skipped":
         text = f"skipped: {verification['reason']}"
     else:

@@ -1,20 +1,61 @@
-"""Running a list of passes: all their rules in one worklist driver, graph-level passes between
-driver runs, repeated until a whole round changes nothing."""
+"""The schedule: the one way passes run, verified or not.
+
+A round runs every rule of the chosen passes in one worklist driver, then the graph-level passes
+in their registry order; rounds repeat until one changes nothing (or `fixed_point=False`).
+Verification, progress and bisection are hooks on this schedule, never a second pipeline:
+
+- `on_event(kind, **info)` is called as the schedule goes: "round" (round), "step" (one
+  rewrite or graph-pass run that changed the model: `step=Step`), "pass" (round, name, changes,
+  seconds; name "rules" for the driver run with `passes=` its rule passes), "done" (rounds, steps,
+  seconds).
+- `max_steps` stops the schedule after that many steps. The schedule is deterministic, so the
+  model after `max_steps=k` is the model the full run had after its k-th step: bisection replays
+  prefixes of it.
+- `vetoed` names rewrites (rule, graph, root label) that are refused, so a culprit found by
+  bisection is rolled back and the rest of the schedule still runs.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 import onnx_ir as ir
 
 from onnxrefine import progress
+from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.passes.registry import PassContext, PassSpec, get_pass
 from onnxrefine.rewrite.driver import RewriteDriver
-from onnxrefine.rewrite.log import RewriteLog
+from onnxrefine.rewrite.log import RewriteLog, node_label
+from onnxrefine.rewrite.rule import Rule
 
 MAX_ROUNDS = 16
+
+EventHook = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One unit a replay can stop after: a rule rewrite (rule set) or a graph-pass run."""
+
+    index: int  # 1-based position in the schedule
+    round: int
+    pass_name: str
+    rule: str | None = None  # None: a graph-level pass run (all its changes are one step)
+    graph: str = ""
+    root: str = ""
+
+    @property
+    def rewrite_key(self) -> tuple[str, str, str] | None:
+        return None if self.rule is None else (self.rule, self.graph, self.root)
+
+
+def ordered_specs(pass_names: Sequence[str]) -> list[PassSpec]:
+    return sorted((get_pass(n) for n in dict.fromkeys(pass_names)), key=lambda s: s.order)
 
 
 @progress.in_phase("rewrite")
@@ -28,34 +69,83 @@ def run_passes(
     names: NameAllocator | None = None,
     on_progress: Callable[[int], None] | None = None,
     max_rewrites: int | None = None,
+    max_steps: int | None = None,
+    vetoed: Collection[tuple[str, str, str]] = (),
+    on_event: EventHook | None = None,
 ) -> RewriteLog:
-    """Run the passes; `max_rewrites` caps rule rewrites (bisection replays a prefix of them)."""
-    specs: list[PassSpec] = sorted((get_pass(n) for n in dict.fromkeys(pass_names)), key=lambda s: s.order)
+    """Run the schedule on `model` in place and return its log.
+
+    `max_rewrites` caps rule rewrites and skips graph passes (bisect.replay narrows one rule pass
+    with it); `max_steps` caps steps of the whole schedule (see the module docstring).
+    """
+    specs = ordered_specs(pass_names)
     log = log if log is not None else RewriteLog()
+    emit = on_event or (lambda kind, **info: None)
     context = PassContext(model, names or NameAllocator(model), budget, log)
-    rules = [rule for spec in specs for rule in spec.rules]
+    pass_of_rule = {rule.name: spec.name for spec in specs for rule in spec.rules}
+    rules = [_vetoable(rule, frozenset(vetoed)) if vetoed else rule for spec in specs for rule in spec.rules]
     graph_passes = [spec for spec in specs if spec.run is not None]
-    rewrites_done = 0
-    for round_index in range(MAX_ROUNDS):
+    started = time.perf_counter()
+    rewrites_done = steps = rounds = 0
+
+    def room() -> int | None:
+        return None if max_steps is None else max_steps - steps
+
+    for round_index in range(1, MAX_ROUNDS + 1):
+        if room() is not None and room() <= 0:
+            break
+        rounds = round_index
+        emit("round", round=round_index)
         changes = 0
-        steps = len(graph_passes) + bool(rules)
         if rules:
-            progress.report(done=0, total=steps, detail=f"round {round_index + 1}: {len(rules)} rewrite rules")
+            progress.report(detail=f"round {round_index}: {len(rules)} rewrite rules")
             remaining = None if max_rewrites is None else max_rewrites - rewrites_done
             if remaining is not None and remaining <= 0:
                 break
+            caps = [cap for cap in (remaining, room()) if cap is not None]
+            first, pass_started = len(log.applied), time.perf_counter()
             driver = RewriteDriver(
                 model, rules, budget=budget, names=context.names, log=log, on_progress=on_progress,
-                max_rewrites=remaining,
+                max_rewrites=min(caps) if caps else None,
             )
             driver.run()
             changes += driver.rewrites
             rewrites_done += driver.rewrites
-        # A capped replay is a prefix of rule rewrites only; graph passes would blur it.
+            for entry in log.applied[first:]:
+                steps += 1
+                emit("step", step=Step(steps, round_index, pass_of_rule.get(entry.rule, entry.rule), entry.rule,
+                                       entry.graph, entry.root))
+            emit("pass", round=round_index, name="rules", passes=[s.name for s in specs if s.rules],
+                 changes=driver.rewrites, seconds=time.perf_counter() - pass_started)
+        # A capped rewrite replay is a prefix of rule rewrites only; graph passes would blur it.
         for spec in graph_passes if max_rewrites is None else ():
-            progress.report(done=steps - len(graph_passes) + graph_passes.index(spec), total=steps,
-                            detail=f"round {round_index + 1}: {spec.name}")
-            changes += spec.run(context)
+            progress.report(done=graph_passes.index(spec), total=len(graph_passes),
+                            detail=f"round {round_index}: {spec.name}")
+            if room() is not None and room() <= 0:
+                break
+            pass_started = time.perf_counter()
+            made = spec.run(context)
+            changes += made
+            if made:
+                steps += 1
+                emit("step", step=Step(steps, round_index, spec.name))
+            emit("pass", round=round_index, name=spec.name, changes=made,
+                 seconds=time.perf_counter() - pass_started)
         if not fixed_point or changes == 0:
             break
+    emit("done", rounds=rounds, steps=steps, seconds=time.perf_counter() - started)
     return log
+
+
+def _vetoable(rule: Rule, vetoed: frozenset) -> Rule:
+    """The rule, refusing the rewrites named in `vetoed` (found wrong by verification)."""
+    inner = rule.rewrite
+
+    def rewrite(found, ctx):
+        root = found.root
+        graph = root.graph.name if root.graph is not None else ""
+        if (rule.name, graph or "", node_label(root)) in vetoed:
+            raise RewriteRefused("rolled back: verification found that this rewrite changes the model's outputs")
+        return inner(found, ctx)
+
+    return dataclasses.replace(rule, rewrite=rewrite)

@@ -146,8 +146,11 @@ def _indexed_dim(node: onnx.NodeProto, known_shapes: Mapping[str, tuple]) -> int
 def static_shapes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = None
                   ) -> dict[str, tuple]:
     """Value name -> shape tuple (ints where known, None elsewhere), with inputs pinned to feeds."""
-    pinned = onnx.ModelProto()
-    pinned.CopyFrom(model)
+    # A copy without the large weights' bytes (dims kept): shape inference needs none, and copying
+    # and serializing them was most of the time (and memory) on big models.
+    from onnxrefine.verify_plan import light_model
+
+    pinned = light_model(model)
     if feeds:
         for value in pinned.graph.input:
             if value.name in feeds and value.type.HasField("tensor_type"):
