@@ -91,6 +91,7 @@ def optimize_verified(
     budget: ConstantBudget,
     fixed_point: bool = True,
     on_progress: Callable[[int], None] | None = None,
+    certifier=None,
 ) -> VerifiedRun | None:
     """Run `pass_names` with per-pass verification. Returns None when verification is in auto
     mode and cannot run (the caller then optimizes without it and says so)."""
@@ -113,7 +114,8 @@ def optimize_verified(
                 continue
             candidate_ir = io.proto_to_ir(current)
             pass_budget = copy.copy(budget)
-            pass_log = run_passes(candidate_ir, [name], budget=pass_budget, fixed_point=True, on_progress=on_progress)
+            pass_log = run_passes(candidate_ir, [name], budget=pass_budget, fixed_point=True, on_progress=on_progress,
+                                  certifier=certifier)
             if not pass_log.applied:
                 log.extend(pass_log)
                 continue

@@ -51,6 +51,8 @@ def register(subparsers) -> None:
         "(default: on when the model runs in onnxruntime within --verify-budget)",
     )
     checks.add_argument("--no-verify", dest="verify", action="store_false", help="skip verification")
+    parser.add_argument("--no-certify", dest="certify", action="store_false",
+                        help="do not check each rewrite on its own matched subgraph (on by default)")
     parser.add_argument("--verify-budget", type=float, default=DEFAULT_VERIFY_BUDGET_S,
                         help=f"seconds verification may take in auto mode (default {DEFAULT_VERIFY_BUDGET_S:g})")
     parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
@@ -129,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             growth_ratio=args.growth_ratio,
             on_progress=lambda n: status.update(f"optimizing… {n} nodes visited"),
             verify=settings,
+            certify=args.certify,
         )
     io.save_model(model, output, input_path=source)
     seconds = time.perf_counter() - started

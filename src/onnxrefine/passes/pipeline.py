@@ -12,6 +12,7 @@ from onnxrefine.ir.names import NameAllocator
 from onnxrefine.passes.registry import PassContext, PassSpec, get_pass
 from onnxrefine.rewrite.driver import RewriteDriver
 from onnxrefine.rewrite.log import RewriteLog
+from onnxrefine.rewrite.rule import Certifier
 
 MAX_ROUNDS = 16
 
@@ -26,8 +27,10 @@ def run_passes(
     names: NameAllocator | None = None,
     on_progress: Callable[[int], None] | None = None,
     max_rewrites: int | None = None,
+    certifier: Certifier | None = None,
 ) -> RewriteLog:
-    """Run the passes; `max_rewrites` caps rule rewrites (bisection replays a prefix of them)."""
+    """Run the passes; `max_rewrites` caps rule rewrites (bisection replays a prefix of them);
+    `certifier` checks each rule rewrite on its matched subgraph (graph-level passes are not)."""
     specs: list[PassSpec] = sorted((get_pass(n) for n in dict.fromkeys(pass_names)), key=lambda s: s.order)
     log = log if log is not None else RewriteLog()
     context = PassContext(model, names or NameAllocator(model), budget, log)
@@ -42,7 +45,7 @@ def run_passes(
                 break
             driver = RewriteDriver(
                 model, rules, budget=budget, names=context.names, log=log, on_progress=on_progress,
-                max_rewrites=remaining,
+                max_rewrites=remaining, certifier=certifier,
             )
             driver.run()
             changes += driver.rewrites

@@ -37,6 +37,41 @@ class Replacement:
     also_removed: Sequence[ir.Node] = ()
 
 
+@dataclass
+class CertificateRequest:
+    """What a certifier is shown for one rewrite, before the driver applies it.
+
+    `matched` are the nodes the rewrite removes or replaces (producers first, root last);
+    `replacement` the new nodes; `outputs` the (exposed original value, value replacing it)
+    pairs; `inputs` every value either side reads from outside (activations and constants);
+    `new_constants` the constants the rule generated. Nothing here may be mutated.
+    """
+
+    rule: str
+    kind: str
+    model: ir.Model
+    owner: ir.Graph | ir.Function
+    matched: Sequence[ir.Node]
+    replacement: Sequence[ir.Node]
+    outputs: Sequence[tuple[ir.Value, ir.Value]]
+    inputs: Sequence[ir.Value]
+    new_constants: Sequence[ir.Value]
+    context: RewriteContext
+
+
+@dataclass(frozen=True)
+class CertificateOutcome:
+    """A certifier's answer: "certified", "skipped" (with why) or "refused" (with why)."""
+
+    status: str
+    detail: str = ""
+
+
+# A certifier checks one rewrite on its own matched subgraph (see onnxrefine.verify.certificate);
+# the driver refuses the rewrite when the outcome is "refused".
+Certifier = Callable[[CertificateRequest], CertificateOutcome]
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
