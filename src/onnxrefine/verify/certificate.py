@@ -56,7 +56,10 @@ from onnxrefine.verify.certificate_inputs import (
 from onnxrefine.verify.compare import bit_identical
 
 _STANDARD_DOMAINS = ("", "ai.onnx")
-EMBED_BYTES = 1 << 16  # constants up to this size are embedded; larger ones are fed at run time
+# Constants are fed at run time rather than embedded (no copy, and certificates of the same
+# structure share one onnxruntime session); other dtypes are embedded.
+EMBED_BYTES = 0
+HEAVY_BYTES = 1 << 16
 CACHE_CONSTANT_BYTES = 1 << 16  # certificates whose constants are this small are cached by content
 SYM_DIM = 3  # what a dimension nobody can tell us counts as
 MAX_CONTEXT = 16  # producer nodes pulled in to compute integer boundary values
@@ -96,6 +99,7 @@ class Certifier:
         self.stats = CertificateStats()
         self._sessions: dict[bytes, object] = {}
         self._results: dict[bytes, CertificateOutcome] = {}
+        self._set_cache: dict[tuple, list] = {}
 
     def __call__(self, request: CertificateRequest) -> CertificateOutcome:
         started = time.perf_counter()
@@ -134,7 +138,8 @@ class Certifier:
         constants = [s for s in sides if s.array is not None] + [
             _Side(v, v.name, array=v.const_value.numpy()) for v in request.new_constants]
         activations = [s for s in sides if s.array is None]
-        reduced = reduced_shapes(nodes + context, {s.name: s.shape for s in activations}, constants)
+        reduced = reduced_shapes([list(context) + list(request.matched), list(request.replacement)],
+                                 {s.name: s.shape for s in activations}, constants)
         note = ""
         if reduced is not None:
             for side in activations:
@@ -144,31 +149,62 @@ class Certifier:
         if key is not None and key in self._results:
             self.stats.cache_hits += 1
             return self._results[key]
-        proto, fed, outputs = self._build(request, activations, constants, context)
+        proto, fed, outputs = self._build(request, activations, constants, context, reduced is not None)
         session = self._session(proto, request)
-        sets = adversarial_sets({s.name: (s.dtype, s.shape) for s in activations}, self.seed)
-        runs = []
-        dropped = []
-        for label, feeds in sets:
-            feeds = {**feeds, **fed}
-            result = _run(session, feeds)
-            if isinstance(result, str):
-                if self._original_fails(proto, outputs, feeds):
-                    dropped.append(label)
-                    continue
-                raise _Refuse(f"the replacement fails on the '{label}' inputs where the original runs: {result}")
-            runs.append((label, feeds, result))
-        if not runs:
-            raise _Skip(f"the matched subgraph does not run on any generated input set ({', '.join(dropped)})")
+        # Large constants: a large accumulation, where subnormals are slow and float64 dominates.
+        heavy = sum(a.nbytes for a in fed.values()) > HEAVY_BYTES
+        sets = self._sets(activations, heavy)
+        stacked = reduced is not None and len(sets) > 1
+        runs = self._run_stacked(session, sets, fed) if stacked else None
+        if runs is None:
+            stacked = False
+            runs, dropped = [], []
+            for label, feeds in sets:
+                feeds = {**feeds, **fed}
+                result = _run(session, feeds)
+                if isinstance(result, str):
+                    if self._original_fails(proto, outputs, feeds):
+                        dropped.append(label)
+                        continue
+                    raise _Refuse(f"the replacement fails on the '{label}' inputs where the original runs: {result}")
+                runs.append((label, feeds, result))
+            if not runs:
+                raise _Skip(f"the matched subgraph does not run on any generated input set ({', '.join(dropped)})")
         names = [(o, c) for o, c in outputs]
         if request.kind == EXACT:
             detail = _judge_exact(runs, names)
         else:
-            detail = judge_reassociating(proto, runs, names, fed)
+            detail = judge_reassociating(proto, runs, names, [f"a{i}" for i in range(len(activations))] if stacked else None,
+                                         heavy)
         outcome = CertificateOutcome("certified", f"{detail} on {len(runs)} input sets{note}")
         if key is not None:
             self._results[key] = outcome
         return outcome
+
+    def _sets(self, activations, heavy: bool):
+        """The adversarial sets, cached by the activations' dtypes and shapes (they depend on
+        nothing else), renamed for this certificate."""
+        key = (tuple((str(s.dtype), s.shape) for s in activations), heavy)
+        cached = self._set_cache.get(key)
+        if cached is None:
+            specs = {f"a{i}": (s.dtype, s.shape) for i, s in enumerate(activations)}
+            cached = self._set_cache[key] = adversarial_sets(specs, self.seed, heavy)
+            if len(self._set_cache) > MAX_SESSIONS:
+                self._set_cache.pop(next(iter(self._set_cache)))
+        return cached  # keyed a<i>, the certificate model's canonical names
+
+    @staticmethod
+    def _run_stacked(session, sets, fed):
+        """All sets in one run, stacked along the batch axis (reduced shapes have batch 1 and
+        every node is position-wise, so each set's rows are computed as if alone); None when that
+        run fails (the sets are then run one by one to say which)."""
+        names = list(sets[0][1])
+        stacked = {name: np.concatenate([feeds[name] for _, feeds in sets]) for name in names}
+        result = _run(session, {**stacked, **fed})
+        if isinstance(result, str) or any(v.ndim == 0 or v.shape[0] != len(sets) for v in result.values()):
+            return None
+        return [(label, {**feeds, **fed}, {k: v[i:i + 1] for k, v in result.items()})
+                for i, (label, feeds) in enumerate(sets)]
 
     def _boundary(self, request: CertificateRequest) -> tuple[list[_Side], list[ir.Node]]:
         """The boundary values, and the context nodes pulled in to compute integer ones.
@@ -258,32 +294,45 @@ class Certifier:
         digest.update(repr(sorted(opsets.items())).encode())
         return digest.digest()
 
-    def _build(self, request: CertificateRequest, activations, constants, context):
-        """The two-sided model, the constants fed at run time, and (original, candidate) output names."""
+    def _build(self, request: CertificateRequest, activations, constants, context, batch_free: bool):
+        """The two-sided model, the constants fed at run time, and (original, candidate) output names.
+
+        Values get canonical names (a<i> activations, k<i> constants, v<i> the rest, no node
+        names), so that certificates of the same structure have the same bytes and share a session.
+        """
+        rename = {side.name: f"a{i}" for i, side in enumerate(activations)}
+        rename.update({side.name: f"k{i}" for i, side in enumerate(constants)})
         inputs, initializers, fed = [], [], {}
         for side in activations:
             elem = helper.np_dtype_to_tensor_dtype(side.dtype)
-            inputs.append(helper.make_tensor_value_info(side.name, elem, list(side.shape)))
+            dims = ["batch", *side.shape[1:]] if batch_free else list(side.shape)  # sets stack on it
+            inputs.append(helper.make_tensor_value_info(rename[side.name], elem, dims))
         for side in constants:
             array = np.require(side.array, requirements="C")  # ascontiguousarray makes a scalar 1-D
+            name = rename[side.name]
             if array.nbytes > EMBED_BYTES and array.dtype in SUPPORTED_DTYPES:
                 inputs.append(helper.make_tensor_value_info(
-                    side.name, helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)))
-                fed[side.name] = array
+                    name, helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)))
+                fed[name] = array
             else:
-                initializers.append(numpy_helper.from_array(array, side.name))
-        nodes = [ir.serde.serialize_node(n) for n in _topological(context)]
-        nodes += [ir.serde.serialize_node(n) for n in _topological(request.matched)]
-        nodes += [ir.serde.serialize_node(n) for n in _topological(request.replacement)]
-        taken = {s.name for s in list(activations) + list(constants)} | {o for n in nodes for o in n.output}
+                initializers.append(numpy_helper.from_array(array, name))
+        nodes = []
+        for node in _topological(context) + _topological(request.matched) + _topological(request.replacement):
+            proto_node = ir.serde.serialize_node(node)
+            proto_node.name = ""
+            for index, name in enumerate(proto_node.input):
+                if name:
+                    proto_node.input[index] = rename.setdefault(name, f"v{len(rename)}")
+            for index, name in enumerate(proto_node.output):
+                if name:
+                    proto_node.output[index] = rename.setdefault(name, f"v{len(rename)}")
+            nodes.append(proto_node)
         outputs, graph_outputs = [], []
         for index, (old, new) in enumerate(request.outputs):
             pair = []
             for side, value in (("original", old), ("candidate", new)):
                 name = f"__certificate_{side}_{index}"
-                while name in taken:
-                    name += "_"
-                nodes.append(helper.make_node("Identity", [value.name], [name]))
+                nodes.append(helper.make_node("Identity", [rename[value.name]], [name]))
                 graph_outputs.append(onnx.ValueInfoProto(name=name))
                 pair.append(name)
             outputs.append(tuple(pair))

@@ -84,34 +84,123 @@ def _reference(model: onnx.ModelProto, feeds: dict, names: list[str]) -> dict:
         raise CertificateSkip(f"the float64 reference failed: {str(exc).splitlines()[0][:160]}") from None
 
 
-def judge_reassociating(proto: onnx.ModelProto, runs, names, fed) -> str:
-    """Raise CertificateFailure unless every output of every run is within the bound."""
+def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] | None, heavy: bool) -> str:
+    """Raise CertificateFailure unless every output of every run is within the bound.
+
+    `stacked`: the activations whose sets were stacked along the batch axis (each run's results
+    are one row of it), so the float64 reference runs and the judgement is made once for all sets
+    (None: once per set). `heavy` (a large accumulation, where float64 evaluation dominates the
+    cost): the reference runs on the finite set only, and the other sets compare the replacement
+    with the original (see `_judge_against_original`)."""
     original = side_model(proto, "original")
-    candidate = side_model(proto, "candidate")
-    lengths = graphinfo.accumulation_depths(proto, {**runs[0][1]})
+    lengths = _lengths(proto, runs[0][1])
+    labels = [label for label, _, _ in runs]
+    wanted = [o for o, _ in names]
+    finite = labels.index("finite") if "finite" in labels else None
+    if stacked:
+        groups = [list(range(len(runs)))]
+    else:
+        groups = [[i] for i in range(len(runs))]
     worst, overflow = 0.0, 0
-    for label, feeds, result in runs:
-        reference = _reference(original, feeds, [o for o, _ in names])
-        replaced = _reference(candidate, feeds, [c for _, c in names]) if label == "finite" else None
+    meaning_done = False
+    for group in groups:
+        with_reference = [i for i in group if not heavy or i == finite]
+        without = [i for i in group if i not in with_reference]
+        reference = None
+        if with_reference:
+            feeds = dict(runs[with_reference[0]][1])
+            if len(with_reference) > 1:
+                feeds.update({k: np.concatenate([runs[i][1][k] for i in with_reference]) for k in stacked})
+            reference = _reference(original, feeds, wanted)
         for o_name, c_name in names:
-            o, c = result[o_name], result[c_name]
-            if o.shape != c.shape or o.dtype != c.dtype:
-                raise CertificateFailure(f"on the '{label}' inputs the replacement gives {c.dtype}{list(c.shape)}, "
-                                         f"the original {o.dtype}{list(o.shape)}")
-            if not graphinfo.is_float_dtype(o.dtype):
-                if not np.array_equal(o, c):
-                    raise CertificateFailure(f"non-float output differs on the '{label}' inputs")
+            o_all = [runs[i][2][o_name] for i in group]
+            c_all = [runs[i][2][c_name] for i in group]
+            for i, o, c in zip(group, o_all, c_all):
+                if o.shape != c.shape or o.dtype != c.dtype:
+                    raise CertificateFailure(f"on the '{labels[i]}' inputs the replacement gives "
+                                             f"{c.dtype}{list(c.shape)}, the original {o.dtype}{list(o.shape)}")
+                if not graphinfo.is_float_dtype(o.dtype) and not np.array_equal(o, c):
+                    raise CertificateFailure(f"non-float output differs on the '{labels[i]}' inputs")
+            if not graphinfo.is_float_dtype(o_all[0].dtype):
                 continue
             depth = max(lengths[o_name][0] - 1, lengths[c_name][0] - 1, 1)  # the Identity is free
             width = max(lengths[o_name][1], lengths[c_name][1])
             n = depth * width
-            r = np.asarray(reference[o_name], dtype=np.float64)
-            ratio, excused = _judge(label, o, c, r, n, width > 1, label == "huge")
-            worst, overflow = max(worst, ratio), overflow + excused
-            if replaced is not None:
-                _judge_meaning(o, r, np.asarray(replaced[c_name], dtype=np.float64))
+
+            def rows(indices, arrays_by_index):
+                if stacked:
+                    return np.concatenate([arrays_by_index[i] for i in indices])
+                return np.stack([arrays_by_index[i] for i in indices])
+
+            by_index_o = dict(zip(group, o_all))
+            by_index_c = dict(zip(group, c_all))
+            if with_reference:
+                o, c = rows(with_reference, by_index_o), rows(with_reference, by_index_c)
+                r = np.asarray(reference[o_name], dtype=np.float64).reshape(o.shape)
+                row_labels = [labels[i] for i in with_reference]
+                ratio, excused = _judge(row_labels, o, c, r, n, width > 1)
+                worst, overflow = max(worst, ratio), overflow + excused
+                if finite in with_reference and not meaning_done:
+                    row = with_reference.index(finite)
+                    _judge_meaning(o[row], r[row], _candidate_reference(proto, runs[finite][1], c_name, o[row].shape))
+            if without:
+                o, c = rows(without, by_index_o), rows(without, by_index_c)
+                overflow += _judge_against_original([labels[i] for i in without], o, c, n, width > 1)
+        meaning_done = meaning_done or finite in group
     note = f"; {overflow} elements in overflow territory judged by sign only" if overflow else ""
     return f"within the float64 bound (worst {worst:.2g} of allowed{note})"
+
+
+def _candidate_reference(proto, feeds, name: str, shape) -> np.ndarray:
+    candidate = side_model(proto, "candidate")
+    return np.asarray(_reference(candidate, feeds, [name])[name], dtype=np.float64).reshape(shape)
+
+
+def _lengths(proto: onnx.ModelProto, feeds: dict) -> dict[str, tuple[int, int]]:
+    """Output name -> (depth, width) as `graphinfo.accumulation_depths` gives them, computed from
+    the fed and constant shapes where every reduction's operands are among them (no onnx shape
+    inference, which costs more than the rest of a small certificate)."""
+    shapes = {name: tuple(np.shape(value)) for name, value in feeds.items()}
+    shapes.update({init.name: tuple(init.dims) for init in proto.graph.initializer})
+    constants = {init.name: onnx.numpy_helper.to_array(init) for init in proto.graph.initializer
+                 if np.prod(init.dims, dtype=np.int64) <= 64}
+    depth: dict[str, int] = {}
+    widest: dict[str, int] = {}
+    for node in proto.graph.node:
+        width = graphinfo.reduction_length(node, shapes, constants)
+        if width == graphinfo.UNKNOWN_DIM:
+            return graphinfo.accumulation_depths(proto, feeds)
+        in_depth = max((depth.get(i, 0) for i in node.input if i), default=0)
+        in_width = max((widest.get(i, 1) for i in node.input if i), default=1)
+        for out in node.output:
+            depth[out], widest[out] = in_depth + 1, max(in_width, width)
+    return {o.name: (max(1, depth.get(o.name, 1)), widest.get(o.name, 1)) for o in proto.graph.output}
+
+
+def _judge_against_original(labels: list[str], o: np.ndarray, c: np.ndarray, n: int, accumulates: bool) -> int:
+    """A set without float64 reference: same value classes as the original, no zero changing
+    sign, and |C - O| <= 2 gamma_n max(|O|, m_O) + 2 n eta (each within n roundings of the true
+    value). In the overflow territory of an accumulation only zero signs are judged; the count of
+    elements not judged is returned."""
+    info = np.finfo(o.dtype)
+    u = float(info.eps) / 2
+    gamma = n * u / (1 - n * u) if n * u < 1 else np.inf
+    o64, c64 = o.astype(np.float64), c.astype(np.float64)
+    same = bit_identical(o, c)
+    flip = (o64 == 0) & (c64 == 0) & (np.signbit(o64) != np.signbit(c64))
+    if flip.any():
+        raise _where(flip, labels, o, c, o64, "flips the sign of an exact zero")
+    territory = np.array([lab == "huge" and accumulates for lab in labels]).reshape((-1,) + (1,) * (o.ndim - 1))
+    co, cc = value_class(o64), value_class(c64)
+    m = _rms_rows(o64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        close = np.abs(c64 - o64) <= 2 * gamma * np.maximum(np.abs(np.nan_to_num(o64)), m) + 2 * n * float(
+            info.smallest_subnormal)
+    bad = ~same & ~((co == cc) & ((co != 0) | close)) & ~territory
+    if bad.any():
+        raise _where(bad, labels, o, c, o64, "differs from the original beyond rounding (no float64 "
+                     "reference on this set; 'float64' shows the original)")
+    return int((~same & territory).sum())
 
 
 def _rms(values: np.ndarray) -> float:
@@ -119,15 +208,31 @@ def _rms(values: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
 
 
-def _where(mask: np.ndarray, label: str, o, c, r, what: str):
+def _where(mask: np.ndarray, labels, o, c, r, what: str):
+    """The refusal naming the first offending element (rows are the sets, in `labels` order)."""
     index = np.unravel_index(int(np.flatnonzero(mask)[0]), mask.shape) if mask.ndim else ()
+    label = labels[index[0]] if isinstance(labels, list) else labels
+    where = list(map(int, index[1:])) if isinstance(labels, list) else list(map(int, index))
+    row = mask[index[0]] if isinstance(labels, list) else mask
     return CertificateFailure(
-        f"{what} on the '{label}' inputs at {list(map(int, index))}: original {o[index]!r}, "
-        f"replacement {c[index]!r}, float64 {r[index]!r} ({int(mask.sum())} of {mask.size} elements)")
+        f"{what} on the '{label}' inputs at {where}: original {o[index]!r}, "
+        f"replacement {c[index]!r}, float64 {r[index]!r} ({int(row.sum())} of {row.size} elements)")
 
 
-def _judge(label: str, o: np.ndarray, c: np.ndarray, r: np.ndarray, n: int, accumulates: bool,
-           huge_inputs: bool) -> tuple[float, int]:
+def _rms_rows(values: np.ndarray) -> np.ndarray:
+    """RMS of the finite elements of each row (axis 0), shaped to broadcast against `values`."""
+    flat = values.reshape(values.shape[0], -1)
+    finite = np.isfinite(flat)
+    with np.errstate(invalid="ignore", over="ignore"):
+        squares = np.where(finite, flat, 0.0) ** 2
+    rms = np.sqrt(squares.sum(axis=1) / np.maximum(finite.sum(axis=1), 1))
+    return rms.reshape((-1,) + (1,) * (values.ndim - 1))
+
+
+def _judge(labels: list[str], o: np.ndarray, c: np.ndarray, r: np.ndarray, n: int, accumulates: bool
+           ) -> tuple[float, int]:
+    """The bound of the module docstring; rows (axis 0) are the input sets named by `labels`."""
+    huge_inputs = np.array([lab == "huge" for lab in labels]).reshape((-1,) + (1,) * (o.ndim - 1))
     info = np.finfo(o.dtype)
     u = float(info.eps) / 2
     gamma = n * u / (1 - n * u) if n * u < 1 else np.inf
@@ -139,8 +244,8 @@ def _judge(label: str, o: np.ndarray, c: np.ndarray, r: np.ndarray, n: int, accu
     zero_flip = (r == 0) & (o64 == 0) & (c64 == 0) & (np.signbit(r) == np.signbit(o64)) & \
         (np.signbit(c64) != np.signbit(o64))
     if zero_flip.any():
-        raise _where(zero_flip, label, o, c, r, "flips the sign of an exact zero")
-    m = _rms(r)
+        raise _where(zero_flip, labels, o, c, r, "flips the sign of an exact zero")
+    m = _rms_rows(r)
     with np.errstate(invalid="ignore", over="ignore"):
         scale = np.maximum(np.abs(np.where(cr == 0, r, 0.0)), m)
         own = np.where(co == 0, np.abs(o64 - r), 0.0)
@@ -164,14 +269,14 @@ def _judge(label: str, o: np.ndarray, c: np.ndarray, r: np.ndarray, n: int, accu
     if bad.any():
         finite_c = in_range & (cc == 0)
         what = "outside the float64 bound" if (bad & finite_c).any() else "changes which values are inf/NaN"
-        raise _where(bad & finite_c if (bad & finite_c).any() else bad, label, o, c, r, what)
+        raise _where(bad & finite_c if (bad & finite_c).any() else bad, labels, o, c, r, what)
     usable = in_range & (cc == 0) & ~same & (allowed > 0) & ~excused
     return float(np.max(error[usable] / allowed[usable], initial=0.0)), int(excused.sum())
 
 
 def error_o_c(o64: np.ndarray, c64: np.ndarray, gamma: float, n: int, eta: float) -> np.ndarray:
     """Where float64 has no finite value but both runs do: C within n roundings of O."""
-    m = _rms(o64)
+    m = _rms_rows(o64)
     with np.errstate(invalid="ignore", over="ignore"):
         return np.abs(c64 - o64) <= 2 * gamma * np.maximum(np.abs(np.nan_to_num(o64)), m) + n * eta
 

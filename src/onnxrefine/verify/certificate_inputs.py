@@ -50,7 +50,7 @@ def _edge_values(dtype: np.dtype) -> list[float]:
     return values
 
 
-def _float_sets(shape, dtype: np.dtype, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _float_sets(shape, dtype: np.dtype, rng: np.random.Generator, heavy: bool) -> dict[str, np.ndarray]:
     info = np.finfo(dtype)
     size = int(np.prod(shape, dtype=np.int64))
     index = np.arange(size)
@@ -63,18 +63,24 @@ def _float_sets(shape, dtype: np.dtype, rng: np.random.Generator) -> dict[str, n
         return out
 
     normal = rng.normal(0.0, 1.0, size)
-    finite = cycle(_edge_values(dtype), 3, normal)
-    top = float(info.max)
-    huge_values = [top, -top, top / 2, -top / 3, math.sqrt(top), -math.sqrt(top) * 3, top / 7]
+    edges = _edge_values(dtype)
     tiny_values = [float(info.smallest_subnormal) * k for k in (1, -1, 3, -7, 255)] + \
                   [float(info.tiny), -float(info.tiny), float(info.tiny) / 2, 0.0, -0.0]
+    if heavy:
+        # Subnormal operands cost ~100x per multiply-add on x86: in a large accumulation, a few.
+        edges = [v for v in edges if v == 0 or abs(v) >= float(info.tiny)]
+    finite = cycle(edges, 3, normal)
+    if heavy:
+        finite = cycle(tiny_values, max(1, size // 4), finite, offset=size // 8)
+    top = float(info.max)
+    huge_values = [top, -top, top / 2, -top / 3, math.sqrt(top), -math.sqrt(top) * 3, top / 7]
     sets = {
         "finite": finite,
         "+0": np.zeros(size),
         "-0": -np.zeros(size),
         "inf/nan": cycle([np.inf, -np.inf, np.nan], 5, finite, offset=1),
         "huge": cycle(huge_values, 1, normal),
-        "tiny": cycle(tiny_values, 1, normal),
+        "tiny": cycle(tiny_values, max(1, size // 16) if heavy else 1, np.zeros(size)),
     }
     with np.errstate(over="ignore"):
         return {label: values.astype(dtype).reshape(shape) for label, values in sets.items()}
@@ -99,14 +105,16 @@ def _bool_sets(shape, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"random": rng.random(shape) < 0.5, "true": np.ones(shape, bool), "false": np.zeros(shape, bool)}
 
 
-def adversarial_sets(specs: dict[str, tuple[np.dtype, tuple]], seed: int = 0) -> list[tuple[str, dict]]:
-    """[(label, feeds)] for activations name -> (dtype, concrete shape); the same labels for all."""
+def adversarial_sets(specs: dict[str, tuple[np.dtype, tuple]], seed: int = 0, heavy: bool = False
+                     ) -> list[tuple[str, dict]]:
+    """[(label, feeds)] for activations name -> (dtype, concrete shape); the same labels for all.
+    `heavy` (large accumulations): subnormals only at a few positions, where they cost little."""
     rng = np.random.default_rng(seed)
     per_input = {}
     for name, (dtype, shape) in specs.items():
         dtype = np.dtype(dtype)
         if dtype.kind == "f":
-            per_input[name] = _float_sets(shape, dtype, rng)
+            per_input[name] = _float_sets(shape, dtype, rng, heavy)
         elif dtype == np.bool_:
             per_input[name] = _bool_sets(shape, rng)
         else:
@@ -143,51 +151,97 @@ def _window(node: ir.Node, axis: int, constants: dict) -> tuple[int, int] | None
     return (int(kernel[axis]) - 1) * int(dilations[axis]) + 1, int(strides[axis])
 
 
-def reduced_shapes(nodes, shapes: dict[str, tuple], constant_sides) -> dict[str, tuple] | None:
-    """Smaller shapes for the activations when every node of both sides is position-wise or
-    windowed over per-channel constants: batch 1, each spatial axis just large enough for the
-    windows along it (sum of extents and strides), with the original size's residue modulo the
-    product of the strides (so the last window meets the same padding). None: keep the shapes."""
+def reduced_shapes(groups, shapes: dict[str, tuple], constant_sides) -> dict[str, tuple] | None:
+    """Smaller shapes for the activations when every node (of every group: the original side and
+    the replacement) is position-wise or windowed over per-channel constants: batch 1, each spatial
+    axis just large enough for the windows along it (sum of extents and strides over one group's
+    chain, the larger group's), with the original size's residue modulo the product of the strides
+    (so the last window meets the same padding). None: keep the shapes."""
     constants = {side.name: side.array for side in constant_sides}
     ranks = {len(shape) for shape in shapes.values()}
     if not shapes or len(ranks) != 1 or min(ranks) < 3:
         return None
     rank = ranks.pop()
-    windowed = []
-    for node in nodes:
-        op = node.op_type
-        if op not in _WINDOWED and op not in _POSITIONWISE:
-            return None
-        if op == "ConvTranspose" and _attr(node, "output_shape") is not None:
-            return None
-        exempt = _CHANNEL_INPUTS.get(op, ())
-        for index, value in enumerate(node.inputs):
-            if value is None or index in exempt or value.name not in constants:
-                continue
-            dims = constants[value.name].shape
-            aligned = (1,) * (rank - len(dims)) + tuple(dims)
-            if len(aligned) != rank or any(d != 1 for axis, d in enumerate(aligned) if axis != 1):
-                return None  # a constant that varies along a batch or spatial axis
-        if op in _WINDOWED:
-            windowed.append(node)
+    windowed_groups = []
+    for group in groups:
+        windowed = []
+        for node in group:
+            if not _reducible(node, constants, rank):
+                return None
+            if node.op_type in _WINDOWED:
+                windowed.append(node)
+        windowed_groups.append(windowed)
     reduced = {}
     for name, shape in shapes.items():
-        dims = [1]  # batch
-        dims.append(shape[1])
+        dims = [1, shape[1]]  # batch 1, channels kept
         for axis in range(rank - 2):
             size = shape[axis + 2]
-            need, period = 1, 1
-            for node in windowed:
-                window = _window(node, axis, constants)
-                if window is None:
-                    return None
-                extent, stride = window
-                need += extent - 1 + stride - 1
-                period *= stride
-            if not windowed:
-                need = MIN_ELEMENTWISE
+            need, period = (1, 1) if any(windowed_groups) else (MIN_ELEMENTWISE, 1)
+            searched = []
+            for windowed in windowed_groups:
+                group_need, group_period = 1, 1
+                for node in windowed:
+                    window = _window(node, axis, constants)
+                    if window is None:
+                        return None
+                    extent, stride = window
+                    group_need += extent - 1 + stride - 1
+                    group_period *= stride
+                need, period = max(need, group_need), math.lcm(period, group_period)
+                if len(windowed) == 1:
+                    searched.append(windowed[0])
             if size >= need:
                 need += (size - need) % period
+            if searched and len(searched) == sum(1 for w in windowed_groups if w):
+                # One window per side: the smallest size whose windows still put every tap on data.
+                sizes = [_smallest_covering(node, axis, constants, size, period) for node in searched]
+                if all(s is not None for s in sizes):
+                    need = max(sizes)
             dims.append(min(size, need))
         reduced[name] = tuple(dims)
     return reduced
+
+
+def _smallest_covering(node: ir.Node, axis: int, constants: dict, size: int, period: int) -> int | None:
+    """The smallest input size (same residue modulo `period` as `size`) at which some output of
+    `node` reads each kernel tap from data rather than padding; None where pads are implicit."""
+    if node.op_type == "ConvTranspose" or _attr(node, "auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
+        return None
+    kernel = _attr(node, "kernel_shape")
+    if kernel is None and node.inputs[1] is not None and node.inputs[1].name in constants:
+        kernel = list(constants[node.inputs[1].name].shape[2:])
+    if kernel is None or axis >= len(kernel):
+        return None
+    taps = int(kernel[axis])
+    rank = len(kernel)
+    pads = _attr(node, "pads") or [0] * (2 * rank)
+    begin, end = int(pads[axis]), int(pads[axis + rank])
+    dilation = int((_attr(node, "dilations") or [1] * rank)[axis])
+    stride = int((_attr(node, "strides") or [1] * rank)[axis])
+    extent = (taps - 1) * dilation + 1
+    for candidate in range(1, size + 1):
+        if (size - candidate) % period:
+            continue
+        outputs = (candidate + begin + end - extent) // stride + 1
+        seen = {t for o in range(max(outputs, 0)) for t in range(taps)
+                if 0 <= o * stride - begin + t * dilation < candidate}
+        if len(seen) == taps:
+            return candidate
+    return None
+
+
+def _reducible(node: ir.Node, constants: dict, rank: int) -> bool:
+    op = node.op_type
+    if op not in _WINDOWED and op not in _POSITIONWISE:
+        return False
+    if op == "ConvTranspose" and _attr(node, "output_shape") is not None:
+        return False
+    exempt = _CHANNEL_INPUTS.get(op, ())
+    for index, value in enumerate(node.inputs):
+        if value is None or index in exempt or value.name not in constants:
+            continue
+        dims = constants[value.name].shape
+        aligned = (1,) * (rank - len(dims)) + tuple(dims)
+        if len(aligned) != rank or any(d != 1 for axis, d in enumerate(aligned) if axis != 1):
+            return False  # a constant that varies along a batch or spatial axis
+    return True
