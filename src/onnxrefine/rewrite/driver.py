@@ -146,6 +146,7 @@ class RewriteDriver:
                 replacement=list(replacement.nodes), outputs=list(replacement.outputs.items()),
                 inputs=_boundary_inputs(matched, replacement.nodes, self.ctx.pending_constants),
                 new_constants=[pending.value for pending in self.ctx.pending_constants], context=self.ctx,
+                sign_insensitive=list(replacement.sign_insensitive),
             )
         )
         if outcome.status == "refused":

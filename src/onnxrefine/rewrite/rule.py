@@ -35,6 +35,9 @@ class Replacement:
     # Nodes outside the pattern's tree that the rule found itself (a variadic input's producer, a
     # sibling) and that the driver removes too once nothing reads them.
     also_removed: Sequence[ir.Node] = ()
+    # Replaced values whose sign of zero the rule proved no reader can observe (no path to a
+    # divisor, Reciprocal, graph output, ...): their per-rewrite certificate treats +0 and -0 alike.
+    sign_insensitive: Sequence[ir.Value] = ()
 
 
 @dataclass
@@ -57,6 +60,7 @@ class CertificateRequest:
     inputs: Sequence[ir.Value]
     new_constants: Sequence[ir.Value]
     context: RewriteContext
+    sign_insensitive: Sequence[ir.Value] = ()
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,21 @@ class Certifier:
         key = self._cache_key(request, activations, constants, context)
         if key is not None and key in self._results:
             self.stats.cache_hits += 1
-            return self._results[key]
+            cached = self._results[key]
+            if cached.status == "refused":
+                raise _Refuse(cached.detail)
+            return cached
+        try:
+            outcome = self._check(request, activations, constants, context, reduced, note)
+        except _Refuse as refusal:
+            if key is not None:  # the same structure and constants fail the same way
+                self._results[key] = CertificateOutcome("refused", str(refusal))
+            raise
+        if key is not None:
+            self._results[key] = outcome
+        return outcome
+
+    def _check(self, request, activations, constants, context, reduced, note) -> CertificateOutcome:
         proto, fed, outputs = self._build(request, activations, constants, context, reduced is not None)
         session = self._session(proto, request)
         # Large constants: a large accumulation, where subnormals are slow and float64 dominates.
@@ -171,15 +185,14 @@ class Certifier:
             if not runs:
                 raise _Skip(f"the matched subgraph does not run on any generated input set ({', '.join(dropped)})")
         names = [(o, c) for o, c in outputs]
+        unsigned = {o for (o, _), (old, _) in zip(outputs, request.outputs)
+                    if any(old is v for v in request.sign_insensitive)}
         if request.kind == EXACT:
-            detail = _judge_exact(runs, names)
+            detail = _judge_exact(runs, names, unsigned)
         else:
             detail = judge_reassociating(proto, runs, names, [f"a{i}" for i in range(len(activations))] if stacked else None,
-                                         heavy)
-        outcome = CertificateOutcome("certified", f"{detail} on {len(runs)} input sets{note}")
-        if key is not None:
-            self._results[key] = outcome
-        return outcome
+                                         heavy, unsigned)
+        return CertificateOutcome("certified", f"{detail} on {len(runs)} input sets{note}")
 
     def _sets(self, activations, heavy: bool):
         """The adversarial sets, cached by the activations' dtypes and shapes (they depend on
@@ -377,7 +390,8 @@ class Certifier:
         return isinstance(_run(session, {k: v for k, v in feeds.items() if k in names}), str)
 
 
-def _judge_exact(runs, names) -> str:
+def _judge_exact(runs, names, unsigned=frozenset()) -> str:
+    """Bit-identical outputs (any two NaNs equal; +0 and -0 equal only on `unsigned` outputs)."""
     for label, _, result in runs:
         for original, candidate in names:
             o, c = result[original], result[candidate]
@@ -385,6 +399,8 @@ def _judge_exact(runs, names) -> str:
                 raise _Refuse(f"on the '{label}' inputs the replacement gives {c.dtype}{list(c.shape)}, "
                               f"the original {o.dtype}{list(o.shape)}")
             differ = ~bit_identical(o, c)
+            if original in unsigned and o.dtype.kind == "f":
+                differ &= ~((o == 0) & (c == 0))
             if differ.any():
                 index = np.unravel_index(int(np.flatnonzero(differ)[0]), o.shape) if o.ndim else ()
                 raise _Refuse(f"exact rewrite differs on the '{label}' inputs at {list(map(int, index))}: "

@@ -84,7 +84,8 @@ def _reference(model: onnx.ModelProto, feeds: dict, names: list[str]) -> dict:
         raise CertificateSkip(f"the float64 reference failed: {str(exc).splitlines()[0][:160]}") from None
 
 
-def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] | None, heavy: bool) -> str:
+def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] | None, heavy: bool,
+                        unsigned=frozenset()) -> str:
     """Raise CertificateFailure unless every output of every run is within the bound.
 
     `stacked`: the activations whose sets were stacked along the batch axis (each run's results
@@ -138,14 +139,15 @@ def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] 
                 o, c = rows(with_reference, by_index_o), rows(with_reference, by_index_c)
                 r = np.asarray(reference[o_name], dtype=np.float64).reshape(o.shape)
                 row_labels = [labels[i] for i in with_reference]
-                ratio, excused = _judge(row_labels, o, c, r, n, width > 1)
+                ratio, excused = _judge(row_labels, o, c, r, n, width > 1, o_name in unsigned)
                 worst, overflow = max(worst, ratio), overflow + excused
                 if finite in with_reference and not meaning_done:
                     row = with_reference.index(finite)
                     _judge_meaning(o[row], r[row], _candidate_reference(proto, runs[finite][1], c_name, o[row].shape))
             if without:
                 o, c = rows(without, by_index_o), rows(without, by_index_c)
-                overflow += _judge_against_original([labels[i] for i in without], o, c, n, width > 1)
+                overflow += _judge_against_original([labels[i] for i in without], o, c, n, width > 1,
+                                                    o_name in unsigned)
         meaning_done = meaning_done or finite in group
     note = f"; {overflow} elements in overflow territory judged by sign only" if overflow else ""
     return f"within the float64 bound (worst {worst:.2g} of allowed{note})"
@@ -177,7 +179,8 @@ def _lengths(proto: onnx.ModelProto, feeds: dict) -> dict[str, tuple[int, int]]:
     return {o.name: (max(1, depth.get(o.name, 1)), widest.get(o.name, 1)) for o in proto.graph.output}
 
 
-def _judge_against_original(labels: list[str], o: np.ndarray, c: np.ndarray, n: int, accumulates: bool) -> int:
+def _judge_against_original(labels: list[str], o: np.ndarray, c: np.ndarray, n: int, accumulates: bool,
+                            unsigned: bool = False) -> int:
     """A set without float64 reference: same value classes as the original, no zero changing
     sign, and |C - O| <= 2 gamma_n max(|O|, m_O) + 2 n eta (each within n roundings of the true
     value). In the overflow territory of an accumulation only zero signs are judged; the count of
@@ -187,7 +190,9 @@ def _judge_against_original(labels: list[str], o: np.ndarray, c: np.ndarray, n: 
     gamma = n * u / (1 - n * u) if n * u < 1 else np.inf
     o64, c64 = o.astype(np.float64), c.astype(np.float64)
     same = bit_identical(o, c)
-    flip = (o64 == 0) & (c64 == 0) & (np.signbit(o64) != np.signbit(c64))
+    flip = (o64 == 0) & (c64 == 0) & (np.signbit(o64) != np.signbit(c64)) & (not unsigned)
+    if unsigned:
+        same = same | ((o64 == 0) & (c64 == 0))
     if flip.any():
         raise _where(flip, labels, o, c, o64, "flips the sign of an exact zero")
     territory = np.array([lab == "huge" and accumulates for lab in labels]).reshape((-1,) + (1,) * (o.ndim - 1))
@@ -229,8 +234,8 @@ def _rms_rows(values: np.ndarray) -> np.ndarray:
     return rms.reshape((-1,) + (1,) * (values.ndim - 1))
 
 
-def _judge(labels: list[str], o: np.ndarray, c: np.ndarray, r: np.ndarray, n: int, accumulates: bool
-           ) -> tuple[float, int]:
+def _judge(labels: list[str], o: np.ndarray, c: np.ndarray, r: np.ndarray, n: int, accumulates: bool,
+           unsigned: bool = False) -> tuple[float, int]:
     """The bound of the module docstring; rows (axis 0) are the input sets named by `labels`."""
     huge_inputs = np.array([lab == "huge" for lab in labels]).reshape((-1,) + (1,) * (o.ndim - 1))
     info = np.finfo(o.dtype)
@@ -242,7 +247,9 @@ def _judge(labels: list[str], o: np.ndarray, c: np.ndarray, r: np.ndarray, n: in
     o64, c64 = o.astype(np.float64), c.astype(np.float64)
     co, cc, cr = value_class(o64), value_class(c64), value_class(r)
     zero_flip = (r == 0) & (o64 == 0) & (c64 == 0) & (np.signbit(r) == np.signbit(o64)) & \
-        (np.signbit(c64) != np.signbit(o64))
+        (np.signbit(c64) != np.signbit(o64)) & (not unsigned)
+    if unsigned:
+        same = same | ((o64 == 0) & (c64 == 0))
     if zero_flip.any():
         raise _where(zero_flip, labels, o, c, r, "flips the sign of an exact zero")
     m = _rms_rows(r)

@@ -152,54 +152,110 @@ def _window(node: ir.Node, axis: int, constants: dict) -> tuple[int, int] | None
 
 
 def reduced_shapes(groups, shapes: dict[str, tuple], constant_sides) -> dict[str, tuple] | None:
-    """Smaller shapes for the activations when every node (of every group: the original side and
-    the replacement) is position-wise or windowed over per-channel constants: batch 1, each spatial
-    axis just large enough for the windows along it (sum of extents and strides over one group's
-    chain, the larger group's), with the original size's residue modulo the product of the strides
-    (so the last window meets the same padding). None: keep the shapes."""
+    """Smaller shapes for the activations, or None (keep them).
+
+    When every node of every group (the original side, the replacement) computes each position
+    of the batch and of the free axes independently (elementwise ops, convolutions and pools over
+    per-channel constants, MatMul/Gemm by a constant matrix along their rows), those axes shrink:
+    the batch to 1 (so input sets can be stacked on it), an axis under a window just large enough
+    for every tap of the window to read data (keeping the original size's residue modulo the
+    strides, so the last window meets the same padding), any other free axis to a few elements.
+    Axes along which a constant varies, the channel axis of windowed ops and the reduced axis of
+    a matrix product keep their size."""
     constants = {side.name: side.array for side in constant_sides}
     ranks = {len(shape) for shape in shapes.values()}
-    if not shapes or len(ranks) != 1 or min(ranks) < 3:
+    if not shapes or len(ranks) != 1 or min(ranks) < 2:
         return None
     rank = ranks.pop()
+    pinned: set[int] = set()
     windowed_groups = []
     for group in groups:
         windowed = []
         for node in group:
-            if not _reducible(node, constants, rank):
+            axes = _pinned_axes(node, constants, rank)
+            if axes is None:
                 return None
+            pinned |= axes
             if node.op_type in _WINDOWED:
                 windowed.append(node)
         windowed_groups.append(windowed)
+    if 0 in pinned or (any(windowed_groups) and (rank < 3 or pinned - {1})):
+        return None
     reduced = {}
     for name, shape in shapes.items():
-        dims = [1, shape[1]]  # batch 1, channels kept
-        for axis in range(rank - 2):
-            size = shape[axis + 2]
-            need, period = (1, 1) if any(windowed_groups) else (MIN_ELEMENTWISE, 1)
-            searched = []
-            for windowed in windowed_groups:
-                group_need, group_period = 1, 1
-                for node in windowed:
-                    window = _window(node, axis, constants)
-                    if window is None:
-                        return None
-                    extent, stride = window
-                    group_need += extent - 1 + stride - 1
-                    group_period *= stride
-                need, period = max(need, group_need), math.lcm(period, group_period)
-                if len(windowed) == 1:
-                    searched.append(windowed[0])
-            if size >= need:
-                need += (size - need) % period
-            if searched and len(searched) == sum(1 for w in windowed_groups if w):
-                # One window per side: the smallest size whose windows still put every tap on data.
-                sizes = [_smallest_covering(node, axis, constants, size, period) for node in searched]
-                if all(s is not None for s in sizes):
-                    need = max(sizes)
-            dims.append(min(size, need))
+        dims = [1]
+        for axis in range(1, rank):
+            size = shape[axis]
+            if axis in pinned or (axis == 1 and any(windowed_groups)):
+                dims.append(size)
+            elif any(windowed_groups):
+                need = _window_size(windowed_groups, axis - 2, constants, size)
+                if need is None:
+                    return None
+                dims.append(min(size, need))
+            else:
+                dims.append(min(size, MIN_ELEMENTWISE))
         reduced[name] = tuple(dims)
     return reduced
+
+
+def _window_size(windowed_groups, axis: int, constants: dict, size: int) -> int | None:
+    need, period, searched = 1, 1, []
+    for windowed in windowed_groups:
+        group_need, group_period = 1, 1
+        for node in windowed:
+            window = _window(node, axis, constants)
+            if window is None:
+                return None
+            extent, stride = window
+            group_need += extent - 1 + stride - 1
+            group_period *= stride
+        need, period = max(need, group_need), math.lcm(period, group_period)
+        if len(windowed) == 1:
+            searched.append(windowed[0])
+    if size >= need:
+        need += (size - need) % period
+    if searched and len(searched) == sum(1 for w in windowed_groups if w):
+        # One window per side: the smallest size whose windows still put every tap on data.
+        sizes = [_smallest_covering(node, axis, constants, size, period) for node in searched]
+        if all(s is not None for s in sizes):
+            need = max(sizes)
+    return need
+
+
+def _pinned_axes(node: ir.Node, constants: dict, rank: int) -> set[int] | None:
+    """Axes of a rank-`rank` activation this node ties to a constant's size (None: the node is
+    not position-wise at all)."""
+    op = node.op_type
+    pinned: set[int] = set()
+    exempt = _CHANNEL_INPUTS.get(op, ())
+    if op in ("MatMul", "Gemm"):
+        b = node.inputs[1] if len(node.inputs) > 1 else None
+        if b is None or b.name not in constants or constants[b.name].ndim != 2:
+            return None
+        if op == "Gemm" and (_attr(node, "transA", 0) or rank != 2):
+            return None
+        pinned.add(rank - 1)  # the reduced axis K
+        exempt = (1,)
+    elif op == "Split":
+        axis = int(_attr(node, "axis", 0))
+        if axis % rank != rank - 1:
+            return None
+        pinned.add(rank - 1)  # split along the last axis (sibling MatMuls' outputs, say)
+        exempt = (1,)
+    elif op not in _WINDOWED and op not in _POSITIONWISE:
+        return None
+    if op == "ConvTranspose" and _attr(node, "output_shape") is not None:
+        return None
+    for index, value in enumerate(node.inputs):
+        if value is None or index in exempt or value.name not in constants:
+            continue
+        dims = constants[value.name].shape
+        if len(dims) > rank:
+            return None
+        aligned = (1,) * (rank - len(dims)) + tuple(dims)
+        pinned |= {axis for axis, d in enumerate(aligned) if d != 1}
+    return pinned
 
 
 def _smallest_covering(node: ir.Node, axis: int, constants: dict, size: int, period: int) -> int | None:
@@ -228,20 +284,3 @@ def _smallest_covering(node: ir.Node, axis: int, constants: dict, size: int, per
         if len(seen) == taps:
             return candidate
     return None
-
-
-def _reducible(node: ir.Node, constants: dict, rank: int) -> bool:
-    op = node.op_type
-    if op not in _WINDOWED and op not in _POSITIONWISE:
-        return False
-    if op == "ConvTranspose" and _attr(node, "output_shape") is not None:
-        return False
-    exempt = _CHANNEL_INPUTS.get(op, ())
-    for index, value in enumerate(node.inputs):
-        if value is None or index in exempt or value.name not in constants:
-            continue
-        dims = constants[value.name].shape
-        aligned = (1,) * (rank - len(dims)) + tuple(dims)
-        if len(aligned) != rank or any(d != 1 for axis, d in enumerate(aligned) if axis != 1):
-            return False  # a constant that varies along a batch or spatial axis
-    return True
