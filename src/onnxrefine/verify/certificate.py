@@ -4,31 +4,35 @@ The rule driver hands every rewrite it is about to apply to a `Certifier` (rewri
 The certifier builds one small ONNX model holding both sides: the matched nodes ("original") and
 the replacement nodes ("candidate"), reading the same boundary values, each exposed output and its
 replacement made graph outputs through Identity (which copies bits). Constants are the model's own
-values (small ones embedded as initializers, large ones fed at run time without a copy); the
-activations get adversarial input sets (`certificate_inputs.py`). Both sides run in one onnxruntime
-session (CPU, graph optimizations off, one thread: the settings of `runner.py`).
+values, fed at run time; integer boundary values nothing vouches for are computed by pulling in
+their producers (shape arithmetic), so a dim agrees with the data it describes; activations get
+adversarial input sets (`certificate_inputs.py`). Both sides run in one onnxruntime session (CPU,
+graph optimizations off, one thread: the settings of `runner.py`).
 
 exact rewrites
     every output bit-identical to the original's on every set (two NaNs are equal whatever their
     payloads; +0 and -0 differ: that is the sign-of-zero class end-to-end inputs rarely reach).
 reassociating rewrites (see `certificate_bound.py` for the bound and its derivation)
-    judged against the float64 reference of the matched subgraph on every set, and the float64
-    value of the replacement is compared with it on the finite set (the meaning of the folded
-    constants, without float32 arithmetic noise).
+    judged against the float64 reference of the matched subgraph, and the float64 value of the
+    replacement is compared with it on the finite set (the meaning of the folded constants,
+    without float32 arithmetic noise). An exact zero may not change sign there either.
+A rule that proved no reader can observe the sign of a zero in an output says so
+(`Replacement.sign_insensitive`); there +0 and -0 count as equal.
 
-A set on which the ORIGINAL fails to run is dropped (its integer inputs were not a valid shape,
-say); a set on which only the candidate fails refuses the rewrite. The certificate is skipped,
-with its reason recorded in the rewrite log (`--report`), when it cannot be made concrete: a
-subgraph inside a function or control-flow body whose input shapes nothing vouches for, a
-custom-domain or control-flow node, a dtype onnxruntime cannot feed from numpy, or no set on which
-the original runs. Skipping rather than refusing keeps the optimizer useful there; the end-to-end
-verification still covers those rewrites.
+A set on which the ORIGINAL fails to run is dropped; a set on which only the candidate fails
+refuses the rewrite. The certificate is skipped, with its reason recorded in the rewrite log
+(`--report`: applied[].certificate), when it cannot be made concrete: an input whose shape or
+element type nothing vouches for (inside functions and control-flow bodies, mostly), a
+custom-domain or control-flow node, a dtype the sets do not cover (bfloat16, float8, strings), no
+set on which the original runs, or no float64 reference for an operator. Skipping rather than
+refusing keeps the optimizer useful there; the end-to-end verification still covers those rewrites.
 
-Cost: shape-polymorphic subgraphs (convolutions, pooling, BN and elementwise ops over per-channel
-constants) run on reduced sizes (batch 1, spatial axes just large enough for every window, same
-residue modulo the strides, so the same padding pattern at the borders); sessions are cached by
-the model's bytes (large constants are inputs, so the bytes are the structure), and whole
-certificates by a structural key when their constants are small.
+Cost: position-wise subgraphs (elementwise ops, convolutions and pools over per-channel
+constants, products by a constant matrix) run on reduced sizes, all sets stacked along the batch
+axis in one run (`certificate_inputs.reduced_shapes`); values get canonical names, so certificates
+of the same structure share one session; outcomes are cached by structure and constant bytes when
+the constants are small. Large accumulations (over HEAVY_BYTES of constants) get only a few
+subnormals (each costs ~100x per multiply-add) and the float64 reference on the finite set only.
 """
 
 from __future__ import annotations

@@ -30,6 +30,16 @@ replacement evaluated in float64 (Rc, with its constants as stored) must satisfy
 (folding rounds each new constant once, which moves the result by about u relative to the
 magnitude of the summands; E, the original's own largest rounding error on this output, measures
 that magnitude where the output cancels). A dropped epsilon or a wrong scale is far outside.
+
+Overflow territory: in an accumulation (width > 1) whose terms reach the dtype's range (the huge
+set, or |R| or |O| beyond sqrt(max)), which partial sum overflows first, and with which sign,
+depends on the very order a reassociation changes; there only zero signs are judged (the count
+is in the note). An elementwise reassociation gets no such excuse.
+
+Heavy certificates (large accumulations, where float64 evaluation dominates the cost): the
+reference runs on the finite set only; the other sets are judged against the original instead:
+same value classes (a sum holding infinities has the same class in any order), no zero changing
+sign, and |C - O| <= 2 gamma * max(|O|, m_O) + 2 n eta.
 """
 
 from __future__ import annotations
