@@ -360,9 +360,13 @@ def _check_close(model, optimized):
 def test_a_wrong_rewrite_is_found_by_bisection_and_rolled_back(planted_rule, spy):
     model = conv_bn_residual()
     passes = default_pass_names() + [planted_rule]
-    unverified, plain = onnxrefine.optimize_with_report(model, passes)
+    # The rule's certificate refuses it before it applies (tests/test_certificates.py); with
+    # certificates off, end-to-end verification must find and roll it back on its own.
+    certified, refused = onnxrefine.optimize_with_report(model, passes)
+    assert "flip_conv_weight" not in refused.log.counts()
+    unverified, plain = onnxrefine.optimize_with_report(model, passes, certify=False)
     assert plain.log.counts()["flip_conv_weight"] == 1  # control: without verification it goes through
-    optimized, report = onnxrefine.optimize_with_report(model, passes, verify=VerifySettings())
+    optimized, report = onnxrefine.optimize_with_report(model, passes, verify=VerifySettings(), certify=False)
     [rollback] = report.rolled_back
     assert (rollback["rule"], rollback["pass"], rollback["root"]) == ("flip_conv_weight", planted_rule,
                                                                        "conv2 (Conv)")
@@ -389,7 +393,8 @@ def test_a_wrong_graph_pass_is_disabled_and_the_rest_kept(planted_graph_pass):
 def test_cli_reports_the_rollback(tmp_path, planted_rule, capsys):
     path = tmp_path / "m.onnx"
     onnx.save(conv_bn_residual(), path)
-    assert main(["optimize", str(path), "--passes", f"fuse_bn_into_conv,{planted_rule}", "--explain"]) == 0
+    assert main(["optimize", str(path), "--passes", f"fuse_bn_into_conv,{planted_rule}", "--explain",
+                 "--no-certify"]) == 0
     out = capsys.readouterr().out
     assert "rolled back rewrite flip_conv_weight at conv2 (Conv)" in " ".join(out.split())
     assert out.index("verification: verifying end to end") < out.index("rolled back rewrite")

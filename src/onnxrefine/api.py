@@ -17,6 +17,7 @@ from onnxrefine.passes.pipeline import run_passes
 from onnxrefine.passes.registry import default_pass_names, get_pass
 from onnxrefine.rewrite.log import RewriteLog
 from onnxrefine.verified import VerifySettings, optimize_verified
+from onnxrefine.verify.certificate import Certifier
 
 
 @dataclass
@@ -28,6 +29,7 @@ class OptimizationReport:
     log: RewriteLog
     rolled_back: list[dict] = field(default_factory=list)
     verification: dict | None = None
+    certificates: dict | None = None  # per-rewrite certificates: counts and seconds (None: off)
 
     def to_dict(self) -> dict:
         return {
@@ -39,6 +41,7 @@ class OptimizationReport:
             "rewrites_per_rule": dict(self.log.counts()),
             "rolled_back": self.rolled_back,
             "verification": self.verification,
+            "certificates": self.certificates,
             **self.log.to_dict(),
         }
 
@@ -68,6 +71,7 @@ def optimize_ir(
     on_progress: Callable[[int], None] | None = None,
     verify: VerifySettings | None = None,
     on_event: Callable[..., None] | None = None,
+    certify: bool = True,
 ) -> tuple[ir.Model, OptimizationReport]:
     """Optimize an onnx-ir model and return (optimized model, report).
 
@@ -81,17 +85,19 @@ def optimize_ir(
     budget = ConstantBudget(io.tensor_bytes(model), per_tensor_bytes=per_tensor_bytes, growth_ratio=growth_ratio)
     nodes_before = count_nodes(model)
     rolled_back, verification = [], None
+    certifier = Certifier() if certify else None  # each rule rewrite checked on its own subgraph
     if verify is not None and verify.enabled is not False:
         run = optimize_verified(
             model, names, settings=verify, budget=budget, fixed_point=fixed_point, on_progress=on_progress,
-            on_event=on_event,
+            on_event=on_event, certifier=certifier,
         )
         model, log, rolled_back, verification = run.model, run.log, run.rolled_back, run.summary
     else:
         log = run_passes(model, names, budget=budget, fixed_point=fixed_point, on_progress=on_progress,
-                         on_event=on_event)
+                         on_event=on_event, certifier=certifier)
     report = OptimizationReport(
-        names, nodes_before, count_nodes(model), time.perf_counter() - started, log, rolled_back, verification
+        names, nodes_before, count_nodes(model), time.perf_counter() - started, log, rolled_back, verification,
+        certifier.stats.to_dict() if certifier is not None else None,
     )
     stamp_metadata(model, report)
     return model, report

@@ -81,6 +81,7 @@ def optimize_verified(
     fixed_point: bool = True,
     on_progress: Callable[[int], None] | None = None,
     on_event: Callable[..., None] | None = None,
+    certifier=None,
 ) -> VerifiedRun:
     """Run the schedule and verify its result (see the module docstring).
 
@@ -95,7 +96,7 @@ def optimize_verified(
     forced = bool(settings.enabled)
     started = time.perf_counter()
     original = io.to_proto(model)
-    state = _Schedule(original, pass_names, budget, fixed_point, on_progress, emit, settings)
+    state = _Schedule(original, pass_names, budget, fixed_point, on_progress, emit, settings, certifier)
     work, log, steps = state.run(record=True)
     if not steps and not forced:  # no change at all: the model is the original (--verify still runs it)
         summary = {"status": "verified", "verdict": "exact", "per_output": {}, "verifications": 0,
@@ -181,8 +182,9 @@ class _Schedule:
     """The schedule from the original, replayable to any prefix, with vetoes and disabled passes."""
 
     def __init__(self, original: onnx.ModelProto, pass_names, budget, fixed_point, on_progress, emit,
-                 settings: VerifySettings):
+                 settings: VerifySettings, certifier=None):
         self.original = original
+        self.certifier = certifier  # shared by every replay: its caches keep replays cheap and alike
         self.pass_names = list(pass_names)
         self.budget = budget
         self.fixed_point = fixed_point
@@ -211,7 +213,7 @@ class _Schedule:
         budget = copy.copy(self.budget)
         log = run_passes(model, [n for n in self.pass_names if n not in self.disabled], budget=budget,
                          fixed_point=self.fixed_point, on_progress=self.on_progress if record else None,
-                         max_steps=max_steps, vetoed=self.vetoed, on_event=hook)
+                         max_steps=max_steps, vetoed=self.vetoed, on_event=hook, certifier=self.certifier)
         return model, log, steps
 
     def use_inputs(self, input_sets: list, trials: int) -> None:

@@ -52,6 +52,8 @@ def register(subparsers) -> None:
         "input set whatever the cost (default: on when the estimated cost fits --verify-budget)",
     )
     checks.add_argument("--no-verify", dest="verify", action="store_false", help="skip verification")
+    parser.add_argument("--no-certify", dest="certify", action="store_false",
+                        help="do not check each rewrite on its own matched subgraph (on by default)")
     parser.add_argument("--verify-budget", type=float, default=None,
                         help="seconds verification may take in auto mode (default: 3x the optimization's own "
                         f"time, at least 5, at most {DEFAULT_VERIFY_BUDGET_S:g}); input sets are left out, or "
@@ -139,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
             on_progress=lambda n: progress.report(note=f"{n} nodes visited"),
             verify=settings,
             on_event=on_event,
+            certify=args.certify,
         )
     with progress.phase(f"save {output.name}"):
         io.save_model(model, output, input_path=source)

@@ -32,6 +32,7 @@ from onnxrefine.passes.registry import PassContext, PassSpec, get_pass
 from onnxrefine.rewrite.driver import RewriteDriver
 from onnxrefine.rewrite.log import RewriteLog, node_label
 from onnxrefine.rewrite.rule import Rule
+from onnxrefine.rewrite.rule import Certifier
 
 MAX_ROUNDS = 16
 
@@ -72,11 +73,13 @@ def run_passes(
     max_steps: int | None = None,
     vetoed: Collection[tuple[str, str, str]] = (),
     on_event: EventHook | None = None,
+    certifier: Certifier | None = None,
 ) -> RewriteLog:
     """Run the schedule on `model` in place and return its log.
 
     `max_rewrites` caps rule rewrites and skips graph passes (bisect.replay narrows one rule pass
-    with it); `max_steps` caps steps of the whole schedule (see the module docstring).
+    with it); `max_steps` caps steps of the whole schedule (see the module docstring);
+    `certifier` checks each rule rewrite on its matched subgraph (graph-level passes are not).
     """
     specs = ordered_specs(pass_names)
     log = log if log is not None else RewriteLog()
@@ -106,7 +109,7 @@ def run_passes(
             first, pass_started = len(log.applied), time.perf_counter()
             driver = RewriteDriver(
                 model, rules, budget=budget, names=context.names, log=log, on_progress=on_progress,
-                max_rewrites=min(caps) if caps else None,
+                max_rewrites=min(caps) if caps else None, certifier=certifier,
             )
             driver.run()
             changes += driver.rewrites

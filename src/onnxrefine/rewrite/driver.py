@@ -21,7 +21,14 @@ from onnxrefine.ir.names import NameAllocator
 from onnxrefine.ir.shapes import RankOracle
 from onnxrefine.rewrite.log import RewriteLog, node_label
 from onnxrefine.rewrite.pattern import match
-from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule
+from onnxrefine.rewrite.rule import (
+    CertificateOutcome,
+    CertificateRequest,
+    Certifier,
+    Replacement,
+    RewriteContext,
+    Rule,
+)
 
 MAX_SWEEPS = 8
 
@@ -46,8 +53,11 @@ class RewriteDriver:
         log: RewriteLog | None = None,
         max_rewrites: int | None = None,
         on_progress: Callable[[int], None] | None = None,
+        certifier: Certifier | None = None,
     ):
         self.model = model
+        # Checks each rewrite on its own matched subgraph before it is applied (None: no check).
+        self.certifier = certifier
         self.rules_by_op: dict[str, list[Rule]] = {}
         for rule in sorted(rules, key=lambda r: -r.benefit):
             for op_type in rule.pattern.op_types:
@@ -119,11 +129,29 @@ class RewriteDriver:
             reason = self.budget.growth_refusal(new_sizes, freed)
             if reason is not None:
                 raise RewriteRefused(reason)
+            certificate = self._certify(rule, matched, replacement, owner)
         except RewriteRefused as refusal:
             self.log.refuse(rule.name, graph.name or "", node_label(node), str(refusal))
             return None
         self.budget.charge(new_sizes, freed)
-        return self._apply(rule, matched, replacement, owner, graph)
+        return self._apply(rule, matched, replacement, owner, graph, certificate)
+
+    def _certify(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, owner) -> str:
+        """The certifier's note for the log; raises RewriteRefused when the certificate fails."""
+        if self.certifier is None:
+            return ""
+        outcome: CertificateOutcome = self.certifier(
+            CertificateRequest(
+                rule=rule.name, kind=rule.kind, model=self.model, owner=owner, matched=list(matched),
+                replacement=list(replacement.nodes), outputs=list(replacement.outputs.items()),
+                inputs=_boundary_inputs(matched, replacement.nodes, self.ctx.pending_constants),
+                new_constants=[pending.value for pending in self.ctx.pending_constants], context=self.ctx,
+                sign_insensitive=list(replacement.sign_insensitive) + list(self.ctx.sign_insensitive),
+            )
+        )
+        if outcome.status == "refused":
+            raise RewriteRefused(f"certificate failed: {outcome.detail}")
+        return f"{outcome.status}: {outcome.detail}" if outcome.detail else outcome.status
 
     def _check_replacement(self, replacement: Replacement, matched: list[ir.Node], graph: ir.Graph) -> None:
         matched_outputs = {id(v) for n in matched for v in n.outputs}
@@ -144,7 +172,8 @@ class RewriteDriver:
             if old.type is not None and new.type is not None and old.dtype != new.dtype:
                 raise AssertionError(f"rule changed the dtype of {old.name!r}")
 
-    def _apply(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, owner, graph: ir.Graph):
+    def _apply(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, owner, graph: ir.Graph,
+               certificate: str = ""):
         root = matched[-1]
         new_nodes = list(replacement.nodes)
         for pending in self.ctx.pending_constants:
@@ -192,6 +221,7 @@ class RewriteDriver:
             root=node_label(root),
             removed=[node_label(n) for n in removed],
             added=[node_label(n) for n in new_nodes],
+            certificate=certificate,
         )
         return touched
 
@@ -201,6 +231,18 @@ def _with_extra_nodes(matched: list[ir.Node], extra, graph: ir.Graph) -> list[ir
     inside = {id(n) for n in matched}
     extra = [n for n in dict.fromkeys(extra) if id(n) not in inside and n.graph is graph]
     return extra + list(matched)
+
+
+def _boundary_inputs(matched: Sequence[ir.Node], new_nodes: Sequence[ir.Node], pending) -> list[ir.Value]:
+    """Values read by either side of a rewrite that neither side computes (each once)."""
+    inside = {id(v) for n in list(matched) + list(new_nodes) for v in n.outputs}
+    inside |= {id(p.value) for p in pending}
+    found: dict[int, ir.Value] = {}
+    for node in list(matched) + list(new_nodes):
+        for value in node.inputs:
+            if value is not None and id(value) not in inside:
+                found.setdefault(id(value), value)
+    return list(found.values())
 
 
 def _refuse_shared_intermediates(matched: list[ir.Node]) -> None:

@@ -20,6 +20,8 @@ class AppliedRewrite:
     root: str
     removed: list[str]
     added: list[str]
+    # The per-rewrite certificate's note ("certified: ...", "skipped: why"); "" when not run.
+    certificate: str = ""
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,45 @@ class Replacement:
     # Nodes outside the pattern's tree that the rule found itself (a variadic input's producer, a
     # sibling) and that the driver removes too once nothing reads them.
     also_removed: Sequence[ir.Node] = ()
+    # Replaced values whose sign of zero the rule proved no reader can observe (no path to a
+    # divisor, Reciprocal, graph output, ...): their per-rewrite certificate treats +0 and -0 alike.
+    sign_insensitive: Sequence[ir.Value] = ()
+
+
+@dataclass
+class CertificateRequest:
+    """What a certifier is shown for one rewrite, before the driver applies it.
+
+    `matched` are the nodes the rewrite removes or replaces (producers first, root last);
+    `replacement` the new nodes; `outputs` the (exposed original value, value replacing it)
+    pairs; `inputs` every value either side reads from outside (activations and constants);
+    `new_constants` the constants the rule generated. Nothing here may be mutated.
+    """
+
+    rule: str
+    kind: str
+    model: ir.Model
+    owner: ir.Graph | ir.Function
+    matched: Sequence[ir.Node]
+    replacement: Sequence[ir.Node]
+    outputs: Sequence[tuple[ir.Value, ir.Value]]
+    inputs: Sequence[ir.Value]
+    new_constants: Sequence[ir.Value]
+    context: RewriteContext
+    sign_insensitive: Sequence[ir.Value] = ()
+
+
+@dataclass(frozen=True)
+class CertificateOutcome:
+    """A certifier's answer: "certified", "skipped" (with why) or "refused" (with why)."""
+
+    status: str
+    detail: str = ""
+
+
+# A certifier checks one rewrite on its own matched subgraph (see onnxrefine.verify.certificate);
+# the driver refuses the rewrite when the outcome is "refused".
+Certifier = Callable[[CertificateRequest], CertificateOutcome]
 
 
 @dataclass(frozen=True)
@@ -72,12 +111,16 @@ class RewriteContext:
     rule_name: str = ""
     pending_constants: list[_PendingConstant] = field(default_factory=list)
     pending_nodes: list[ir.Node] = field(default_factory=list)
+    # Values the current rewrite's guards proved no reader can tell +0 from -0 in
+    # (ir/signed_zero.refuse_if_observable); the certificate treats their zero signs alike.
+    sign_insensitive: list[ir.Value] = field(default_factory=list)
 
     def begin(self, owner: ir.Graph | ir.Function, rule_name: str) -> None:
         self.owner = owner
         self.rule_name = rule_name
         self.pending_constants = []
         self.pending_nodes = []
+        self.sign_insensitive = []
 
     def node(
         self,

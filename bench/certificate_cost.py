@@ -1,0 +1,118 @@
+"""What per-rewrite certificates cost: optimize time with and without them, per model.
+
+    python bench/certificate_cost.py                       # bundled and synthetic models
+    python bench/certificate_cost.py --corpus /work/corpus  # plus every <name>.onnx there
+    python bench/certificate_cost.py --models resnet50,bert-base --corpus /work/corpus --runs 3
+
+Each model is loaded from its file and optimized with the default pipeline through the API
+(`optimize_ir`, no verification: the bench corpus's setting) with `certify=False` and
+`certify=True`, alternating, `--runs` times each; the table shows the medians. Loading and saving
+are not timed. "certified / cache hits / skipped" count the certificate calls of the last certified
+run; "refused" counts the rewrites refused by a certificate in its log (the driver offers a node
+again when a neighbour changes, so calls are in parentheses); each refusal and skip reason is
+listed under the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def synthetic_models(folder: Path) -> dict[str, Path]:
+    """The bundled example, and engine_scaling's chain and ResNet-50-shaped models."""
+    from engine_scaling import chain_model, resnet50_model
+
+    paths = {"tiny_cnn (example)": ROOT / "examples" / "tiny_cnn.onnx"}
+    for name, model in (("chain-64 (synthetic)", chain_model(64)), ("resnet50-shaped (synthetic)", resnet50_model())):
+        path = folder / f"{name.split()[0]}.onnx"
+        onnx.save(model, path)
+        paths[name] = path
+    return paths
+
+
+def optimize_once(path: Path, certify: bool):
+    from onnxrefine.api import optimize_ir
+    from onnxrefine.ir import io
+
+    model = io.load_model(path)
+    started = time.perf_counter()
+    _, report = optimize_ir(model, certify=certify)
+    return time.perf_counter() - started, report
+
+
+def measure(path: Path, runs: int) -> dict:
+    plain, certified, report = [], [], None
+    for _ in range(runs):
+        plain.append(optimize_once(path, False)[0])
+        seconds, report = optimize_once(path, True)
+        certified.append(seconds)
+    stats = report.certificates
+    return {
+        "plain": statistics.median(plain),
+        "certified": statistics.median(certified),
+        "rewrites": len(report.log.applied),
+        "stats": stats,
+        "unique_refusals": sum(1 for r in report.log.refused.values() if r.reason.startswith("certificate")),
+        "refusals": [(r.rule, r.node, r.reason) for r in report.log.refused.values()
+                     if r.reason.startswith("certificate")],
+        "skips": sorted({a.certificate for a in report.log.applied if a.certificate.startswith("skipped")}),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", help="folder of <name>.onnx models to add")
+    parser.add_argument("--models", help="comma-separated names to keep (default: all)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-synthetic", action="store_true")
+    args = parser.parse_args()
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {} if args.no_synthetic else synthetic_models(Path(tmp))
+        if args.corpus:
+            paths.update({p.stem: p for p in sorted(Path(args.corpus).glob("*.onnx"))})
+        if args.models:
+            keep = {m.strip() for m in args.models.split(",")}
+            paths = {k: v for k, v in paths.items() if k.split()[0] in keep}
+        table = Table(title=f"per-rewrite certificates: optimize time (median of {args.runs})")
+        for column in ("model", "without s", "with s", "overhead", "rewrites", "certified", "cache hits",
+                       "skipped", "refused (calls)"):
+            table.add_column(column, justify="left" if column == "model" else "right")
+        notes = []
+        total_plain = total_cert = 0.0
+        for name, path in paths.items():
+            result = measure(path, args.runs)
+            stats = result["stats"]
+            total_plain += result["plain"]
+            total_cert += result["certified"]
+            table.add_row(
+                name, f"{result['plain']:.3f}", f"{result['certified']:.3f}",
+                f"{100 * (result['certified'] / result['plain'] - 1):+.0f}%", str(result["rewrites"]),
+                str(stats["certified"]), str(stats["cache_hits"]), str(stats["skipped"]), f"{result['unique_refusals']} ({stats['refused']})",
+            )
+            notes += [f"{name}: refused {rule} at {node}: {reason}" for rule, node, reason in result["refusals"]]
+            notes += [f"{name}: {skip}" for skip in result["skips"]]
+        if total_plain:
+            table.add_section()
+            table.add_row("all", f"{total_plain:.3f}", f"{total_cert:.3f}",
+                          f"{100 * (total_cert / total_plain - 1):+.0f}%", "", "", "", "", "")
+        console.print(table)
+        for note in notes:
+            console.print(note, soft_wrap=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

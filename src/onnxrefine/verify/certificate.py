@@ -1,0 +1,460 @@
+"""Per-rewrite certificates: each rewrite checked on its own matched subgraph before it is applied.
+
+The rule driver hands every rewrite it is about to apply to a `Certifier` (rewrite/driver.py).
+The certifier builds one small ONNX model holding both sides: the matched nodes ("original") and
+the replacement nodes ("candidate"), reading the same boundary values, each exposed output and its
+replacement made graph outputs through Identity (which copies bits). Constants are the model's own
+values, fed at run time; integer boundary values nothing vouches for are computed by pulling in
+their producers (shape arithmetic), so a dim agrees with the data it describes; activations get
+adversarial input sets (`certificate_inputs.py`). Both sides run in one onnxruntime session (CPU,
+graph optimizations off, one thread: the settings of `runner.py`).
+
+exact rewrites
+    every output bit-identical to the original's on every set (two NaNs are equal whatever their
+    payloads; +0 and -0 differ: that is the sign-of-zero class end-to-end inputs rarely reach).
+reassociating rewrites (see `certificate_bound.py` for the bound and its derivation)
+    judged against the float64 reference of the matched subgraph, and the float64 value of the
+    replacement is compared with it on the finite set (the meaning of the folded constants,
+    without float32 arithmetic noise). An exact zero may not change sign there either.
+A rule that proved no reader can observe the sign of a zero in an output says so
+(`Replacement.sign_insensitive`); there +0 and -0 count as equal.
+
+A set on which the ORIGINAL fails to run is dropped; a set on which only the candidate fails
+refuses the rewrite. The certificate is skipped, with its reason recorded in the rewrite log
+(`--report`: applied[].certificate), when it cannot be made concrete: an input whose shape or
+element type nothing vouches for (inside functions and control-flow bodies, mostly), a
+custom-domain or control-flow node, a dtype the sets do not cover (bfloat16, float8, strings), no
+set on which the original runs, or no float64 reference for an operator. Skipping rather than
+refusing keeps the optimizer useful there; the end-to-end verification still covers those rewrites.
+
+Cost: position-wise subgraphs (elementwise ops, convolutions and pools over per-channel
+constants, products by a constant matrix) run on reduced sizes, all sets stacked along the batch
+axis in one run (`certificate_inputs.reduced_shapes`); values get canonical names, so certificates
+of the same structure share one session; outcomes are cached by structure and constant bytes when
+the constants are small. Large accumulations (over HEAVY_BYTES of constants) get only a few
+subnormals (each costs ~100x per multiply-add) and the float64 reference on the finite set only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import helper, numpy_helper
+
+from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.static_shapes import Sym, static_oracle
+from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
+from onnxrefine.verify.certificate_bound import CertificateFailure as _Refuse
+from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
+from onnxrefine.verify.certificate_bound import judge_reassociating, side_model
+from onnxrefine.verify.certificate_inputs import (
+    SUPPORTED_DTYPES,
+    adversarial_sets,
+    reduced_shapes,
+)
+from onnxrefine.verify.compare import bit_identical
+
+_STANDARD_DOMAINS = ("", "ai.onnx")
+# Constants are fed at run time rather than embedded (no copy, and certificates of the same
+# structure share one onnxruntime session); other dtypes are embedded.
+EMBED_BYTES = 0
+HEAVY_BYTES = 1 << 16
+CACHE_CONSTANT_BYTES = 1 << 16  # certificates whose constants are this small are cached by content
+SYM_DIM = 3  # what a dimension nobody can tell us counts as
+MAX_CONTEXT = 16  # producer nodes pulled in to compute integer boundary values
+MAX_SESSIONS = 256
+
+
+@dataclass
+class CertificateStats:
+    certified: int = 0
+    skipped: int = 0
+    refused: int = 0
+    cache_hits: int = 0
+    seconds: float = 0.0
+    refusals: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"certified": self.certified, "skipped": self.skipped, "refused": self.refused,
+                "cache_hits": self.cache_hits, "seconds": round(self.seconds, 4)}
+
+
+@dataclass
+class _Side:
+    """One boundary value: a constant (array) or an activation (dtype and concrete shape)."""
+
+    value: ir.Value
+    name: str
+    array: np.ndarray | None = None
+    dtype: np.dtype | None = None
+    shape: tuple | None = None
+
+
+class Certifier:
+    """Callable given to the rule driver; keeps caches and counts for one optimization run."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self.stats = CertificateStats()
+        self._sessions: dict[bytes, object] = {}
+        self._results: dict[bytes, CertificateOutcome] = {}
+        self._set_cache: dict[tuple, list] = {}
+
+    def __call__(self, request: CertificateRequest) -> CertificateOutcome:
+        started = time.perf_counter()
+        try:
+            outcome = self._certify(request)
+        except _Skip as skip:
+            outcome = CertificateOutcome("skipped", str(skip))
+        except _Refuse as refusal:
+            outcome = CertificateOutcome("refused", str(refusal))
+        finally:
+            self.stats.seconds += time.perf_counter() - started
+        if outcome.status == "certified":
+            self.stats.certified += 1
+        elif outcome.status == "skipped":
+            self.stats.skipped += 1
+        else:
+            self.stats.refused += 1
+            self.stats.refusals.append((request.rule, outcome.detail))
+        return outcome
+
+    # -- building -----------------------------------------------------------------------------
+
+    def _certify(self, request: CertificateRequest) -> CertificateOutcome:
+        nodes = list(request.matched) + list(request.replacement)
+        for node in nodes:
+            if node.domain not in _STANDARD_DOMAINS:
+                raise _Skip(f"{node.op_type} is in custom domain '{node.domain}'")
+            if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()):
+                raise _Skip(f"{node.op_type} carries a subgraph")
+            if any(attr.is_ref() for attr in node.attributes.values()):
+                raise _Skip(f"{node.op_type} has an attribute reference (function body)")
+        sides, context = self._boundary(request)
+        unresolved = [s.name for s in sides if s.array is None and s.shape is None]
+        if unresolved:
+            raise _Skip(f"the shape of '{unresolved[0]}' is not known")
+        constants = [s for s in sides if s.array is not None] + [
+            _Side(v, v.name, array=v.const_value.numpy()) for v in request.new_constants]
+        activations = [s for s in sides if s.array is None]
+        reduced = reduced_shapes([list(context) + list(request.matched), list(request.replacement)],
+                                 {s.name: s.shape for s in activations}, constants)
+        note = ""
+        if reduced is not None:
+            for side in activations:
+                side.shape = reduced[side.name]
+            note = " (reduced sizes)"
+        key = self._cache_key(request, activations, constants, context)
+        if key is not None and key in self._results:
+            self.stats.cache_hits += 1
+            cached = self._results[key]
+            if cached.status == "refused":
+                raise _Refuse(cached.detail)
+            return cached
+        try:
+            outcome = self._check(request, activations, constants, context, reduced, note)
+        except _Refuse as refusal:
+            if key is not None:  # the same structure and constants fail the same way
+                self._results[key] = CertificateOutcome("refused", str(refusal))
+            raise
+        if key is not None:
+            self._results[key] = outcome
+        return outcome
+
+    def _check(self, request, activations, constants, context, reduced, note) -> CertificateOutcome:
+        proto, fed, outputs = self._build(request, activations, constants, context, reduced is not None)
+        session = self._session(proto, request)
+        # Large constants: a large accumulation, where subnormals are slow and float64 dominates.
+        heavy = sum(a.nbytes for a in fed.values()) > HEAVY_BYTES
+        sets = self._sets(activations, heavy)
+        stacked = reduced is not None and len(sets) > 1
+        runs = self._run_stacked(session, sets, fed) if stacked else None
+        if runs is None:
+            stacked = False
+            runs, dropped = [], []
+            for label, feeds in sets:
+                feeds = {**feeds, **fed}
+                result = _run(session, feeds)
+                if isinstance(result, str):
+                    if self._original_fails(proto, outputs, feeds):
+                        dropped.append(label)
+                        continue
+                    raise _Refuse(f"the replacement fails on the '{label}' inputs where the original runs: {result}")
+                runs.append((label, feeds, result))
+            if not runs:
+                raise _Skip(f"the matched subgraph does not run on any generated input set ({', '.join(dropped)})")
+        names = [(o, c) for o, c in outputs]
+        unsigned = {o for (o, _), (old, _) in zip(outputs, request.outputs)
+                    if any(old is v for v in request.sign_insensitive)}
+        if request.kind == EXACT:
+            detail = _judge_exact(runs, names, unsigned)
+        else:
+            detail = judge_reassociating(proto, runs, names, [f"a{i}" for i in range(len(activations))] if stacked else None,
+                                         heavy, unsigned)
+        return CertificateOutcome("certified", f"{detail} on {len(runs)} input sets{note}")
+
+    def _sets(self, activations, heavy: bool):
+        """The adversarial sets, cached by the activations' dtypes and shapes (they depend on
+        nothing else), renamed for this certificate."""
+        key = (tuple((str(s.dtype), s.shape) for s in activations), heavy)
+        cached = self._set_cache.get(key)
+        if cached is None:
+            specs = {f"a{i}": (s.dtype, s.shape) for i, s in enumerate(activations)}
+            cached = self._set_cache[key] = adversarial_sets(specs, self.seed, heavy)
+            if len(self._set_cache) > MAX_SESSIONS:
+                self._set_cache.pop(next(iter(self._set_cache)))
+        return cached  # keyed a<i>, the certificate model's canonical names
+
+    @staticmethod
+    def _run_stacked(session, sets, fed):
+        """All sets in one run, stacked along the batch axis (reduced shapes have batch 1 and
+        every node is position-wise, so each set's rows are computed as if alone); None when that
+        run fails (the sets are then run one by one to say which)."""
+        names = list(sets[0][1])
+        stacked = {name: np.concatenate([feeds[name] for _, feeds in sets]) for name in names}
+        result = _run(session, {**stacked, **fed})
+        if isinstance(result, str) or any(v.ndim == 0 or v.shape[0] != len(sets) for v in result.values()):
+            return None
+        return [(label, {**feeds, **fed}, {k: v[i:i + 1] for k, v in result.items()})
+                for i, (label, feeds) in enumerate(sets)]
+
+    def _boundary(self, request: CertificateRequest) -> tuple[list[_Side], list[ir.Node]]:
+        """The boundary values, and the context nodes pulled in to compute integer ones.
+
+        An integer value the matched subgraph reads (a shape, a dim) must agree with the data it
+        describes: where nothing vouches for its value, its producers (shape arithmetic back to
+        the activations, at most MAX_CONTEXT nodes) join the certificate model, so it is computed
+        from the same adversarial data instead of being made up.
+        """
+        oracle = static_oracle(request.context)
+        body = list(request.matched) + list(request.replacement)
+        context: list[ir.Node] = []
+        while True:
+            produced = {id(v) for n in body + context for v in n.outputs}
+            produced |= {id(v) for v in request.new_constants}
+            values: dict[int, ir.Value] = {}
+            for node in body + context:
+                for value in node.inputs:
+                    if value is not None and id(value) not in produced:
+                        values.setdefault(id(value), value)
+            sides, grow = [], []
+            for value in values.values():
+                side = self._side(value, oracle)
+                producer = value.producer()
+                if (side.array is None and side.dtype.kind in "iu" and producer is not None
+                        and producer.domain in _STANDARD_DOMAINS and len(context) < MAX_CONTEXT
+                        and not any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                                    for a in producer.attributes.values())):
+                    grow.append(producer)
+                sides.append(side)
+            if not grow:
+                return sides, context
+            context = list(dict.fromkeys(grow + context))
+
+    def _side(self, value: ir.Value, oracle) -> _Side:
+        if not value.name:
+            raise _Skip("a boundary value has no name")
+        array = constant_array(value)
+        if array is None:
+            elements = oracle.elements(value)
+            if elements is not None and elements.known():
+                array = elements.array()  # a trusted fact about a computed shape value
+        if array is not None:
+            return _Side(value, value.name, array=np.asarray(array))
+        dtype = oracle.dtype(value) or value.dtype
+        if dtype is None:
+            raise _Skip(f"the element type of '{value.name}' is not known")
+        np_dtype = np.dtype(dtype.numpy())
+        if np_dtype not in SUPPORTED_DTYPES:
+            raise _Skip(f"'{value.name}' is {np_dtype}, which the certificate does not generate")
+        shape = oracle.symbolic_shape(value)
+        if shape is None and value.shape is not None:
+            shape = tuple(d if isinstance(d, int) else Sym() for d in value.shape)
+        if shape is None:
+            if np_dtype.kind in "iu" and value.producer() is not None:
+                return _Side(value, value.name, dtype=np_dtype)  # computed from context, if any
+            raise _Skip(f"the shape of '{value.name}' is not known")
+        concrete = tuple(d if isinstance(d, int) and d >= 0 else SYM_DIM for d in shape)
+        return _Side(value, value.name, dtype=np_dtype, shape=concrete)
+
+    def _cache_key(self, request, activations, constants, context) -> bytes | None:
+        if sum(c.array.nbytes for c in constants) > CACHE_CONSTANT_BYTES:
+            return None
+        digest = hashlib.sha1(request.rule.encode())
+        renames = {}
+        for side in activations:
+            renames[side.name] = f"a{len(renames)}"
+            digest.update(f"{renames[side.name]}:{side.dtype}:{side.shape};".encode())
+        for side in constants:
+            renames[side.name] = f"k{len(renames)}"
+            digest.update(f"{renames[side.name]}:{side.array.dtype}:{side.array.shape};".encode())
+            digest.update(np.ascontiguousarray(side.array).tobytes())
+        produced = {}
+        for node in list(context) + ["|"] + list(request.matched) + ["|"] + list(request.replacement):
+            if node == "|":
+                digest.update(b"|")
+                continue
+            for out in node.outputs:
+                produced[id(out)] = f"v{len(produced)}"
+            ins = [renames.get(v.name) if v is not None and id(v) not in produced else
+                   (produced.get(id(v)) if v is not None else "") for v in node.inputs]
+            attrs = sorted((k, repr(a.value)) for k, a in node.attributes.items())
+            digest.update(repr((node.op_type, node.domain, ins, [produced[id(o)] for o in node.outputs], attrs)).encode())
+        digest.update(repr([(produced.get(id(o)), produced.get(id(n)) or renames.get(n.name))
+                            for o, n in request.outputs]).encode())
+        opsets = dict(request.model.opset_imports)
+        digest.update(repr(sorted(opsets.items())).encode())
+        return digest.digest()
+
+    def _build(self, request: CertificateRequest, activations, constants, context, batch_free: bool):
+        """The two-sided model, the constants fed at run time, and (original, candidate) output names.
+
+        Values get canonical names (a<i> activations, k<i> constants, v<i> the rest, no node
+        names), so that certificates of the same structure have the same bytes and share a session.
+        """
+        rename = {side.name: f"a{i}" for i, side in enumerate(activations)}
+        rename.update({side.name: f"k{i}" for i, side in enumerate(constants)})
+        inputs, initializers, fed = [], [], {}
+        for side in activations:
+            elem = helper.np_dtype_to_tensor_dtype(side.dtype)
+            dims = ["batch", *side.shape[1:]] if batch_free else list(side.shape)  # sets stack on it
+            inputs.append(helper.make_tensor_value_info(rename[side.name], elem, dims))
+        for side in constants:
+            array = np.require(side.array, requirements="C")  # ascontiguousarray makes a scalar 1-D
+            name = rename[side.name]
+            if array.nbytes > EMBED_BYTES and array.dtype in SUPPORTED_DTYPES:
+                inputs.append(helper.make_tensor_value_info(
+                    name, helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)))
+                fed[name] = array
+            else:
+                initializers.append(numpy_helper.from_array(array, name))
+        nodes = []
+        for node in _topological(context) + _topological(request.matched) + _topological(request.replacement):
+            proto_node = ir.serde.serialize_node(node)
+            proto_node.name = ""
+            for index, name in enumerate(proto_node.input):
+                if name:
+                    proto_node.input[index] = rename.setdefault(name, f"v{len(rename)}")
+            for index, name in enumerate(proto_node.output):
+                if name:
+                    proto_node.output[index] = rename.setdefault(name, f"v{len(rename)}")
+            nodes.append(proto_node)
+        outputs, graph_outputs = [], []
+        for index, (old, new) in enumerate(request.outputs):
+            pair = []
+            for side, value in (("original", old), ("candidate", new)):
+                name = f"__certificate_{side}_{index}"
+                nodes.append(helper.make_node("Identity", [rename[value.name]], [name]))
+                graph_outputs.append(onnx.ValueInfoProto(name=name))
+                pair.append(name)
+            outputs.append(tuple(pair))
+        graph = helper.make_graph(nodes, "certificate", inputs, graph_outputs, initializers)
+        opsets = dict(request.model.opset_imports)
+        owner_opsets = getattr(request.owner, "opset_imports", None) or {}
+        opsets.update(owner_opsets)
+        if "" not in opsets:
+            opsets[""] = opsets.pop("ai.onnx", 13)
+        opset_ids = [helper.make_opsetid(domain, int(version)) for domain, version in opsets.items()
+                     if domain in _STANDARD_DOMAINS and domain != "ai.onnx"]
+        proto = helper.make_model(graph, opset_imports=opset_ids)
+        proto.ir_version = min(int(request.model.ir_version or 8), onnx.IR_VERSION)
+        return proto, fed, outputs
+
+    def _session(self, proto: onnx.ModelProto, request: CertificateRequest):
+        data = proto.SerializeToString()
+        key = hashlib.sha1(data).digest()
+        session = self._sessions.get(key)
+        if session is None:
+            try:
+                session = _make_session(data)
+            except Exception as exc:  # noqa: BLE001 - onnxruntime raises many types
+                original = side_model(proto, "original")
+                try:
+                    _make_session(original.SerializeToString())
+                except Exception:  # noqa: BLE001
+                    raise _Skip(f"onnxruntime cannot load the matched subgraph: {_first_line(exc)}") from None
+                raise _Refuse(f"onnxruntime cannot load the replacement: {_first_line(exc)}") from None
+            if len(self._sessions) >= MAX_SESSIONS:
+                self._sessions.pop(next(iter(self._sessions)))
+            self._sessions[key] = session
+        return session
+
+    def _original_fails(self, proto, outputs, feeds) -> bool:
+        original = side_model(proto, "original")
+        try:
+            session = _make_session(original.SerializeToString())
+        except Exception:  # noqa: BLE001
+            return True
+        names = {i.name for i in original.graph.input}
+        return isinstance(_run(session, {k: v for k, v in feeds.items() if k in names}), str)
+
+
+def _judge_exact(runs, names, unsigned=frozenset()) -> str:
+    """Bit-identical outputs (any two NaNs equal; +0 and -0 equal only on `unsigned` outputs)."""
+    for label, _, result in runs:
+        for original, candidate in names:
+            o, c = result[original], result[candidate]
+            if o.shape != c.shape or o.dtype != c.dtype:
+                raise _Refuse(f"on the '{label}' inputs the replacement gives {c.dtype}{list(c.shape)}, "
+                              f"the original {o.dtype}{list(o.shape)}")
+            differ = ~bit_identical(o, c)
+            if original in unsigned and o.dtype.kind == "f":
+                differ &= ~((o == 0) & (c == 0))
+            if differ.any():
+                index = np.unravel_index(int(np.flatnonzero(differ)[0]), o.shape) if o.ndim else ()
+                raise _Refuse(f"exact rewrite differs on the '{label}' inputs at {list(map(int, index))}: "
+                              f"original {o[index]!r}, replacement {c[index]!r} "
+                              f"({int(differ.sum())} of {o.size} elements)")
+    return "bit-identical"
+
+
+def _topological(nodes) -> list[ir.Node]:
+    nodes = list(dict.fromkeys(nodes))
+    produced = {id(v): n for n in nodes for v in n.outputs}
+    order, done = [], set()
+
+    def visit(node, depth=0):
+        if id(node) in done or depth > len(nodes):
+            return
+        done.add(id(node))
+        for value in node.inputs:
+            if value is not None and id(value) in produced:
+                visit(produced[id(value)], depth + 1)
+        order.append(node)
+
+    for node in nodes:
+        visit(node)
+    return order
+
+
+def _make_session(data: bytes):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 4
+    return ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def _run(session, feeds) -> dict | str:
+    wanted = {i.name for i in session.get_inputs()}
+    try:
+        names = [o.name for o in session.get_outputs()]
+        values = session.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    except Exception as exc:  # noqa: BLE001
+        return _first_line(exc)
+    return {name: np.asarray(value) for name, value in zip(names, values)}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(exc).__name__

@@ -1,0 +1,296 @@
+"""Per-rewrite certificates: planted wrong rules are refused by their certificate with the reason,
+correct ones pass, and the default API and CLI paths certify."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from helpers import make_model, op_types, run, tensor, value_info
+from onnx import helper
+
+import onnxrefine
+from onnxrefine.cli.main import main
+from onnxrefine.errors import RewriteRefused
+from onnxrefine.passes import registry
+from onnxrefine.passes.registry import PassSpec
+from onnxrefine.rewrite.pattern import Const, Op, Var
+from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Replacement, Rule
+from onnxrefine.verify.certificate_inputs import adversarial_sets, reduced_shapes
+
+
+def _sub_from_zero_to_neg(m, ctx):
+    """Wrong on purpose, declared exact: 0 - x is +0.0 for x = +0.0, Neg gives -0.0."""
+    if np.any(m.array("zero") != 0):
+        raise RewriteRefused("not a zero")
+    node = ctx.node("Neg", [m["x"]])
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+def _double_to_add(m, ctx):
+    """Right: x * 2 is x + x bit for bit (signed zeros, infinities, NaN and overflow alike)."""
+    if np.any(m.array("two") != 2):
+        raise RewriteRefused("not two")
+    node = ctx.node("Add", [m["x"], m["x"]])
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+def _fold_scales(error: float):
+    """Mul(Mul(x, a), b) -> Mul(x, a*b), reassociating; `error` plants a relative error in a*b."""
+
+    def fold(m, ctx):
+        product = (m.array("a").astype(np.float64) * m.array("b")) * (1.0 + error)
+        scale = ctx.constant(product.astype(np.float32), "scale", [m["a"], m["b"]])
+        node = ctx.node("Mul", [m["x"], scale])
+        return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+    return fold
+
+
+_SCALES = Op("Mul", Op("Mul", Var("x"), Const("a")), Const("b"))
+PLANTED = {
+    "sub_zero_to_neg": Rule("sub_zero_to_neg", Op("Sub", Const("zero"), Var("x")), _sub_from_zero_to_neg, kind=EXACT),
+    "double_to_add": Rule("double_to_add", Op("Mul", Var("x"), Const("two")), _double_to_add, kind=EXACT),
+    "fold_scales": Rule("fold_scales", _SCALES, _fold_scales(0.0), kind=REASSOCIATING),
+    "fold_scales_wrong": Rule("fold_scales_wrong", _SCALES, _fold_scales(1e-4), kind=REASSOCIATING),
+}
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    registry._load_pass_modules()
+    for name, rule in PLANTED.items():
+        spec = PassSpec(f"planted_{name}", rule.kind, "test only", rules=(rule,), default=False)
+        monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    return lambda name: f"planted_{name}"
+
+
+def _unary_model(op: str, constant: np.ndarray, constant_first: bool = False) -> onnx.ModelProto:
+    inputs = ["c", "x"] if constant_first else ["x", "c"]
+    nodes = [helper.make_node(op, inputs, ["y"]), helper.make_node("Reciprocal", ["y"], ["r"])]
+    return make_model(nodes, [value_info("x", shape=[2, 3])], [value_info("r", shape=[2, 3])],
+                      [tensor("c", constant)])
+
+
+def _scales_model(a: float, b: float) -> onnx.ModelProto:
+    nodes = [helper.make_node("Mul", ["x", "a"], ["t"]), helper.make_node("Mul", ["t", "b"], ["y"])]
+    return make_model(nodes, [value_info("x", shape=[2, 4])], [value_info("y", shape=[2, 4])],
+                      [tensor("a", np.array(a, np.float32)), tensor("b", np.array(b, np.float32))])
+
+
+def _refusals(report) -> dict[str, str]:
+    return {r.rule: r.reason for r in report.log.refused.values()}
+
+
+def test_exact_rule_that_flips_a_zero_is_refused_by_its_certificate(planted):
+    model = _unary_model("Sub", np.zeros((), np.float32), constant_first=True)
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("sub_zero_to_neg")])
+    assert op_types(optimized) == ["Sub", "Reciprocal"]
+    reason = _refusals(report)["sub_zero_to_neg"]
+    assert reason.startswith("certificate failed: exact rewrite differs on the ")
+    assert "original np.float32(0.0), replacement np.float32(-0.0)" in reason
+    assert report.certificates["refused"] == 1
+    # Random inputs never reach the difference end to end; the certificate's +0 set does.
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    unchecked = onnxrefine.optimize(model, [planted("sub_zero_to_neg")], certify=False)
+    assert op_types(unchecked) == ["Neg", "Reciprocal"]
+    np.testing.assert_array_equal(run(unchecked, {"x": x})[0], run(model, {"x": x})[0])
+    zero = np.zeros((2, 3), np.float32)
+    assert run(model, {"x": zero})[0][0, 0] == np.inf and run(unchecked, {"x": zero})[0][0, 0] == -np.inf
+
+
+def test_correct_exact_rule_is_certified_bit_identical(planted):
+    model = _unary_model("Mul", np.array(2, np.float32))
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("double_to_add")])
+    assert op_types(optimized) == ["Add", "Reciprocal"]
+    (applied,) = report.log.applied
+    assert applied.certificate.startswith("certified: bit-identical on 6 input sets")
+    assert report.certificates == {**report.certificates, "certified": 1, "refused": 0, "skipped": 0}
+
+
+def test_reassociating_rule_within_the_bound_passes(planted):
+    model = _scales_model(3.0, 0.7)
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("fold_scales")])
+    assert op_types(optimized) == ["Mul"]
+    assert report.log.applied[0].certificate.startswith("certified: within the float64 bound")
+
+
+def test_reassociating_rule_outside_the_bound_is_refused(planted):
+    model = _scales_model(3.0, 0.7)
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("fold_scales_wrong")])
+    assert op_types(optimized) == ["Mul", "Mul"]
+    reason = _refusals(report)["fold_scales_wrong"]
+    assert reason.startswith("certificate failed:")
+    assert "float64" in reason
+    assert op_types(onnxrefine.optimize(model, [planted("fold_scales_wrong")], certify=False)) == ["Mul"]
+
+
+def _scale_conv(error: float):
+    """Mul(Conv(x, W), k) -> Conv(x, W*k*(1+error)), reassociating."""
+
+    def fold(m, ctx):
+        folded = m.array("w").astype(np.float64) * m.array("k").reshape(-1, 1, 1, 1) * (1.0 + error)
+        weight = ctx.constant(folded.astype(np.float32), "w_scaled", [m["w"]])
+        node = ctx.node("Conv", [m["x"], weight], {"pads": [1, 1, 1, 1]})
+        return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+    return Rule("scale_conv", Op("Mul", Op("Conv", Var("x"), Const("w")), Const("k")), fold, kind=REASSOCIATING)
+
+
+@pytest.mark.parametrize("error", [0.0, 1e-5])
+def test_a_dropped_epsilon_sized_error_is_refused_by_the_float64_meaning_check(monkeypatch, error):
+    # 1e-5 relative (an epsilon of 1e-5 dropped against a variance of 0.5) is within the a priori
+    # bound of 16*9 float32 roundings, so float32 runs alone cannot tell it from reassociation;
+    # the replacement evaluated in float64 can.
+    registry._load_pass_modules()
+    spec = PassSpec("planted_scale_conv", REASSOCIATING, "test only", rules=(_scale_conv(error),), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Mul", ["c", "k"], ["y"])]
+    model = make_model(nodes, [value_info("x", shape=[1, 16, 6, 6])], [value_info("y", shape=None)],
+                       [tensor("w", rng.standard_normal((8, 16, 3, 3)).astype(np.float32)),
+                        tensor("k", rng.uniform(0.5, 2, (8, 1, 1)).astype(np.float32))])
+    optimized, report = onnxrefine.optimize_with_report(model, [spec.name])
+    if error == 0.0:
+        assert op_types(optimized) == ["Conv"]
+        assert report.log.applied[0].certificate.startswith("certified: within the float64 bound")
+    else:
+        assert op_types(optimized) == ["Conv", "Mul"]
+        assert "beyond the rounding of its folded constants" in _refusals(report)["scale_conv"]
+
+
+def test_reassociation_that_flips_the_sign_of_a_zero_is_refused():
+    # The issue's case: Conv(x, W) -> Mul(-2) -> Reciprocal. Where a window lies in the padding
+    # the Conv gives +0.0 and the Mul -0.0 (so -inf after Reciprocal); folded into W, the Conv
+    # gives +0.0 (+inf after Reciprocal).
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[3, 3, 3, 3]),
+        helper.make_node("Mul", ["c", "k"], ["m"]),
+        helper.make_node("Reciprocal", ["m"], ["y"]),
+    ]
+    model = make_model(nodes, [value_info("x", shape=[1, 2, 2, 2])], [value_info("y", shape=None)],
+                       [tensor("w", rng.standard_normal((2, 2, 3, 3)).astype(np.float32)),
+                        tensor("k", np.full((2, 1, 1), -2.0, np.float32))])
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_mul_into_conv"])
+    assert op_types(optimized) == ["Conv", "Mul", "Reciprocal"]
+    x = rng.standard_normal((1, 2, 2, 2)).astype(np.float32)
+    assert np.array_equal(run(optimized, {"x": x})[0], run(model, {"x": x})[0])
+    reason = _refusals(report)["conv_mul"]
+    # The pass may come to refuse it by its own guard (issue 9, item 2); if not, the certificate does.
+    if reason.startswith("certificate"):
+        assert "flips the sign of an exact zero" in reason
+        unchecked = onnxrefine.optimize(model, ["fuse_mul_into_conv"], certify=False)
+        assert op_types(unchecked) == ["Conv", "Reciprocal"]
+        assert (run(model, {"x": x})[0] == -np.inf).any()
+        assert not np.array_equal(run(unchecked, {"x": x})[0], run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_a_rule_may_declare_outputs_whose_zero_sign_nobody_reads(monkeypatch, declared):
+    # At x = -0.0, x + 0.0 is +0.0 but x is -0.0: refused, unless the rule proved (and declared)
+    # that no reader of the output can tell the two zeros apart.
+    def drop(m, ctx):
+        old, new = m.root.outputs[0], m["x"]
+        node = ctx.node("Identity", [new])
+        return Replacement([node], {old: node.outputs[0]}, sign_insensitive=[old] if declared else [])
+
+    rule = Rule("drop_add_zero", Op("Add", Var("x"), Const("zero")), drop, kind=REASSOCIATING)
+    registry._load_pass_modules()
+    spec = PassSpec("planted_drop_add_zero", REASSOCIATING, "test only", rules=(rule,), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    model = make_model([helper.make_node("Add", ["x", "z"], ["y"]), helper.make_node("Relu", ["y"], ["r"])],
+                       [value_info("x", shape=[2, 3])], [value_info("r", shape=[2, 3])],
+                       [tensor("z", np.zeros((), np.float32))])
+    optimized, report = onnxrefine.optimize_with_report(model, [spec.name])
+    if declared:
+        assert "Add" not in op_types(optimized)
+    else:
+        assert "flips the sign of an exact zero" in _refusals(report)["drop_add_zero"]
+
+
+def test_report_and_explain_show_the_refusal(planted, tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(_unary_model("Sub", np.zeros((), np.float32), constant_first=True), path)
+    report_path = tmp_path / "r.json"
+    code = main(["optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--passes", planted("sub_zero_to_neg"),
+                 "--no-verify", "--explain", "--report", str(report_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "certificate failed" in out
+    report = json.loads(report_path.read_text())
+    assert report["certificates"]["refused"] == 1
+    assert report["refused"][0]["reason"].startswith("certificate failed")
+    assert op_types(onnx.load(tmp_path / "o.onnx")) == ["Sub", "Reciprocal"]
+    code = main(["optimize", str(path), "-o", str(tmp_path / "o2.onnx"), "--passes", planted("sub_zero_to_neg"),
+                 "--no-verify", "--no-certify", "--report", str(report_path)])
+    assert code == 0 and op_types(onnx.load(tmp_path / "o2.onnx")) == ["Neg", "Reciprocal"]
+    assert json.loads(report_path.read_text())["certificates"] is None
+
+
+def test_a_skipped_certificate_is_recorded_with_its_reason():
+    # Inside a model-local function nothing vouches for the input shapes: applied, marked skipped.
+    body = [helper.make_node("Identity", ["a"], ["t"]), helper.make_node("Relu", ["t"], ["b"])]
+    function = helper.make_function("local", "f", ["a"], ["b"], body, [helper.make_opsetid("", 17)])
+    model = make_model([helper.make_node("f", ["x"], ["y"], domain="local")], [value_info("x", shape=[2])],
+                       [value_info("y", shape=[2])], functions=[function])
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    optimized, report = onnxrefine.optimize_with_report(model, ["eliminate_identity"])
+    (applied,) = report.log.applied
+    assert applied.certificate.startswith("skipped: ")
+    assert report.certificates["skipped"] == 1
+    assert [n.op_type for n in optimized.functions[0].node] == ["Relu"]
+
+
+def test_shape_values_are_computed_from_the_data_they_describe():
+    # Reshape(x, Concat(Shape(x)[0], [-1])) -> Reshape(x, [0, -1]) holds only because the dim comes
+    # from x: the certificate pulls the Shape arithmetic in instead of inventing the dim.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sh"]),
+        helper.make_node("Gather", ["sh", "i0"], ["d0"], axis=0),
+        helper.make_node("Unsqueeze", ["d0", "ax"], ["d0u"]),
+        helper.make_node("Concat", ["d0u", "b"], ["s"], axis=0),
+        helper.make_node("Reshape", ["x", "s"], ["y"]),
+    ]
+    model = make_model(nodes, [value_info("x", shape=["N", 3, 4])], [value_info("y", shape=None)],
+                       [tensor("i0", np.array(0, np.int64)), tensor("ax", np.array([0], np.int64)),
+                        tensor("b", np.array([-1], np.int64))])
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_concat_into_reshape"])
+    assert "Concat" not in op_types(optimized)
+    assert report.log.applied[-1].certificate == "certified: bit-identical on 6 input sets"
+
+
+def test_adversarial_sets_hold_the_edge_values():
+    sets = dict(adversarial_sets({"x": (np.dtype(np.float32), (4, 8))}))
+    finite, zeros, negative, special = (sets[k]["x"] for k in ("finite", "+0", "-0", "inf/nan"))
+    assert not np.signbit(zeros).any() and np.signbit(negative).all() and not negative.any()
+    assert np.isfinite(finite).all() and (np.signbit(finite) & (finite == 0)).any()
+    assert (np.abs(finite) < np.finfo(np.float32).tiny).any()  # subnormals
+    assert np.isnan(special).any() and np.isposinf(special).any() and np.isneginf(special).any()
+    assert (np.abs(sets["huge"]["x"]) == np.finfo(np.float32).max).any()
+
+
+def test_reduced_sizes_keep_every_window_and_the_border_residue():
+    import onnx_ir as ir
+
+    x = ir.Value(name="x")
+    w = ir.Value(name="w")
+    conv = ir.Node("", "Conv", [x, w], [ir.AttrInt64s("strides", [2, 2]), ir.AttrInt64s("pads", [3, 3, 3, 3])])
+
+    class Side:
+        def __init__(self, name, array):
+            self.name, self.array = name, array
+
+    shapes = reduced_shapes([[conv]], {"x": (4, 3, 224, 223)}, [Side("w", np.zeros((8, 3, 7, 7), np.float32))])
+    batch, channels, height, width = shapes["x"]
+    assert (batch, channels) == (1, 3)
+    assert height % 2 == 224 % 2 and width % 2 == 223 % 2 and max(height, width) <= 8
+    for size in (height, width):  # every one of the 7 taps reads data at some output position
+        outputs = (size + 3 + 3 - 7) // 2 + 1
+        assert {t for o in range(outputs) for t in range(7) if 0 <= 2 * o - 3 + t < size} == set(range(7))
+    # Axes along which a constant varies keep their size; one varying along the batch: no reduction.
+    add = ir.Node("", "Add", [x, w])
+    assert reduced_shapes([[add]], {"x": (2, 3, 8, 9)}, [Side("w", np.zeros((8, 1), np.float32))]) == {"x": (1, 3, 8, 4)}
+    assert reduced_shapes([[add]], {"x": (2, 3, 8, 8)}, [Side("w", np.zeros((2, 1, 1, 1), np.float32))]) is None
