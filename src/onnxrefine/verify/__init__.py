@@ -33,7 +33,8 @@ __all__ = [
 def verify_models(original, candidate, *,
                   inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]] | None = None,
                   trials: int = 3, seed: int = 0, dims: Mapping[str, int] | None = None,
-                  stress: bool = True, time_budget_s: float | None = None) -> VerificationReport:
+                  stress: bool = True, time_budget_s: float | None = None,
+                  localize: bool = True) -> VerificationReport:
     """Compare `candidate` against `original` (ModelProtos or paths).
 
     `inputs`: one input set (name -> array) or a sequence of them; when None, `trials` random
@@ -45,9 +46,42 @@ def verify_models(original, candidate, *,
     Raises BadInputError for a missing/non-ONNX file, inputs that do not fit the original, or an
     original that onnxruntime cannot load or run. A candidate that onnxruntime cannot load or run
     is a `mismatch` (the rewrite broke the model), not bad input.
+
+    `localize`: also judge the intermediate values both models hold under the same name and name
+    the first bad one (localize.py); a mismatch there makes the verdict a mismatch. It costs one
+    float64 evaluation of the original and 3 + perturbation onnxruntime runs per input set.
     """
     with np.errstate(all="ignore"):  # inf/NaN arithmetic is expected on stress inputs
-        return _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget_s)
+        original = load_model(original, "original model")  # once, for both passes below
+        candidate = load_model(candidate, "candidate model")
+        report = _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget_s)
+        if localize:
+            _localize(report, original, candidate, inputs, trials, seed, dims, stress, time_budget_s)
+        return report
+
+
+def _localize(report, original, candidate, inputs, trials, seed, dims, stress, time_budget_s) -> None:
+    """Layer-wise localisation on the input sets the output checks used (see localize.py)."""
+    from onnxrefine.verify.localize import localize
+
+    if any("candidate failed" in note for note in report.notes):
+        report.localisation = {"status": "not run: the candidate failed to load or run"}
+        return
+    original_model, candidate_model = original, candidate
+    if inputs is None:
+        labelled = generate_labelled_inputs(original_model, seed=seed, dims=dims, stress=stress, trials=trials)
+    else:
+        labelled = [(f"given{index}", feeds) for index, feeds in
+                    enumerate([inputs] if isinstance(inputs, Mapping) else list(inputs))]
+    checked = check_inputs(original_model, [feeds for _, feeds in labelled])
+    used = [(label, feeds) for (label, _), feeds in zip(labelled, checked) if label in report.input_sets]
+    spent = report.timings.get("total_s", 0.0)
+    section = localize(original_model, candidate_model, used, u=report.settings["unit_roundoff"],
+                       perturb_count=report.settings["perturbation_runs"], seed=seed,
+                       time_budget_s=None if time_budget_s is None else max(0.0, time_budget_s - spent))
+    report.localisation = section
+    report.verdict = VerificationReport.overall(report.outputs, section)
+    report.timings["localisation_s"] = section.get("seconds", 0.0)
 
 
 def _verify(original, candidate, inputs, trials, seed, dims, stress, time_budget_s) -> VerificationReport:

@@ -111,13 +111,19 @@ def evaluate_float64(
     feeds: Mapping[str, np.ndarray],
     *,
     outputs: Sequence[str] | None = None,
+    observe: Any = None,
 ) -> dict[str, np.ndarray]:
-    """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all)."""
+    """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all).
+
+    ``observe(name, value)``, when given, is called with each main-graph node output as soon as it is
+    computed (in node order), so a caller can compare intermediates without this evaluator keeping them.
+    """
     opsets = {op.domain or "": op.version for op in model.opset_import}
     if "ai.onnx" in opsets and "" not in opsets:
         opsets[""] = opsets["ai.onnx"]
     functions = {(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
     evaluator = _Evaluator(opsets, functions)
+    evaluator.observe = observe
     graph = model.graph
     wanted = list(outputs) if outputs is not None else [o.name for o in graph.output]
     env = evaluator.bind_graph_inputs(graph, feeds)
@@ -187,6 +193,7 @@ class _Evaluator:
         self.opsets = opsets
         self.functions = functions
         self._fallback_cache: dict[Any, Any] = {}
+        self.observe = None  # see evaluate_float64
 
     # -- graphs -------------------------------------------------------------------------------------------
     def bind_graph_inputs(self, graph: onnx.GraphProto, feeds: Mapping[str, np.ndarray]) -> _Scope:
@@ -213,6 +220,10 @@ class _Evaluator:
         producers = {out: node for node in graph.node for out in node.output if out}
         for node in graph.node:
             self.run_node(_log_softmax_form(node, producers), env, self.opsets)
+            if self.observe is not None and parent_scope is None:  # main graph only (localisation)
+                for name in node.output:
+                    if name:
+                        self.observe(name, dict.__getitem__(env, name))
         result = {}
         for name in wanted:
             try:

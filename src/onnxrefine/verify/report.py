@@ -46,6 +46,9 @@ class VerificationReport:
     input_sets: list = field(default_factory=list)  # labels of the sets used
     settings: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
+    # Layer-wise localisation (localize.py): None when not run; else its section, with
+    # "first_bad" (the first intermediate judged mismatch, in the original's topological order).
+    localisation: dict | None = None
 
     @property
     def exit_code(self) -> int:
@@ -64,6 +67,7 @@ class VerificationReport:
             "input_sets": list(self.input_sets),
             "settings": dict(self.settings),
             "timings": dict(self.timings),
+            "localisation": self.localisation,
         })
 
     def to_json(self) -> str:
@@ -77,9 +81,19 @@ class VerificationReport:
 
         write_atomic(path, render_html(self))
 
+    @property
+    def first_bad_value(self) -> dict | None:
+        return (self.localisation or {}).get("first_bad")
+
     @staticmethod
-    def overall(outputs) -> str:
-        return worst(out.verdict for out in outputs)
+    def overall(outputs, localisation: dict | None = None) -> str:
+        """The worst output verdict; an intermediate judged mismatch makes it a mismatch (a bad
+        fold deep inside a network can hide in the output's rounding bound). An unstable
+        intermediate does not: the outputs' own controls decide what instability reaches them."""
+        verdict = worst(out.verdict for out in outputs)
+        if localisation and localisation.get("first_bad"):
+            verdict = worst([verdict, MISMATCH])
+        return verdict
 
 
 def write_atomic(path, text: str) -> None:
@@ -150,6 +164,47 @@ def render_table(report: VerificationReport, console) -> None:
             console.print(f"  {out.name}: {note}", markup=False, highlight=False)
     for note in report.notes:
         console.print(f"note: {note}", markup=False, highlight=False)
+    render_localisation(report, console)
+
+
+def render_localisation(report: VerificationReport, console) -> None:
+    """The worst intermediates and the one line that names the first bad value."""
+    section = report.localisation
+    if not section:
+        return
+    from rich.table import Table
+
+    from onnxrefine.verify.localize import worst_values
+
+    rows = worst_values(section)
+    if rows:
+        table = Table(title="intermediate values (worst first)")
+        for column in ("value", "op", "verdict", "max_abs", "max ulp", "unexplained",
+                       "orig err vs f64", "cand err vs f64"):
+            table.add_column(column, justify="left" if column in ("value", "op", "verdict") else "right")
+        styles = {EXACT: "green", ROUNDING: "cyan", UNSTABLE: "yellow", MISMATCH: "bold red"}
+        for row in rows:
+            table.add_row(row["name"], row["op"], f"[{styles.get(row['verdict'], '')}]{row['verdict']}[/]",
+                          format_number(row.get("max_abs")), format_number(row.get("max_ulp")),
+                          f"{row.get('unexplained', 0)}/{row.get('size', 0)}",
+                          format_number(row.get("orig_err_max")), format_number(row.get("cand_err_max")))
+        console.print(table)
+    status = section.get("status", "")
+    if "checked" not in section:
+        console.print(f"localisation: {status}", markup=False, highlight=False)
+        return
+    summary = (f"localisation: {status}; {section.get('checked', 0)} intermediate value(s) judged, "
+               f"{section.get('identical_computation', 0)} computed identically, "
+               f"{len(section.get('not_comparable') or {})} not comparable"
+               f" ({format_number(section.get('seconds'))}s)")
+    console.print(summary, markup=False, highlight=False)
+    for note in section.get("notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False)
+    first = section.get("first_bad")
+    if first:
+        console.print(f"first bad value: {first['description']}", markup=False, highlight=False, soft_wrap=True)
+    elif status == "done":
+        console.print("first bad value: none", markup=False, highlight=False)
 
 
 def _no_ref(out: OutputReport) -> str:

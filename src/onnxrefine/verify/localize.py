@@ -1,0 +1,483 @@
+"""Layer-wise localisation: which intermediate value is the first one a rewrite broke?
+
+An output verdict judges what leaves the model; a single wrong fold deep inside a residual network
+can be diluted there (by later Adds, pooling, a Softmax) until it hides in the output's rounding
+bound. Localisation judges the values *inside* the model that the original and the candidate both
+hold under the same name, each with the same rules as an output (verdict.judge_output) against its
+own float64 value and its own rounding bound, and names the first one (in the original's
+topological order) that is a mismatch.
+
+Which values. Main-graph node outputs of the original whose name the candidate's main graph also
+produces (optimizers keep names: onnxoptimizer and onnxsim give a fused Conv the BatchNormalization's
+output name, ORT keeps node outputs it does not fuse away), minus the original's graph outputs (judged
+already), minus values whose producing subgraph is structurally identical in both models (same ops,
+attributes, constants and graph inputs all the way up: onnxruntime computes them bit for bit alike,
+so there is nothing to judge). A name whose value differs in shape or dtype between the two models
+names a different value; it is listed as not comparable and not judged.
+
+How. Per input set (the ones verification used), the original is evaluated once in float64 with an
+observer (reference.evaluate_float64(observe=...)); values are grouped into batches, in topological
+order, whose estimated size (one copy in their own dtype) stays under `max_batch_bytes`; once the
+reference has produced a batch's last value, both models run in onnxruntime with that batch exposed
+as extra graph outputs (original twice, candidate once, plus the original on perturbed inputs where a
+value differs), each value is judged, and everything of the batch is freed. Peak memory is therefore
+the reference's own working set plus about (5 + perturbation runs) x max_batch_bytes, whatever the
+model's size. The sessions of a batch are kept for the next input set when there is only one batch.
+
+Judged per input set and combined with the worst verdict: the rules in verdict.py judge each set on
+its own, and holding a value's evidence across sets would defeat the memory bound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from onnxrefine.verify import compare, graphinfo
+from onnxrefine.verify import verdict as verdict_rules
+from onnxrefine.verify.runner import ModelRunner, RunFailedError
+
+DEFAULT_BATCH_BYTES = 64 << 20
+UNKNOWN_VALUE_BYTES = 1 << 20  # what a value of unknown shape counts as when batching
+TABLE_ROWS = 8
+
+
+@dataclass
+class Pair:
+    """One intermediate value held by both models."""
+
+    name: str  # in the original
+    candidate_name: str
+    order: int  # index of the original's producing node
+    node: str
+    op: str
+    candidate_node: str
+    candidate_op: str
+    est_bytes: int
+    bound: verdict_rules.RoundingBound | None = None
+
+
+@dataclass
+class ValueResult:
+    name: str
+    candidate_name: str
+    order: int
+    node: str
+    op: str
+    candidate_op: str
+    verdict: str = verdict_rules.EXACT
+    dtype: str = ""
+    shape: list = field(default_factory=list)
+    size: int = 0
+    differing: int = 0
+    unexplained: int = 0
+    max_abs: float = 0.0
+    max_ulp: float = 0.0
+    orig_err_max: float | None = None
+    cand_err_max: float | None = None
+    reference: bool = False
+    bound_n: int = 0
+    mismatch_sets: list = field(default_factory=list)  # labels of the input sets judged mismatch
+    stats_from_extreme: bool = False  # the figures above come from extreme-magnitude sets only
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    def describe(self) -> str:
+        where = f"{self.op} node {self.node or '<unnamed>'}"
+        if self.candidate_op and self.candidate_op != self.op:
+            where += f"; candidate: {self.candidate_op}"
+        text = f"{self.name} ({where}) {self.verdict}: {self.unexplained}/{self.size} element(s) unexplained"
+        if self.mismatch_sets:
+            text += f" (input sets {', '.join(self.mismatch_sets)})"
+        if self.reference and self.cand_err_max is not None:
+            text += f", cand err vs f64 {self.cand_err_max:.3g} vs orig err {self.orig_err_max or 0.0:.3g}"
+        else:
+            text += f", max_abs {self.max_abs:.3g}"
+        return text
+
+
+def structural_digests(model: onnx.ModelProto) -> dict[str, bytes]:
+    """Value name -> digest of the computation that produces it (main graph).
+
+    Equal digests in two models mean the same ops with the same attributes on the same constants and
+    graph inputs all the way up. Nodes with subgraphs (which may capture outer names) and calls to
+    model-local functions get a digest unique to this call, so they never count as identical.
+    """
+    digests: dict[str, bytes] = {}
+    graph = model.graph
+    for init in graph.initializer:
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(init)
+        tensor.name = ""
+        digests[init.name] = hashlib.blake2b(tensor.SerializeToString(deterministic=True),
+                                             digest_size=16).digest()
+    for value in graph.input:
+        if value.name not in digests:
+            digests[value.name] = hashlib.blake2b(b"input\0" + value.SerializeToString(deterministic=True),
+                                                  digest_size=16).digest()
+    local_functions = {(f.domain, f.name) for f in model.functions}
+    opaque = object()
+    for node in graph.node:
+        h = hashlib.blake2b(digest_size=16)
+        if (node.domain, node.op_type) in local_functions or any(
+                attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for attr in node.attribute):
+            h.update(f"opaque {id(model)} {id(opaque)} {node.name} {list(node.output)}".encode())
+        else:
+            h.update(f"{node.domain}\0{node.op_type}\0".encode())
+            for attr in sorted(node.attribute, key=lambda a: a.name):
+                h.update(attr.SerializeToString(deterministic=True))
+            for name in node.input:
+                h.update(digests.get(name, b"undefined\0" + name.encode()) if name else b"absent")
+                h.update(b"\0")
+        base = h.digest()
+        for index, out in enumerate(node.output):
+            if out:
+                digests[out] = hashlib.blake2b(base + index.to_bytes(4, "little"), digest_size=16).digest()
+    return digests
+
+
+def find_pairs(original: onnx.ModelProto, candidate: onnx.ModelProto, feeds, u: float,
+               value_map=None) -> tuple[list[Pair], dict]:
+    """The intermediate values worth judging, in the original's topological order, and counts."""
+    value_map = dict(value_map or {})
+    cand_producers = {out: node for node in candidate.graph.node for out in node.output if out}
+    output_names = {out.name for out in original.graph.output}
+    orig_digests, cand_digests = structural_digests(original), structural_digests(candidate)
+    pairs, stats = [], {"shared_names": 0, "identical_computation": 0, "type_differs": []}
+    for order, node in enumerate(original.graph.node):
+        for name in node.output:
+            cand_name = value_map.get(name, name)
+            if not name or name in output_names or cand_name not in cand_producers:
+                continue
+            stats["shared_names"] += 1
+            if orig_digests.get(name) == cand_digests.get(cand_name):
+                stats["identical_computation"] += 1
+                continue
+            cand_node = cand_producers[cand_name]
+            pairs.append(Pair(name, cand_name, order, node.name, node.op_type, cand_node.name,
+                              cand_node.op_type, UNKNOWN_VALUE_BYTES))
+    if not pairs:
+        return pairs, stats
+    orig_types = _value_types(original, feeds, [p.name for p in pairs])
+    cand_types = _value_types(candidate, feeds, [p.candidate_name for p in pairs])
+    kept = []
+    for pair in pairs:
+        mine, theirs = orig_types.get(pair.name), cand_types.get(pair.candidate_name)
+        if mine and theirs and not _types_agree(mine, theirs):
+            stats["type_differs"].append(pair.name)
+            continue
+        if mine and mine[1] is not None and all(isinstance(d, int) for d in mine[1]):
+            itemsize = np.dtype(graphinfo.np_dtype(mine[0])).itemsize if mine[0] else 4
+            pair.est_bytes = int(np.prod(mine[1], dtype=np.int64)) * itemsize
+        kept.append(pair)
+    depths = _depths(original, feeds, [p.name for p in kept])
+    for pair in kept:
+        pair.bound = verdict_rules.RoundingBound.for_output(
+            u, *depths.get(pair.name, (1, graphinfo.UNKNOWN_DIM)))
+    return kept, stats
+
+
+def _types_agree(mine, theirs) -> bool:
+    if mine[0] and theirs[0] and mine[0] != theirs[0]:
+        return False
+    if mine[1] is None or theirs[1] is None or len(mine[1]) != len(theirs[1]):
+        return mine[1] is None or theirs[1] is None
+    return all(a is None or b is None or a == b for a, b in zip(mine[1], theirs[1]))
+
+
+def _light_copy(model: onnx.ModelProto, outputs) -> onnx.ModelProto:
+    """The model without the bytes of large initializers (shape inference needs only their dims),
+    with `outputs` as its graph outputs."""
+    light = onnx.ModelProto()
+    graph = model.graph
+    light.CopyFrom(onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                                   functions=model.functions))
+    light.graph.name = graph.name
+    light.graph.node.extend(graph.node)
+    light.graph.input.extend(graph.input)
+    light.graph.value_info.extend(graph.value_info)
+    for init in graph.initializer:
+        if int(np.prod(init.dims, dtype=np.int64)) <= 64:
+            light.graph.initializer.append(init)
+        else:
+            light.graph.initializer.add(name=init.name, dims=init.dims, data_type=init.data_type)
+    for name in outputs:
+        light.graph.output.add().name = name
+    return light
+
+
+def _value_types(model, feeds, names) -> dict:
+    """Name -> (elem_type or 0, shape tuple or None) from shape inference, inputs pinned to feeds."""
+    light = _light_copy(model, [])
+    for value in light.graph.input:
+        if value.name in feeds and value.type.HasField("tensor_type"):
+            shape = value.type.tensor_type.shape
+            shape.ClearField("dim")
+            for size in np.shape(feeds[value.name]):
+                shape.dim.add().dim_value = int(size)
+    try:
+        light = onnx.shape_inference.infer_shapes(light, strict_mode=False)
+    except Exception:  # shape inference is a help here, never a requirement
+        pass
+    wanted, found = set(names), {}
+    for value in light.graph.value_info:
+        if value.name in wanted and value.type.HasField("tensor_type"):
+            tensor_type = value.type.tensor_type
+            shape = None
+            if tensor_type.HasField("shape"):
+                shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+            found[value.name] = (tensor_type.elem_type, shape)
+    return found
+
+
+def _depths(model, feeds, names) -> dict:
+    try:
+        return graphinfo.accumulation_depths(_light_copy(model, names), feeds)
+    except Exception:
+        return {}
+
+
+def batches_of(pairs: list[Pair], max_bytes: int) -> list[list[Pair]]:
+    """Consecutive (topological) groups whose estimated bytes stay under max_bytes (at least one each)."""
+    batches, current, size = [], [], 0
+    for pair in pairs:
+        if current and size + pair.est_bytes > max_bytes:
+            batches.append(current)
+            current, size = [], 0
+        current.append(pair)
+        size += pair.est_bytes
+    if current:
+        batches.append(current)
+    return batches
+
+
+def runner_with_outputs(model: onnx.ModelProto, names, role: str) -> ModelRunner:
+    """An onnxruntime session over `model` with `names` exposed as extra graph outputs.
+
+    The proto gets the outputs for the time it takes to serialize it and gets them back off after,
+    so a caller's model is left as it was and no copy of its weights is made.
+    """
+    graph = model.graph
+    count = len(graph.output)
+    present = {out.name for out in graph.output}
+    try:
+        for name in names:
+            if name not in present:
+                graph.output.add().name = name
+                present.add(name)
+        return ModelRunner(model, role)
+    finally:
+        del graph.output[count:]
+
+
+class Localizer:
+    def __init__(self, original, candidate, pairs: list[Pair], *, perturb_count: int, seed: int,
+                 max_batch_bytes: int = DEFAULT_BATCH_BYTES):
+        self.original, self.candidate = original, candidate
+        self.pairs = pairs
+        self.batches = batches_of(pairs, max_batch_bytes)
+        self.perturb_count, self.seed = perturb_count, seed
+        self.results = {pair.name: ValueResult(pair.name, pair.candidate_name, pair.order, pair.node, pair.op,
+                                               pair.candidate_op, bound_n=pair.bound.n if pair.bound else 0)
+                        for pair in pairs}
+        self.not_comparable: dict[str, str] = {}
+        self.runs = 0
+        self.sessions_built = 0
+        self.reference_state = "not needed"
+        self.failure: str | None = None
+        self._cached: tuple | None = None
+
+    def run_set(self, set_index: int, feeds, *, extreme: bool, nonfinite: bool, label: str = "") -> None:
+        if self.failure is not None:
+            return
+        last_of = {batch[-1].name: index for index, batch in enumerate(self.batches)}
+        wanted = {pair.name for pair in self.pairs}
+        reference: dict = {}
+        done: set[int] = set()
+        context = (set_index, feeds, extreme, nonfinite, label or f"set{set_index}")
+
+        def observe(name, value):
+            if name in wanted:
+                reference[name] = value
+            index = last_of.get(name)
+            if index is not None and self.failure is None:
+                done.add(index)
+                try:
+                    self._judge_batch(index, context, reference)
+                except Exception as exc:  # noqa: BLE001 - not the reference's fault; stop localising
+                    self.failure = f"{type(exc).__name__}: {exc}"
+
+        if self.reference_state != "unavailable":
+            from onnxrefine.verify.reference import evaluate_float64
+            try:
+                evaluate_float64(self.original, feeds, outputs=[], observe=observe)
+                self.reference_state = "float64"
+            except Exception as exc:  # unsupported op or an evaluator bug: judge without float64
+                self.reference_state = "unavailable"
+                self.reference_reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        for index in range(len(self.batches)):
+            if index not in done and self.failure is None:
+                self._judge_batch(index, context, reference)
+
+    def _sessions(self, index: int):
+        if self._cached is not None and self._cached[0] == index:
+            return self._cached[1], self._cached[2]
+        self._cached = None  # free the previous batch's sessions before building new ones
+        batch = self.batches[index]
+        original = runner_with_outputs(self.original, [p.name for p in batch], "original model")
+        candidate = runner_with_outputs(self.candidate, [p.candidate_name for p in batch], "candidate model")
+        self.sessions_built += 2
+        self._cached = (index, original, candidate)
+        return original, candidate
+
+    def _judge_batch(self, index, context, reference) -> None:
+        set_index, feeds, extreme, nonfinite, label = context
+        batch = [pair for pair in self.batches[index] if pair.name not in self.not_comparable]
+        if not batch:
+            return
+        try:
+            original, candidate = self._sessions(index)
+            first, second, produced = original.run(feeds), original.run(feeds), candidate.run(feeds)
+        except Exception as exc:  # noqa: BLE001 - the end-to-end verdict stands without localisation
+            self.failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return
+        self.runs += 3
+        differing = []
+        for pair in batch:
+            a, c = first.pop(pair.name, None), produced.pop(pair.candidate_name, None)
+            if not isinstance(a, np.ndarray) or not isinstance(c, np.ndarray) or a.dtype == object:
+                self.not_comparable[pair.name] = "not a numeric tensor"
+                continue
+            if a.shape != c.shape or a.dtype != c.dtype:
+                self.not_comparable[pair.name] = (f"candidate holds {c.dtype}{list(c.shape)}, the original "
+                                                  f"{a.dtype}{list(a.shape)}: a different value")
+                continue
+            result = self.results[pair.name]
+            result.dtype, result.shape = str(a.dtype), list(a.shape)
+            result.size += int(a.size)
+            if np.all(compare.bit_identical(c, a)):
+                continue
+            differing.append((pair, a, second.pop(pair.name), c))
+        del first, second, produced
+        perturbed = self._perturbation_runs(index, feeds, set_index) if differing else {}
+        for pair, a, rerun, c in differing:
+            ref = reference.pop(pair.name, None)
+            item = verdict_rules.SetEvidence(a, rerun, c, extreme=extreme, nonfinite_inputs=nonfinite)
+            item.perturbed = [runs[pair.name] for runs in perturbed]
+            if ref is not None and graphinfo.is_float_dtype(a.dtype) and np.shape(ref) == a.shape:
+                item.reference = np.asarray(ref, dtype=np.float64)
+            self._record(pair, item, label)
+        for pair in batch:
+            reference.pop(pair.name, None)
+
+    def _perturbation_runs(self, index, feeds, set_index) -> list:
+        if not any(graphinfo.is_float_dtype(np.asarray(v).dtype) for v in feeds.values()):
+            return []
+        original, _ = self._sessions(index)
+        # The same perturbed inputs as the output checks (verify_models seeds them alike).
+        rng = np.random.default_rng([self.seed, 7919, set_index])
+        runs = []
+        for run_index in range(self.perturb_count):
+            pattern = run_index if run_index < 2 else None
+            moved = {name: verdict_rules.perturb(np.asarray(value), rng, checkerboard=pattern)
+                     for name, value in feeds.items()}
+            try:
+                runs.append(original.run(moved))
+            except RunFailedError:
+                continue
+            self.runs += 1
+        return runs
+
+    def _record(self, pair: Pair, item, label: str) -> None:
+        judgement = verdict_rules.judge_output([item], pair.bound)
+        result = self.results[pair.name]
+        result.verdict = verdict_rules.worst([result.verdict, judgement.verdict])
+        result.differing += judgement.differing
+        result.unexplained += judgement.unexplained
+        if judgement.verdict == verdict_rules.MISMATCH:
+            result.mismatch_sets.append(label)
+        # max_abs, max_ulp and the errors summarize the ordinary input sets (extreme-magnitude ones,
+        # where intermediates overflow, would drown them) unless only extreme sets differed.
+        if item.extreme and result.differing > judgement.differing and not result.stats_from_extreme:
+            return
+        if not item.extreme and result.stats_from_extreme:
+            result.max_abs, result.max_ulp, result.orig_err_max, result.cand_err_max = 0.0, 0.0, None, None
+        result.stats_from_extreme = item.extreme
+        comparison = compare.compare_arrays(item.candidate, item.original)
+        result.max_abs = max(result.max_abs, comparison.max_abs)
+        result.max_ulp = max(result.max_ulp, comparison.max_ulp)
+        if judgement.used_reference:
+            result.reference = True
+            result.orig_err_max = max(result.orig_err_max or 0.0, judgement.orig_err_max or 0.0)
+            result.cand_err_max = max(result.cand_err_max or 0.0, judgement.cand_err_max or 0.0)
+
+
+def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int, seed: int,
+             value_map=None, max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+             time_budget_s: float | None = None) -> dict:
+    """Judge the shared intermediate values on `labelled_sets` [(label, feeds)]; the report section."""
+    started = time.perf_counter()
+    section = {"status": "done", "verdict": verdict_rules.EXACT, "first_bad": None, "first_differing": None,
+               "values": [], "not_comparable": {}, "notes": []}
+    if not labelled_sets:
+        section["status"] = "not run: no input sets"
+        return section
+    pairs, stats = find_pairs(original, candidate, labelled_sets[0][1], u, value_map)
+    section.update(shared_names=stats["shared_names"], identical_computation=stats["identical_computation"],
+                   checked=len(pairs))
+    section["not_comparable"].update({name: "declared type or shape differs" for name in stats["type_differs"]})
+    localizer = Localizer(original, candidate, pairs, perturb_count=perturb_count, seed=seed,
+                          max_batch_bytes=max_batch_bytes)
+    from onnxrefine.verify import _has_nonfinite, _is_extreme
+
+    sets_run = 0
+    for set_index, (label, feeds) in enumerate(labelled_sets):
+        if not pairs:
+            break
+        if time_budget_s is not None and set_index > 0 and time.perf_counter() - started > time_budget_s:
+            section["notes"].append(f"time budget spent: {len(labelled_sets) - set_index} input set(s) "
+                                    "not localised")
+            break
+        localizer.run_set(set_index, feeds, extreme=_is_extreme(feeds), nonfinite=_has_nonfinite(feeds),
+                          label=label)
+        sets_run += 1
+    localizer._cached = None
+    if localizer.failure is not None:
+        section["status"] = f"failed: {localizer.failure}"
+    section["not_comparable"].update(localizer.not_comparable)
+    results = [r for r in localizer.results.values() if r.name not in localizer.not_comparable]
+    results.sort(key=lambda r: r.order)
+    section["values"] = [r.to_dict() for r in results]
+    differing = [r for r in results if r.differing]
+    bad = [r for r in results if r.verdict == verdict_rules.MISMATCH]
+    section["verdict"] = verdict_rules.worst(r.verdict for r in results)
+    section["first_differing"] = differing[0].name if differing else None
+    if bad:
+        section["first_bad"] = {**bad[0].to_dict(), "description": bad[0].describe()}
+    if localizer.reference_state == "unavailable":
+        section["notes"].append(f"no float64 reference ({getattr(localizer, 'reference_reason', '')}): "
+                                "intermediates judged by the fallback rules")
+    section.update(reference=localizer.reference_state, batches=len(localizer.batches), runs=localizer.runs,
+                   sessions=localizer.sessions_built, input_sets=sets_run, max_batch_bytes=max_batch_bytes,
+                   seconds=round(time.perf_counter() - started, 4))
+    return section
+
+
+def worst_values(section: dict, count: int = TABLE_ROWS) -> list[dict]:
+    """The differing values, worst verdict first, then the largest candidate error, then order."""
+    severity = {name: index for index, name in enumerate(verdict_rules.VERDICTS)}
+    rows = [v for v in section.get("values", []) if v.get("differing")]
+
+    def ratio(value):
+        cand, orig = value.get("cand_err_max"), value.get("orig_err_max")
+        if cand is None:
+            return value.get("max_ulp", 0.0)
+        return cand / orig if orig else (float("inf") if cand else 0.0)
+
+    rows.sort(key=lambda v: (-severity.get(v["verdict"], 0), -ratio(v), v["order"]))
+    return rows[:count]
