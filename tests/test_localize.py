@@ -1,0 +1,281 @@
+"""Layer-wise localisation: intermediate values both models name alike are judged, the first bad
+one is named, and a bad fold diluted at the output is a mismatch."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+from helpers import make_model, tensor, value_info
+from onnx import TensorProto, helper
+
+from onnxrefine.cli.main import main
+from onnxrefine.verify import verify_models
+from onnxrefine.verify.localize import batches_of, find_pairs, localize
+from onnxrefine.verify.reference import evaluate_float64
+
+EPS = 1e-5
+# One channel per BatchNormalization has a variance of SMALL_VAR: there a fold that drops epsilon
+# is off by eps / (2 * var) = 5e-4 relative, well beyond an intermediate's rounding bound, while
+# the skip connections and the pooled output dilute it into the output's bound.
+SMALL_VAR = 1e-2
+
+
+def residual_net(*, blocks=8, channels=8, size=12, bad_block=None, keep_bn_names=True,
+                 fold_blocks=None, seed=0):
+    """(original, candidate): `blocks` x [Conv -> BN -> Add(skip) -> Relu], GlobalAveragePool.
+
+    The candidate folds each BN of `fold_blocks` (default all) into its Conv, in float64 rounded
+    once; at `bad_block` the fold drops epsilon. keep_bn_names: the fused Conv keeps the BN's
+    output name (as onnxoptimizer and onnxsim do); else it gets a new one (as onnxrefine does).
+    """
+    rng = np.random.default_rng(seed)
+    fold_blocks = range(blocks) if fold_blocks is None else fold_blocks
+    orig_nodes, cand_nodes, orig_inits, cand_inits = [], [], [], []
+    current = "x"
+    for i in range(blocks):
+        weight = (rng.standard_normal((channels, channels, 3, 3)) / np.sqrt(channels * 9)).astype(np.float32)
+        bias = (rng.standard_normal(channels) * 0.1).astype(np.float32)
+        gamma = (rng.uniform(0.5, 1.5, channels) * 0.1).astype(np.float32)
+        beta = (rng.standard_normal(channels) * 0.1).astype(np.float32)
+        mean = (rng.standard_normal(channels) * 0.1).astype(np.float32)
+        var = rng.uniform(0.5, 2.0, channels).astype(np.float32)
+        var[i % channels] = SMALL_VAR
+        params = {f"W{i}": weight, f"B{i}": bias, f"gamma{i}": gamma, f"beta{i}": beta,
+                  f"mean{i}": mean, f"var{i}": var}
+        orig_inits += [tensor(name, value) for name, value in params.items()]
+        conv = helper.make_node("Conv", [current, f"W{i}", f"B{i}"], [f"conv{i}"], name=f"conv{i}_node",
+                                pads=[1, 1, 1, 1])
+        bn = helper.make_node("BatchNormalization", [f"conv{i}", f"gamma{i}", f"beta{i}", f"mean{i}", f"var{i}"],
+                              [f"bn{i}"], name=f"bn{i}_node", epsilon=EPS)
+        orig_nodes += [conv, bn]
+        if i in fold_blocks:
+            scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + (0.0 if i == bad_block else EPS))
+            cand_inits += [tensor(f"W{i}_folded", (weight * scale[:, None, None, None]).astype(np.float32)),
+                           tensor(f"B{i}_folded", ((bias - mean.astype(np.float64)) * scale + beta).astype(np.float32))]
+            fused = f"bn{i}" if keep_bn_names else f"fused{i}"
+            cand_nodes.append(helper.make_node("Conv", [current, f"W{i}_folded", f"B{i}_folded"], [fused],
+                                               name=f"conv{i}_node", pads=[1, 1, 1, 1]))
+        else:
+            cand_inits += [tensor(name, value) for name, value in params.items()]
+            cand_nodes += [conv, bn]
+            fused = f"bn{i}"
+        for nodes, branch in ((orig_nodes, f"bn{i}"), (cand_nodes, fused)):
+            nodes += [helper.make_node("Add", [current, branch], [f"add{i}"], name=f"add{i}_node"),
+                      helper.make_node("Relu", [f"add{i}"], [f"relu{i}"], name=f"relu{i}_node")]
+        current = f"relu{i}"
+    models = []
+    for nodes, inits in ((orig_nodes, orig_inits), (cand_nodes, cand_inits)):
+        nodes = nodes + [helper.make_node("GlobalAveragePool", [current], ["y"], name="pool")]
+        models.append(make_model(nodes, [value_info("x", shape=[1, channels, size, size])],
+                                 [value_info("y", shape=[1, channels, 1, 1])], inits))
+    return models[0], models[1]
+
+
+def test_a_bad_fold_deep_inside_is_diluted_at_the_output():
+    # The premise of localisation: judged at the output only, the dropped epsilon passes.
+    original, candidate = residual_net(bad_block=5)
+    report = verify_models(original, candidate, localize=False)
+    assert report.outputs[0].differing > 0
+    assert report.verdict in ("exact", "rounding")
+    assert report.localisation is None
+
+
+def test_a_bad_fold_deep_inside_is_a_mismatch_and_named():
+    original, candidate = residual_net(bad_block=5)
+    report = verify_models(original, candidate)
+    assert report.outputs[0].verdict in ("exact", "rounding")  # diluted at the output
+    assert report.verdict == "mismatch" and report.exit_code == 1
+    first = report.first_bad_value
+    assert first["name"] == "bn5" and first["op"] == "BatchNormalization" and first["node"] == "bn5_node"
+    assert first["candidate_op"] == "Conv" and first["verdict"] == "mismatch"
+    section = report.localisation
+    assert section["status"] == "done" and section["verdict"] == "mismatch"
+    values = {v["name"]: v for v in section["values"]}
+    # Blocks before the bad fold are correct folds: judged (they differ by rounding), not bad.
+    for i in range(5):
+        assert values[f"bn{i}"]["differing"] > 0 and values[f"bn{i}"]["verdict"] == "rounding"
+    assert values["bn5"]["cand_err_max"] > 100 * values["bn5"]["orig_err_max"]
+
+
+def test_correct_folds_stay_rounding():
+    original, candidate = residual_net(bad_block=None)
+    report = verify_models(original, candidate)
+    assert report.verdict == "rounding"
+    section = report.localisation
+    assert section["first_bad"] is None and section["verdict"] == "rounding"
+    assert section["checked"] == 8 * 3  # bn, add, relu per block (conv_i is gone in the candidate)
+
+
+def test_renamed_fused_outputs_name_the_next_shared_value():
+    # onnxrefine's own folds give the fused Conv a new name: the first shared value after the
+    # bad fold is the residual Add.
+    original, candidate = residual_net(bad_block=5, keep_bn_names=False)
+    report = verify_models(original, candidate)
+    assert report.verdict == "mismatch"
+    assert report.first_bad_value["name"] == "add5"
+    assert report.first_bad_value["op"] == "Add"
+
+
+def test_values_computed_identically_are_not_judged():
+    # Only block 5 is folded (badly): everything before it is the same computation in both models.
+    original, candidate = residual_net(bad_block=5, fold_blocks=[5])
+    pairs, stats = find_pairs(original, candidate, {"x": np.zeros((1, 8, 12, 12), np.float32)}, 2.0 ** -24)
+    names = [pair.name for pair in pairs]
+    assert stats["identical_computation"] == 5 * 4  # conv, bn, add, relu of blocks 0-4
+    assert names[0] == "bn5" and "conv5" not in names and "relu4" not in names
+    report = verify_models(original, candidate)
+    assert report.first_bad_value["name"] == "bn5"
+    assert report.localisation["identical_computation"] == 20
+
+
+def test_small_batches_split_the_runs_and_agree():
+    original, candidate = residual_net(bad_block=5, blocks=6)
+    sets = [("random0", {"x": np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)})]
+    kwargs = {"u": 2.0 ** -24, "perturb_count": 2, "seed": 0}
+    whole = localize(original, candidate, sets, **kwargs)
+    value_bytes = 8 * 12 * 12 * 4
+    split = localize(original, candidate, sets, max_batch_bytes=2 * value_bytes, **kwargs)
+    assert whole["batches"] == 1
+    assert split["batches"] == (split["checked"] + 1) // 2 > 1
+    assert split["runs"] > whole["runs"]
+    assert split["first_bad"]["name"] == whole["first_bad"]["name"] == "bn5"
+    assert [v["verdict"] for v in split["values"]] == [v["verdict"] for v in whole["values"]]
+
+
+def test_batches_of_bounds_bytes_and_keeps_order():
+    original, candidate = residual_net(blocks=3)
+    pairs, _ = find_pairs(original, candidate, {"x": np.zeros((1, 8, 12, 12), np.float32)}, 2.0 ** -24)
+    assert all(pair.est_bytes == 8 * 12 * 12 * 4 for pair in pairs)
+    batches = batches_of(pairs, 3 * 8 * 12 * 12 * 4)
+    assert [len(b) for b in batches] == [3, 3, 3]
+    assert [p.name for b in batches for p in b] == [p.name for p in pairs]
+    assert len(batches_of(pairs, 1)) == len(pairs)  # a value larger than the cap is a batch alone
+
+
+def test_a_name_holding_a_different_shape_is_not_comparable():
+    # The candidate reuses the name "t" for a transposed value: not the same value, not judged.
+    def build(transposed):
+        nodes = [helper.make_node("Relu", ["x"], ["r"]),
+                 helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0]) if transposed
+                 else helper.make_node("Neg", ["r"], ["t"]),
+                 helper.make_node("ReduceSum", ["t"], ["y"], keepdims=0)]
+        return make_model(nodes, [value_info("x", shape=[2, 3])], [value_info("y", shape=[])])
+
+    original, candidate = build(False), build(True)
+    report = verify_models(original, candidate)
+    assert "t" in report.localisation["not_comparable"]
+    assert report.first_bad_value is None
+
+
+def test_json_html_and_text_carry_the_localisation(tmp_path, capsys):
+    original, candidate = residual_net(bad_block=5)
+    onnx.save(original, tmp_path / "orig.onnx")
+    onnx.save(candidate, tmp_path / "cand.onnx")
+    code = main(["verify", str(tmp_path / "orig.onnx"), str(tmp_path / "cand.onnx"),
+                 "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")])
+    out = capsys.readouterr().out
+    assert code == 1
+    line = next(line for line in out.splitlines() if line.startswith("first bad value:"))
+    assert line.startswith("first bad value: bn5 (BatchNormalization node bn5_node; candidate: Conv) mismatch")
+    assert out.strip().splitlines()[-1] == "verdict: mismatch"
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["verdict"] == "mismatch"
+    assert data["localisation"]["first_bad"]["name"] == "bn5"
+    assert any(v["name"] == "relu7" for v in data["localisation"]["values"])
+    html = (tmp_path / "r.html").read_text()
+    assert 'id="localisation"' in html and "first bad value" in html and "bn5" in html
+
+    code = main(["verify", str(tmp_path / "orig.onnx"), str(tmp_path / "cand.onnx"), "--no-localize",
+                 "--json", str(tmp_path / "off.json")])
+    out = capsys.readouterr().out
+    assert code == 0 and "first bad value" not in out
+    assert json.loads((tmp_path / "off.json").read_text())["localisation"] is None
+
+
+def test_reference_reports_each_intermediate_as_computed():
+    original, _ = residual_net(blocks=2)
+    seen = []
+    feeds = {"x": np.ones((1, 8, 12, 12), np.float32)}
+    result = evaluate_float64(original, feeds, observe=lambda name, value: seen.append((name, value.dtype)))
+    assert [name for name, _ in seen] == [out for node in original.graph.node for out in node.output]
+    assert all(dtype == np.float64 for _, dtype in seen)
+    assert set(result) == {"y"}
+
+
+def test_integer_intermediates_are_judged_exactly():
+    # A shared integer value that changes (an ArgMax index) is a mismatch, however small the change.
+    def build(offset):
+        nodes = [helper.make_node("Add", ["x", "c"], ["s"]),
+                 helper.make_node("ArgMax", ["s"], ["idx"], axis=1, keepdims=0),
+                 helper.make_node("Cast", ["idx"], ["f"], to=TensorProto.FLOAT),
+                 helper.make_node("Mul", ["f", "zero"], ["y"])]
+        c = np.zeros((1, 4), np.float32)
+        c[0, 3] = offset
+        return make_model(nodes, [value_info("x", shape=[2, 4])], [value_info("y", shape=[2])],
+                          [tensor("c", c), tensor("zero", np.float32(0.0))])
+
+    x = np.array([[0.0, 1.0, 2.0, 3.0], [3.0, 0.0, 0.0, 0.0]], np.float32)
+    report = verify_models(build(0.0), build(-5.0), inputs=[{"x": x}])
+    assert report.outputs[0].verdict == "exact"  # the output multiplies the change away
+    assert report.verdict == "mismatch"
+    assert report.first_bad_value["name"] == "s"
+
+
+def test_peer_output_with_shared_names_only_downstream(tmp_path):
+    # A peer that keeps only some names: the first shared, changed value is named, none is missed.
+    original, candidate = residual_net(bad_block=2, blocks=4)
+    keep = {"add2", "relu3"}
+    renames = {}
+    for node in candidate.graph.node:
+        for index, name in enumerate(node.output):
+            if name != "y" and name not in keep:
+                renames[name] = f"peer_{name}"
+                node.output[index] = renames[name]
+    for node in candidate.graph.node:
+        for index, name in enumerate(node.input):
+            node.input[index] = renames.get(name, name)
+    report = verify_models(original, candidate)
+    assert report.localisation["shared_names"] == 2
+    assert report.first_bad_value["name"] == "add2"
+
+
+def test_float16_intermediates_use_their_own_roundoff():
+    # A float16 graph's intermediates differ by float16 rounding after a reassociation: rounding.
+    def build(split):
+        nodes = ([helper.make_node("Add", ["x", "c1"], ["a"]), helper.make_node("Add", ["a", "c2"], ["b"])]
+                 if split else [helper.make_node("Add", ["x", "c"], ["b"])])
+        nodes += [helper.make_node("Relu", ["b"], ["r"]), helper.make_node("Mul", ["r", "x"], ["y"])]
+        inits = ([tensor("c1", np.float16(0.3)), tensor("c2", np.float16(0.7))] if split
+                 else [tensor("c", np.float16(1.0))])
+        return make_model(nodes, [value_info("x", TensorProto.FLOAT16, [64])],
+                          [value_info("y", TensorProto.FLOAT16, [64])], inits)
+
+    report = verify_models(build(False), build(True))
+    values = {v["name"]: v for v in report.localisation["values"]}
+    assert values["b"]["differing"] > 0
+    assert report.verdict in ("rounding", "exact"), report.localisation["first_bad"]
+
+
+def test_an_intermediate_behind_a_sqrt_near_zero_gets_the_originals_sensitivity():
+    # The fuzz case 7012 shape, one level in: s = Sqrt(x + 1) is shared, the candidate computes
+    # x + 1 as (x + 1/3) + 2/3 under new names. Rounding near 0 grows behind the square root beyond
+    # gamma * |s|; the original's own few-ulp input sensitivity (perturbation runs, which
+    # localisation adds only for values that fail without them) explains it.
+    third = np.float32(1 / 3)
+    x = np.array([-0.9997454, -0.9988056, -0.999744, -0.999556, 0.0, 1.0, 2.0, 0.5], np.float32)
+    original = make_model([helper.make_node("Add", ["x", "one"], ["a"]), helper.make_node("Sqrt", ["a"], ["s"]),
+                           helper.make_node("Mul", ["s", "two"], ["y"])],
+                          [value_info("x", shape=[8])], [value_info("y", shape=[8])],
+                          [tensor("one", np.float32(1.0)), tensor("two", np.float32(2.0))])
+    candidate = make_model([helper.make_node("Add", ["x", "c0"], ["p0"]), helper.make_node("Add", ["p0", "c1"], ["p1"]),
+                            helper.make_node("Sqrt", ["p1"], ["s"]), helper.make_node("Mul", ["s", "two"], ["y"])],
+                           [value_info("x", shape=[8])], [value_info("y", shape=[8])],
+                           [tensor("c0", third), tensor("c1", np.float32(1) - third), tensor("two", np.float32(2.0))])
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
+    values = {v["name"]: v for v in report.localisation["values"]}
+    assert values["s"]["differing"] > 0
+    assert report.verdict == "rounding", report.localisation["first_bad"]
+    section = localize(original, candidate, [("given0", {"x": x})], u=2.0 ** -24, perturb_count=0, seed=0)
+    assert section["first_bad"]["name"] == "s"  # without the perturbation runs it is not explained
