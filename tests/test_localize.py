@@ -11,6 +11,11 @@ from helpers import make_model, tensor, value_info
 from onnx import TensorProto, helper
 
 from onnxrefine.cli.main import main
+from onnxrefine.passes import registry
+from onnxrefine.passes.registry import PassSpec
+from onnxrefine.rewrite.pattern import Op, Var
+from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, Rule
+from onnxrefine.triage.bisect import bisect
 from onnxrefine.verify import verify_models
 from onnxrefine.verify.localize import batches_of, find_pairs, localize
 from onnxrefine.verify.reference import evaluate_float64
@@ -23,7 +28,7 @@ SMALL_VAR = 1e-2
 
 
 def residual_net(*, blocks=8, channels=8, size=12, bad_block=None, keep_bn_names=True,
-                 fold_blocks=None, seed=0):
+                 fold_blocks=None, seed=0, small_var_blocks=None, var_range=(0.5, 2.0)):
     """(original, candidate): `blocks` x [Conv -> BN -> Add(skip) -> Relu], GlobalAveragePool.
 
     The candidate folds each BN of `fold_blocks` (default all) into its Conv, in float64 rounded
@@ -40,8 +45,9 @@ def residual_net(*, blocks=8, channels=8, size=12, bad_block=None, keep_bn_names
         gamma = (rng.uniform(0.5, 1.5, channels) * 0.1).astype(np.float32)
         beta = (rng.standard_normal(channels) * 0.1).astype(np.float32)
         mean = (rng.standard_normal(channels) * 0.1).astype(np.float32)
-        var = rng.uniform(0.5, 2.0, channels).astype(np.float32)
-        var[i % channels] = SMALL_VAR
+        var = rng.uniform(*var_range, channels).astype(np.float32)
+        if small_var_blocks is None or i in small_var_blocks:
+            var[i % channels] = SMALL_VAR
         params = {f"W{i}": weight, f"B{i}": bias, f"gamma{i}": gamma, f"beta{i}": beta,
                   f"mean{i}": mean, f"var{i}": var}
         orig_inits += [tensor(name, value) for name, value in params.items()]
@@ -279,3 +285,38 @@ def test_an_intermediate_behind_a_sqrt_near_zero_gets_the_originals_sensitivity(
     assert report.verdict == "rounding", report.localisation["first_bad"]
     section = localize(original, candidate, [("given0", {"x": x})], u=2.0 ** -24, perturb_count=0, seed=0)
     assert section["first_bad"]["name"] == "s"  # without the perturbation runs it is not explained
+
+
+def drop_bn_epsilon(m, ctx):
+    """Wrong on purpose: BatchNormalization with epsilon 0 (what a fold that forgets it computes)."""
+    epsilon = m.root.attributes.get("epsilon")
+    if epsilon is not None and epsilon.value == 0.0:
+        return None
+    node = ctx.node("BatchNormalization", list(m.root.inputs), {"epsilon": 0.0})
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+def test_bisect_names_the_rewrite_and_the_value_it_broke(tmp_path, monkeypatch, capsys):
+    registry._load_pass_modules()
+    rule = Rule("drop_bn_epsilon", Op("BatchNormalization", Var("x"), Var("s"), Var("b"), Var("m"), Var("v")),
+                drop_bn_epsilon, kind=REASSOCIATING)
+    spec = PassSpec("planted_drop_bn_epsilon", REASSOCIATING, "test only", rules=(rule,))
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    # Only block 5 has a near-degenerate variance: dropping epsilon elsewhere is rounding.
+    original, _ = residual_net(small_var_blocks={5}, var_range=(5.0, 20.0))
+    out = tmp_path / "bundle"
+    result = bisect(original, optimizer="onnxrefine", passes=[spec.name], out_dir=out)
+    assert result.verdict == "mismatch"
+    assert result.rewrite["rule"] == "drop_bn_epsilon" and result.rewrite["root"] == "bn5_node (BatchNormalization)"
+    # The rewritten BatchNormalization has a new output name: the residual Add is the first shared value.
+    assert result.first_bad_value["name"] == "add5"
+    report = json.loads((out / "report.json").read_text())
+    assert report["first_bad_value"]["name"] == "add5"
+    assert report["verification"]["localisation"]["first_bad"]["name"] == "add5"
+    assert "first bad value: add5 (Add node add5_node)" in (out / "README.md").read_text()
+
+    onnx.save(original, tmp_path / "resnet.onnx")
+    code = main(["bisect", str(tmp_path / "resnet.onnx"), "--passes", spec.name, "--out", str(tmp_path / "cli")])
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "first bad value: add5 (Add node add5_node) mismatch" in printed
