@@ -320,3 +320,23 @@ def test_bisect_names_the_rewrite_and_the_value_it_broke(tmp_path, monkeypatch, 
     printed = capsys.readouterr().out
     assert code == 1
     assert "first bad value: add5 (Add node add5_node) mismatch" in printed
+
+
+def test_where_the_reference_stops_later_values_use_the_fallback(monkeypatch):
+    from onnxrefine.verify import reference
+
+    kernel = reference._NATIVE["Relu"]
+
+    def refuse_relu3(call):
+        if call.node.name == "relu3_node":
+            raise reference.UnsupportedOperatorError("planted: relu3 not evaluated")
+        return kernel(call)
+
+    monkeypatch.setitem(reference._NATIVE, "Relu", refuse_relu3)
+    original, candidate = residual_net(bad_block=1, blocks=6)
+    report = verify_models(original, candidate)
+    section = report.localisation
+    values = {v["name"]: v for v in section["values"]}
+    assert values["bn1"]["reference"] and not values["bn4"]["reference"]
+    assert section["reference"] == "partial" and any("planted" in note for note in section["notes"])
+    assert report.first_bad_value["name"] == "bn1"

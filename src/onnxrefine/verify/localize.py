@@ -289,6 +289,7 @@ class Localizer:
         self.runs = 0
         self.sessions_built = 0
         self.reference_state = "not needed"
+        self.reference_reason = ""
         self.failure: str | None = None
         self._cached: tuple | None = None
 
@@ -312,14 +313,16 @@ class Localizer:
                 except Exception as exc:  # noqa: BLE001 - not the reference's fault; stop localising
                     self.failure = f"{type(exc).__name__}: {exc}"
 
-        if self.reference_state != "unavailable":
-            from onnxrefine.verify.reference import evaluate_float64
-            try:
-                evaluate_float64(self.original, feeds, outputs=[], observe=observe)
+        from onnxrefine.verify.reference import evaluate_float64
+
+        try:
+            evaluate_float64(self.original, feeds, outputs=[], observe=observe)
+            if self.reference_state == "not needed":
                 self.reference_state = "float64"
-            except Exception as exc:  # unsupported op or an evaluator bug: judge without float64
-                self.reference_state = "unavailable"
-                self.reference_reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        except Exception as exc:  # unsupported op or an evaluator bug: the values it reached are
+            # judged against float64, the rest by the fallback rules
+            self.reference_state = "partial"
+            self.reference_reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         for index in range(len(self.batches)):
             if index not in done and self.failure is None:
                 self._judge_batch(index, context, reference)
@@ -339,6 +342,8 @@ class Localizer:
         set_index, feeds, extreme, nonfinite, label = context
         batch = [pair for pair in self.batches[index] if pair.name not in self.not_comparable]
         if not batch:
+            for pair in self.batches[index]:
+                reference.pop(pair.name, None)
             return
         try:
             original, candidate = self._sessions(index)
@@ -383,7 +388,7 @@ class Localizer:
         for pair, item in failing:
             item.perturbed = [runs[pair.name] for runs in perturbed]
             self._record(pair, item, label, verdict_rules.judge_output([item], pair.bound))
-        for pair in batch:
+        for pair in self.batches[index]:
             reference.pop(pair.name, None)
 
     def _perturbation_runs(self, index, feeds, set_index) -> list:
@@ -484,9 +489,9 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
     section["first_differing"] = differing[0].name if differing else None
     if bad:
         section["first_bad"] = {**bad[0].to_dict(), "description": bad[0].describe()}
-    if localizer.reference_state == "unavailable":
-        section["notes"].append(f"no float64 reference ({getattr(localizer, 'reference_reason', '')}): "
-                                "intermediates judged by the fallback rules")
+    if localizer.reference_state == "partial":
+        section["notes"].append(f"the float64 reference stopped ({localizer.reference_reason}): values "
+                                "after that point judged by the fallback rules (no float64)")
     section.update(reference=localizer.reference_state, batches=len(localizer.batches), runs=localizer.runs,
                    sessions=localizer.sessions_built, input_sets=sets_run, max_batch_bytes=max_batch_bytes,
                    seconds=round(time.perf_counter() - started, 4))
