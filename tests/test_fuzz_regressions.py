@@ -60,9 +60,7 @@ def test_rounding_amplified_by_sqrt_near_zero_is_rounding_not_mismatch():
     third = np.float32(1 / 3)
     original, candidate = model([1.0]), model([third, np.float32(1) - third])   # reassociated
     x = np.array([-0.9997454, -0.9988056, -0.999744, -0.999556, 0.0, 1.0, 2.0, 0.5], np.float32)
-    # localize=False: the hand-built candidate reuses the name a0 for a partial sum (x + 1/3), which
-    # layer-wise localisation would, by name, judge a changed value; this test is about the output rule.
-    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2, localize=False)
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2)
     assert report.outputs[0].differing > 0
     assert report.verdict == "rounding", report.to_dict()["outputs"][0]
 

@@ -114,14 +114,31 @@ def test_correct_folds_stay_rounding():
     assert section["checked"] == 8 * 3  # bn, add, relu per block (conv_i is gone in the candidate)
 
 
-def test_renamed_fused_outputs_name_the_next_shared_value():
-    # onnxrefine's own folds give the fused Conv a new name: the first shared value after the
-    # bad fold is the residual Add.
+def test_renamed_fused_outputs_are_paired_by_role():
+    # onnxrefine's own folds give the fused Conv a new name; the residual Add kept by both reads it
+    # where the original reads the BatchNormalization's output, so the two are paired.
     original, candidate = residual_net(bad_block=5, keep_bn_names=False)
     report = verify_models(original, candidate)
     assert report.verdict == "mismatch"
-    assert report.first_bad_value["name"] == "add5"
-    assert report.first_bad_value["op"] == "Add"
+    first = report.first_bad_value
+    assert (first["name"], first["candidate_name"], first["op"]) == ("bn5", "fused5", "BatchNormalization")
+    assert report.localisation["paired_by_role"] == 8
+
+
+def test_a_name_that_now_holds_another_value_is_paired_by_role():
+    # onnxoptimizer's fuse_bn_into_conv: the fused Conv keeps the *Conv's* output name, which now
+    # holds what the BatchNormalization computed. Compared by name it would be a false mismatch.
+    original, candidate = residual_net(bad_block=None, keep_bn_names=False)
+    renames = {f"fused{i}": f"conv{i}" for i in range(8)}
+    for node in candidate.graph.node:
+        node.output[:] = [renames.get(name, name) for name in node.output]
+        node.input[:] = [renames.get(name, name) for name in node.input]
+    report = verify_models(original, candidate)
+    section = report.localisation
+    values = {v["name"]: v for v in section["values"]}
+    assert "conv3" not in values and values["bn3"]["candidate_name"] == "conv3"
+    assert section["names_reused"] == 8
+    assert report.verdict == "rounding", section["first_bad"]
 
 
 def test_values_computed_identically_are_not_judged():
@@ -243,7 +260,11 @@ def test_peer_output_with_shared_names_only_downstream(tmp_path):
         for index, name in enumerate(node.input):
             node.input[index] = renames.get(name, name)
     report = verify_models(original, candidate)
-    assert report.localisation["shared_names"] == 2
+    section = report.localisation
+    # add2 and relu3 by name; add3 by role: the kept Relu relu3 reads it (as peer_add3).
+    assert (section["paired"], section["paired_by_role"]) == (3, 1)
+    values = {v["name"]: v for v in section["values"]}
+    assert values["add3"]["candidate_name"] == "peer_add3"
     assert report.first_bad_value["name"] == "add2"
 
 
@@ -308,18 +329,18 @@ def test_bisect_names_the_rewrite_and_the_value_it_broke(tmp_path, monkeypatch, 
     result = bisect(original, optimizer="onnxrefine", passes=[spec.name], out_dir=out)
     assert result.verdict == "mismatch"
     assert result.rewrite["rule"] == "drop_bn_epsilon" and result.rewrite["root"] == "bn5_node (BatchNormalization)"
-    # The rewritten BatchNormalization has a new output name: the residual Add is the first shared value.
-    assert result.first_bad_value["name"] == "add5"
+    # The rewritten BatchNormalization has a new output name, paired with bn5 by role.
+    assert result.first_bad_value["name"] == "bn5"
     report = json.loads((out / "report.json").read_text())
-    assert report["first_bad_value"]["name"] == "add5"
-    assert report["verification"]["localisation"]["first_bad"]["name"] == "add5"
-    assert "first bad value: add5 (Add node add5_node)" in (out / "README.md").read_text()
+    assert report["first_bad_value"]["name"] == "bn5"
+    assert report["verification"]["localisation"]["first_bad"]["name"] == "bn5"
+    assert "first bad value: bn5 (BatchNormalization node bn5_node)" in (out / "README.md").read_text()
 
     onnx.save(original, tmp_path / "resnet.onnx")
     code = main(["bisect", str(tmp_path / "resnet.onnx"), "--passes", spec.name, "--out", str(tmp_path / "cli")])
     printed = capsys.readouterr().out
     assert code == 1
-    assert "first bad value: add5 (Add node add5_node) mismatch" in printed
+    assert "first bad value: bn5 (BatchNormalization node bn5_node) mismatch" in printed
 
 
 def test_where_the_reference_stops_later_values_use_the_fallback(monkeypatch):

@@ -7,13 +7,13 @@ hold under the same name, each with the same rules as an output (verdict.judge_o
 own float64 value and its own rounding bound, and names the first one (in the original's
 topological order) that is a mismatch.
 
-Which values. Main-graph node outputs of the original whose name the candidate's main graph also
-produces (optimizers keep names: onnxoptimizer and onnxsim give a fused Conv the BatchNormalization's
-output name, ORT keeps node outputs it does not fuse away), minus the original's graph outputs (judged
-already), minus values whose producing subgraph is structurally identical in both models (same ops,
-attributes, constants and graph inputs all the way up: onnxruntime computes them bit for bit alike,
-so there is nothing to judge). A name whose value differs in shape or dtype between the two models
-names a different value; it is listed as not comparable and not judged.
+Which values. Main-graph node outputs of the original paired with a candidate value by
+correspond.py: by name, or by role where a name now holds another value (onnxoptimizer's
+fuse_bn_into_conv gives the fused Conv the Conv's output name), minus the original's graph outputs
+(judged already), minus values whose producing subgraph is structurally identical in both models
+(same ops, attributes, constants and graph inputs all the way up: onnxruntime computes them bit for
+bit alike, so there is nothing to judge). A pair whose shape or dtype differs is not the same value;
+it is listed as not comparable and not judged.
 
 How. Per input set (the ones verification used), the original is evaluated once in float64 with an
 observer (reference.evaluate_float64(observe=...)); values are grouped into batches, in topological
@@ -30,7 +30,6 @@ its own, and holding a value's evidence across sets would defeat the memory boun
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -38,6 +37,7 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import compare, graphinfo
+from onnxrefine.verify.correspond import correspondences, structural_digests
 from onnxrefine.verify import verdict as verdict_rules
 from onnxrefine.verify.runner import ModelRunner, RunFailedError
 
@@ -101,60 +101,21 @@ class ValueResult:
         return text
 
 
-def structural_digests(model: onnx.ModelProto) -> dict[str, bytes]:
-    """Value name -> digest of the computation that produces it (main graph).
-
-    Equal digests in two models mean the same ops with the same attributes on the same constants and
-    graph inputs all the way up. Nodes with subgraphs (which may capture outer names) and calls to
-    model-local functions get a digest unique to this call, so they never count as identical.
-    """
-    digests: dict[str, bytes] = {}
-    graph = model.graph
-    for init in graph.initializer:
-        tensor = onnx.TensorProto()
-        tensor.CopyFrom(init)
-        tensor.name = ""
-        digests[init.name] = hashlib.blake2b(tensor.SerializeToString(deterministic=True),
-                                             digest_size=16).digest()
-    for value in graph.input:
-        if value.name not in digests:
-            digests[value.name] = hashlib.blake2b(b"input\0" + value.SerializeToString(deterministic=True),
-                                                  digest_size=16).digest()
-    local_functions = {(f.domain, f.name) for f in model.functions}
-    opaque = object()
-    for node in graph.node:
-        h = hashlib.blake2b(digest_size=16)
-        if (node.domain, node.op_type) in local_functions or any(
-                attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for attr in node.attribute):
-            h.update(f"opaque {id(model)} {id(opaque)} {node.name} {list(node.output)}".encode())
-        else:
-            h.update(f"{node.domain}\0{node.op_type}\0".encode())
-            for attr in sorted(node.attribute, key=lambda a: a.name):
-                h.update(attr.SerializeToString(deterministic=True))
-            for name in node.input:
-                h.update(digests.get(name, b"undefined\0" + name.encode()) if name else b"absent")
-                h.update(b"\0")
-        base = h.digest()
-        for index, out in enumerate(node.output):
-            if out:
-                digests[out] = hashlib.blake2b(base + index.to_bytes(4, "little"), digest_size=16).digest()
-    return digests
-
-
-def find_pairs(original: onnx.ModelProto, candidate: onnx.ModelProto, feeds, u: float,
-               value_map=None) -> tuple[list[Pair], dict]:
+def find_pairs(original: onnx.ModelProto, candidate: onnx.ModelProto, feeds, u: float
+               ) -> tuple[list[Pair], dict]:
     """The intermediate values worth judging, in the original's topological order, and counts."""
-    value_map = dict(value_map or {})
+    mapping, stats = correspondences(original, candidate)
     cand_producers = {out: node for node in candidate.graph.node for out in node.output if out}
     output_names = {out.name for out in original.graph.output}
     orig_digests, cand_digests = structural_digests(original), structural_digests(candidate)
-    pairs, stats = [], {"shared_names": 0, "identical_computation": 0, "type_differs": []}
+    stats.update(paired=0, identical_computation=0, type_differs=[])
+    pairs = []
     for order, node in enumerate(original.graph.node):
         for name in node.output:
-            cand_name = value_map.get(name, name)
-            if not name or name in output_names or cand_name not in cand_producers:
+            cand_name = mapping.get(name)
+            if not name or name in output_names or cand_name is None:
                 continue
-            stats["shared_names"] += 1
+            stats["paired"] += 1
             if orig_digests.get(name) == cand_digests.get(cand_name):
                 stats["identical_computation"] += 1
                 continue
@@ -448,7 +409,7 @@ def _max_differences(candidate: np.ndarray, original: np.ndarray) -> tuple[float
 
 
 def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int, seed: int,
-             value_map=None, max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+             max_batch_bytes: int = DEFAULT_BATCH_BYTES,
              time_budget_s: float | None = None) -> dict:
     """Judge the shared intermediate values on `labelled_sets` [(label, feeds)]; the report section."""
     started = time.perf_counter()
@@ -457,9 +418,10 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
     if not labelled_sets:
         section["status"] = "not run: no input sets"
         return section
-    pairs, stats = find_pairs(original, candidate, labelled_sets[0][1], u, value_map)
-    section.update(shared_names=stats["shared_names"], identical_computation=stats["identical_computation"],
-                   checked=len(pairs))
+    pairs, stats = find_pairs(original, candidate, labelled_sets[0][1], u)
+    section.update(paired=stats["paired"], paired_by_name=stats["by_name"], paired_by_role=stats["by_role"],
+                   names_reused=stats["name_reused"], ambiguous=stats["ambiguous"],
+                   identical_computation=stats["identical_computation"], checked=len(pairs))
     section["not_comparable"].update({name: "declared type or shape differs" for name in stats["type_differs"]})
     localizer = Localizer(original, candidate, pairs, perturb_count=perturb_count, seed=seed,
                           max_batch_bytes=max_batch_bytes)

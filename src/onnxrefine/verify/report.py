@@ -193,7 +193,8 @@ def render_localisation(report: VerificationReport, console) -> None:
     if "checked" not in section:
         console.print(f"localisation: {status}", markup=False, highlight=False)
         return
-    summary = (f"localisation: {status}; {section.get('checked', 0)} intermediate value(s) judged, "
+    summary = (f"localisation: {status}; {section.get('checked', 0)} intermediate value(s) judged "
+               f"({section.get('paired_by_role', 0)} paired by role), "
                f"{section.get('identical_computation', 0)} computed identically, "
                f"{len(section.get('not_comparable') or {})} not comparable"
                f" ({format_number(section.get('seconds'))}s)")

@@ -1,0 +1,111 @@
+"""Which value of the candidate is which value of the original (for layer-wise localisation).
+
+Optimizers keep names, but not always for the same value. onnxoptimizer's fuse_bn_into_conv gives
+the fused Conv the *Conv's* output name, so that name now holds what the BatchNormalization
+computed; onnxsim and hand-written folds keep the BatchNormalization's name instead. A name alone
+therefore does not say which value it holds. Roles do: a node the candidate kept (same output name,
+same operator) reads, at each input, the candidate's counterpart of what the original node reads
+there. So the Relu after a folded BatchNormalization, kept by both, says that the candidate value it
+reads (named like the Conv's output) is the original's BatchNormalization output.
+
+Rules, for a value U that a main-graph node of the original produces:
+- role votes: every kept node whose input slot reads U in the original and V in the candidate
+  (both node outputs) votes U -> V. Commutative ops vote only when exactly one operand differs by
+  name (a residual Add whose branch was fused); swapped operands say nothing;
+- U pairs with the V its votes agree on; conflicting votes leave U unpaired;
+- without votes U pairs with the candidate value of the same name, unless votes say that name now
+  plays another value's role (then the name was reused and U is left unpaired).
+The shape/dtype check in localize.py stays as a further guard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import onnx
+
+COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Equal",
+                         "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+
+
+def _producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    return {out: node for node in graph.node for out in node.output if out}
+
+
+def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto) -> tuple[dict[str, str], dict]:
+    """Original value name -> candidate value name, and counts (by name, by role, reused names)."""
+    orig_producers, cand_producers = _producers(original.graph), _producers(candidate.graph)
+    votes: dict[str, set[str]] = {}  # original value -> candidate values voted for
+    claimed: dict[str, set[str]] = {}  # candidate value -> original values it was voted for
+    for cand_node in candidate.graph.node:
+        orig_node = next((orig_producers[out] for out in cand_node.output if out in orig_producers), None)
+        if orig_node is None or (orig_node.op_type, orig_node.domain) != (cand_node.op_type, cand_node.domain):
+            continue
+        slots = list(zip(orig_node.input, cand_node.input))
+        if cand_node.op_type in COMMUTATIVE:
+            differing = [(o, c) for o, c in slots if o != c]
+            if len(differing) != 1 or sorted(orig_node.input) == sorted(cand_node.input):
+                continue
+            slots = differing
+        for orig_value, cand_value in slots:
+            if orig_value in orig_producers and cand_value in cand_producers:
+                votes.setdefault(orig_value, set()).add(cand_value)
+                claimed.setdefault(cand_value, set()).add(orig_value)
+    mapping: dict[str, str] = {}
+    stats = {"by_name": 0, "by_role": 0, "ambiguous": 0, "name_reused": 0}
+    for name in orig_producers:
+        voted = votes.get(name)
+        if voted:
+            if len(voted) > 1:
+                stats["ambiguous"] += 1
+                continue
+            (target,) = voted
+            mapping[name] = target
+            stats["by_name" if target == name else "by_role"] += 1
+        elif name in cand_producers:
+            if claimed.get(name, {name}) - {name}:
+                stats["name_reused"] += 1
+                continue
+            mapping[name] = name
+            stats["by_name"] += 1
+    return mapping, stats
+
+
+def structural_digests(model: onnx.ModelProto) -> dict[str, bytes]:
+    """Value name -> digest of the computation that produces it (main graph).
+
+    Equal digests in two models mean the same ops with the same attributes on the same constants and
+    graph inputs all the way up. Nodes with subgraphs (which may capture outer names) and calls to
+    model-local functions get a digest unique to this call, so they never count as identical.
+    """
+    digests: dict[str, bytes] = {}
+    graph = model.graph
+    for init in graph.initializer:
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(init)
+        tensor.name = ""
+        digests[init.name] = hashlib.blake2b(tensor.SerializeToString(deterministic=True),
+                                             digest_size=16).digest()
+    for value in graph.input:
+        if value.name not in digests:
+            digests[value.name] = hashlib.blake2b(b"input\0" + value.SerializeToString(deterministic=True),
+                                                  digest_size=16).digest()
+    local_functions = {(f.domain, f.name) for f in model.functions}
+    salt = f"{id(model)}".encode()
+    for node in graph.node:
+        h = hashlib.blake2b(digest_size=16)
+        if (node.domain, node.op_type) in local_functions or any(
+                attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for attr in node.attribute):
+            h.update(b"opaque\0" + salt + repr(list(node.output)).encode())
+        else:
+            h.update(f"{node.domain}\0{node.op_type}\0".encode())
+            for attr in sorted(node.attribute, key=lambda a: a.name):
+                h.update(attr.SerializeToString(deterministic=True))
+            for name in node.input:
+                h.update(digests.get(name, b"undefined\0" + name.encode()) if name else b"absent")
+                h.update(b"\0")
+        base = h.digest()
+        for index, out in enumerate(node.output):
+            if out:
+                digests[out] = hashlib.blake2b(base + index.to_bytes(4, "little"), digest_size=16).digest()
+    return digests
