@@ -361,3 +361,47 @@ def test_where_the_reference_stops_later_values_use_the_fallback(monkeypatch):
     assert values["bn1"]["reference"] and not values["bn4"]["reference"]
     assert section["reference"] == "partial" and any("planted" in note for note in section["notes"])
     assert report.first_bad_value["name"] == "bn1"
+
+
+def test_both_branches_of_an_add_fused_under_conv_names_are_not_compared_by_name():
+    # A residual Add whose two branches (Conv -> BN each) were folded the onnxoptimizer way: each
+    # fused Conv keeps its Conv's name. Which operand is which is unknown, but neither name holds
+    # its old value any more.
+    rng = np.random.default_rng(3)
+    nodes, folded, inits, cand_inits = [], [], [], []
+    for k in (1, 2):
+        weight = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
+        gamma, beta = rng.uniform(0.5, 2, 4).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+        mean, var = rng.standard_normal(4).astype(np.float32), rng.uniform(0.5, 2, 4).astype(np.float32)
+        inits += [tensor(f"w{k}", weight), tensor(f"g{k}", gamma), tensor(f"b{k}", beta), tensor(f"m{k}", mean),
+                  tensor(f"v{k}", var)]
+        nodes += [helper.make_node("Conv", ["x", f"w{k}"], [f"c{k}"]),
+                  helper.make_node("BatchNormalization", [f"c{k}", f"g{k}", f"b{k}", f"m{k}", f"v{k}"], [f"n{k}"])]
+        scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5)
+        cand_inits += [tensor(f"fw{k}", (weight * scale[:, None, None, None]).astype(np.float32)),
+                       tensor(f"fb{k}", (beta - mean * scale).astype(np.float32))]
+        folded.append(helper.make_node("Conv", ["x", f"fw{k}", f"fb{k}"], [f"c{k}"]))
+    tail = [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("ReduceSum", ["r"], ["y"], keepdims=0)]
+    io = ([value_info("x", shape=[1, 4, 5, 5])], [value_info("y", shape=[])])
+    original = make_model(nodes + [helper.make_node("Add", ["n1", "n2"], ["a"])] + tail, *io, inits)
+    candidate = make_model(folded + [helper.make_node("Add", ["c1", "c2"], ["a"])] + tail, *io, cand_inits)
+    report = verify_models(original, candidate)
+    judged = {v["name"] for v in report.localisation["values"]}
+    assert judged == {"a", "r"}
+    assert report.verdict == "rounding", report.localisation["first_bad"]
+
+
+def test_a_kept_node_whose_attributes_changed_says_nothing_about_its_inputs():
+    # fuse_transpose_into_gemm: Gemm(Transpose(a), B) -> Gemm(a, B, transA=1). The Gemm is kept by
+    # name, but its first slot now reads a, not a's transpose (same shape: square).
+    b = tensor("B", np.random.default_rng(0).standard_normal((3, 3)).astype(np.float32))
+    io = ([value_info("x", shape=[3, 3])], [value_info("y", shape=[3, 3])])
+    original = make_model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Transpose", ["a"], ["t"]),
+                           helper.make_node("Gemm", ["t", "B"], ["g"]), helper.make_node("Neg", ["g"], ["y"])],
+                          *io, [b])
+    candidate = make_model([helper.make_node("Relu", ["x"], ["a"]),
+                            helper.make_node("Gemm", ["a", "B"], ["g"], transA=1),
+                            helper.make_node("Neg", ["g"], ["y"])], *io, [b])
+    report = verify_models(original, candidate)
+    assert report.verdict in ("exact", "rounding"), report.localisation["first_bad"]
+    assert {v["name"] for v in report.localisation["values"]} <= {"g"}

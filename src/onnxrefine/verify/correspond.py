@@ -9,9 +9,11 @@ there. So the Relu after a folded BatchNormalization, kept by both, says that th
 reads (named like the Conv's output) is the original's BatchNormalization output.
 
 Rules, for a value U that a main-graph node of the original produces:
-- role votes: every kept node whose input slot reads U in the original and V in the candidate
-  (both node outputs) votes U -> V. Commutative ops vote only when exactly one operand differs by
-  name (a residual Add whose branch was fused); swapped operands say nothing;
+- role votes: every kept node (same output name, operator and attributes) whose input slot reads
+  U in the original and V in the candidate (both node outputs) votes U -> V. Commutative ops vote
+  only when exactly one operand differs by name (a residual Add whose branch was fused); swapped
+  operands say nothing; where several differ, the candidate names read there are marked as
+  holding some other value;
 - U pairs with the V its votes agree on; conflicting votes leave U unpaired;
 - without votes U pairs with the candidate value of the same name, unless votes say that name now
   plays another value's role (then the name was reused and U is left unpaired).
@@ -32,6 +34,16 @@ def _producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
     return {out: node for node in graph.node for out in node.output if out}
 
 
+def _same_operation(a: onnx.NodeProto, b: onnx.NodeProto) -> bool:
+    """Same operator with the same attributes: its input slots mean the same in both models (a
+    Gemm that absorbed a Transpose through transA reads its operand differently, say)."""
+    if (a.op_type, a.domain) != (b.op_type, b.domain) or len(a.attribute) != len(b.attribute):
+        return False
+    key = lambda attr: attr.name  # noqa: E731
+    return all(x.SerializeToString(deterministic=True) == y.SerializeToString(deterministic=True)
+               for x, y in zip(sorted(a.attribute, key=key), sorted(b.attribute, key=key)))
+
+
 def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto) -> tuple[dict[str, str], dict]:
     """Original value name -> candidate value name, and counts (by name, by role, reused names)."""
     orig_producers, cand_producers = _producers(original.graph), _producers(candidate.graph)
@@ -39,12 +51,19 @@ def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto) -> tu
     claimed: dict[str, set[str]] = {}  # candidate value -> original values it was voted for
     for cand_node in candidate.graph.node:
         orig_node = next((orig_producers[out] for out in cand_node.output if out in orig_producers), None)
-        if orig_node is None or (orig_node.op_type, orig_node.domain) != (cand_node.op_type, cand_node.domain):
+        if orig_node is None or not _same_operation(orig_node, cand_node):
             continue
         slots = list(zip(orig_node.input, cand_node.input))
         if cand_node.op_type in COMMUTATIVE:
             differing = [(o, c) for o, c in slots if o != c]
-            if len(differing) != 1 or sorted(orig_node.input) == sorted(cand_node.input):
+            if len(differing) > 1 and sorted(orig_node.input) != sorted(cand_node.input):
+                # Several operands changed (both branches of a residual Add were fused): which is
+                # which is unknown, but the names read there no longer hold their old values.
+                for _, cand_value in differing:
+                    if cand_value not in orig_node.input:
+                        claimed.setdefault(cand_value, set()).add("\0ambiguous")
+                continue
+            if len(differing) != 1:
                 continue
             slots = differing
         for orig_value, cand_value in slots:
