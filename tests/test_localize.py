@@ -178,11 +178,12 @@ def test_batches_of_bounds_bytes_and_keeps_order():
 
 
 def test_a_name_holding_a_different_shape_is_not_comparable():
-    # The candidate reuses the name "t" for a transposed value: not the same value, not judged.
+    # The candidate reuses the name "t" for a transposed value: not the same value, not judged
+    # (the summed output is the same).
     def build(transposed):
         nodes = [helper.make_node("Relu", ["x"], ["r"]),
                  helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0]) if transposed
-                 else helper.make_node("Neg", ["r"], ["t"]),
+                 else helper.make_node("Relu", ["r"], ["t"]),
                  helper.make_node("ReduceSum", ["t"], ["y"], keepdims=0)]
         return make_model(nodes, [value_info("x", shape=[2, 3])], [value_info("y", shape=[])])
 
@@ -405,3 +406,13 @@ def test_a_kept_node_whose_attributes_changed_says_nothing_about_its_inputs():
     report = verify_models(original, candidate)
     assert report.verdict in ("exact", "rounding"), report.localisation["first_bad"]
     assert {v["name"] for v in report.localisation["values"]} <= {"g"}
+
+
+def test_a_change_seen_only_at_the_output_is_the_first_bad_value():
+    io = ([value_info("x", shape=[4])], [value_info("y", shape=[4])])
+    original = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])], *io)
+    candidate = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Abs", ["r"], ["y"])], *io)
+    report = verify_models(original, candidate)
+    first = report.first_bad_value
+    assert (first["name"], first["op"], first["output"]) == ("y", "Neg", True)
+    assert report.localisation["checked"] == 0  # r is computed identically

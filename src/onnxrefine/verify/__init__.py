@@ -62,7 +62,7 @@ def verify_models(original, candidate, *,
 
 def _localize(report, original, candidate, inputs, trials, seed, dims, stress, time_budget_s) -> None:
     """Layer-wise localisation on the input sets the output checks used (see localize.py)."""
-    from onnxrefine.verify.localize import localize
+    from onnxrefine.verify.localize import include_outputs, localize
 
     if any("candidate failed" in note for note in report.notes):
         report.localisation = {"status": "not run: the candidate failed to load or run"}
@@ -79,6 +79,7 @@ def _localize(report, original, candidate, inputs, trials, seed, dims, stress, t
     section = localize(original_model, candidate_model, used, u=report.settings["unit_roundoff"],
                        perturb_count=report.settings["perturbation_runs"], seed=seed,
                        time_budget_s=None if time_budget_s is None else max(0.0, time_budget_s - spent))
+    include_outputs(section, original_model, report.outputs)
     report.localisation = section
     report.verdict = VerificationReport.overall(report.outputs, section)
     report.timings["localisation_s"] = section.get("seconds", 0.0)

@@ -3,7 +3,7 @@
 An output verdict judges what leaves the model; a single wrong fold deep inside a residual network
 can be diluted there (by later Adds, pooling, a Softmax) until it hides in the output's rounding
 bound. Localisation judges the values *inside* the model that the original and the candidate both
-hold under the same name, each with the same rules as an output (verdict.judge_output) against its
+hold, each with the same rules as an output (verdict.judge_output) against its
 own float64 value and its own rounding bound, and names the first one (in the original's
 topological order) that is a mismatch.
 
@@ -19,8 +19,9 @@ How. Per input set (the ones verification used), the original is evaluated once 
 observer (reference.evaluate_float64(observe=...)); values are grouped into batches, in topological
 order, whose estimated size (one copy in their own dtype) stays under `max_batch_bytes`; once the
 reference has produced a batch's last value, both models run in onnxruntime with that batch exposed
-as extra graph outputs (original twice, candidate once, plus the original on perturbed inputs where a
-value differs), each value is judged, and everything of the batch is freed. Peak memory is therefore
+as extra graph outputs (original twice, candidate once), each value is judged, and everything of the
+batch is freed. The original's perturbation runs (sensitivity, unstable positions) are added only for
+values that fail without them: they can only excuse more, never less. Peak memory is therefore
 the reference's own working set plus about (5 + perturbation runs) x max_batch_bytes, whatever the
 model's size (the default cap, 128 MiB, holds resnet50's 113 judged values, 89 MiB, in one batch;
 bert-base's 304 MiB take three). The sessions of a batch are kept for the next input set when
@@ -466,6 +467,28 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
                    sessions=localizer.sessions_built, input_sets=sets_run, max_batch_bytes=max_batch_bytes,
                    seconds=round(time.perf_counter() - started, 4))
     return section
+
+
+def include_outputs(section: dict, original: onnx.ModelProto, outputs) -> None:
+    """Let a graph output judged mismatch be the first bad value when no intermediate before it is
+    (an output the original computes early, or a change that shows only at the outputs)."""
+    order = {out: index for index, node in enumerate(original.graph.node) for out in node.output if out}
+    producer = {out: node for node in original.graph.node for out in node.output if out}
+    first = section.get("first_bad")
+    for out in sorted((o for o in outputs if o.verdict == verdict_rules.MISMATCH),
+                      key=lambda o: order.get(o.name, len(order))):
+        position = order.get(out.name, len(order))
+        if first is not None and first["order"] <= position:
+            return
+        node = producer.get(out.name)
+        op, name = (node.op_type, node.name) if node is not None else ("graph input", "")
+        section["first_bad"] = {
+            "name": out.name, "candidate_name": out.name, "order": position, "node": name, "op": op,
+            "verdict": out.verdict, "output": True,
+            "description": f"{out.name} (graph output; {op} node {name or '<unnamed>'}) mismatch: "
+                           f"{out.unexplained}/{out.comparison.get('size', out.differing)} element(s) "
+                           "unexplained (see the output table)"}
+        return
 
 
 def worst_values(section: dict, count: int = TABLE_ROWS) -> list[dict]:
