@@ -223,7 +223,7 @@ class _Evaluator:
             if self.observe is not None and parent_scope is None:  # main graph only (localisation)
                 for name in node.output:
                     if name:
-                        self.observe(name, dict.__getitem__(env, name))
+                        self.observe(name, dict.get(env, name))
         result = {}
         for name in wanted:
             try:
