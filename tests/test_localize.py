@@ -416,3 +416,28 @@ def test_a_change_seen_only_at_the_output_is_the_first_bad_value():
     first = report.first_bad_value
     assert (first["name"], first["op"], first["output"]) == ("y", "Neg", True)
     assert report.localisation["checked"] == 0  # r is computed identically
+
+
+def test_a_kept_node_whose_name_was_reused_is_no_witness():
+    # Fuzz case 16 (onnxoptimizer fuse_bn_into_conv): the weight comes from a Constant node and the
+    # fused Conv, which keeps the Conv's name, reads a scaled copy (Mul) of it. The Conv is no
+    # witness that the scaled weight is the original weight.
+    rng = np.random.default_rng(5)
+    weight = rng.standard_normal((3, 3, 1, 1)).astype(np.float32)
+    gamma, beta = rng.uniform(0.5, 2, 3).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    mean, var = rng.standard_normal(3).astype(np.float32), rng.uniform(0.5, 2, 3).astype(np.float32)
+    scale = (gamma / np.sqrt(var + np.float32(1e-5))).astype(np.float32)
+    constant = helper.make_node("Constant", [], ["w"], value=onnx.numpy_helper.from_array(weight))
+    io = ([value_info("x", shape=[1, 3, 4, 4])], [value_info("y", shape=[1, 3, 4, 4])])
+    original = make_model([constant, helper.make_node("Conv", ["x", "w"], ["c"]),
+                           helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"]),
+                           helper.make_node("Relu", ["n"], ["y"])], *io,
+                          [tensor("g", gamma), tensor("b", beta), tensor("m", mean), tensor("v", var)])
+    candidate = make_model([constant, helper.make_node("Mul", ["w", "s"], ["ws"]),
+                            helper.make_node("Conv", ["x", "ws", "fb"], ["c"]),
+                            helper.make_node("Relu", ["c"], ["y"])], *io,
+                           [tensor("s", scale.reshape(3, 1, 1, 1)), tensor("fb", (beta - mean * scale).astype(np.float32))])
+    report = verify_models(original, candidate)
+    values = {v["name"]: v for v in report.localisation["values"]}
+    assert "w" not in values and values["n"]["candidate_name"] == "c"
+    assert report.verdict == "rounding", report.localisation["first_bad"]

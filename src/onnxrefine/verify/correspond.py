@@ -16,7 +16,9 @@ Rules, for a value U that a main-graph node of the original produces:
   holding some other value;
 - U pairs with the V its votes agree on; conflicting votes leave U unpaired;
 - without votes U pairs with the candidate value of the same name, unless votes say that name now
-  plays another value's role (then the name was reused and U is left unpaired).
+  plays another value's role (then the name was reused and U is left unpaired);
+- a kept node whose own output name was reused is no witness: its slots may read new values (the
+  fused Conv's weight slot reads the scaled weight), so its votes are dropped (to a fixed point).
 The shape/dtype check in localize.py stays as a further guard.
 """
 
@@ -44,12 +46,13 @@ def _same_operation(a: onnx.NodeProto, b: onnx.NodeProto) -> bool:
                for x, y in zip(sorted(a.attribute, key=key), sorted(b.attribute, key=key)))
 
 
-def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto) -> tuple[dict[str, str], dict]:
-    """Original value name -> candidate value name, and counts (by name, by role, reused names)."""
-    orig_producers, cand_producers = _producers(original.graph), _producers(candidate.graph)
-    votes: dict[str, set[str]] = {}  # original value -> candidate values voted for
-    claimed: dict[str, set[str]] = {}  # candidate value -> original values it was voted for
-    for cand_node in candidate.graph.node:
+def _votes(original, candidate, orig_producers, cand_producers, distrusted: set[int]):
+    """(original value -> candidate values voted for, candidate value -> original values claimed)."""
+    votes: dict[str, set[str]] = {}
+    claimed: dict[str, set[str]] = {}
+    for index, cand_node in enumerate(candidate.graph.node):
+        if index in distrusted:
+            continue
         orig_node = next((orig_producers[out] for out in cand_node.output if out in orig_producers), None)
         if orig_node is None or not _same_operation(orig_node, cand_node):
             continue
@@ -70,6 +73,25 @@ def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto) -> tu
             if orig_value in orig_producers and cand_value in cand_producers:
                 votes.setdefault(orig_value, set()).add(cand_value)
                 claimed.setdefault(cand_value, set()).add(orig_value)
+    return votes, claimed
+
+
+def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto) -> tuple[dict[str, str], dict]:
+    """Original value name -> candidate value name, and counts (by name, by role, reused names)."""
+    orig_producers, cand_producers = _producers(original.graph), _producers(candidate.graph)
+    node_index = {out: index for index, node in enumerate(candidate.graph.node) for out in node.output if out}
+    # A kept node whose own output name is claimed for another value (onnxoptimizer's fused Conv
+    # keeps the Conv's name but computes the BatchNormalization's value) is not the node it was:
+    # its input slots say nothing (its weight slot reads the scaled weight). Drop such nodes as
+    # witnesses until none is left.
+    distrusted: set[int] = set()
+    while True:
+        votes, claimed = _votes(original, candidate, orig_producers, cand_producers, distrusted)
+        reused = {node_index[name] for name, origins in claimed.items()
+                  if name in node_index and origins - {name}}
+        if reused <= distrusted:
+            break
+        distrusted |= reused
     mapping: dict[str, str] = {}
     stats = {"by_name": 0, "by_role": 0, "ambiguous": 0, "name_reused": 0}
     for name in orig_producers:
