@@ -262,10 +262,9 @@ def test_peer_output_with_shared_names_only_downstream(tmp_path):
             node.input[index] = renames.get(name, name)
     report = verify_models(original, candidate)
     section = report.localisation
-    # add2 and relu3 by name; add3 by role: the kept Relu relu3 reads it (as peer_add3).
-    assert (section["paired"], section["paired_by_role"]) == (3, 1)
-    values = {v["name"]: v for v in section["values"]}
-    assert values["add3"]["candidate_name"] == "peer_add3"
+    # add2 and relu3 by name; add3 is not paired: a Relu is no witness (Relu(Relu(x)) -> Relu(x)
+    # is what eliminations do), it only marks peer_add3 as holding some original value.
+    assert (section["paired"], section["paired_by_role"]) == (2, 0)
     assert report.first_bad_value["name"] == "add2"
 
 
@@ -420,24 +419,76 @@ def test_a_change_seen_only_at_the_output_is_the_first_bad_value():
 
 def test_a_kept_node_whose_name_was_reused_is_no_witness():
     # Fuzz case 16 (onnxoptimizer fuse_bn_into_conv): the weight comes from a Constant node and the
-    # fused Conv, which keeps the Conv's name, reads a scaled copy (Mul) of it. The Conv is no
-    # witness that the scaled weight is the original weight.
+    # fused Conv, which keeps the Conv's name, reads a scaled copy (Mul) of it in its one changed
+    # slot (the bias is zero before and after). That Conv computes another value now (its name is
+    # read where the original reads the BatchNormalization's output), so it is no witness that
+    # the scaled weight is the original weight.
     rng = np.random.default_rng(5)
     weight = rng.standard_normal((3, 3, 1, 1)).astype(np.float32)
-    gamma, beta = rng.uniform(0.5, 2, 3).astype(np.float32), rng.standard_normal(3).astype(np.float32)
-    mean, var = rng.standard_normal(3).astype(np.float32), rng.uniform(0.5, 2, 3).astype(np.float32)
+    gamma, var = rng.uniform(0.5, 2, 3).astype(np.float32), rng.uniform(0.5, 2, 3).astype(np.float32)
+    zeros = np.zeros(3, np.float32)
     scale = (gamma / np.sqrt(var + np.float32(1e-5))).astype(np.float32)
     constant = helper.make_node("Constant", [], ["w"], value=onnx.numpy_helper.from_array(weight))
     io = ([value_info("x", shape=[1, 3, 4, 4])], [value_info("y", shape=[1, 3, 4, 4])])
-    original = make_model([constant, helper.make_node("Conv", ["x", "w"], ["c"]),
-                           helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"]),
-                           helper.make_node("Relu", ["n"], ["y"])], *io,
-                          [tensor("g", gamma), tensor("b", beta), tensor("m", mean), tensor("v", var)])
+    original = make_model([constant, helper.make_node("Conv", ["x", "w", "z"], ["c"]),
+                           helper.make_node("BatchNormalization", ["c", "g", "z", "z", "v"], ["n"]),
+                           helper.make_node("Add", ["n", "x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                          *io, [tensor("g", gamma), tensor("z", zeros), tensor("v", var)])
     candidate = make_model([constant, helper.make_node("Mul", ["w", "s"], ["ws"]),
-                            helper.make_node("Conv", ["x", "ws", "fb"], ["c"]),
-                            helper.make_node("Relu", ["c"], ["y"])], *io,
-                           [tensor("s", scale.reshape(3, 1, 1, 1)), tensor("fb", (beta - mean * scale).astype(np.float32))])
+                            helper.make_node("Conv", ["x", "ws", "z"], ["c"]),
+                            helper.make_node("Add", ["c", "x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                           *io, [tensor("s", scale.reshape(3, 1, 1, 1)), tensor("z", zeros)])
     report = verify_models(original, candidate)
     values = {v["name"]: v for v in report.localisation["values"]}
-    assert "w" not in values and values["n"]["candidate_name"] == "c"
+    assert "w" not in values and "c" not in values and values["n"]["candidate_name"] == "c"
     assert report.verdict == "rounding", report.localisation["first_bad"]
+
+
+def _pair(nodes_a, nodes_b, inputs, outputs, inits=()):
+    return make_model(nodes_a, inputs, outputs, list(inits)), make_model(nodes_b, inputs, outputs, list(inits))
+
+
+def test_eliminations_through_a_node_are_not_role_pairs():
+    # onnxoptimizer fuzz cases 395, 514, 662: each output is exact; a kept node now reads another
+    # value, which must not be judged as the value it used to read.
+    x = [value_info("x", shape=[3, 4])]
+    cases = {
+        "idempotent": _pair(   # Relu(Relu(c)) -> Relu(c): r1 is not c
+            [helper.make_node("Cos", ["x"], ["c"]), helper.make_node("Relu", ["c"], ["r1"]),
+             helper.make_node("Relu", ["r1"], ["y"])],
+            [helper.make_node("Cos", ["x"], ["c"]), helper.make_node("Relu", ["c"], ["r1"]),
+             helper.make_node("Relu", ["c"], ["y"])], x, [value_info("y", shape=[3, 4])]),
+        "monotone": _pair(     # ArgMax(Exp(c)) -> ArgMax(c): e is not c
+            [helper.make_node("Cos", ["x"], ["c"]), helper.make_node("Exp", ["c"], ["e"]),
+             helper.make_node("ArgMax", ["e"], ["y"], axis=1)],
+            [helper.make_node("Cos", ["x"], ["c"]), helper.make_node("ArgMax", ["c"], ["y"], axis=1)],
+            x, [value_info("y", TensorProto.INT64, [3, 1])]),
+        "where": _pair(        # Where(Not(k), a, b) -> Where(k, b, a): n is not k
+            [helper.make_node("Less", ["x", "zero"], ["k"]), helper.make_node("Not", ["k"], ["n"]),
+             helper.make_node("Cos", ["x"], ["a"]), helper.make_node("Where", ["n", "a", "x"], ["y"])],
+            [helper.make_node("Less", ["x", "zero"], ["k"]),
+             helper.make_node("Cos", ["x"], ["a"]), helper.make_node("Where", ["k", "x", "a"], ["y"])],
+            x, [value_info("y", shape=[3, 4])], [tensor("zero", np.float32(0.0))]),
+    }
+    # The same elimination with the upstream computed differently (equal values, other digest):
+    # only the Relu not being a witness keeps r1 from being paired with c.
+    cases["idempotent, upstream changed"] = (cases["idempotent"][0], make_model(
+        [helper.make_node("Identity", ["x"], ["i"]), helper.make_node("Cos", ["i"], ["c"]),
+         helper.make_node("Relu", ["c"], ["y"])], x, [value_info("y", shape=[3, 4])]))
+    for label, (original, candidate) in cases.items():
+        report = verify_models(original, candidate)
+        assert report.verdict == "exact", (label, report.localisation["first_bad"])
+
+
+def test_a_value_computed_like_another_original_value_is_not_paired_by_role():
+    # A wrong elimination Exp(Relu(c)) -> Exp(c): the Exp is a witness with one changed slot, but
+    # the candidate's c is provably the original's c, not its Relu: the bad value is the output.
+    x = [value_info("x", shape=[3, 4])]
+    original, candidate = _pair(
+        [helper.make_node("Cos", ["x"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Exp", ["r"], ["y"])],
+        [helper.make_node("Cos", ["x"], ["c"]), helper.make_node("Exp", ["c"], ["y"])],
+        x, [value_info("y", shape=[3, 4])])
+    report = verify_models(original, candidate)
+    assert report.verdict == "mismatch"
+    assert report.first_bad_value["name"] == "y" and report.first_bad_value["output"]

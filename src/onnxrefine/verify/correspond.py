@@ -5,19 +5,18 @@ the fused Conv the *Conv's* output name, so that name now holds what the BatchNo
 computed; onnxsim and hand-written folds keep the BatchNormalization's name instead. A name alone
 therefore does not say which value it holds. Roles do: a node the candidate kept (same output name,
 same operator) reads, at each input, the candidate's counterpart of what the original node reads
-there. So the Relu after a folded BatchNormalization, kept by both, says that the candidate value it
-reads (named like the Conv's output) is the original's BatchNormalization output.
+there. So the residual Add after a folded BatchNormalization, kept by both, says that the candidate
+value it reads (named like the Conv's output) is the original's BatchNormalization output.
 
 Rules, for a value U that a main-graph node of the original produces:
-- role votes: every kept node (same output name, operator and attributes) whose input slot reads
-  U in the original and V in the candidate (both node outputs) votes U -> V. Commutative ops vote
-  only when exactly one operand differs by name (a residual Add whose branch was fused); swapped
-  operands say nothing; where several differ, the candidate names read there are marked as
-  holding some other value;
+- a kept node is a candidate node whose output name the original also produces with the same
+  operator and attributes. Where its input slot reads a different name than the original's, the
+  name it reads is suspect (it may hold another value now). A kept node of a WITNESSES operator
+  with exactly one changed slot votes that the candidate value there is U (the original's value
+  there), unless that candidate value is computed exactly like another original value;
 - U pairs with the V its votes agree on; conflicting votes leave U unpaired;
-- without votes U pairs with the candidate value of the same name, unless votes say that name now
-  plays another value's role (then the name was reused and U is left unpaired);
-- a kept node whose own output name was reused is no witness: its slots may read new values (the
+- without votes U pairs with the candidate value of the same name unless that name is suspect;
+- a kept node whose own output name is suspect is no witness: its slots may read new values (the
   fused Conv's weight slot reads the scaled weight), so its votes are dropped (to a fixed point).
 The shape/dtype check in localize.py stays as a further guard.
 """
@@ -28,6 +27,14 @@ import hashlib
 
 import onnx
 
+# Ops whose output, with the other inputs fixed, determines the input in the one slot that changed:
+# only these vouch that a changed input holds the original's value. Idempotent (Relu, Abs, Floor),
+# order-only (ArgMax, TopK, Softmax), selecting (Where, Slice, Gather), reshaping and casting ops
+# are what eliminations simplify *through* (Relu(Relu(x)) -> Relu(x), ArgMax(Exp(x)) -> ArgMax(x),
+# Where(Not(c), a, b) -> Where(c, b, a)); they only mark the names they read as suspect.
+WITNESSES = frozenset({"Add", "Sub", "Mul", "Div", "Conv", "ConvTranspose", "MatMul", "Gemm", "Concat",
+                       "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Sqrt", "Reciprocal", "Neg",
+                       "BatchNormalization"})
 COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Equal",
                          "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
 
@@ -46,47 +53,50 @@ def _same_operation(a: onnx.NodeProto, b: onnx.NodeProto) -> bool:
                for x, y in zip(sorted(a.attribute, key=key), sorted(b.attribute, key=key)))
 
 
-def _votes(original, candidate, orig_producers, cand_producers, distrusted: set[int]):
+def _votes(orig_producers, cand_producers, candidate, distrusted: set[int], proven: dict[str, str]):
     """(original value -> candidate values voted for, candidate value -> original values claimed)."""
     votes: dict[str, set[str]] = {}
     claimed: dict[str, set[str]] = {}
     for index, cand_node in enumerate(candidate.graph.node):
-        if index in distrusted:
-            continue
         orig_node = next((orig_producers[out] for out in cand_node.output if out in orig_producers), None)
         if orig_node is None or not _same_operation(orig_node, cand_node):
             continue
-        slots = list(zip(orig_node.input, cand_node.input))
-        if cand_node.op_type in COMMUTATIVE:
-            differing = [(o, c) for o, c in slots if o != c]
-            if len(differing) > 1 and sorted(orig_node.input) != sorted(cand_node.input):
-                # Several operands changed (both branches of a residual Add were fused): which is
-                # which is unknown, but the names read there no longer hold their old values.
-                for _, cand_value in differing:
-                    if cand_value not in orig_node.input:
-                        claimed.setdefault(cand_value, set()).add("\0ambiguous")
-                continue
-            if len(differing) != 1:
-                continue
-            slots = differing
-        for orig_value, cand_value in slots:
-            if orig_value in orig_producers and cand_value in cand_producers:
-                votes.setdefault(orig_value, set()).add(cand_value)
-                claimed.setdefault(cand_value, set()).add(orig_value)
+        differing = [(o, c) for o, c in zip(orig_node.input, cand_node.input) if o != c]
+        if cand_node.op_type in COMMUTATIVE and sorted(orig_node.input) == sorted(cand_node.input):
+            continue  # swapped operands: nothing changed
+        # Claims: a name read where the original read another value may not hold its old value.
+        for orig_value, cand_value in differing:
+            if cand_value not in orig_node.input:
+                claimed.setdefault(cand_value, set()).add(orig_value or "\0absent")
+        # Votes: only through a trusted witness whose one changed slot determines its output.
+        if (index in distrusted or cand_node.op_type not in WITNESSES or len(differing) != 1
+                or len(orig_node.input) != len(cand_node.input)):
+            continue
+        orig_value, cand_value = differing[0]
+        if orig_value in orig_producers and cand_value in cand_producers \
+                and proven.get(cand_value, orig_value) == orig_value:
+            votes.setdefault(orig_value, set()).add(cand_value)
     return votes, claimed
 
 
-def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto) -> tuple[dict[str, str], dict]:
+def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto,
+                    orig_digests: dict | None = None, cand_digests: dict | None = None
+                    ) -> tuple[dict[str, str], dict]:
     """Original value name -> candidate value name, and counts (by name, by role, reused names)."""
+    orig_digests = orig_digests if orig_digests is not None else structural_digests(original)
+    cand_digests = cand_digests if cand_digests is not None else structural_digests(candidate)
     orig_producers, cand_producers = _producers(original.graph), _producers(candidate.graph)
+    # A candidate value computed exactly like an original value is that value, whatever reads it.
+    by_digest = {orig_digests[name]: name for name in orig_producers if name in orig_digests}
+    proven = {name: by_digest[cand_digests[name]] for name in cand_producers
+              if cand_digests.get(name) in by_digest}
     node_index = {out: index for index, node in enumerate(candidate.graph.node) for out in node.output if out}
     # A kept node whose own output name is claimed for another value (onnxoptimizer's fused Conv
     # keeps the Conv's name but computes the BatchNormalization's value) is not the node it was:
-    # its input slots say nothing (its weight slot reads the scaled weight). Drop such nodes as
-    # witnesses until none is left.
+    # its input slots vote for nothing (its weight slot reads the scaled weight), to a fixed point.
     distrusted: set[int] = set()
     while True:
-        votes, claimed = _votes(original, candidate, orig_producers, cand_producers, distrusted)
+        votes, claimed = _votes(orig_producers, cand_producers, candidate, distrusted, proven)
         reused = {node_index[name] for name, origins in claimed.items()
                   if name in node_index and origins - {name}}
         if reused <= distrusted:

@@ -108,10 +108,10 @@ class ValueResult:
 def find_pairs(original: onnx.ModelProto, candidate: onnx.ModelProto, feeds, u: float
                ) -> tuple[list[Pair], dict]:
     """The intermediate values worth judging, in the original's topological order, and counts."""
-    mapping, stats = correspondences(original, candidate)
+    orig_digests, cand_digests = structural_digests(original), structural_digests(candidate)
+    mapping, stats = correspondences(original, candidate, orig_digests, cand_digests)
     cand_producers = {out: node for node in candidate.graph.node for out in node.output if out}
     output_names = {out.name for out in original.graph.output}
-    orig_digests, cand_digests = structural_digests(original), structural_digests(candidate)
     stats.update(paired=0, identical_computation=0, type_differs=[])
     pairs = []
     for order, node in enumerate(original.graph.node):
