@@ -14,7 +14,8 @@ Rules, for a value U that a main-graph node of the original produces:
   name it reads is suspect (it may hold another value now). A kept node of a WITNESSES operator
   with exactly one changed slot votes that the candidate value there is U (the original's value
   there), unless that candidate value is computed exactly like another original value;
-- U pairs with the V its votes agree on; conflicting votes leave U unpaired;
+- U pairs with the V its votes agree on; conflicting votes, or a V that other kept nodes read where
+  the original reads yet another value, leave U unpaired;
 - without votes U pairs with the candidate value of the same name unless that name is suspect;
 - a kept node whose own output name is suspect is no witness: its slots may read new values (the
   fused Conv's weight slot reads the scaled weight), so its votes are dropped (to a fixed point).
@@ -53,7 +54,7 @@ def _same_operation(a: onnx.NodeProto, b: onnx.NodeProto) -> bool:
                for x, y in zip(sorted(a.attribute, key=key), sorted(b.attribute, key=key)))
 
 
-def _votes(orig_producers, cand_producers, candidate, distrusted: set[int], proven: dict[str, str]):
+def _votes(orig_producers, cand_producers, candidate, distrusted: set[int], proven: dict[str, set]):
     """(original value -> candidate values voted for, candidate value -> original values claimed)."""
     votes: dict[str, set[str]] = {}
     claimed: dict[str, set[str]] = {}
@@ -74,7 +75,7 @@ def _votes(orig_producers, cand_producers, candidate, distrusted: set[int], prov
             continue
         orig_value, cand_value = differing[0]
         if orig_value in orig_producers and cand_value in cand_producers \
-                and proven.get(cand_value, orig_value) == orig_value:
+                and orig_value in proven.get(cand_value, {orig_value}):
             votes.setdefault(orig_value, set()).add(cand_value)
     return votes, claimed
 
@@ -87,7 +88,9 @@ def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto,
     cand_digests = cand_digests if cand_digests is not None else structural_digests(candidate)
     orig_producers, cand_producers = _producers(original.graph), _producers(candidate.graph)
     # A candidate value computed exactly like an original value is that value, whatever reads it.
-    by_digest = {orig_digests[name]: name for name in orig_producers if name in orig_digests}
+    by_digest: dict[bytes, set[str]] = {}
+    for name in orig_producers:
+        by_digest.setdefault(orig_digests[name], set()).add(name)
     proven = {name: by_digest[cand_digests[name]] for name in cand_producers
               if cand_digests.get(name) in by_digest}
     node_index = {out: index for index, node in enumerate(candidate.graph.node) for out in node.output if out}
@@ -111,6 +114,9 @@ def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto,
                 stats["ambiguous"] += 1
                 continue
             (target,) = voted
+            if claimed.get(target, set()) - {name, target}:
+                stats["ambiguous"] += 1  # other kept nodes read it where the original reads another value
+                continue
             mapping[name] = target
             stats["by_name" if target == name else "by_role"] += 1
         elif name in cand_producers:
