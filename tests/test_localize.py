@@ -492,3 +492,20 @@ def test_a_value_computed_like_another_original_value_is_not_paired_by_role():
     report = verify_models(original, candidate)
     assert report.verdict == "mismatch"
     assert report.first_bad_value["name"] == "y" and report.first_bad_value["output"]
+
+
+def test_dead_values_are_not_judged():
+    # onnxoptimizer fuzz case 3409: a BatchNormalization nothing reads, folded into its Conv, which
+    # keeps the Conv's name. No kept reader tells the name now holds another value; but the value
+    # reaches no output in either model, so it changes nothing.
+    original, candidate = residual_net(blocks=2, keep_bn_names=False)
+    for model in (original, candidate):
+        model.graph.node.extend([helper.make_node("Conv", ["x", "W1", "B1"], ["side"], pads=[1, 1, 1, 1])])
+        if model is original:
+            model.graph.node.extend([helper.make_node(
+                "BatchNormalization", ["side", "gamma1", "beta1", "mean1", "var1"], ["side_bn"])])
+    candidate.graph.node[-1].input[1:] = ["W1_folded", "B1_folded"]  # the fused Conv keeps "side"
+    report = verify_models(original, candidate)
+    assert report.localisation["dead"] >= 1
+    assert "side" not in {v["name"] for v in report.localisation["values"]}
+    assert report.verdict == "rounding", report.localisation["first_bad"]

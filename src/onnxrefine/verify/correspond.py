@@ -128,6 +128,31 @@ def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto,
     return mapping, stats
 
 
+def live_values(model: onnx.ModelProto) -> set[str]:
+    """Names that reach a graph output (through main-graph nodes; a subgraph's references to outer
+    names count as inputs of the node that holds it). Dead values change nothing a model computes."""
+    def subgraph_names(graph: onnx.GraphProto, found: set[str]) -> None:
+        for node in graph.node:
+            found.update(name for name in node.input if name)
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                            list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
+                    subgraph_names(sub, found)
+        found.update(out.name for out in graph.output)
+
+    live = {out.name for out in model.graph.output}
+    for node in reversed(model.graph.node):  # topological order: readers come after producers
+        if not any(out in live for out in node.output):
+            continue
+        reads = {name for name in node.input if name}
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                        list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
+                subgraph_names(sub, reads)
+        live |= reads
+    return live
+
+
 def structural_digests(model: onnx.ModelProto) -> dict[str, bytes]:
     """Value name -> digest of the computation that produces it (main graph).
 

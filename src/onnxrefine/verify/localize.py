@@ -10,7 +10,9 @@ topological order) that is a mismatch.
 Which values. Main-graph node outputs of the original paired with a candidate value by
 correspond.py: by name, or by role where a name now holds another value (onnxoptimizer's
 fuse_bn_into_conv gives the fused Conv the Conv's output name), minus the original's graph outputs
-(judged already), minus values whose producing subgraph is structurally identical in both models
+(judged already), minus values that reach no graph output in either model (dead code: they change
+nothing; a fused Conv may take over a dead BatchNormalization's role under the Conv's name with no
+reader left to tell), minus values whose producing subgraph is structurally identical in both models
 (same ops, attributes, constants and graph inputs all the way up: onnxruntime computes them bit for
 bit alike, so there is nothing to judge). A pair whose shape or dtype differs is not the same value;
 it is listed as not comparable and not judged.
@@ -41,7 +43,7 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import compare, graphinfo
-from onnxrefine.verify.correspond import correspondences, structural_digests
+from onnxrefine.verify.correspond import correspondences, live_values, structural_digests
 from onnxrefine.verify import verdict as verdict_rules
 from onnxrefine.verify.runner import ModelRunner, RunFailedError
 
@@ -112,12 +114,16 @@ def find_pairs(original: onnx.ModelProto, candidate: onnx.ModelProto, feeds, u: 
     mapping, stats = correspondences(original, candidate, orig_digests, cand_digests)
     cand_producers = {out: node for node in candidate.graph.node for out in node.output if out}
     output_names = {out.name for out in original.graph.output}
-    stats.update(paired=0, identical_computation=0, type_differs=[])
+    stats.update(paired=0, identical_computation=0, dead=0, type_differs=[])
+    orig_live, cand_live = live_values(original), live_values(candidate)
     pairs = []
     for order, node in enumerate(original.graph.node):
         for name in node.output:
             cand_name = mapping.get(name)
             if not name or name in output_names or cand_name is None:
+                continue
+            if name not in orig_live or cand_name not in cand_live:
+                stats["dead"] += 1  # reaches no output: whatever it holds changes nothing
                 continue
             stats["paired"] += 1
             if orig_digests.get(name) == cand_digests.get(cand_name):
@@ -430,7 +436,8 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
     pairs, stats = find_pairs(original, candidate, labelled_sets[0][1], u)
     section.update(paired=stats["paired"], paired_by_name=stats["by_name"], paired_by_role=stats["by_role"],
                    names_reused=stats["name_reused"], ambiguous=stats["ambiguous"],
-                   identical_computation=stats["identical_computation"], checked=len(pairs))
+                   identical_computation=stats["identical_computation"], dead=stats["dead"],
+                   checked=len(pairs))
     section["not_comparable"].update({name: "declared type or shape differs" for name in stats["type_differs"]})
     localizer = Localizer(original, candidate, pairs, perturb_count=perturb_count, seed=seed,
                           max_batch_bytes=max_batch_bytes)
