@@ -509,3 +509,32 @@ def test_dead_values_are_not_judged():
     assert report.localisation["dead"] >= 1
     assert "side" not in {v["name"] for v in report.localisation["values"]}
     assert report.verdict == "rounding", report.localisation["first_bad"]
+
+
+def test_a_name_an_if_branch_now_captures_is_suspect():
+    # onnxoptimizer fuzz case 3409: the folded BatchNormalization's only readers are If branches,
+    # which now capture the fused Conv's output under the Conv's old name.
+    rng = np.random.default_rng(7)
+    weight = rng.standard_normal((3, 3, 1, 1)).astype(np.float32)
+    gamma, var = rng.uniform(0.5, 2, 3).astype(np.float32), rng.uniform(0.5, 2, 3).astype(np.float32)
+    zeros = np.zeros(3, np.float32)
+    scale = (gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5))
+
+    def branches(name):
+        out = [value_info("o", shape=[1, 3, 4, 4])]
+        return {"then_branch": helper.make_graph([helper.make_node("Neg", [name], ["o"])], "t", [], out),
+                "else_branch": helper.make_graph([helper.make_node("Abs", [name], ["o"])], "e", [], out)}
+
+    cond = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["k"])]
+    io = ([value_info("x", shape=[1, 3, 4, 4])], [value_info("y", shape=[1, 3, 4, 4])])
+    shared = [tensor("zero", np.float32(0.0)), tensor("z", zeros)]
+    original = make_model(cond + [helper.make_node("Conv", ["x", "w"], ["c"]),
+                                  helper.make_node("BatchNormalization", ["c", "g", "z", "z", "v"], ["n"]),
+                                  helper.make_node("If", ["k"], ["y"], **branches("n"))], *io,
+                          shared + [tensor("w", weight), tensor("g", gamma), tensor("v", var)])
+    candidate = make_model(cond + [helper.make_node("Conv", ["x", "wf", "z"], ["c"]),
+                                   helper.make_node("If", ["k"], ["y"], **branches("c"))], *io,
+                           shared + [tensor("wf", (weight * scale[:, None, None, None]).astype(np.float32))])
+    report = verify_models(original, candidate)
+    assert "c" not in {v["name"] for v in report.localisation["values"]}
+    assert report.verdict == "rounding", report.localisation["first_bad"]

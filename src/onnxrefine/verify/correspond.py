@@ -17,6 +17,7 @@ Rules, for a value U that a main-graph node of the original produces:
 - U pairs with the V its votes agree on; conflicting votes, or a V that other kept nodes read where
   the original reads yet another value, leave U unpaired;
 - without votes U pairs with the candidate value of the same name unless that name is suspect;
+- an If/Loop/Scan kept by name whose subgraphs now capture a name they did not makes it suspect;
 - a kept node whose own output name is suspect is no witness: its slots may read new values (the
   fused Conv's weight slot reads the scaled weight), so its votes are dropped (to a fixed point).
 The shape/dtype check in localize.py stays as a further guard.
@@ -54,12 +55,37 @@ def _same_operation(a: onnx.NodeProto, b: onnx.NodeProto) -> bool:
                for x, y in zip(sorted(a.attribute, key=key), sorted(b.attribute, key=key)))
 
 
+def _captures(node: onnx.NodeProto) -> set[str]:
+    """Names a node's subgraphs read without defining them (outer-scope captures, roughly)."""
+    found: set[str] = set()
+    for attr in node.attribute:
+        for sub in _subgraphs(attr):
+            defined = {i.name for i in sub.input} | {t.name for t in sub.initializer}
+            defined |= {out for inner in sub.node for out in inner.output}
+            for inner in sub.node:
+                found.update(name for name in inner.input if name and name not in defined)
+                found |= _captures(inner) - defined
+            found.update(out.name for out in sub.output if out.name not in defined)
+    return found
+
+
+def _subgraphs(attr: onnx.AttributeProto) -> list:
+    if attr.type == onnx.AttributeProto.GRAPH:
+        return [attr.g]
+    return list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []
+
+
 def _votes(orig_producers, cand_producers, candidate, distrusted: set[int], proven: dict[str, set]):
     """(original value -> candidate values voted for, candidate value -> original values claimed)."""
     votes: dict[str, set[str]] = {}
     claimed: dict[str, set[str]] = {}
     for index, cand_node in enumerate(candidate.graph.node):
         orig_node = next((orig_producers[out] for out in cand_node.output if out in orig_producers), None)
+        if orig_node is not None and orig_node.op_type == cand_node.op_type:
+            # An If/Loop/Scan whose branches now read an outer name they did not read before: that
+            # name may hold what the branches read before (a fold renamed into a capture).
+            for name in _captures(cand_node) - _captures(orig_node):
+                claimed.setdefault(name, set()).add("\0capture")
         if orig_node is None or not _same_operation(orig_node, cand_node):
             continue
         differing = [(o, c) for o, c in zip(orig_node.input, cand_node.input) if o != c]
@@ -129,27 +155,12 @@ def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto,
 
 
 def live_values(model: onnx.ModelProto) -> set[str]:
-    """Names that reach a graph output (through main-graph nodes; a subgraph's references to outer
-    names count as inputs of the node that holds it). Dead values change nothing a model computes."""
-    def subgraph_names(graph: onnx.GraphProto, found: set[str]) -> None:
-        for node in graph.node:
-            found.update(name for name in node.input if name)
-            for attr in node.attribute:
-                for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                            list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
-                    subgraph_names(sub, found)
-        found.update(out.name for out in graph.output)
-
+    """Names that reach a graph output through main-graph nodes (what a node's subgraphs capture
+    counts as its input). Dead values change nothing a model computes."""
     live = {out.name for out in model.graph.output}
     for node in reversed(model.graph.node):  # topological order: readers come after producers
-        if not any(out in live for out in node.output):
-            continue
-        reads = {name for name in node.input if name}
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                        list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
-                subgraph_names(sub, reads)
-        live |= reads
+        if any(out in live for out in node.output):
+            live |= {name for name in node.input if name} | _captures(node)
     return live
 
 
