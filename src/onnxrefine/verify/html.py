@@ -91,8 +91,7 @@ def _localisation_html(report) -> str:
     parts = ['<h2 id="localisation">Intermediate values</h2>']
     first = section.get("first_bad")
     if first:
-        parts.append(f'<p>first bad value: <span class="mismatch">{escape(first["name"])}</span> '
-                     f"{escape(first['description'])}</p>")
+        parts.append(f'<p>first bad value: <span class="mismatch">{escape(first["description"])}</span></p>')
     parts.append(f"<p>localisation: {escape(str(section.get('status', '')))}; "
                  f"{section.get('checked', 0)} value(s) judged, "
                  f"{section.get('identical_computation', 0)} computed identically, "
