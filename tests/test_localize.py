@@ -538,3 +538,28 @@ def test_a_name_an_if_branch_now_captures_is_suspect():
     report = verify_models(original, candidate)
     assert "c" not in {v["name"] for v in report.localisation["values"]}
     assert report.verdict == "rounding", report.localisation["first_bad"]
+
+
+def test_a_producer_that_absorbed_its_reader_under_its_own_name_is_suspect():
+    # onnxoptimizer fuzz case 1966: Conv -> BN -> Conv -> BN folded into two Convs named like the
+    # first Conv and the last BatchNormalization; no kept node reads the first Conv's name.
+    rng = np.random.default_rng(11)
+    io = ([value_info("x", shape=[1, 3, 5, 5])], [value_info("n2", shape=[1, 3, 5, 5])])
+    orig_nodes, cand_nodes, orig_inits, cand_inits, current = [], [], [], [], "x"
+    for k, conv_name, out_name in ((1, "c1", "c1"), (2, "c2", "n2")):
+        weight = rng.standard_normal((3, 3, 1, 1)).astype(np.float32)
+        gamma, var = rng.uniform(0.5, 2, 3).astype(np.float32), rng.uniform(0.5, 2, 3).astype(np.float32)
+        scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5)
+        orig_inits += [tensor(f"w{k}", weight), tensor(f"g{k}", gamma), tensor(f"v{k}", var)]
+        cand_inits.append(tensor(f"wf{k}", (weight * scale[:, None, None, None]).astype(np.float32)))
+        orig_nodes += [helper.make_node("Conv", [current if k == 1 else "n1", f"w{k}"], [conv_name]),
+                       helper.make_node("BatchNormalization", [conv_name, f"g{k}", "z", "z", f"v{k}"], [f"n{k}"])]
+        cand_nodes.append(helper.make_node("Conv", [current, f"wf{k}"], [out_name]))
+        current = out_name
+    zeros = [tensor("z", np.zeros(3, np.float32))]
+    original = make_model(orig_nodes, *io, orig_inits + zeros)
+    candidate = make_model(cand_nodes, *io, cand_inits)
+    report = verify_models(original, candidate)
+    assert report.localisation["status"] == "done"
+    assert "c1" not in {v["name"] for v in report.localisation["values"]}
+    assert report.verdict == "rounding", report.localisation["first_bad"]

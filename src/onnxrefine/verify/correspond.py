@@ -17,6 +17,10 @@ Rules, for a value U that a main-graph node of the original produces:
 - U pairs with the V its votes agree on; conflicting votes, or a V that other kept nodes read where
   the original reads yet another value, leave U unpaired;
 - without votes U pairs with the candidate value of the same name unless that name is suspect;
+- a name whose producer reads new values and that feeds a node standing in for an original node
+  (same output name, any operator) that did not read it is suspect: its producer absorbed what
+  followed it (Conv -> BN -> Conv -> BN folded into two Convs named like the first Conv and the
+  last BatchNormalization);
 - an If/Loop/Scan kept by name whose subgraphs now capture a name they did not makes it suspect;
 - a kept node whose own output name is suspect is no witness: its slots may read new values (the
   fused Conv's weight slot reads the scaled weight), so its votes are dropped (to a fixed point).
@@ -75,6 +79,32 @@ def _subgraphs(attr: onnx.AttributeProto) -> list:
     return list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []
 
 
+def _absorbed(original, candidate, orig_producers) -> set[str]:
+    """Names whose producer was rewritten in place and that now feed, directly, a node standing in
+    for an original node that did not read them: the producer absorbed what used to follow it
+    (onnxoptimizer folds a BatchNormalization into its Conv under the Conv's name, and the next
+    fused node, named like the next BatchNormalization, reads that name)."""
+    known = {name for node in original.graph.node for name in node.output}
+    known |= {v.name for v in original.graph.input} | {t.name for t in original.graph.initializer}
+    readers: dict[str, list] = {}
+    for node in candidate.graph.node:
+        for name in node.input:
+            if name:
+                readers.setdefault(name, []).append(node)
+    found = set()
+    for node in candidate.graph.node:
+        if not any(name and name not in known for name in node.input):
+            continue  # reads only values the original has: not rewritten in place
+        for name in node.output:
+            if name not in orig_producers:
+                continue
+            for reader in readers.get(name, []):
+                stand_in = next((orig_producers[out] for out in reader.output if out in orig_producers), None)
+                if stand_in is not None and name not in stand_in.input and name not in _captures(stand_in):
+                    found.add(name)
+    return found
+
+
 def _votes(orig_producers, cand_producers, candidate, distrusted: set[int], proven: dict[str, set]):
     """(original value -> candidate values voted for, candidate value -> original values claimed)."""
     votes: dict[str, set[str]] = {}
@@ -120,12 +150,15 @@ def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto,
     proven = {name: by_digest[cand_digests[name]] for name in cand_producers
               if cand_digests.get(name) in by_digest}
     node_index = {out: index for index, node in enumerate(candidate.graph.node) for out in node.output if out}
+    absorbed = _absorbed(original, candidate, orig_producers)
     # A kept node whose own output name is claimed for another value (onnxoptimizer's fused Conv
     # keeps the Conv's name but computes the BatchNormalization's value) is not the node it was:
     # its input slots vote for nothing (its weight slot reads the scaled weight), to a fixed point.
     distrusted: set[int] = set()
     while True:
         votes, claimed = _votes(orig_producers, cand_producers, candidate, distrusted, proven)
+        for name in absorbed:
+            claimed.setdefault(name, set()).add("\0absorbed")
         reused = {node_index[name] for name, origins in claimed.items()
                   if name in node_index and origins - {name}}
         if reused <= distrusted:
@@ -140,7 +173,7 @@ def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto,
                 stats["ambiguous"] += 1
                 continue
             (target,) = voted
-            if claimed.get(target, set()) - {name, target}:
+            if claimed.get(target, set()) - {name, target, "\0absorbed", "\0capture"}:
                 stats["ambiguous"] += 1  # other kept nodes read it where the original reads another value
                 continue
             mapping[name] = target
