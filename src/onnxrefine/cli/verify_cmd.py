@@ -1,8 +1,8 @@
 """`onnxrefine verify ORIGINAL CANDIDATE`: did the candidate change what the original computes?
 
 Prints a per-output table, the worst intermediate values and the first bad one ("first bad
-value: NAME (OP node NODE) mismatch: ..."; see verify/localize.py) and, as the last line of stdout, `verdict: <exact|rounding|unstable|
-mismatch>`. Exit 0 for exact/rounding, 1 for unstable/mismatch, 2 for bad input.
+value: NAME (OP node NODE) mismatch: ..."; see verify/localize.py) and, as the last line of
+stdout, `verdict: <exact|rounding|unstable|mismatch>`. Exit 0 for exact/rounding, 1 for unstable/mismatch, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def register(subparsers) -> None:
                         help="stop starting new input sets after this long")
     parser.add_argument("--no-localize", action="store_true",
                         help="skip layer-wise localisation (judging the intermediate values both models "
-                             "name alike and naming the first bad one)")
+                             "hold and naming the first bad one)")
     parser.add_argument("--json", metavar="OUT", help="write the full report as JSON")
     parser.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     parser.set_defaults(func=run)
