@@ -2,7 +2,8 @@
 
 Prints a per-output table, the worst intermediate values and the first bad one ("first bad
 value: NAME (OP node NODE) mismatch: ..."; see verify/localize.py) and, as the last line of
-stdout, `verdict: <exact|rounding|unstable|mismatch>`. Exit 0 for exact/rounding, 1 for unstable/mismatch, 2 for bad input.
+stdout, `verdict: <exact|rounding|unstable|mismatch>`. Exit 0 for exact/rounding, 1 for
+unstable/mismatch, 2 for bad input.
 """
 
 from __future__ import annotations
