@@ -165,6 +165,12 @@ def test_small_batches_split_the_runs_and_agree():
     assert split["runs"] > whole["runs"]
     assert split["first_bad"]["name"] == whole["first_bad"]["name"] == "bn5"
     assert [v["verdict"] for v in split["values"]] == [v["verdict"] for v in whole["values"]]
+    assert whole["sessions"] == 2 and split["sessions"] == 2 * split["batches"]  # a session pair per batch
+    # While everything fits in 4 batches, one session pair exposes it all and runs fetch per batch.
+    shared = localize(original, candidate, sets, max_batch_bytes=(split["checked"] // 4 + 1) * value_bytes,
+                      **kwargs)
+    assert shared["batches"] > 1 and shared["sessions"] == 2
+    assert [v["verdict"] for v in shared["values"]] == [v["verdict"] for v in whole["values"]]
 
 
 def test_batches_of_bounds_bytes_and_keeps_order():

@@ -25,10 +25,10 @@ as extra graph outputs (original twice, candidate once), each value is judged, a
 batch is freed. The original's perturbation runs (sensitivity, unstable positions) are added only for
 values that fail without them: they can only excuse more, never less. Peak memory is therefore
 the reference's own working set plus about (5 + perturbation runs) x max_batch_bytes, whatever the
-model's size (the default cap, 128 MiB, holds resnet50's 113 judged values, 89 MiB, in one batch;
-bert-base's 304 MiB take three). The sessions of a batch are kept for the next input set when
-there is only one batch; with several they are rebuilt per set (one float64 evaluation per set
-costs more than rebuilding them, so the sets stay the outer loop).
+model's size. While all judged values total at most 4 batches, one session per model exposes them
+all and each run fetches one batch (onnxruntime then holds one copy of them all during a run;
+bert-base's 257 values, ~250 MiB); beyond that each batch gets its own sessions, rebuilt per input
+set (one float64 evaluation per set costs more than rebuilding them, so sets stay the outer loop).
 
 Judged per input set and combined with the worst verdict: the rules in verdict.py judge each set on
 its own, and holding a value's evidence across sets would defeat the memory bound.
@@ -48,6 +48,7 @@ from onnxrefine.verify import verdict as verdict_rules
 from onnxrefine.verify.runner import ModelRunner, RunFailedError
 
 DEFAULT_BATCH_BYTES = 128 << 20
+SHARED_SESSION_FACTOR = 4  # one session exposing every value while they total <= 4 batches
 UNKNOWN_VALUE_BYTES = 1 << 20  # what a value of unknown shape counts as when batching
 TABLE_ROWS = 8
 
@@ -246,6 +247,16 @@ def runner_with_outputs(model: onnx.ModelProto, names, role: str) -> ModelRunner
         del graph.output[count:]
 
 
+def _fetch(runner: ModelRunner, names, feeds) -> dict:
+    """The named values of one onnxruntime run (only those: the session may expose more)."""
+    names = list(dict.fromkeys(names))
+    try:
+        values = runner.session.run(names, dict(feeds))
+    except Exception as exc:
+        raise RunFailedError(f"onnxruntime failed to run the {runner.role}: {str(exc).splitlines()[0]}") from None
+    return {name: np.asarray(value) if not isinstance(value, list) else value for name, value in zip(names, values)}
+
+
 class Localizer:
     def __init__(self, original, candidate, pairs: list[Pair], *, perturb_count: int, seed: int,
                  max_batch_bytes: int = DEFAULT_BATCH_BYTES):
@@ -253,6 +264,7 @@ class Localizer:
         self.pairs = pairs
         self.batches = batches_of(pairs, max_batch_bytes)
         self.perturb_count, self.seed = perturb_count, seed
+        self.shared = sum(pair.est_bytes for pair in pairs) <= SHARED_SESSION_FACTOR * max_batch_bytes
         self.results = {pair.name: ValueResult(pair.name, pair.candidate_name, pair.order, pair.node, pair.op,
                                                pair.candidate_op, bound_n=pair.bound.n if pair.bound else 0)
                         for pair in pairs}
@@ -299,14 +311,18 @@ class Localizer:
                 self._judge_batch(index, context, reference)
 
     def _sessions(self, index: int):
-        if self._cached is not None and self._cached[0] == index:
+        """(original, candidate) sessions exposing the batch's values, or all values when their
+        total is small enough that onnxruntime holding them all during a run costs less than
+        rebuilding sessions per batch and input set (runs fetch only the batch either way)."""
+        key = "all" if self.shared else index
+        if self._cached is not None and self._cached[0] == key:
             return self._cached[1], self._cached[2]
         self._cached = None  # free the previous batch's sessions before building new ones
-        batch = self.batches[index]
-        original = runner_with_outputs(self.original, [p.name for p in batch], "original model")
-        candidate = runner_with_outputs(self.candidate, [p.candidate_name for p in batch], "candidate model")
+        pairs = self.pairs if self.shared else self.batches[index]
+        original = runner_with_outputs(self.original, [p.name for p in pairs], "original model")
+        candidate = runner_with_outputs(self.candidate, [p.candidate_name for p in pairs], "candidate model")
         self.sessions_built += 2
-        self._cached = (index, original, candidate)
+        self._cached = (key, original, candidate)
         return original, candidate
 
     def _judge_batch(self, index, context, reference) -> None:
@@ -318,7 +334,9 @@ class Localizer:
             return
         try:
             original, candidate = self._sessions(index)
-            first, second, produced = original.run(feeds), original.run(feeds), candidate.run(feeds)
+            names = [pair.name for pair in batch]
+            first, second = _fetch(original, names, feeds), _fetch(original, names, feeds)
+            produced = _fetch(candidate, [pair.candidate_name for pair in batch], feeds)
         except Exception as exc:  # noqa: BLE001 - the end-to-end verdict stands without localisation
             self.failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return
@@ -355,14 +373,15 @@ class Localizer:
             else:
                 failing.append((pair, item))
         del differing
-        perturbed = self._perturbation_runs(index, feeds, set_index) if failing else []
+        perturbed = self._perturbation_runs(index, feeds, set_index, [p.name for p, _ in failing]) \
+            if failing else []
         for pair, item in failing:
             item.perturbed = [runs[pair.name] for runs in perturbed]
             self._record(pair, item, label, verdict_rules.judge_output([item], pair.bound))
         for pair in self.batches[index]:
             reference.pop(pair.name, None)
 
-    def _perturbation_runs(self, index, feeds, set_index) -> list:
+    def _perturbation_runs(self, index, feeds, set_index, names) -> list:
         if not any(graphinfo.is_float_dtype(np.asarray(v).dtype) for v in feeds.values()):
             return []
         original, _ = self._sessions(index)
@@ -374,7 +393,7 @@ class Localizer:
             moved = {name: verdict_rules.perturb(np.asarray(value), rng, checkerboard=pattern)
                      for name, value in feeds.items()}
             try:
-                runs.append(original.run(moved))
+                runs.append(_fetch(original, names, moved))
             except RunFailedError:
                 continue
             self.runs += 1
