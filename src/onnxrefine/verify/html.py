@@ -86,7 +86,7 @@ def _localisation_html(report) -> str:
     section = getattr(report, "localisation", None)
     if not section:
         return ""
-    from onnxrefine.verify.localize import worst_values
+    from onnxrefine.verify.report import worst_values
 
     parts = ['<h2 id="localisation">Intermediate values</h2>']
     first = section.get("first_bad")

@@ -50,7 +50,6 @@ from onnxrefine.verify.runner import ModelRunner, RunFailedError
 DEFAULT_BATCH_BYTES = 128 << 20
 SHARED_SESSION_FACTOR = 4  # one session exposing every value while they total <= 4 batches
 UNKNOWN_VALUE_BYTES = 1 << 20  # what a value of unknown shape counts as when batching
-TABLE_ROWS = 8
 
 
 @dataclass
@@ -515,18 +514,3 @@ def include_outputs(section: dict, original: onnx.ModelProto, outputs) -> None:
                            f"{out.unexplained}/{out.comparison.get('size', out.differing)} element(s) "
                            "unexplained (see the output table)"}
         return
-
-
-def worst_values(section: dict, count: int = TABLE_ROWS) -> list[dict]:
-    """The differing values, worst verdict first, then the largest candidate error, then order."""
-    severity = {name: index for index, name in enumerate(verdict_rules.VERDICTS)}
-    rows = [v for v in section.get("values", []) if v.get("differing")]
-
-    def ratio(value):
-        cand, orig = value.get("cand_err_max"), value.get("orig_err_max")
-        if cand is None:
-            return value.get("max_ulp", 0.0)
-        return cand / orig if orig else (float("inf") if cand else 0.0)
-
-    rows.sort(key=lambda v: (-severity.get(v["verdict"], 0), -ratio(v), v["order"]))
-    return rows[:count]

@@ -174,8 +174,6 @@ def render_localisation(report: VerificationReport, console) -> None:
         return
     from rich.table import Table
 
-    from onnxrefine.verify.localize import worst_values
-
     rows = worst_values(section)
     if rows:
         table = Table(title="intermediate values (worst first)")
@@ -210,3 +208,18 @@ def render_localisation(report: VerificationReport, console) -> None:
 
 def _no_ref(out: OutputReport) -> str:
     return "no f64 ref" if out.reference == "no float64 reference" else "-"
+
+
+def worst_values(section: dict, count: int = 8) -> list[dict]:
+    """The differing values, worst verdict first, then the largest candidate error, then order."""
+    severity = {name: index for index, name in enumerate(VERDICTS)}
+    rows = [v for v in section.get("values", []) if v.get("differing")]
+
+    def ratio(value):
+        cand, orig = value.get("cand_err_max"), value.get("orig_err_max")
+        if cand is None:
+            return value.get("max_ulp", 0.0)
+        return cand / orig if orig else (float("inf") if cand else 0.0)
+
+    rows.sort(key=lambda v: (-severity.get(v["verdict"], 0), -ratio(v), v["order"]))
+    return rows[:count]
