@@ -60,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
     if result.verdict == "mismatch":
         where = f" (rewrite {result.rewrite['rule']} at {result.rewrite['root']})" if result.rewrite else ""
         console.print(f"first mismatch: step {result.step}{where}")
+        if result.first_bad_value:
+            console.print(f"first bad value: {result.first_bad_value['description']}", markup=False,
+                          highlight=False, soft_wrap=True)
         console.print(f"repro bundle: {result.bundle}")
         print("verdict: mismatch")
         return 1

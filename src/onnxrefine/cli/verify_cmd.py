@@ -1,7 +1,9 @@
 """`onnxrefine verify ORIGINAL CANDIDATE`: did the candidate change what the original computes?
 
-Prints a per-output table and, as the last line of stdout, `verdict: <exact|rounding|unstable|
-mismatch>`. Exit 0 for exact/rounding, 1 for unstable/mismatch, 2 for bad input.
+Prints a per-output table, the worst intermediate values and the first bad one ("first bad
+value: NAME (OP node NODE) mismatch: ..."; see verify/localize.py) and, as the last line of
+stdout, `verdict: <exact|rounding|unstable|mismatch>`. Exit 0 for exact/rounding, 1 for
+unstable/mismatch, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ def register(subparsers) -> None:
                         help="only random-normal inputs (no negatives/zeros/large/inf/NaN sets)")
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                         help="stop starting new input sets after this long")
+    parser.add_argument("--no-localize", action="store_true",
+                        help="skip layer-wise localisation (judging the intermediate values both models "
+                             "hold and naming the first bad one)")
     parser.add_argument("--json", metavar="OUT", help="write the full report as JSON")
     parser.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     add_run_settings_arguments(parser)
@@ -122,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = load_inputs(args.inputs, trust_pickle=args.trust_pickle) if args.inputs else None
     report = verify_models(args.original, args.candidate, inputs=inputs, trials=args.trials,
                            seed=args.seed, dims=dims, stress=not args.no_stress,
-                           time_budget_s=args.time_budget, **run_settings)
+                           time_budget_s=args.time_budget, localize=not args.no_localize, **run_settings)
     if args.json:
         report.write_json(args.json)
     if args.html:

@@ -1,6 +1,10 @@
 """Bisection: apply an optimizer's steps one at a time, verify after each, name the first step
 whose result is a real mismatch, and write a repro bundle for it.
 
+Verification localises (verify/localize.py), so a step that breaks a value deep inside the model
+is found even where the outputs dilute the change, and the result, the bundle's report and README
+title name the first bad intermediate value with the rewrite that broke it.
+
 For onnxrefine the failing pass is narrowed further to a single rewrite: the driver is
 deterministic, so replaying the pass with `max_rewrites=k` gives the first k rewrites, and a
 binary search over k finds the rewrite after which the verdict turns to mismatch.
@@ -41,6 +45,7 @@ class BisectResult:
     rewrite: dict | None = None
     bundle: str | None = None
     steps: list[dict] = field(default_factory=list)
+    first_bad_value: dict | None = None  # {"name", "op", "node", "description"} from localisation
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -141,17 +146,28 @@ def bisect(
         title = f"{optimizer}: step '{name}' changes what the model computes"
         if rewrite:
             title += f" (rewrite {rewrite['rule']} at {rewrite['root']})"
+        first_bad = _first_bad_value(report)
+        if first_bad:
+            title += f"; first bad value: {first_bad['name']} ({first_bad['op']} node {first_bad['node']})"
         bundle = write_bundle(
             out_dir,
             original=before,
             optimized=after,
             input_sets=_input_sets(before, settings),
             report={"optimizer": optimizer, "step": name, "rewrite": rewrite, "steps": result.steps,
-                    "verification": report.to_dict()},
+                    "first_bad_value": first_bad, "verification": report.to_dict()},
             title=title,
             produced_by=f"onnxrefine bisect --optimizer {optimizer}",
             reproduce_optimizer=adapter.command(name),
         )
         result.verdict, result.step, result.rewrite, result.bundle = "mismatch", name, rewrite, str(Path(bundle))
+        result.first_bad_value = first_bad
         return result
     return result
+
+
+def _first_bad_value(report) -> dict | None:
+    first = report.first_bad_value
+    if not first:
+        return None
+    return {key: first.get(key) for key in ("name", "op", "node", "candidate_op", "description")}

@@ -64,7 +64,8 @@ def verify_models(original, candidate, *,
                   stress: bool = True, time_budget_s: float | None = None,
                   deployment: RunSettings | None = _UNSET,
                   custom_op_library: str | None = _UNSET,
-                  atol: float | None = _UNSET, rtol: float | None = _UNSET) -> VerificationReport:
+                  atol: float | None = _UNSET, rtol: float | None = _UNSET,
+                  localize: bool = True) -> VerificationReport:
     """Compare `candidate` against `original` (paths, ModelProtos or onnx_ir Models).
 
     `inputs`: one input set (name -> array) or a sequence of them; when None, `trials` random
@@ -87,6 +88,11 @@ def verify_models(original, candidate, *,
     Raises BadInputError for a missing/non-ONNX file, inputs that do not fit the original, an
     original that onnxruntime cannot load or run, or bad run settings. A candidate that
     onnxruntime cannot load or run is a `mismatch` (the rewrite broke the model), not bad input.
+
+    `localize`: also judge the intermediate values both models hold (paired by name or role) and
+    name the first bad one (localize.py); a mismatch there makes the verdict a mismatch. It costs
+    one float64 evaluation of the original, 3 onnxruntime runs and the judging of every paired
+    value per input set: about 3x the time of verification without it on resnet50.
     """
     scoped = _SCOPED.get()
     if deployment is _UNSET:
@@ -111,12 +117,74 @@ def verify_models(original, candidate, *,
                 if isinstance(candidate, (str, os.PathLike)):
                     raise  # a missing or unreadable file is bad input, not a finding
                 candidate_failure = str(exc)
-            return _verify(original_file, candidate_file, candidate_failure, inputs, trials, seed, dims,
-                           stress, time_budget_s, deployment, custom_op_library, (atol, rtol))
+            report = _verify(original_file, candidate_file, candidate_failure, inputs, trials, seed, dims,
+                             stress, time_budget_s, deployment, custom_op_library, (atol, rtol))
+            if localize:
+                _localize(report, original, candidate, inputs, trials, seed, dims, stress, time_budget_s)
+            return report
         finally:
             for opened, given in ((original_file, original), (candidate_file, candidate)):
                 if opened is not None and opened is not given:
                     opened.close()
+
+
+def _localize(report, original, candidate, inputs, trials, seed, dims, stress, time_budget_s) -> None:
+    """Layer-wise localisation on the input sets the output checks used (see localize.py)."""
+    from onnxrefine.verify.localize import include_outputs, localize
+
+    if any("candidate failed" in note for note in report.notes):
+        report.localisation = {"status": "not run: the candidate failed to load or run"}
+        return
+    original_model = _whole_proto(original, "original model")
+    candidate_model = _whole_proto(candidate, "candidate model")
+    if original_model is None or candidate_model is None:
+        report.localisation = {"status": f"not run: a model's weights exceed {LOCALIZE_MAX_BYTES >> 20} MiB "
+                                         "(localisation holds both models in memory)"}
+        return
+    if inputs is None:
+        labelled = generate_labelled_inputs(original_model, seed=seed, dims=dims, stress=stress, trials=trials)
+    else:
+        labelled = [(f"given{index}", feeds) for index, feeds in
+                    enumerate([inputs] if isinstance(inputs, Mapping) else list(inputs))]
+    checked = check_inputs(original_model, [feeds for _, feeds in labelled])
+    used = [(label, feeds) for (label, _), feeds in zip(labelled, checked) if label in report.input_sets]
+    spent = report.timings.get("total_s", 0.0)
+    section = localize(original_model, candidate_model, used, u=report.settings["unit_roundoff"],
+                       perturb_count=report.settings["perturbation_runs"], seed=seed,
+                       time_budget_s=None if time_budget_s is None else max(0.0, time_budget_s - spent))
+    include_outputs(section, original_model, report.outputs)
+    report.localisation = section
+    report.verdict = verdict_rules.worst([report.verdict,
+                                          VerificationReport.overall(report.outputs, section)])
+    report.timings["localisation_s"] = section.get("seconds", 0.0)
+
+
+# Localisation builds sessions exposing intermediates from whole in-memory models: above this
+# many bytes of weights it is not run (and says so) rather than hold a large model twice.
+LOCALIZE_MAX_BYTES = 1 << 30
+
+
+def _whole_proto(given, role: str) -> onnx.ModelProto | None:
+    """The model with every weight loaded, or None when its weights exceed LOCALIZE_MAX_BYTES."""
+    if isinstance(given, onnx.ModelProto):
+        return given
+    if not isinstance(given, (str, os.PathLike)):  # an onnx_ir.Model
+        from onnxrefine.ir import io
+
+        return io.to_proto(given) if io.tensor_bytes(given) <= LOCALIZE_MAX_BYTES else None
+    path = os.fspath(given)
+    light = onnx.load(path, load_external_data=False)
+    folder = os.path.dirname(os.path.abspath(path))
+    files = {entry.value for tensor in onnx.external_data_helper._get_all_tensors(light)
+             for entry in tensor.external_data if entry.key == "location"}
+    size = os.path.getsize(path) + sum(os.path.getsize(os.path.join(folder, name)) for name in files
+                                       if os.path.isfile(os.path.join(folder, name)))
+    if size > LOCALIZE_MAX_BYTES:
+        return None
+    try:
+        return onnx.load(path)
+    except Exception as exc:
+        raise BadInputError(f"{role} {path}: {exc}") from None
 
 
 def _verify(original_file, candidate_file, candidate_failure, inputs, trials, seed, dims, stress,

@@ -81,6 +81,37 @@ def _scatter_svg(name: str, scatter: dict) -> str:
     return "".join(parts)
 
 
+def _localisation_html(report) -> str:
+    """The first bad intermediate value and the worst ones (localize.py)."""
+    section = getattr(report, "localisation", None)
+    if not section:
+        return ""
+    from onnxrefine.verify.report import worst_values
+
+    parts = ['<h2 id="localisation">Intermediate values</h2>']
+    first = section.get("first_bad")
+    if first:
+        parts.append(f'<p>first bad value: <span class="mismatch">{escape(first["description"])}</span></p>')
+    parts.append(f"<p>localisation: {escape(str(section.get('status', '')))}; "
+                 f"{section.get('checked', 0)} value(s) judged, "
+                 f"{section.get('identical_computation', 0)} computed identically, "
+                 f"{len(section.get('not_comparable') or {})} not comparable</p>")
+    rows = worst_values(section)
+    if rows:
+        parts.append("<table><tr><th>value</th><th>op</th><th>verdict</th><th>max_abs</th><th>max ulp</th>"
+                     "<th>unexplained</th><th>orig err vs f64</th><th>cand err vs f64</th></tr>")
+        for row in rows:
+            parts.append(
+                f'<tr><td class="l">{escape(row["name"])}</td><td class="l">{escape(row["op"])}</td>'
+                f'<td class="l {escape(row["verdict"])}">{escape(row["verdict"])}</td>'
+                f"<td>{_fmt(row.get('max_abs'))}</td><td>{_fmt(row.get('max_ulp'))}</td>"
+                f"<td>{row.get('unexplained', 0)}/{row.get('size', 0)}</td>"
+                f"<td>{_fmt(row.get('orig_err_max'))}</td><td>{_fmt(row.get('cand_err_max'))}</td></tr>")
+        parts.append("</table>")
+    parts += [f"<p>note: {escape(note)}</p>" for note in section.get("notes", [])]
+    return "".join(parts)
+
+
 def render_html(report) -> str:
     rows = []
     for out in report.outputs:
@@ -112,6 +143,7 @@ def render_html(report) -> str:
         "<th>max ulp</th><th>p99 ulp</th><th>differing</th><th>orig err vs f64</th>"
         "<th>cand err vs f64</th><th>reference</th></tr>"
         + "".join(rows) + "</table>"
+        + _localisation_html(report)
         + ("<h2>Error versus magnitude</h2>" + "".join(plots) if plots else "")
         + ("<h2>Notes</h2><ul class=\"notes\">" + "".join(notes) + "</ul>" if notes else "")
         + "</body></html>\n"

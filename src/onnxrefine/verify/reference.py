@@ -117,11 +117,15 @@ def evaluate_float64(
     *,
     outputs: Sequence[str] | None = None,
     base_dir: str | None = None,
+    observe: Any = None,
 ) -> dict[str, np.ndarray]:
     """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all).
 
     Initializers stored as external data are read from ``base_dir`` memory-mapped, and converted to
     float64 only while the node that reads them runs; each value is freed after its last use.
+
+    ``observe(name, value)``, when given, is called with each main-graph node output as soon as it is
+    computed (in node order), so a caller can compare intermediates without this evaluator keeping them.
     """
     opsets = {op.domain or "": op.version for op in model.opset_import}
     if "ai.onnx" in opsets and "" not in opsets:
@@ -130,6 +134,7 @@ def evaluate_float64(
     evaluator = _Evaluator(opsets, functions)
     evaluator.narrow_types = _dtype.narrow_value_types(model)
     evaluator.base_dir = base_dir
+    evaluator.observe = observe
     graph = model.graph
     wanted = list(outputs) if outputs is not None else [o.name for o in graph.output]
     env = evaluator.bind_graph_inputs(graph, feeds)
@@ -205,6 +210,7 @@ class _Evaluator:
         self.base_dir: str | None = None
         self.peak_live = 0  # most computed values held at once by one graph (freed after last use)
         self._last_uses: dict[int, tuple] = {}
+        self.observe = None  # see evaluate_float64
 
     # -- graphs -------------------------------------------------------------------------------------------
     def bind_graph_inputs(self, graph: onnx.GraphProto, feeds: Mapping[str, np.ndarray]) -> _Scope:
@@ -236,6 +242,10 @@ class _Evaluator:
             for out in node.output:
                 if out in self.narrow_types:
                     env[out] = _dtype.round_to(env[out], self.narrow_types[out])
+            if self.observe is not None and parent_scope is None:  # main graph only (localisation)
+                for name in node.output:
+                    if name:
+                        self.observe(name, dict.get(env, name))
             live += sum(1 for name in node.output if name)
             self.peak_live = max(self.peak_live, live)
             for name in last_use.get(index, ()):

@@ -49,6 +49,9 @@ class VerificationReport:
     timings: dict = field(default_factory=dict)
     # OutputReport per output, candidate vs original both run under the deployment settings.
     deployment: list = field(default_factory=list)
+    # Layer-wise localisation (localize.py): None when not run; else its section, with
+    # "first_bad" (the first intermediate judged mismatch, in the original's topological order).
+    localisation: dict | None = None
 
     @property
     def exit_code(self) -> int:
@@ -70,6 +73,7 @@ class VerificationReport:
             "input_sets": list(self.input_sets),
             "settings": dict(self.settings),
             "timings": dict(self.timings),
+            "localisation": self.localisation,
         })
 
     def to_json(self) -> str:
@@ -83,9 +87,19 @@ class VerificationReport:
 
         write_atomic(path, render_html(self))
 
+    @property
+    def first_bad_value(self) -> dict | None:
+        return (self.localisation or {}).get("first_bad")
+
     @staticmethod
-    def overall(outputs) -> str:
-        return worst(out.verdict for out in outputs)
+    def overall(outputs, localisation: dict | None = None) -> str:
+        """The worst output verdict; an intermediate judged mismatch makes it a mismatch (a bad
+        fold deep inside a network can hide in the output's rounding bound). An unstable
+        intermediate does not: the outputs' own controls decide what instability reaches them."""
+        verdict = worst(out.verdict for out in outputs)
+        if localisation and localisation.get("first_bad"):
+            verdict = worst([verdict, MISMATCH])
+        return verdict
 
 
 def write_atomic(path, text: str) -> None:
@@ -139,6 +153,7 @@ def render_table(report: VerificationReport, console) -> None:
         _render_outputs(report.deployment, title, console)
     for note in report.notes:
         console.print(f"note: {note}", markup=False, highlight=False)
+    render_localisation(report, console)
 
 
 def _render_outputs(outputs, title: str, console) -> None:
@@ -168,5 +183,59 @@ def _render_outputs(outputs, title: str, console) -> None:
             console.print(f"  {out.name}: {note}", markup=False, highlight=False)
 
 
+def render_localisation(report: VerificationReport, console) -> None:
+    """The worst intermediates and the one line that names the first bad value."""
+    section = report.localisation
+    if not section:
+        return
+    from rich.table import Table
+
+    rows = worst_values(section)
+    if rows:
+        table = Table(title="intermediate values (worst first)")
+        for column in ("value", "op", "verdict", "max_abs", "max ulp", "unexplained",
+                       "orig err vs f64", "cand err vs f64"):
+            table.add_column(column, justify="left" if column in ("value", "op", "verdict") else "right")
+        styles = {EXACT: "green", ROUNDING: "cyan", UNSTABLE: "yellow", MISMATCH: "bold red"}
+        for row in rows:
+            table.add_row(row["name"], row["op"], f"[{styles.get(row['verdict'], '')}]{row['verdict']}[/]",
+                          format_number(row.get("max_abs")), format_number(row.get("max_ulp")),
+                          f"{row.get('unexplained', 0)}/{row.get('size', 0)}",
+                          format_number(row.get("orig_err_max")), format_number(row.get("cand_err_max")))
+        console.print(table)
+    status = section.get("status", "")
+    if "checked" not in section:
+        console.print(f"localisation: {status}", markup=False, highlight=False)
+        return
+    summary = (f"localisation: {status}; {section.get('checked', 0)} intermediate value(s) judged "
+               f"({section.get('paired_by_role', 0)} paired by role), "
+               f"{section.get('identical_computation', 0)} computed identically, "
+               f"{len(section.get('not_comparable') or {})} not comparable"
+               f" ({format_number(section.get('seconds'))}s)")
+    console.print(summary, markup=False, highlight=False)
+    for note in section.get("notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False)
+    first = section.get("first_bad")
+    if first:
+        console.print(f"first bad value: {first['description']}", markup=False, highlight=False, soft_wrap=True)
+    elif status == "done":
+        console.print("first bad value: none", markup=False, highlight=False)
+
+
 def _no_ref(out: OutputReport) -> str:
     return "no f64 ref" if out.reference == "no float64 reference" else "-"
+
+
+def worst_values(section: dict, count: int = 8) -> list[dict]:
+    """The differing values, worst verdict first, then the largest candidate error, then order."""
+    severity = {name: index for index, name in enumerate(VERDICTS)}
+    rows = [v for v in section.get("values", []) if v.get("differing")]
+
+    def ratio(value):
+        cand, orig = value.get("cand_err_max"), value.get("orig_err_max")
+        if cand is None:
+            return value.get("max_ulp", 0.0)
+        return cand / orig if orig else (float("inf") if cand else 0.0)
+
+    rows.sort(key=lambda v: (-severity.get(v["verdict"], 0), -ratio(v), v["order"]))
+    return rows[:count]
