@@ -137,7 +137,7 @@ def estimate_cost(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray], weigh
     nodes = list(light.graph.node)
     for node in nodes:
         out = shapes.get(node.output[0]) if node.output else None
-        if not out or any(d is None for d in out):
+        if out is None or any(d is None for d in out):  # () is a scalar, not unknown
             unknown += 1
             flops += _flops_without_output_shape(node, shapes)
             continue
