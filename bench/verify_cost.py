@@ -83,13 +83,14 @@ def measure(model: Path, work: Path, timeout: float, forced: bool = False, plain
 
 
 def _plan_line(text: str) -> str:
-    """The plan as printed (rich wraps it over several lines: up to the table's first line)."""
+    """The plan as printed (rich wraps it over several lines: up to the table's title)."""
     lines = text.splitlines()
     for index, line in enumerate(lines):
         if line.startswith("verification:"):
             rest = []
             for more in lines[index + 1:]:
-                if not more.strip() or more.strip().startswith(("onnxrefine optimize", "\u250f")):
+                # ...or the progress display's log lines (stderr shares the output here)
+                if not more.strip() or more.strip().startswith(("onnxrefine optimize", "onnxrefine [", "\u250f")):
                     break
                 rest.append(more.strip())
             return " ".join([line.strip(), *rest])
