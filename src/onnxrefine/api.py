@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ def optimize_ir(
     verify: VerifySettings | None = None,
     on_event: Callable[..., None] | None = None,
     certify: bool = True,
+    source_path: str | os.PathLike | None = None,
 ) -> tuple[ir.Model, OptimizationReport]:
     """Optimize an onnx-ir model and return (optimized model, report).
 
@@ -79,6 +81,9 @@ def optimize_ir(
     optimized in place and returned. With it, the result is verified end to end against the
     original, culprits found by bisection are rolled back, and a new model is returned (see
     onnxrefine.verified). `on_event(kind, **info)` sees the schedule's and verification's events.
+    `source_path`: the file `model` was just loaded from (io.load_model, not modified since);
+    verification then reads the original from it instead of writing the model to a temp folder,
+    and the result keeps its unchanged weights memory-mapped from it.
     """
     started = time.perf_counter()
     names = resolve_passes(passes, disable)
@@ -89,7 +94,7 @@ def optimize_ir(
     if verify is not None and verify.enabled is not False:
         run = optimize_verified(
             model, names, settings=verify, budget=budget, fixed_point=fixed_point, on_progress=on_progress,
-            on_event=on_event, certifier=certifier,
+            on_event=on_event, certifier=certifier, source_path=source_path,
         )
         model, log, rolled_back, verification = run.model, run.log, run.rolled_back, run.summary
     else:
@@ -123,5 +128,7 @@ def optimize_with_report(model, passes: Sequence[str] | None = None, **options):
     if isinstance(passes, str):
         raise BadInputError("passes must be a list of pass names, not a string")
     ir_model, kind = io.to_ir(model)
+    if kind == "path":  # loaded from it just now: verification reads the original from the file
+        options.setdefault("source_path", model)
     ir_model, report = optimize_ir(ir_model, passes, **options)
     return io.from_ir(ir_model, kind), report

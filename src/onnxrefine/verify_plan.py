@@ -1,6 +1,7 @@
 """How much end-to-end verification will cost, decided from the model before it runs.
 
-One `verify_models(original, candidate)` call costs two onnxruntime sessions and, per input set:
+One `verify_models(original, candidate)` call costs four onnxruntime sessions (strict and
+deployment settings) and, per input set:
 the original twice (run + re-run control), the candidate once, and where the candidate differs
 (a reassociating rewrite), perturbation runs of the original and one float64 evaluation of it.
 Those costs scale with the model's FLOPs (Conv, ConvTranspose, MatMul, Gemm, from shapes inferred
@@ -30,11 +31,19 @@ from onnxrefine.verify import graphinfo
 ORT_FLOP_S = 1 / 100e9  # onnxruntime, one thread, optimizations off
 ORT_ELEMENT_S = 1.5e-9  # per output element of every node (memory traffic)
 ORT_NODE_S = 15e-6
+# Every run streams the weights once: what a big model's run costs beyond its FLOPs (0.05 s a run
+# of the 0.5 GiB bench/big_model.py model at load 1.9; negligible below ~100 MiB).
+ORT_WEIGHT_BYTE_S = 5e-11
 REF_FLOP_S = 1 / 15e9  # float64 reference (numpy, BLAS)
 REF_ELEMENT_S = 10e-9
 REF_NODE_S = 150e-6
-REF_WEIGHT_BYTE_S = 4e-9  # weights converted to float64 per evaluation
-SESSION_BYTE_S = 3e-9  # session creation per byte of weights
+# Weights converted to float64 per evaluation, and the float64 matmuls streaming them: 1.25 s an
+# evaluation of the 0.5 GiB bench/big_model.py model at load 1.9, ~1.2e-9 s a byte at idle.
+REF_WEIGHT_BYTE_S = 2e-9
+# Session creation per byte of weights; SESSIONS per verification (original and candidate, strict
+# and under the deployment settings). 3 GiB bench/big_model.py model: 4.6-5.8 s a session at load 1.7.
+SESSION_BYTE_S = 1.2e-9
+SESSIONS = 4
 PER_SET_S = 0.03  # Python-side work per input set (comparisons, verdict)
 FIXED_S = 0.05
 MAX_SLOWDOWN = 8.0
@@ -122,26 +131,58 @@ def estimate_cost(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray], weigh
     """Seconds for one verification, from the (light) model and one input set's shapes.
     `differs`: the candidate is expected to differ from the original (a reassociating rewrite was
     applied), so each set also pays the perturbation runs and the float64 evaluation."""
-    shapes = graphinfo.static_shapes(light, {name: _shaped(value) for name, value in feeds.items()})
+    shapes = _shapes(light, feeds)
     flops = elements = 0.0
     unknown = 0
     nodes = list(light.graph.node)
     for node in nodes:
         out = shapes.get(node.output[0]) if node.output else None
-        if not out or any(d is None for d in out):
+        if out is None or any(d is None for d in out):  # () is a scalar, not unknown
             unknown += 1
             flops += _flops_without_output_shape(node, shapes)
             continue
         count = math.prod(out)
         elements += count
         flops += _flops(node, shapes, count)
-    ort_run = flops * ORT_FLOP_S + elements * ORT_ELEMENT_S + len(nodes) * ORT_NODE_S
+    ort_run = flops * ORT_FLOP_S + elements * ORT_ELEMENT_S + len(nodes) * ORT_NODE_S \
+        + weight_bytes * ORT_WEIGHT_BYTE_S
     ref_run = flops * REF_FLOP_S + elements * REF_ELEMENT_S + len(nodes) * REF_NODE_S \
         + weight_bytes * REF_WEIGHT_BYTE_S
-    fixed = FIXED_S + 2 * weight_bytes * SESSION_BYTE_S
+    fixed = FIXED_S + SESSIONS * weight_bytes * SESSION_BYTE_S
     per_set = PER_SET_S + 3 * ort_run + ((perturbation_runs * ort_run + ref_run) if differs else 0.0)
     return CostEstimate(flops, elements, len(nodes), weight_bytes, fixed * slowdown, per_set * slowdown,
                         unknown, slowdown)
+
+
+def _shapes(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, tuple]:
+    """Value name -> shape with the inputs pinned to one set's shapes. Shape inference with data
+    propagation: exporters compute Reshape targets from Shape->Gather->Concat chains, and without
+    it every MatMul behind one has an unknown shape (its cost then a guess). Falls back to
+    graphinfo.static_shapes (no propagation) when that inference fails."""
+    pinned = onnx.ModelProto()
+    pinned.CopyFrom(light)  # light: no large weights' bytes, cheap to copy
+    for value in pinned.graph.input:
+        if value.name in feeds and value.type.HasField("tensor_type"):
+            shape = value.type.tensor_type.shape
+            shape.ClearField("dim")
+            for size in np.shape(feeds[value.name]):
+                shape.dim.add().dim_value = int(size)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(pinned, strict_mode=False, data_prop=True)
+    except Exception:
+        return graphinfo.static_shapes(light, {name: _shaped(value) for name, value in feeds.items()})
+    shapes: dict[str, tuple] = {}
+    graph = inferred.graph
+    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+        tensor_type = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor_type.HasField("shape"):
+            shapes[value.name] = tuple(dim.dim_value if dim.HasField("dim_value") else None
+                                       for dim in tensor_type.shape.dim)
+    for init in graph.initializer:
+        shapes[init.name] = tuple(init.dims)
+    for name, array in feeds.items():
+        shapes[name] = tuple(np.shape(array))
+    return shapes
 
 
 def _shaped(value) -> np.ndarray:

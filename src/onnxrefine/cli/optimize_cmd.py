@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
             verify=settings,
             on_event=on_event,
             certify=args.certify,
+            source_path=source,  # the original stays on disk: verification reads it from there
         )
     with progress.phase(f"save {output.name}"):
         io.save_model(model, output, input_path=source)

@@ -270,7 +270,10 @@ def _save_linked(model: ir.Model, folder: str, path: str) -> bool:
     from onnxrefine.ir import wire
 
     values = list(model.graph.initializers.values())
-    external = [v for v in values if isinstance(v.const_value, ir.ExternalTensor)]
+    # Small external tensors are embedded, not linked: light_proto reads them with onnx's loader,
+    # which refuses a file with several hard links.
+    external = [v for v in values if isinstance(v.const_value, ir.ExternalTensor)
+                and v.const_value.nbytes > SMALL_TENSOR_BYTES]
     if not external:
         return False
     links: dict[str, str] = {}
@@ -289,7 +292,9 @@ def _save_linked(model: ir.Model, folder: str, path: str) -> bool:
         with open(os.path.join(folder, "model.onnx.data"), "wb") as data:
             for value in values:
                 tensor = value.const_value
-                if isinstance(tensor, ir.ExternalTensor):
+                if isinstance(tensor, ir.ExternalTensor) and tensor.nbytes <= SMALL_TENSOR_BYTES:
+                    value.const_value = ir.Tensor(np.array(tensor.numpy()), name=tensor.name)
+                elif isinstance(tensor, ir.ExternalTensor):
                     value.const_value = ir.ExternalTensor(
                         links[os.path.realpath(tensor.path)], tensor.offset, tensor.length, tensor.dtype,
                         shape=tensor.shape, name=tensor.name, base_dir=folder)
