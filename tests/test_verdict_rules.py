@@ -359,6 +359,19 @@ def test_argmax_flip_far_from_a_tie_is_mismatch():
     assert verdict(original, argmin, x) == MISMATCH
 
 
+def test_argmax_of_an_overflowing_exp_rewritten_to_argmax_is_mismatch():
+    # onnxoptimizer's eliminate_nop_monotone_argmax (fuzz case 2542 of seed 500000, onnxoptimizer
+    # 0.4.2): Exp overflows in float32 and in float64 alike, so the ties at +inf are decided by
+    # ArgMax's first-index rule; the rewrite answers the true maximum instead. An infinite tie is
+    # not a near-tie, so this is no `unstable`.
+    original = one_input([node("Exp", ["x"], ["e"]), node("ArgMax", ["e"], ["y"], axis=1, keepdims=0)],
+                         shape=(2, 3), out_type=TensorProto.INT64)
+    rewritten = one_input([node("ArgMax", ["x"], ["y"], axis=1, keepdims=0)], shape=(2, 3),
+                          out_type=TensorProto.INT64)
+    x = {"x": np.array([[1000.0, 2000.0, 3000.0], [0.1, 0.5, 0.2]], np.float32)}
+    assert verdict(original, rewritten, x) == MISMATCH
+
+
 def test_near_boundary_reads_argmax_layouts_and_bool_casts():
     from onnxrefine.verify.decisions import DecisionEvidence, near_boundary, reference_decision
 

@@ -11,8 +11,8 @@ RMS of the finite feed values, factor 2 (the original and the candidate each rou
 
 - ArgMax/ArgMin: the float64 values at the original's pick and at the candidate's pick are within
   tol of each other (a near-tie); a NaN at either pick counts as near (NaN ordering is not defined
-  by value).
-- comparisons: |a - b| <= tol (or either is NaN).
+  by value); an infinite tie does not (the tie-break decides it, as the spec says).
+- comparisons: |a - b| <= tol (or either is NaN); equal infinities are decided, not near.
 - Cast to an integer type: truncation towards zero of R - tol and of R + tol differ (R within tol of
   an integer) and both decisions lie between them; a non-finite or out-of-range R (undefined in
   ONNX) counts as near.
@@ -76,7 +76,7 @@ def near_boundary(decision: DecisionEvidence, original: np.ndarray, candidate: n
             a, b = np.broadcast_arrays(*decision.values)
             m = max(_rms(a), _rms(b))
             tol = factor * gamma * np.maximum(np.maximum(np.abs(a), np.abs(b)), m)
-            return np.isnan(a) | np.isnan(b) | (a == b) | (np.abs(a - b) <= tol)
+            return np.isnan(a) | np.isnan(b) | ((a == b) & np.isfinite(a)) | (np.abs(a - b) <= tol)
         value = decision.values[0]
         tol = factor * gamma * np.maximum(np.abs(value), _rms(value))
         if original.dtype == np.bool_:
@@ -104,7 +104,11 @@ def _near_arg(decision, original, candidate, gamma, factor) -> np.ndarray:
         picks.append((picked, valid))
     (ro, valid_o), (rc, valid_c) = picks
     tol = factor * gamma * np.maximum(np.maximum(np.abs(ro), np.abs(rc)), _rms(data))
-    near = valid_o & valid_c & (np.isnan(ro) | np.isnan(rc) | (ro == rc) | (np.abs(ro - rc) <= tol))
+    # An infinite tie is no near-tie: float64 overflows there too, the values are equal by the
+    # spec, and the tie-break (first or last index) decides (ArgMax(Exp(x)) -> ArgMax(x) where Exp
+    # overflows is a real change, not rounding).
+    finite_tie = (ro == rc) & np.isfinite(ro)
+    near = valid_o & valid_c & (np.isnan(ro) | np.isnan(rc) | finite_tie | (np.abs(ro - rc) <= tol))
     if not int(decision.attrs.get("keepdims", 1)):
         near = np.squeeze(near, axis)
     return near
