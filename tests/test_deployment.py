@@ -158,3 +158,15 @@ def test_custom_op_library_that_is_not_a_library_is_a_one_line_error(tmp_path, c
     assert main(["verify", str(model), str(model), "--custom-op-library", str(fake)]) == 2
     err = capsys.readouterr().err.strip()
     assert "does not load" in err and len(err.splitlines()) == 1
+
+
+def test_html_report_has_the_deployment_section(tmp_path, capsys):
+    original, candidate = tmp_path / "o.onnx", tmp_path / "c.onnx"
+    onnx.save(qdq_model(False), str(original))
+    onnx.save(qdq_model(True), str(candidate))
+    main(["verify", str(original), str(candidate), "--no-stress", "--trials", "1", "--html", str(tmp_path / "r.html")])
+    html = (tmp_path / "r.html").read_text()
+    assert 'id="deployment"' in html and "level all, CPUExecutionProvider" in html
+    main(["verify", str(original), str(candidate), "--no-stress", "--trials", "1", "--no-deployment-check",
+          "--html", str(tmp_path / "off.html")])
+    assert 'id="deployment"' not in (tmp_path / "off.html").read_text()

@@ -112,9 +112,14 @@ def _localisation_html(report) -> str:
     return "".join(parts)
 
 
-def render_html(report) -> str:
+_HEADER = ("<table><tr><th>output</th><th>verdict</th><th>type</th><th>max_abs</th><th>max_rel</th>"
+           "<th>max ulp</th><th>p99 ulp</th><th>differing</th><th>orig err vs f64</th>"
+           "<th>cand err vs f64</th><th>reference</th></tr>")
+
+
+def _output_rows(outputs) -> str:
     rows = []
-    for out in report.outputs:
+    for out in outputs:
         comp = out.comparison
         ref_note = out.reference if out.reference != "float64" else ""
         rows.append(
@@ -128,6 +133,22 @@ def render_html(report) -> str:
             f"<td>{_fmt(out.orig_err_max)}</td><td>{_fmt(out.cand_err_max)}</td>"
             f'<td class="l">{escape(ref_note)}</td>'
             "</tr>")
+    return _HEADER + "".join(rows) + "</table>"
+
+
+def _deployment_html(report) -> str:
+    """Both models run the way they will be deployed (onnxruntime's level, providers)."""
+    deployed = getattr(report, "deployment", None)
+    if not deployed:
+        return ""
+    settings = (getattr(report, "settings", None) or {}).get("deployment") or {}
+    how = f"level {settings.get('level', '?')}, {', '.join(settings.get('providers', []))}"
+    return (f'<h2 id="deployment">Deployment: {escape(how)}</h2>'
+            "<p>Original and candidate both run under these settings; judged with the same rules.</p>"
+            + _output_rows(deployed))
+
+
+def render_html(report) -> str:
     plots = [f'<div class="plot">{_scatter_svg(out.name, out.scatter)}</div>'
              for out in report.outputs if out.scatter]
     notes = [f"<li>{escape(out.name)}: {escape(note)}</li>" for out in report.outputs for note in out.notes]
@@ -139,10 +160,8 @@ def render_html(report) -> str:
         f'<h1>onnxrefine verify</h1><p class="verdict">verdict: '
         f'<span class="{report.verdict}">{report.verdict}</span></p>'
         f"<p>Input sets: {escape(', '.join(report.input_sets))}</p>"
-        "<table><tr><th>output</th><th>verdict</th><th>type</th><th>max_abs</th><th>max_rel</th>"
-        "<th>max ulp</th><th>p99 ulp</th><th>differing</th><th>orig err vs f64</th>"
-        "<th>cand err vs f64</th><th>reference</th></tr>"
-        + "".join(rows) + "</table>"
+        + _output_rows(report.outputs)
+        + _deployment_html(report)
         + _localisation_html(report)
         + ("<h2>Error versus magnitude</h2>" + "".join(plots) if plots else "")
         + ("<h2>Notes</h2><ul class=\"notes\">" + "".join(notes) + "</ul>" if notes else "")
