@@ -1,8 +1,15 @@
 """Shared pytest options: tests marked `slow` run only with --runslow."""
 
 import os
+import sys
+from pathlib import Path
 
+import onnx
 import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+from make_example import build as build_example  # noqa: E402
 
 # Progress lines depend on timing (a phase shows once it has run a second); tests that read stderr
 # must not see them by chance. tests/test_progress.py turns them on explicitly.
@@ -20,3 +27,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
+
+
+@pytest.fixture
+def example(tmp_path) -> Path:
+    """The bundled example CNN (examples/make_example.py), saved to a temp folder."""
+    path = tmp_path / "tiny.onnx"
+    onnx.save(build_example(), path)
+    return path

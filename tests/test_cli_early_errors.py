@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -18,16 +17,6 @@ from onnx import helper
 from onnxrefine.cli import checks
 from onnxrefine.cli.main import main
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-sys.path.insert(0, str(EXAMPLES))
-from make_example import build as build_example  # noqa: E402
-
-
-@pytest.fixture
-def example(tmp_path) -> Path:
-    path = tmp_path / "tiny.onnx"
-    onnx.save(build_example(), path)
-    return path
 
 
 @pytest.fixture

@@ -25,13 +25,6 @@ sys.path.insert(0, str(EXAMPLES))
 from make_example import build as build_example  # noqa: E402
 
 
-@pytest.fixture
-def example(tmp_path) -> Path:
-    path = tmp_path / "tiny.onnx"
-    onnx.save(build_example(), path)
-    return path
-
-
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

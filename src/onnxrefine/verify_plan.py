@@ -161,12 +161,7 @@ def _shapes(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str
     graphinfo.static_shapes (no propagation) when that inference fails."""
     pinned = onnx.ModelProto()
     pinned.CopyFrom(light)  # light: no large weights' bytes, cheap to copy
-    for value in pinned.graph.input:
-        if value.name in feeds and value.type.HasField("tensor_type"):
-            shape = value.type.tensor_type.shape
-            shape.ClearField("dim")
-            for size in np.shape(feeds[value.name]):
-                shape.dim.add().dim_value = int(size)
+    graphinfo.pin_input_shapes(pinned, feeds)
     try:
         inferred = onnx.shape_inference.infer_shapes(pinned, strict_mode=False, data_prop=True)
     except Exception:

@@ -152,12 +152,7 @@ def static_shapes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None
 
     pinned = light_model(model)
     if feeds:
-        for value in pinned.graph.input:
-            if value.name in feeds and value.type.HasField("tensor_type"):
-                shape = value.type.tensor_type.shape
-                shape.ClearField("dim")
-                for size in np.shape(feeds[value.name]):
-                    shape.dim.add().dim_value = int(size)
+        pin_input_shapes(pinned, feeds)
     try:
         inferred = onnx.shape_inference.infer_shapes(pinned, strict_mode=False)
     except Exception:  # shape inference is a help here, never a requirement
@@ -419,3 +414,14 @@ def accumulation_profile(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
                 profile[out] = entry
     wanted = names if names is not None else [out.name for out in model.graph.output]
     return {name: profile.get(name, Accumulation(1, 1, 1)) for name in wanted}
+
+
+def pin_input_shapes(model: onnx.ModelProto, feeds) -> None:
+    """Set the main graph's declared input shapes (in place) to those of one input set's arrays,
+    so shape inference works from the sizes actually fed."""
+    for value in model.graph.input:
+        if value.name in feeds and value.type.HasField("tensor_type"):
+            shape = value.type.tensor_type.shape
+            shape.ClearField("dim")
+            for size in np.shape(feeds[value.name]):
+                shape.dim.add().dim_value = int(size)

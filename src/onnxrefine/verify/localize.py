@@ -185,12 +185,7 @@ def _light_copy(model: onnx.ModelProto, outputs) -> onnx.ModelProto:
 def _value_types(model, feeds, names) -> dict:
     """Name -> (elem_type or 0, shape tuple or None) from shape inference, inputs pinned to feeds."""
     light = _light_copy(model, [])
-    for value in light.graph.input:
-        if value.name in feeds and value.type.HasField("tensor_type"):
-            shape = value.type.tensor_type.shape
-            shape.ClearField("dim")
-            for size in np.shape(feeds[value.name]):
-                shape.dim.add().dim_value = int(size)
+    graphinfo.pin_input_shapes(light, feeds)
     try:
         light = onnx.shape_inference.infer_shapes(light, strict_mode=False)
     except Exception:  # shape inference is a help here, never a requirement
