@@ -272,7 +272,7 @@ def test_adversarial_sets_hold_the_edge_values():
     assert (np.abs(sets["huge"]["x"]) == np.finfo(np.float32).max).any()
 
 
-def test_reduced_sizes_keep_every_window_and_the_border_residue():
+def test_reduced_sizes_keep_every_window_pattern():
     import onnx_ir as ir
 
     x = ir.Value(name="x")
@@ -283,13 +283,24 @@ def test_reduced_sizes_keep_every_window_and_the_border_residue():
         def __init__(self, name, array):
             self.name, self.array = name, array
 
+    def patterns(size, taps, dilation, stride, pad):  # which taps read data, per output position
+        outputs = (size + 2 * pad - (taps - 1) * dilation - 1) // stride + 1
+        return {frozenset(t for t in range(taps) if 0 <= stride * o - pad + t * dilation < size)
+                for o in range(outputs)}
+
     shapes = reduced_shapes([[conv]], {"x": (4, 3, 224, 223)}, [Side("w", np.zeros((8, 3, 7, 7), np.float32))])
     batch, channels, height, width = shapes["x"]
-    assert (batch, channels) == (1, 3)
-    assert height % 2 == 224 % 2 and width % 2 == 223 % 2 and max(height, width) <= 8
-    for size in (height, width):  # every one of the 7 taps reads data at some output position
-        outputs = (size + 3 + 3 - 7) // 2 + 1
-        assert {t for o in range(outputs) for t in range(7) if 0 <= 2 * o - 3 + t < size} == set(range(7))
+    assert (batch, channels) == (1, 3) and max(height, width) <= 9
+    # every window of the full size (interior, each border, the last one's padding) occurs
+    assert patterns(height, 7, 1, 2, 3) == patterns(224, 7, 1, 2, 3)
+    assert patterns(width, 7, 1, 2, 3) == patterns(223, 7, 1, 2, 3)
+    assert patterns(height, 7, 1, 2, 3) != patterns(height - 1, 7, 1, 2, 3)  # and no smaller one does
+    # A dilated window wider than the input: taps that only ever read padding need no data.
+    dilated = ir.Node("", "Conv", [x, w], [ir.AttrInt64s("dilations", [36, 36]), ir.AttrInt64s("pads", [36] * 4)])
+    shapes = reduced_shapes([[dilated]], {"x": (1, 8, 14, 14)}, [Side("w", np.zeros((4, 8, 3, 3), np.float32))])
+    assert shapes["x"] == (1, 8, 1, 1) and patterns(1, 3, 36, 1, 36) == patterns(14, 3, 36, 1, 36)
+    shapes = reduced_shapes([[dilated]], {"x": (1, 8, 40, 40)}, [Side("w", np.zeros((4, 8, 3, 3), np.float32))])
+    assert patterns(shapes["x"][2], 3, 36, 1, 36) == patterns(40, 3, 36, 1, 36)
     # Axes along which a constant varies keep their size; one varying along the batch: no reduction.
     add = ir.Node("", "Add", [x, w])
     assert reduced_shapes([[add]], {"x": (2, 3, 8, 9)}, [Side("w", np.zeros((8, 1), np.float32))]) == {"x": (1, 3, 8, 4)}

@@ -79,6 +79,11 @@ def side_model(proto: onnx.ModelProto, side: str) -> onnx.ModelProto:
     reduced.graph.node.extend(n for n in proto.graph.node if id(n) in needed)
     del reduced.graph.output[:]
     reduced.graph.output.extend(keep_outputs)
+    # Only the inputs the kept nodes read: the float64 reference converts every input it binds,
+    # and the other side's folded constants are the largest ones.
+    read = {name for node in reduced.graph.node for name in node.input}
+    del reduced.graph.input[:]
+    reduced.graph.input.extend(i for i in proto.graph.input if i.name in read)
     return reduced
 
 
@@ -117,8 +122,14 @@ def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] 
     for group in groups:
         with_reference = [i for i in group if not heavy or i == finite]
         without = [i for i in group if i not in with_reference]
-        reference = None
-        if with_reference:
+        reference, candidate_reference = None, {}
+        if with_reference == [finite] and not meaning_done:
+            # The finite set alone: both sides in one float64 evaluation, which binds (converts)
+            # the activations and the shared constants once.
+            both = _reference(proto, runs[finite][1], wanted + [c for _, c in names])
+            reference = both
+            candidate_reference = {c: both[c] for _, c in names}
+        elif with_reference:
             feeds = dict(runs[with_reference[0]][1])
             if len(with_reference) > 1:
                 feeds.update({k: np.concatenate([runs[i][1][k] for i in with_reference]) for k in stacked})
@@ -153,7 +164,10 @@ def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] 
                 worst, overflow = max(worst, ratio), overflow + excused
                 if finite in with_reference and not meaning_done:
                     row = with_reference.index(finite)
-                    _judge_meaning(o[row], r[row], _candidate_reference(proto, runs[finite][1], c_name, o[row].shape))
+                    rc = candidate_reference.get(c_name)
+                    rc = (_candidate_reference(proto, runs[finite][1], c_name, o[row].shape) if rc is None
+                          else np.asarray(rc, dtype=np.float64).reshape(o[row].shape))
+                    _judge_meaning(o[row], r[row], rc)
             if without:
                 o, c = rows(without, by_index_o), rows(without, by_index_c)
                 overflow += _judge_against_original([labels[i] for i in without], o, c, n, width > 1,

@@ -216,10 +216,11 @@ def _window_size(windowed_groups, axis: int, constants: dict, size: int) -> int 
     if size >= need:
         need += (size - need) % period
     if searched and len(searched) == sum(1 for w in windowed_groups if w):
-        # One window per side: the smallest size whose windows still put every tap on data.
-        sizes = [_smallest_covering(node, axis, constants, size, period) for node in searched]
-        if all(s is not None for s in sizes):
-            need = max(sizes)
+        # One window per side: the smallest size at which every window pattern of the full size
+        # (which taps read data and which padding: interior and each border) occurs.
+        covering = _smallest_covering(searched, axis, constants, size)
+        if covering is not None:
+            need = covering
     return need
 
 
@@ -258,29 +259,52 @@ def _pinned_axes(node: ir.Node, constants: dict, rank: int) -> set[int] | None:
     return pinned
 
 
-def _smallest_covering(node: ir.Node, axis: int, constants: dict, size: int, period: int) -> int | None:
-    """The smallest input size (same residue modulo `period` as `size`) at which some output of
-    `node` reads each kernel tap from data rather than padding; None where pads are implicit."""
+def _window_geometry(node: ir.Node, axis: int, constants: dict) -> tuple | None:
+    """(taps, dilation, stride, pad begin, pad end) along `axis`; None where the output count or
+    the pads are implicit (auto_pad, ceil_mode, ConvTranspose)."""
     if node.op_type == "ConvTranspose" or _attr(node, "auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
         return None
+    if _attr(node, "ceil_mode", 0):
+        return None
     kernel = _attr(node, "kernel_shape")
-    if kernel is None and node.inputs[1] is not None and node.inputs[1].name in constants:
+    if kernel is None and len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].name in constants:
         kernel = list(constants[node.inputs[1].name].shape[2:])
     if kernel is None or axis >= len(kernel):
         return None
-    taps = int(kernel[axis])
     rank = len(kernel)
     pads = _attr(node, "pads") or [0] * (2 * rank)
-    begin, end = int(pads[axis]), int(pads[axis + rank])
+    if _attr(node, "auto_pad", "NOTSET") in ("VALID", b"VALID"):
+        pads = [0] * (2 * rank)
     dilation = int((_attr(node, "dilations") or [1] * rank)[axis])
     stride = int((_attr(node, "strides") or [1] * rank)[axis])
+    return int(kernel[axis]), dilation, stride, int(pads[axis]), int(pads[axis + rank])
+
+
+def window_patterns(size: int, taps: int, dilation: int, stride: int, begin: int, end: int) -> set:
+    """The window patterns along one axis of an input of `size`: for each output position, the
+    range of taps that read data rather than padding ((first, last), or None when all padding).
+    An output's value is a function of its pattern and the data under it, so a smaller input
+    that shows every pattern of the full one exercises every way the full one mixes data and
+    padding (the interior windows and each border window)."""
     extent = (taps - 1) * dilation + 1
+    outputs = (size + begin + end - extent) // stride + 1
+    patterns = set()
+    for o in range(max(outputs, 0)):
+        start = o * stride - begin  # the position tap 0 reads
+        first = 0 if start >= 0 else (-start + dilation - 1) // dilation
+        last = min(taps - 1, (size - 1 - start) // dilation) if size - 1 - start >= 0 else -1
+        patterns.add((first, last) if first <= last else None)
+    return patterns
+
+
+def _smallest_covering(nodes, axis: int, constants: dict, size: int) -> int | None:
+    """The smallest input size at which each node shows every window pattern it shows at `size`
+    (`window_patterns`); None where a node's geometry is implicit."""
+    geometries = [_window_geometry(node, axis, constants) for node in nodes]
+    if any(g is None for g in geometries):
+        return None
+    wanted = [window_patterns(size, *g) for g in geometries]
     for candidate in range(1, size + 1):
-        if (size - candidate) % period:
-            continue
-        outputs = (candidate + begin + end - extent) // stride + 1
-        seen = {t for o in range(max(outputs, 0)) for t in range(taps)
-                if 0 <= o * stride - begin + t * dilation < candidate}
-        if len(seen) == taps:
+        if all(window_patterns(candidate, *g) >= w for g, w in zip(geometries, wanted)):
             return candidate
     return None
