@@ -49,10 +49,17 @@ def _fold_scales(error: float):
     return fold
 
 
+def _identity_to_other(m, ctx):
+    """Wrong on purpose: removes Identity(t) but forwards the Identity's own input's input."""
+    producer = m["t"].producer()
+    return Replacement([], {m.root.outputs[0]: producer.inputs[0]})
+
+
 _SCALES = Op("Mul", Op("Mul", Var("x"), Const("a")), Const("b"))
 PLANTED = {
     "sub_zero_to_neg": Rule("sub_zero_to_neg", Op("Sub", Const("zero"), Var("x")), _sub_from_zero_to_neg, kind=EXACT),
     "double_to_add": Rule("double_to_add", Op("Mul", Var("x"), Const("two")), _double_to_add, kind=EXACT),
+    "identity_to_other": Rule("identity_to_other", Op("Identity", Var("t")), _identity_to_other, kind=EXACT),
     "fold_scales": Rule("fold_scales", _SCALES, _fold_scales(0.0), kind=REASSOCIATING),
     "fold_scales_wrong": Rule("fold_scales_wrong", _SCALES, _fold_scales(1e-4), kind=REASSOCIATING),
 }
@@ -108,6 +115,21 @@ def test_correct_exact_rule_is_certified_bit_identical(planted):
     (applied,) = report.log.applied
     assert applied.certificate.startswith("certified: bit-identical on 6 input sets")
     assert report.certificates == {**report.certificates, "certified": 1, "refused": 0, "skipped": 0}
+
+
+def test_identity_removal_is_certified_by_definition_and_only_when_it_forwards_the_copied_value(planted):
+    nodes = [helper.make_node("Neg", ["x"], ["t"]), helper.make_node("Identity", ["t"], ["i"]),
+             helper.make_node("Reciprocal", ["i"], ["r"])]
+    model = make_model(nodes, [value_info("x", shape=[2, 3])], [value_info("r", shape=[2, 3])])
+    optimized, report = onnxrefine.optimize_with_report(model, ["eliminate_identity"])
+    assert op_types(optimized) == ["Neg", "Reciprocal"]
+    assert report.log.applied[0].certificate == "certified: bit-identical: forwards a value through Identity"
+    # Forwarding any other value than the one the Identity copies gets an ordinary certificate.
+    kept, report = onnxrefine.optimize_with_report(model, [planted("identity_to_other")])
+    assert op_types(kept) == ["Neg", "Identity", "Reciprocal"]
+    assert _refusals(report)["identity_to_other"].startswith("certificate failed: exact rewrite differs")
+    unchecked = onnxrefine.optimize(model, [planted("identity_to_other")], certify=False)
+    assert op_types(unchecked) == ["Neg", "Reciprocal"]
 
 
 def test_reassociating_rule_within_the_bound_passes(planted):
@@ -230,18 +252,19 @@ def test_report_and_explain_show_the_refusal(planted, tmp_path, capsys):
     assert json.loads(report_path.read_text())["certificates"] is None
 
 
-def test_a_skipped_certificate_is_recorded_with_its_reason():
+def test_a_skipped_certificate_is_recorded_with_its_reason(planted):
     # Inside a model-local function nothing vouches for the input shapes: applied, marked skipped.
-    body = [helper.make_node("Identity", ["a"], ["t"]), helper.make_node("Relu", ["t"], ["b"])]
+    body = [helper.make_node("Constant", [], ["two"], value=tensor("v", np.array(2, np.float32))),
+            helper.make_node("Mul", ["a", "two"], ["t"]), helper.make_node("Relu", ["t"], ["b"])]
     function = helper.make_function("local", "f", ["a"], ["b"], body, [helper.make_opsetid("", 17)])
     model = make_model([helper.make_node("f", ["x"], ["y"], domain="local")], [value_info("x", shape=[2])],
                        [value_info("y", shape=[2])], functions=[function])
     model.opset_import.append(helper.make_opsetid("local", 1))
-    optimized, report = onnxrefine.optimize_with_report(model, ["eliminate_identity"])
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("double_to_add")])
     (applied,) = report.log.applied
     assert applied.certificate.startswith("skipped: ")
     assert report.certificates["skipped"] == 1
-    assert [n.op_type for n in optimized.functions[0].node] == ["Relu"]
+    assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Add", "Relu"]
 
 
 def test_shape_values_are_computed_from_the_data_they_describe():
