@@ -133,7 +133,18 @@ def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] 
             feeds = dict(runs[with_reference[0]][1])
             if len(with_reference) > 1:
                 feeds.update({k: np.concatenate([runs[i][1][k] for i in with_reference]) for k in stacked})
-            reference = _reference(original, feeds, wanted)
+            if finite in with_reference and not meaning_done:
+                # Sets stacked along the batch axis: both sides in one evaluation, the candidate's
+                # finite row kept (rows are independent: the reason the sets may be stacked).
+                try:
+                    reference = _reference(proto, feeds, wanted + [c for _, c in names])
+                except CertificateSkip:
+                    reference = None  # the candidate's float64 on a non-finite set: apart below
+                else:
+                    row = with_reference.index(finite)
+                    candidate_reference = {c: np.asarray(reference[c])[row:row + 1] for _, c in names}
+            if reference is None:
+                reference = _reference(original, feeds, wanted)
         for o_name, c_name in names:
             o_all = [runs[i][2][o_name] for i in group]
             c_all = [runs[i][2][c_name] for i in group]
@@ -194,7 +205,8 @@ def _lengths(proto: onnx.ModelProto, feeds: dict) -> dict[str, tuple[int, int]]:
     widest: dict[str, int] = {}
     for node in proto.graph.node:
         width = graphinfo.reduction_length(node, shapes, constants)
-        if width == graphinfo.UNKNOWN_DIM:
+        if width == graphinfo.UNKNOWN_DIM and any(i and i not in shapes for i in node.input):
+            # (64 is also a real width: 64 input channels of a 1x1 convolution)
             return graphinfo.accumulation_depths(proto, feeds)
         in_depth = max((depth.get(i, 0) for i in node.input if i), default=0)
         in_width = max((widest.get(i, 1) for i in node.input if i), default=1)
