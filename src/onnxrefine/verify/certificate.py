@@ -327,14 +327,17 @@ class Certifier:
         inputs, initializers, fed = [], [], {}
         for side in activations:
             elem = helper.np_dtype_to_tensor_dtype(side.dtype)
-            dims = ["batch", *side.shape[1:]] if batch_free else list(side.shape)  # sets stack on it
+            # Symbolic dims (the rank is kept): certificates of the same structure over other
+            # sizes (channel counts) share one session; the kernels and bits are the same.
+            dims = ["batch" if batch_free and axis == 0 else f"{rename[side.name]}_{axis}"
+                    for axis in range(len(side.shape))]
             inputs.append(helper.make_tensor_value_info(rename[side.name], elem, dims))
         for side in constants:
             array = np.require(side.array, requirements="C")  # ascontiguousarray makes a scalar 1-D
             name = rename[side.name]
             if array.nbytes > EMBED_BYTES and array.dtype in SUPPORTED_DTYPES:
                 inputs.append(helper.make_tensor_value_info(
-                    name, helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)))
+                    name, helper.np_dtype_to_tensor_dtype(array.dtype), [f"{name}_{axis}" for axis in range(array.ndim)]))
                 fed[name] = array
             else:
                 initializers.append(numpy_helper.from_array(array, name))
