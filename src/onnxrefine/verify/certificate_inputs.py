@@ -53,13 +53,12 @@ def _edge_values(dtype: np.dtype) -> list[float]:
 def _float_sets(shape, dtype: np.dtype, rng: np.random.Generator, heavy: bool) -> dict[str, np.ndarray]:
     info = np.finfo(dtype)
     size = int(np.prod(shape, dtype=np.int64))
-    index = np.arange(size)
 
     def cycle(values, every: int, base: np.ndarray, offset: int = 0) -> np.ndarray:
         out = base.copy()
-        picks = index[(index + offset) % every == 0]
+        picks = out[(-offset) % every::every]  # the elements with (index + offset) % every == 0
         if picks.size:
-            out[picks] = np.array(values, dtype=np.float64)[np.arange(picks.size) % len(values)]
+            picks[:] = np.resize(np.array(values, dtype=np.float64), picks.size)
         return out
 
     normal = rng.normal(0.0, 1.0, size)
