@@ -149,30 +149,32 @@ def test_reassociating_rule_outside_the_bound_is_refused(planted):
     assert op_types(onnxrefine.optimize(model, [planted("fold_scales_wrong")], certify=False)) == ["Mul"]
 
 
-def _scale_conv(error: float):
+def _scale_conv(error: float, pad: int = 1):
     """Mul(Conv(x, W), k) -> Conv(x, W*k*(1+error)), reassociating."""
 
     def fold(m, ctx):
         folded = m.array("w").astype(np.float64) * m.array("k").reshape(-1, 1, 1, 1) * (1.0 + error)
         weight = ctx.constant(folded.astype(np.float32), "w_scaled", [m["w"]])
-        node = ctx.node("Conv", [m["x"], weight], {"pads": [1, 1, 1, 1]})
+        node = ctx.node("Conv", [m["x"], weight], {"pads": [pad] * 4})
         return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
 
     return Rule("scale_conv", Op("Mul", Op("Conv", Var("x"), Const("w")), Const("k")), fold, kind=REASSOCIATING)
 
 
+@pytest.mark.parametrize("kernel", [3, 1])  # 1: a pointwise Conv, its sets side by side in one image
 @pytest.mark.parametrize("error", [0.0, 1e-5])
-def test_a_dropped_epsilon_sized_error_is_refused_by_the_float64_meaning_check(monkeypatch, error):
+def test_a_dropped_epsilon_sized_error_is_refused_by_the_float64_meaning_check(monkeypatch, error, kernel):
     # 1e-5 relative (an epsilon of 1e-5 dropped against a variance of 0.5) is within the a priori
     # bound of 16*9 float32 roundings, so float32 runs alone cannot tell it from reassociation;
     # the replacement evaluated in float64 can.
     registry._load_pass_modules()
-    spec = PassSpec("planted_scale_conv", REASSOCIATING, "test only", rules=(_scale_conv(error),), default=False)
+    pad = kernel // 2
+    spec = PassSpec("planted_scale_conv", REASSOCIATING, "test only", rules=(_scale_conv(error, pad),), default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     rng = np.random.default_rng(0)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Mul", ["c", "k"], ["y"])]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[pad] * 4), helper.make_node("Mul", ["c", "k"], ["y"])]
     model = make_model(nodes, [value_info("x", shape=[1, 16, 6, 6])], [value_info("y", shape=None)],
-                       [tensor("w", rng.standard_normal((8, 16, 3, 3)).astype(np.float32)),
+                       [tensor("w", rng.standard_normal((8, 16, kernel, kernel)).astype(np.float32)),
                         tensor("k", rng.uniform(0.5, 2, (8, 1, 1)).astype(np.float32))])
     optimized, report = onnxrefine.optimize_with_report(model, [spec.name])
     if error == 0.0:
@@ -180,7 +182,10 @@ def test_a_dropped_epsilon_sized_error_is_refused_by_the_float64_meaning_check(m
         assert report.log.applied[0].certificate.startswith("certified: within the float64 bound")
     else:
         assert op_types(optimized) == ["Conv", "Mul"]
-        assert "beyond the rounding of its folded constants" in _refusals(report)["scale_conv"]
+        # (16 terms a 1x1 window sums: the bound of the float32 runs already tells)
+        reason = _refusals(report)["scale_conv"]
+        assert "beyond the rounding of its folded constants" in reason or (
+            kernel == 1 and "outside the float64 bound on the 'finite' inputs" in reason)
 
 
 def test_reassociation_that_flips_the_sign_of_a_zero_is_refused():
@@ -208,6 +213,50 @@ def test_reassociation_that_flips_the_sign_of_a_zero_is_refused():
         assert op_types(unchecked) == ["Conv", "Reciprocal"]
         assert (run(model, {"x": x})[0] == -np.inf).any()
         assert not np.array_equal(run(unchecked, {"x": x})[0], run(model, {"x": x})[0])
+
+
+def test_sets_side_by_side_in_one_image_still_catch_a_zero_sign_flip(monkeypatch):
+    # Conv 1x1 (no padding: the sets go side by side along the width, one column each) -> Mul(-2)
+    # -> Reciprocal, folded into W by a rule without a sign guard: on a zero set the products of
+    # mixed-sign weights sum to +0, times -2 is -0; the folded weights give +0.
+    registry._load_pass_modules()
+    spec = PassSpec("planted_scale_conv", REASSOCIATING, "test only", rules=(_scale_conv(0.0, 0),), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "k"], ["m"]),
+             helper.make_node("Reciprocal", ["m"], ["y"])]
+    model = make_model(nodes, [value_info("x", shape=[2, 16, 5, 7])], [value_info("y", shape=None)],
+                       [tensor("w", rng.standard_normal((8, 16, 1, 1)).astype(np.float32)),
+                        tensor("k", np.full((8, 1, 1), -2.0, np.float32))])
+    optimized, report = onnxrefine.optimize_with_report(model, [spec.name])
+    assert op_types(optimized) == ["Conv", "Mul", "Reciprocal"]
+    assert "flips the sign of an exact zero" in _refusals(report)["scale_conv"]
+    unchecked = onnxrefine.optimize(model, [spec.name], certify=False)
+    assert op_types(unchecked) == ["Conv", "Reciprocal"]
+    zero = np.zeros((2, 16, 5, 7), np.float32)
+    assert not np.array_equal(run(unchecked, {"x": zero})[0], run(model, {"x": zero})[0])
+
+
+def test_width_stacking_only_where_each_column_is_computed_alone():
+    import onnx_ir as ir
+
+    from onnxrefine.verify.certificate_inputs import width_stackable
+
+    class Side:
+        def __init__(self, name, array):
+            self.name, self.array = name, array
+
+    x, w = ir.Value(name="x"), ir.Value(name="w")
+    one = [Side("w", np.zeros((8, 3, 1, 1), np.float32))]
+    three = [Side("w", np.zeros((8, 3, 3, 3), np.float32))]
+    column = {"x": (1, 3, 1, 1)}
+    assert width_stackable([[ir.Node("", "Conv", [x, w]), ir.Node("", "Relu", [x])]], column, one)
+    assert not width_stackable([[ir.Node("", "Conv", [x, w], [ir.AttrInt64s("pads", [0, 1, 0, 1])])]], column, one)
+    assert not width_stackable([[ir.Node("", "Conv", [x, w], [ir.AttrInt64s("strides", [1, 2])])]], column, one)
+    assert not width_stackable([[ir.Node("", "Conv", [x, w])]], column, three)  # a window 3 wide
+    assert not width_stackable([[ir.Node("", "GlobalAveragePool", [x])]], column, one)  # mixes columns
+    assert not width_stackable([[ir.Node("", "Relu", [x])]], {"x": (1, 3, 1, 2)}, one)  # not one column
+    assert not width_stackable([[ir.Node("", "MatMul", [x, w])]], column, one)
 
 
 @pytest.mark.parametrize("declared", [False, True])

@@ -56,6 +56,7 @@ from onnxrefine.verify.certificate_inputs import (
     SUPPORTED_DTYPES,
     adversarial_sets,
     reduced_shapes,
+    width_stackable,
 )
 from onnxrefine.verify.compare import bit_identical
 
@@ -175,7 +176,12 @@ class Certifier:
         heavy = sum(a.nbytes for a in fed.values()) > HEAVY_BYTES
         sets = self._sets(activations, heavy)
         stacked = reduced is not None and len(sets) > 1
-        runs = self._run_stacked(session, sets, fed) if stacked else None
+        runs = None
+        if stacked and width_stackable([list(context) + list(request.matched), list(request.replacement)],
+                                       {s.name: s.shape for s in activations}, constants):
+            runs = self._run_stacked(session, sets, fed, axis=-1)
+        if stacked and runs is None:
+            runs = self._run_stacked(session, sets, fed)
         if runs is None:
             stacked = False
             runs, dropped = [], []
@@ -213,16 +219,20 @@ class Certifier:
         return cached  # keyed a<i>, the certificate model's canonical names
 
     @staticmethod
-    def _run_stacked(session, sets, fed):
+    def _run_stacked(session, sets, fed, axis: int = 0):
         """All sets in one run, stacked along the batch axis (reduced shapes have batch 1 and
-        every node is position-wise, so each set's rows are computed as if alone); None when that
-        run fails (the sets are then run one by one to say which)."""
+        every node is position-wise, so each set's rows are computed as if alone) or, where
+        `width_stackable`, along the last axis (each set one column); None when that run fails
+        or its outputs are not one row (column) per set (the sets are then run one by one to say
+        which)."""
         names = list(sets[0][1])
-        stacked = {name: np.concatenate([feeds[name] for _, feeds in sets]) for name in names}
+        stacked = {name: np.concatenate([feeds[name] for _, feeds in sets], axis=axis) for name in names}
         result = _run(session, {**stacked, **fed})
-        if isinstance(result, str) or any(v.ndim == 0 or v.shape[0] != len(sets) for v in result.values()):
+        if isinstance(result, str) or any(v.ndim == 0 or v.shape[axis] != len(sets) for v in result.values()):
             return None
-        return [(label, {**feeds, **fed}, {k: v[i:i + 1] for k, v in result.items()})
+        if axis != 0 and any(v.shape[0] != 1 for v in result.values()):
+            return None
+        return [(label, {**feeds, **fed}, {k: np.ascontiguousarray(np.take(v, [i], axis=axis)) for k, v in result.items()})
                 for i, (label, feeds) in enumerate(sets)]
 
     def _boundary(self, request: CertificateRequest) -> tuple[list[_Side], list[ir.Node]]:

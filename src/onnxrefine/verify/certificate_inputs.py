@@ -198,6 +198,33 @@ def reduced_shapes(groups, shapes: dict[str, tuple], constant_sides) -> dict[str
     return reduced
 
 
+def width_stackable(groups, shapes: dict[str, tuple], constant_sides) -> bool:
+    """Whether the input sets may be laid side by side along the last axis (one image, the sets
+    in its columns) instead of along the batch: every reduced activation is one column wide, and
+    every node computes each column from the same column alone (elementwise ops and per-channel
+    constants; windows one tap wide along that axis, stride 1, no padding there). A global pool
+    mixes columns, a padded or wider window would read a neighbour set (or real padding would
+    become data): those stay on the batch. Why bother: onnxruntime computes a convolution image
+    by image, so six sets on the batch read the weights six times, in one image once."""
+    constants = {side.name: side.array for side in constant_sides}
+    ranks = {len(shape) for shape in shapes.values()}
+    if len(ranks) != 1 or min(ranks) < 3 or any(shape[-1] != 1 for shape in shapes.values()):
+        return False
+    rank = ranks.pop()
+    for group in groups:
+        for node in group:
+            if node.op_type in _WINDOWED:
+                geometry = _window_geometry(node, rank - 3, constants)
+                if geometry is None or node.op_type == "LpPool":
+                    return False
+                taps, _, stride, begin, end = geometry
+                if (taps, stride, begin, end) != (1, 1, 0, 0):
+                    return False
+            elif node.op_type not in _POSITIONWISE or node.op_type.startswith("Global"):
+                return False
+    return True
+
+
 def _window_size(windowed_groups, axis: int, constants: dict, size: int) -> int | None:
     need, period, searched = 1, 1, []
     for windowed in windowed_groups:
