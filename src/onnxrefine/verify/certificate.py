@@ -28,11 +28,17 @@ set on which the original runs, or no float64 reference for an operator. Skippin
 refusing keeps the optimizer useful there; the end-to-end verification still covers those rewrites.
 
 Cost: position-wise subgraphs (elementwise ops, convolutions and pools over per-channel
-constants, products by a constant matrix) run on reduced sizes, all sets stacked along the batch
-axis in one run (`certificate_inputs.reduced_shapes`); values get canonical names, so certificates
-of the same structure share one session; outcomes are cached by structure and constant bytes when
-the constants are small. Large accumulations (over HEAVY_BYTES of constants) get only a few
-subnormals (each costs ~100x per multiply-add) and the float64 reference on the finite set only.
+constants, products by a constant matrix) run on reduced sizes: batch 1, and along a window's axis
+the smallest size that shows every window pattern of the full size (`certificate_inputs.
+reduced_shapes`); all sets stacked in one run, along the batch axis, or side by side along the
+last axis where every column is computed alone (`width_stackable`: 1x1 convolutions, whose
+weights onnxruntime then reads once instead of once per set). Values get canonical names and
+symbolic dims, so certificates of the same structure share one session whatever their sizes;
+outcomes are cached by structure and constant bytes when the constants are small. Large
+accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each costs ~100x per
+multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
+A rewrite that only removes Identity nodes is certified by Identity's definition
+(`_forwards_through_identity`).
 """
 
 from __future__ import annotations

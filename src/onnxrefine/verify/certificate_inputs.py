@@ -156,9 +156,11 @@ def reduced_shapes(groups, shapes: dict[str, tuple], constant_sides) -> dict[str
     When every node of every group (the original side, the replacement) computes each position
     of the batch and of the free axes independently (elementwise ops, convolutions and pools over
     per-channel constants, MatMul/Gemm by a constant matrix along their rows), those axes shrink:
-    the batch to 1 (so input sets can be stacked on it), an axis under a window just large enough
-    for every tap of the window to read data (keeping the original size's residue modulo the
-    strides, so the last window meets the same padding), any other free axis to a few elements.
+    the batch to 1 (so input sets can be stacked on it), an axis under one window per side to the
+    smallest size at which every window pattern of the full size occurs (`window_patterns`: the
+    interior window and each border window, with the padding it meets), under a chain of windows
+    to the sum of their extents (keeping the original size's residue modulo the strides), any
+    other free axis to a few elements.
     Axes along which a constant varies, the channel axis of windowed ops and the reduced axis of
     a matrix product keep their size."""
     constants = {side.name: side.array for side in constant_sides}
