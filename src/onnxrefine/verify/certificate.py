@@ -213,16 +213,20 @@ class Certifier:
         return CertificateOutcome("certified", f"{detail} on {len(runs)} input sets{note}")
 
     def _sets(self, activations, heavy: bool):
-        """The adversarial sets, cached by the activations' dtypes and shapes (they depend on
-        nothing else), renamed for this certificate."""
-        key = (tuple((str(s.dtype), s.shape) for s in activations), heavy)
-        cached = self._set_cache.get(key)
-        if cached is None:
-            specs = {f"a{i}": (s.dtype, s.shape) for i, s in enumerate(activations)}
-            cached = self._set_cache[key] = adversarial_sets(specs, self.seed, heavy)
+        """The adversarial sets, cached by the activations' dtypes and element counts (they are
+        generated flat and depend on nothing else: (128, 3072) and (1, 128, 3072) share them),
+        reshaped and renamed for this certificate."""
+        sizes = [int(np.prod(s.shape, dtype=np.int64)) for s in activations]
+        key = (tuple((str(s.dtype), n) for s, n in zip(activations, sizes)), heavy)
+        flat = self._set_cache.get(key)
+        if flat is None:
+            specs = {f"a{i}": (s.dtype, (n,)) for i, (s, n) in enumerate(zip(activations, sizes))}
+            flat = self._set_cache[key] = adversarial_sets(specs, self.seed, heavy)
             if len(self._set_cache) > MAX_SESSIONS:
                 self._set_cache.pop(next(iter(self._set_cache)))
-        return cached  # keyed a<i>, the certificate model's canonical names
+        shapes = {f"a{i}": s.shape for i, s in enumerate(activations)}
+        # keyed a<i>, the certificate model's canonical names
+        return [(label, {k: v.reshape(shapes[k]) for k, v in feeds.items()}) for label, feeds in flat]
 
     @staticmethod
     def _run_stacked(session, sets, fed, axis: int = 0):
