@@ -61,6 +61,8 @@ from onnxrefine.verify.certificate_bound import judge_reassociating, side_model
 from onnxrefine.verify.certificate_inputs import (
     SUPPORTED_DTYPES,
     adversarial_sets,
+    distinct_set,
+    moves_data_only,
     reduced_shapes,
     width_stackable,
 )
@@ -180,7 +182,16 @@ class Certifier:
         session = self._session(proto, request)
         # Large constants: a large accumulation, where subnormals are slow and float64 dominates.
         heavy = sum(a.nbytes for a in fed.values()) > HEAVY_BYTES
-        sets = self._sets(activations, heavy)
+        sets = None
+        if request.kind == EXACT and moves_data_only(
+                list(context) + list(request.matched) + list(request.replacement),
+                bool(activations) and all(s.dtype.kind == "f" for s in activations),
+                lambda v, oracle=static_oracle(request.context): oracle.dtype(v) or v.dtype):
+            sets = distinct_set({f"a{i}": (s.dtype, s.shape) for i, s in enumerate(activations)})
+            if sets is not None:
+                note += " (data movement only: distinct values fix every element's source)"
+        if sets is None:
+            sets = self._sets(activations, heavy)
         stacked = reduced is not None and len(sets) > 1
         runs = None
         if stacked and width_stackable([list(context) + list(request.matched), list(request.replacement)],

@@ -134,6 +134,58 @@ def adversarial_sets(specs: dict[str, tuple[np.dtype, tuple]], seed: int = 0, he
     return result
 
 
+# Ops that only move, select or replicate the elements of their float data inputs (at `_DATA`
+# positions; every other input an integer one: shapes, axes, indices), so what they output is
+# the input's own bits at positions fixed by shapes and integers alone. Shape and Size read only
+# the shape.
+_MOVEMENT = frozenset("""Reshape Transpose Squeeze Unsqueeze Flatten Identity Concat Split Slice
+    Expand Tile Gather Shape Size""".split())
+_ALL_INPUTS = frozenset({"Concat", "Shape", "Size"})
+
+
+def moves_data_only(nodes, float_activations: bool, dtype_of) -> bool:
+    """Whether every node either moves float elements without looking at them (`_MOVEMENT`,
+    float values only at data positions) or sees no float value at all. Then each output element
+    is a copy of one input element (or of a constant) chosen by shapes and integers alone, and a
+    single input set whose elements are all distinct shows the whole choice: an exact rewrite
+    identical there is identical on every input, inf/NaN/-0 and payloads included (these kernels
+    copy bytes in onnxruntime; float16 and narrower stay on the six sets)."""
+    if not float_activations:
+        return False
+    for node in nodes:
+        for index, value in enumerate(node.inputs):
+            if value is None:
+                continue
+            dtype = dtype_of(value)  # an ir.DataType (None: unknown)
+            if dtype is None:
+                return False
+            try:
+                kind = np.dtype(dtype.numpy()).kind
+            except Exception:  # noqa: BLE001 - strings and other types numpy has no dtype for
+                return False
+            if kind in "iub":
+                continue
+            if kind != "f" or node.op_type not in _MOVEMENT or node.domain not in ("", "ai.onnx"):
+                return False
+            if index != 0 and node.op_type not in _ALL_INPUTS:
+                return False  # a float where an integer (shape, axes, indices) goes
+    return True
+
+
+def distinct_set(specs: dict[str, tuple[np.dtype, tuple]]) -> list[tuple[str, dict]] | None:
+    """One float set whose elements are all distinct across every activation (consecutive
+    integers, exact in float32/float64 below 2^24), or None where the dtypes cannot hold that."""
+    feeds, start = {}, 1
+    for name, (dtype, shape) in specs.items():
+        dtype = np.dtype(dtype)
+        size = int(np.prod(shape, dtype=np.int64))
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or start + size >= 1 << 24:
+            return None
+        feeds[name] = np.arange(start, start + size, dtype=dtype).reshape(shape)
+        start += size
+    return [("distinct", feeds)]
+
+
 def _attr(node: ir.Node, name: str, default=None):
     attr = node.attributes.get(name)
     return default if attr is None or attr.is_ref() else attr.value
