@@ -146,8 +146,8 @@ def test_data_movement_is_certified_on_one_set_of_distinct_values(monkeypatch, p
     registry._load_pass_modules()
     spec = PassSpec("planted_transpose_pair", EXACT, "test only", rules=(rule,), default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
-    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm), helper.make_node("Transpose", ["t"], ["u"], perm=perm),
-             helper.make_node("Reciprocal", ["u"], ["y"])]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+             helper.make_node("Transpose", ["t"], ["u"], perm=perm), helper.make_node("Reciprocal", ["u"], ["y"])]
     model = make_model(nodes, [value_info("x", shape=[3, 3, 3])], [value_info("y", shape=[3, 3, 3])])
     optimized, report = onnxrefine.optimize_with_report(model, [spec.name])
     if perm == [1, 0, 2]:

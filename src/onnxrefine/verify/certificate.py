@@ -57,7 +57,7 @@ from onnxrefine.ir.static_shapes import Sym, static_oracle
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
 from onnxrefine.verify.certificate_bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
-from onnxrefine.verify.certificate_bound import judge_reassociating, side_model
+from onnxrefine.verify.certificate_bound import judge_exact, judge_reassociating, side_model
 from onnxrefine.verify.certificate_inputs import (
     SUPPORTED_DTYPES,
     adversarial_sets,
@@ -66,7 +66,6 @@ from onnxrefine.verify.certificate_inputs import (
     reduced_shapes,
     width_stackable,
 )
-from onnxrefine.verify.compare import bit_identical
 
 _STANDARD_DOMAINS = ("", "ai.onnx")
 # Constants are fed at run time rather than embedded (no copy, and certificates of the same
@@ -217,7 +216,7 @@ class Certifier:
         unsigned = {o for (o, _), (old, _) in zip(outputs, request.outputs)
                     if any(old is v for v in request.sign_insensitive)}
         if request.kind == EXACT:
-            detail = _judge_exact(runs, names, unsigned)
+            detail = judge_exact(runs, names, unsigned)
         else:
             detail = judge_reassociating(proto, runs, names, [f"a{i}" for i in range(len(activations))] if stacked else None,
                                          heavy, unsigned)
@@ -253,7 +252,8 @@ class Certifier:
             return None
         if axis != 0 and any(v.shape[0] != 1 for v in result.values()):
             return None
-        return [(label, {**feeds, **fed}, {k: np.ascontiguousarray(np.take(v, [i], axis=axis)) for k, v in result.items()})
+        return [(label, {**feeds, **fed},
+                 {k: np.ascontiguousarray(np.take(v, [i], axis=axis)) for k, v in result.items()})
                 for i, (label, feeds) in enumerate(sets)]
 
     def _boundary(self, request: CertificateRequest) -> tuple[list[_Side], list[ir.Node]]:
@@ -457,25 +457,6 @@ def _forwards_through_identity(request: CertificateRequest) -> bool:
         if value is not new or value is None:
             return False
     return True
-
-
-def _judge_exact(runs, names, unsigned=frozenset()) -> str:
-    """Bit-identical outputs (any two NaNs equal; +0 and -0 equal only on `unsigned` outputs)."""
-    for label, _, result in runs:
-        for original, candidate in names:
-            o, c = result[original], result[candidate]
-            if o.shape != c.shape or o.dtype != c.dtype:
-                raise _Refuse(f"on the '{label}' inputs the replacement gives {c.dtype}{list(c.shape)}, "
-                              f"the original {o.dtype}{list(o.shape)}")
-            differ = ~bit_identical(o, c)
-            if original in unsigned and o.dtype.kind == "f":
-                differ &= ~((o == 0) & (c == 0))
-            if differ.any():
-                index = np.unravel_index(int(np.flatnonzero(differ)[0]), o.shape) if o.ndim else ()
-                raise _Refuse(f"exact rewrite differs on the '{label}' inputs at {list(map(int, index))}: "
-                              f"original {o[index]!r}, replacement {c[index]!r} "
-                              f"({int(differ.sum())} of {o.size} elements)")
-    return "bit-identical"
 
 
 def _topological(nodes) -> list[ir.Node]:

@@ -99,6 +99,25 @@ def _reference(model: onnx.ModelProto, feeds: dict, names: list[str]) -> dict:
         raise CertificateSkip(f"the float64 reference failed: {str(exc).splitlines()[0][:160]}") from None
 
 
+def judge_exact(runs, names, unsigned=frozenset()) -> str:
+    """Bit-identical outputs (any two NaNs equal; +0 and -0 equal only on `unsigned` outputs)."""
+    for label, _, result in runs:
+        for original, candidate in names:
+            o, c = result[original], result[candidate]
+            if o.shape != c.shape or o.dtype != c.dtype:
+                raise CertificateFailure(f"on the '{label}' inputs the replacement gives {c.dtype}{list(c.shape)}, "
+                              f"the original {o.dtype}{list(o.shape)}")
+            differ = ~bit_identical(o, c)
+            if original in unsigned and o.dtype.kind == "f":
+                differ &= ~((o == 0) & (c == 0))
+            if differ.any():
+                index = np.unravel_index(int(np.flatnonzero(differ)[0]), o.shape) if o.ndim else ()
+                raise CertificateFailure(f"exact rewrite differs on the '{label}' inputs at {list(map(int, index))}: "
+                              f"original {o[index]!r}, replacement {c[index]!r} "
+                              f"({int(differ.sum())} of {o.size} elements)")
+    return "bit-identical"
+
+
 def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] | None, heavy: bool,
                         unsigned=frozenset()) -> str:
     """Raise CertificateFailure unless every output of every run is within the bound.
