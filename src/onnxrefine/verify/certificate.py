@@ -28,11 +28,17 @@ set on which the original runs, or no float64 reference for an operator. Skippin
 refusing keeps the optimizer useful there; the end-to-end verification still covers those rewrites.
 
 Cost: position-wise subgraphs (elementwise ops, convolutions and pools over per-channel
-constants, products by a constant matrix) run on reduced sizes, all sets stacked along the batch
-axis in one run (`certificate_inputs.reduced_shapes`); values get canonical names, so certificates
-of the same structure share one session; outcomes are cached by structure and constant bytes when
-the constants are small. Large accumulations (over HEAVY_BYTES of constants) get only a few
-subnormals (each costs ~100x per multiply-add) and the float64 reference on the finite set only.
+constants, products by a constant matrix) run on reduced sizes: batch 1, and along a window's axis
+the smallest size that shows every window pattern of the full size (`certificate_inputs.
+reduced_shapes`); all sets stacked in one run, along the batch axis, or side by side along the
+last axis where every column is computed alone (`width_stackable`: 1x1 convolutions, whose
+weights onnxruntime then reads once instead of once per set). Values get canonical names and
+symbolic dims, so certificates of the same structure share one session whatever their sizes;
+outcomes are cached by structure and constant bytes when the constants are small. Large
+accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each costs ~100x per
+multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
+A rewrite that only removes Identity nodes is certified by Identity's definition
+(`_forwards_through_identity`).
 """
 
 from __future__ import annotations
@@ -51,13 +57,15 @@ from onnxrefine.ir.static_shapes import Sym, static_oracle
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
 from onnxrefine.verify.certificate_bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
-from onnxrefine.verify.certificate_bound import judge_reassociating, side_model
+from onnxrefine.verify.certificate_bound import judge_exact, judge_reassociating, side_model
 from onnxrefine.verify.certificate_inputs import (
     SUPPORTED_DTYPES,
     adversarial_sets,
+    distinct_set,
+    moves_data_only,
     reduced_shapes,
+    width_stackable,
 )
-from onnxrefine.verify.compare import bit_identical
 
 _STANDARD_DOMAINS = ("", "ai.onnx")
 # Constants are fed at run time rather than embedded (no copy, and certificates of the same
@@ -127,6 +135,8 @@ class Certifier:
     # -- building -----------------------------------------------------------------------------
 
     def _certify(self, request: CertificateRequest) -> CertificateOutcome:
+        if _forwards_through_identity(request):
+            return CertificateOutcome("certified", "bit-identical: forwards a value through Identity")
         nodes = list(request.matched) + list(request.replacement)
         for node in nodes:
             if node.domain not in _STANDARD_DOMAINS:
@@ -171,9 +181,23 @@ class Certifier:
         session = self._session(proto, request)
         # Large constants: a large accumulation, where subnormals are slow and float64 dominates.
         heavy = sum(a.nbytes for a in fed.values()) > HEAVY_BYTES
-        sets = self._sets(activations, heavy)
+        sets = None
+        if request.kind == EXACT and moves_data_only(
+                list(context) + list(request.matched) + list(request.replacement),
+                bool(activations) and all(s.dtype.kind == "f" for s in activations),
+                lambda v, oracle=static_oracle(request.context): oracle.dtype(v) or v.dtype):
+            sets = distinct_set({f"a{i}": (s.dtype, s.shape) for i, s in enumerate(activations)})
+            if sets is not None:
+                note += " (data movement only: distinct values fix every element's source)"
+        if sets is None:
+            sets = self._sets(activations, heavy)
         stacked = reduced is not None and len(sets) > 1
-        runs = self._run_stacked(session, sets, fed) if stacked else None
+        runs = None
+        if stacked and width_stackable([list(context) + list(request.matched), list(request.replacement)],
+                                       {s.name: s.shape for s in activations}, constants):
+            runs = self._run_stacked(session, sets, fed, axis=-1)
+        if stacked and runs is None:
+            runs = self._run_stacked(session, sets, fed)
         if runs is None:
             stacked = False
             runs, dropped = [], []
@@ -192,35 +216,44 @@ class Certifier:
         unsigned = {o for (o, _), (old, _) in zip(outputs, request.outputs)
                     if any(old is v for v in request.sign_insensitive)}
         if request.kind == EXACT:
-            detail = _judge_exact(runs, names, unsigned)
+            detail = judge_exact(runs, names, unsigned)
         else:
             detail = judge_reassociating(proto, runs, names, [f"a{i}" for i in range(len(activations))] if stacked else None,
                                          heavy, unsigned)
         return CertificateOutcome("certified", f"{detail} on {len(runs)} input sets{note}")
 
     def _sets(self, activations, heavy: bool):
-        """The adversarial sets, cached by the activations' dtypes and shapes (they depend on
-        nothing else), renamed for this certificate."""
-        key = (tuple((str(s.dtype), s.shape) for s in activations), heavy)
-        cached = self._set_cache.get(key)
-        if cached is None:
-            specs = {f"a{i}": (s.dtype, s.shape) for i, s in enumerate(activations)}
-            cached = self._set_cache[key] = adversarial_sets(specs, self.seed, heavy)
+        """The adversarial sets, cached by the activations' dtypes and element counts (they are
+        generated flat and depend on nothing else: (128, 3072) and (1, 128, 3072) share them),
+        reshaped and renamed for this certificate."""
+        sizes = [int(np.prod(s.shape, dtype=np.int64)) for s in activations]
+        key = (tuple((str(s.dtype), n) for s, n in zip(activations, sizes)), heavy)
+        flat = self._set_cache.get(key)
+        if flat is None:
+            specs = {f"a{i}": (s.dtype, (n,)) for i, (s, n) in enumerate(zip(activations, sizes))}
+            flat = self._set_cache[key] = adversarial_sets(specs, self.seed, heavy)
             if len(self._set_cache) > MAX_SESSIONS:
                 self._set_cache.pop(next(iter(self._set_cache)))
-        return cached  # keyed a<i>, the certificate model's canonical names
+        shapes = {f"a{i}": s.shape for i, s in enumerate(activations)}
+        # keyed a<i>, the certificate model's canonical names
+        return [(label, {k: v.reshape(shapes[k]) for k, v in feeds.items()}) for label, feeds in flat]
 
     @staticmethod
-    def _run_stacked(session, sets, fed):
+    def _run_stacked(session, sets, fed, axis: int = 0):
         """All sets in one run, stacked along the batch axis (reduced shapes have batch 1 and
-        every node is position-wise, so each set's rows are computed as if alone); None when that
-        run fails (the sets are then run one by one to say which)."""
+        every node is position-wise, so each set's rows are computed as if alone) or, where
+        `width_stackable`, along the last axis (each set one column); None when that run fails
+        or its outputs are not one row (column) per set (the sets are then run one by one to say
+        which)."""
         names = list(sets[0][1])
-        stacked = {name: np.concatenate([feeds[name] for _, feeds in sets]) for name in names}
+        stacked = {name: np.concatenate([feeds[name] for _, feeds in sets], axis=axis) for name in names}
         result = _run(session, {**stacked, **fed})
-        if isinstance(result, str) or any(v.ndim == 0 or v.shape[0] != len(sets) for v in result.values()):
+        if isinstance(result, str) or any(v.ndim == 0 or v.shape[axis] != len(sets) for v in result.values()):
             return None
-        return [(label, {**feeds, **fed}, {k: v[i:i + 1] for k, v in result.items()})
+        if axis != 0 and any(v.shape[0] != 1 for v in result.values()):
+            return None
+        return [(label, {**feeds, **fed},
+                 {k: np.ascontiguousarray(np.take(v, [i], axis=axis)) for k, v in result.items()})
                 for i, (label, feeds) in enumerate(sets)]
 
     def _boundary(self, request: CertificateRequest) -> tuple[list[_Side], list[ir.Node]]:
@@ -242,6 +275,9 @@ class Certifier:
                 for value in node.inputs:
                     if value is not None and id(value) not in produced:
                         values.setdefault(id(value), value)
+            for _, new in request.outputs:  # a value forwarded as it is (no replacement node)
+                if id(new) not in produced:
+                    values.setdefault(id(new), new)
             sides, grow = [], []
             for value in values.values():
                 side = self._side(value, oracle)
@@ -322,14 +358,17 @@ class Certifier:
         inputs, initializers, fed = [], [], {}
         for side in activations:
             elem = helper.np_dtype_to_tensor_dtype(side.dtype)
-            dims = ["batch", *side.shape[1:]] if batch_free else list(side.shape)  # sets stack on it
+            # Symbolic dims (the rank is kept): certificates of the same structure over other
+            # sizes (channel counts) share one session; the kernels and bits are the same.
+            dims = ["batch" if batch_free and axis == 0 else f"{rename[side.name]}_{axis}"
+                    for axis in range(len(side.shape))]
             inputs.append(helper.make_tensor_value_info(rename[side.name], elem, dims))
         for side in constants:
             array = np.require(side.array, requirements="C")  # ascontiguousarray makes a scalar 1-D
             name = rename[side.name]
             if array.nbytes > EMBED_BYTES and array.dtype in SUPPORTED_DTYPES:
                 inputs.append(helper.make_tensor_value_info(
-                    name, helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)))
+                    name, helper.np_dtype_to_tensor_dtype(array.dtype), [f"{name}_{axis}" for axis in range(array.ndim)]))
                 fed[name] = array
             else:
                 initializers.append(numpy_helper.from_array(array, name))
@@ -394,23 +433,30 @@ class Certifier:
         return isinstance(_run(session, {k: v for k, v in feeds.items() if k in names}), str)
 
 
-def _judge_exact(runs, names, unsigned=frozenset()) -> str:
-    """Bit-identical outputs (any two NaNs equal; +0 and -0 equal only on `unsigned` outputs)."""
-    for label, _, result in runs:
-        for original, candidate in names:
-            o, c = result[original], result[candidate]
-            if o.shape != c.shape or o.dtype != c.dtype:
-                raise _Refuse(f"on the '{label}' inputs the replacement gives {c.dtype}{list(c.shape)}, "
-                              f"the original {o.dtype}{list(o.shape)}")
-            differ = ~bit_identical(o, c)
-            if original in unsigned and o.dtype.kind == "f":
-                differ &= ~((o == 0) & (c == 0))
-            if differ.any():
-                index = np.unravel_index(int(np.flatnonzero(differ)[0]), o.shape) if o.ndim else ()
-                raise _Refuse(f"exact rewrite differs on the '{label}' inputs at {list(map(int, index))}: "
-                              f"original {o[index]!r}, replacement {c[index]!r} "
-                              f"({int(differ.sum())} of {o.size} elements)")
-    return "bit-identical"
+def _forwards_through_identity(request: CertificateRequest) -> bool:
+    """An exact rewrite that removes Identity nodes only, each exposed output replaced by the
+    value the Identity chain copies. Identity's output is its input by definition (ONNX: "Identity
+    operator", same type and element bits), so the certificate is that definition; running it
+    would only measure onnxruntime's copy. Anything else (a new node, another op, an output
+    replaced by some other value) is certified the ordinary way."""
+    if request.kind != EXACT or request.replacement or not request.matched:
+        return False
+    if any(n.op_type != "Identity" or n.domain not in _STANDARD_DOMAINS or len(n.inputs) != 1
+           for n in request.matched):
+        return False
+    matched = {id(n) for n in request.matched}
+    for old, new in request.outputs:
+        value = old
+        for _ in range(len(request.matched)):
+            producer = value.producer()
+            if producer is None or id(producer) not in matched:
+                break
+            value = producer.inputs[0]
+            if value is new:
+                break
+        if value is not new or value is None:
+            return False
+    return True
 
 
 def _topological(nodes) -> list[ir.Node]:

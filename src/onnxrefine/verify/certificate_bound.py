@@ -79,6 +79,11 @@ def side_model(proto: onnx.ModelProto, side: str) -> onnx.ModelProto:
     reduced.graph.node.extend(n for n in proto.graph.node if id(n) in needed)
     del reduced.graph.output[:]
     reduced.graph.output.extend(keep_outputs)
+    # Only the inputs the kept nodes read: the float64 reference converts every input it binds,
+    # and the other side's folded constants are the largest ones.
+    read = {name for node in reduced.graph.node for name in node.input}
+    del reduced.graph.input[:]
+    reduced.graph.input.extend(i for i in proto.graph.input if i.name in read)
     return reduced
 
 
@@ -92,6 +97,25 @@ def _reference(model: onnx.ModelProto, feeds: dict, names: list[str]) -> dict:
         raise CertificateSkip(f"no float64 reference: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the reference's own failure is not the rewrite's
         raise CertificateSkip(f"the float64 reference failed: {str(exc).splitlines()[0][:160]}") from None
+
+
+def judge_exact(runs, names, unsigned=frozenset()) -> str:
+    """Bit-identical outputs (any two NaNs equal; +0 and -0 equal only on `unsigned` outputs)."""
+    for label, _, result in runs:
+        for original, candidate in names:
+            o, c = result[original], result[candidate]
+            if o.shape != c.shape or o.dtype != c.dtype:
+                raise CertificateFailure(f"on the '{label}' inputs the replacement gives {c.dtype}{list(c.shape)}, "
+                              f"the original {o.dtype}{list(o.shape)}")
+            differ = ~bit_identical(o, c)
+            if original in unsigned and o.dtype.kind == "f":
+                differ &= ~((o == 0) & (c == 0))
+            if differ.any():
+                index = np.unravel_index(int(np.flatnonzero(differ)[0]), o.shape) if o.ndim else ()
+                raise CertificateFailure(f"exact rewrite differs on the '{label}' inputs at {list(map(int, index))}: "
+                              f"original {o[index]!r}, replacement {c[index]!r} "
+                              f"({int(differ.sum())} of {o.size} elements)")
+    return "bit-identical"
 
 
 def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] | None, heavy: bool,
@@ -117,12 +141,29 @@ def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] 
     for group in groups:
         with_reference = [i for i in group if not heavy or i == finite]
         without = [i for i in group if i not in with_reference]
-        reference = None
-        if with_reference:
+        reference, candidate_reference = None, {}
+        if with_reference == [finite] and not meaning_done:
+            # The finite set alone: both sides in one float64 evaluation, which binds (converts)
+            # the activations and the shared constants once.
+            both = _reference(proto, runs[finite][1], wanted + [c for _, c in names])
+            reference = both
+            candidate_reference = {c: both[c] for _, c in names}
+        elif with_reference:
             feeds = dict(runs[with_reference[0]][1])
             if len(with_reference) > 1:
                 feeds.update({k: np.concatenate([runs[i][1][k] for i in with_reference]) for k in stacked})
-            reference = _reference(original, feeds, wanted)
+            if finite in with_reference and not meaning_done:
+                # Sets stacked along the batch axis: both sides in one evaluation, the candidate's
+                # finite row kept (rows are independent: the reason the sets may be stacked).
+                try:
+                    reference = _reference(proto, feeds, wanted + [c for _, c in names])
+                except CertificateSkip:
+                    reference = None  # the candidate's float64 on a non-finite set: apart below
+                else:
+                    row = with_reference.index(finite)
+                    candidate_reference = {c: np.asarray(reference[c])[row:row + 1] for _, c in names}
+            if reference is None:
+                reference = _reference(original, feeds, wanted)
         for o_name, c_name in names:
             o_all = [runs[i][2][o_name] for i in group]
             c_all = [runs[i][2][c_name] for i in group]
@@ -153,7 +194,10 @@ def judge_reassociating(proto: onnx.ModelProto, runs, names, stacked: list[str] 
                 worst, overflow = max(worst, ratio), overflow + excused
                 if finite in with_reference and not meaning_done:
                     row = with_reference.index(finite)
-                    _judge_meaning(o[row], r[row], _candidate_reference(proto, runs[finite][1], c_name, o[row].shape))
+                    rc = candidate_reference.get(c_name)
+                    rc = (_candidate_reference(proto, runs[finite][1], c_name, o[row].shape) if rc is None
+                          else np.asarray(rc, dtype=np.float64).reshape(o[row].shape))
+                    _judge_meaning(o[row], r[row], rc)
             if without:
                 o, c = rows(without, by_index_o), rows(without, by_index_c)
                 overflow += _judge_against_original([labels[i] for i in without], o, c, n, width > 1,
@@ -180,7 +224,8 @@ def _lengths(proto: onnx.ModelProto, feeds: dict) -> dict[str, tuple[int, int]]:
     widest: dict[str, int] = {}
     for node in proto.graph.node:
         width = graphinfo.reduction_length(node, shapes, constants)
-        if width == graphinfo.UNKNOWN_DIM:
+        if width == graphinfo.UNKNOWN_DIM and any(i and i not in shapes for i in node.input):
+            # (64 is also a real width: 64 input channels of a 1x1 convolution)
             return graphinfo.accumulation_depths(proto, feeds)
         in_depth = max((depth.get(i, 0) for i in node.input if i), default=0)
         in_width = max((widest.get(i, 1) for i in node.input if i), default=1)

@@ -53,16 +53,18 @@ def _edge_values(dtype: np.dtype) -> list[float]:
 def _float_sets(shape, dtype: np.dtype, rng: np.random.Generator, heavy: bool) -> dict[str, np.ndarray]:
     info = np.finfo(dtype)
     size = int(np.prod(shape, dtype=np.int64))
-    index = np.arange(size)
 
+    # Built in the dtype itself: each element is rounded once from its float64 value, as a
+    # float64 array converted at the end would be, at half the memory traffic.
     def cycle(values, every: int, base: np.ndarray, offset: int = 0) -> np.ndarray:
         out = base.copy()
-        picks = index[(index + offset) % every == 0]
+        picks = out[(-offset) % every::every]  # the elements with (index + offset) % every == 0
         if picks.size:
-            out[picks] = np.array(values, dtype=np.float64)[np.arange(picks.size) % len(values)]
+            with np.errstate(over="ignore"):
+                picks[:] = np.resize(np.array(values, dtype=np.float64).astype(dtype), picks.size)
         return out
 
-    normal = rng.normal(0.0, 1.0, size)
+    normal = rng.normal(0.0, 1.0, size).astype(dtype)
     edges = _edge_values(dtype)
     tiny_values = [float(info.smallest_subnormal) * k for k in (1, -1, 3, -7, 255)] + \
                   [float(info.tiny), -float(info.tiny), float(info.tiny) / 2, 0.0, -0.0]
@@ -76,14 +78,13 @@ def _float_sets(shape, dtype: np.dtype, rng: np.random.Generator, heavy: bool) -
     huge_values = [top, -top, top / 2, -top / 3, math.sqrt(top), -math.sqrt(top) * 3, top / 7]
     sets = {
         "finite": finite,
-        "+0": np.zeros(size),
-        "-0": -np.zeros(size),
+        "+0": np.zeros(size, dtype),
+        "-0": -np.zeros(size, dtype),
         "inf/nan": cycle([np.inf, -np.inf, np.nan], 5, finite, offset=1),
         "huge": cycle(huge_values, 1, normal),
-        "tiny": cycle(tiny_values, max(1, size // 16) if heavy else 1, np.zeros(size)),
+        "tiny": cycle(tiny_values, max(1, size // 16) if heavy else 1, np.zeros(size, dtype)),
     }
-    with np.errstate(over="ignore"):
-        return {label: values.astype(dtype).reshape(shape) for label, values in sets.items()}
+    return {label: values.reshape(shape) for label, values in sets.items()}
 
 
 def _int_sets(shape, dtype: np.dtype, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -133,6 +134,58 @@ def adversarial_sets(specs: dict[str, tuple[np.dtype, tuple]], seed: int = 0, he
     return result
 
 
+# Ops that only move, select or replicate the elements of their float data inputs (at `_DATA`
+# positions; every other input an integer one: shapes, axes, indices), so what they output is
+# the input's own bits at positions fixed by shapes and integers alone. Shape and Size read only
+# the shape.
+_MOVEMENT = frozenset("""Reshape Transpose Squeeze Unsqueeze Flatten Identity Concat Split Slice
+    Expand Tile Gather Shape Size""".split())
+_ALL_INPUTS = frozenset({"Concat", "Shape", "Size"})
+
+
+def moves_data_only(nodes, float_activations: bool, dtype_of) -> bool:
+    """Whether every node either moves float elements without looking at them (`_MOVEMENT`,
+    float values only at data positions) or sees no float value at all. Then each output element
+    is a copy of one input element (or of a constant) chosen by shapes and integers alone, and a
+    single input set whose elements are all distinct shows the whole choice: an exact rewrite
+    identical there is identical on every input, inf/NaN/-0 and payloads included (these kernels
+    copy bytes in onnxruntime; float16 and narrower stay on the six sets)."""
+    if not float_activations:
+        return False
+    for node in nodes:
+        for index, value in enumerate(node.inputs):
+            if value is None:
+                continue
+            dtype = dtype_of(value)  # an ir.DataType (None: unknown)
+            if dtype is None:
+                return False
+            try:
+                kind = np.dtype(dtype.numpy()).kind
+            except Exception:  # noqa: BLE001 - strings and other types numpy has no dtype for
+                return False
+            if kind in "iub":
+                continue
+            if kind != "f" or node.op_type not in _MOVEMENT or node.domain not in ("", "ai.onnx"):
+                return False
+            if index != 0 and node.op_type not in _ALL_INPUTS:
+                return False  # a float where an integer (shape, axes, indices) goes
+    return True
+
+
+def distinct_set(specs: dict[str, tuple[np.dtype, tuple]]) -> list[tuple[str, dict]] | None:
+    """One float set whose elements are all distinct across every activation (consecutive
+    integers, exact in float32/float64 below 2^24), or None where the dtypes cannot hold that."""
+    feeds, start = {}, 1
+    for name, (dtype, shape) in specs.items():
+        dtype = np.dtype(dtype)
+        size = int(np.prod(shape, dtype=np.int64))
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or start + size >= 1 << 24:
+            return None
+        feeds[name] = np.arange(start, start + size, dtype=dtype).reshape(shape)
+        start += size
+    return [("distinct", feeds)]
+
+
 def _attr(node: ir.Node, name: str, default=None):
     attr = node.attributes.get(name)
     return default if attr is None or attr.is_ref() else attr.value
@@ -157,9 +210,11 @@ def reduced_shapes(groups, shapes: dict[str, tuple], constant_sides) -> dict[str
     When every node of every group (the original side, the replacement) computes each position
     of the batch and of the free axes independently (elementwise ops, convolutions and pools over
     per-channel constants, MatMul/Gemm by a constant matrix along their rows), those axes shrink:
-    the batch to 1 (so input sets can be stacked on it), an axis under a window just large enough
-    for every tap of the window to read data (keeping the original size's residue modulo the
-    strides, so the last window meets the same padding), any other free axis to a few elements.
+    the batch to 1 (so input sets can be stacked on it), an axis under one window per side to the
+    smallest size at which every window pattern of the full size occurs (`window_patterns`: the
+    interior window and each border window, with the padding it meets), under a chain of windows
+    to the sum of their extents (keeping the original size's residue modulo the strides), any
+    other free axis to a few elements.
     Axes along which a constant varies, the channel axis of windowed ops and the reduced axis of
     a matrix product keep their size."""
     constants = {side.name: side.array for side in constant_sides}
@@ -199,6 +254,33 @@ def reduced_shapes(groups, shapes: dict[str, tuple], constant_sides) -> dict[str
     return reduced
 
 
+def width_stackable(groups, shapes: dict[str, tuple], constant_sides) -> bool:
+    """Whether the input sets may be laid side by side along the last axis (one image, the sets
+    in its columns) instead of along the batch: every reduced activation is one column wide, and
+    every node computes each column from the same column alone (elementwise ops and per-channel
+    constants; windows one tap wide along that axis, stride 1, no padding there). A global pool
+    mixes columns, a padded or wider window would read a neighbour set (or real padding would
+    become data): those stay on the batch. Why bother: onnxruntime computes a convolution image
+    by image, so six sets on the batch read the weights six times, in one image once."""
+    constants = {side.name: side.array for side in constant_sides}
+    ranks = {len(shape) for shape in shapes.values()}
+    if len(ranks) != 1 or min(ranks) < 3 or any(shape[-1] != 1 for shape in shapes.values()):
+        return False
+    rank = ranks.pop()
+    for group in groups:
+        for node in group:
+            if node.op_type in _WINDOWED:
+                geometry = _window_geometry(node, rank - 3, constants)
+                if geometry is None or node.op_type == "LpPool":
+                    return False
+                taps, _, stride, begin, end = geometry
+                if (taps, stride, begin, end) != (1, 1, 0, 0):
+                    return False
+            elif node.op_type not in _POSITIONWISE or node.op_type.startswith("Global"):
+                return False
+    return True
+
+
 def _window_size(windowed_groups, axis: int, constants: dict, size: int) -> int | None:
     need, period, searched = 1, 1, []
     for windowed in windowed_groups:
@@ -216,10 +298,11 @@ def _window_size(windowed_groups, axis: int, constants: dict, size: int) -> int 
     if size >= need:
         need += (size - need) % period
     if searched and len(searched) == sum(1 for w in windowed_groups if w):
-        # One window per side: the smallest size whose windows still put every tap on data.
-        sizes = [_smallest_covering(node, axis, constants, size, period) for node in searched]
-        if all(s is not None for s in sizes):
-            need = max(sizes)
+        # One window per side: the smallest size at which every window pattern of the full size
+        # (which taps read data and which padding: interior and each border) occurs.
+        covering = _smallest_covering(searched, axis, constants, size)
+        if covering is not None:
+            need = covering
     return need
 
 
@@ -258,29 +341,52 @@ def _pinned_axes(node: ir.Node, constants: dict, rank: int) -> set[int] | None:
     return pinned
 
 
-def _smallest_covering(node: ir.Node, axis: int, constants: dict, size: int, period: int) -> int | None:
-    """The smallest input size (same residue modulo `period` as `size`) at which some output of
-    `node` reads each kernel tap from data rather than padding; None where pads are implicit."""
+def _window_geometry(node: ir.Node, axis: int, constants: dict) -> tuple | None:
+    """(taps, dilation, stride, pad begin, pad end) along `axis`; None where the output count or
+    the pads are implicit (auto_pad, ceil_mode, ConvTranspose)."""
     if node.op_type == "ConvTranspose" or _attr(node, "auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
         return None
+    if _attr(node, "ceil_mode", 0):
+        return None
     kernel = _attr(node, "kernel_shape")
-    if kernel is None and node.inputs[1] is not None and node.inputs[1].name in constants:
+    if kernel is None and len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].name in constants:
         kernel = list(constants[node.inputs[1].name].shape[2:])
     if kernel is None or axis >= len(kernel):
         return None
-    taps = int(kernel[axis])
     rank = len(kernel)
     pads = _attr(node, "pads") or [0] * (2 * rank)
-    begin, end = int(pads[axis]), int(pads[axis + rank])
+    if _attr(node, "auto_pad", "NOTSET") in ("VALID", b"VALID"):
+        pads = [0] * (2 * rank)
     dilation = int((_attr(node, "dilations") or [1] * rank)[axis])
     stride = int((_attr(node, "strides") or [1] * rank)[axis])
+    return int(kernel[axis]), dilation, stride, int(pads[axis]), int(pads[axis + rank])
+
+
+def window_patterns(size: int, taps: int, dilation: int, stride: int, begin: int, end: int) -> set:
+    """The window patterns along one axis of an input of `size`: for each output position, the
+    range of taps that read data rather than padding ((first, last), or None when all padding).
+    An output's value is a function of its pattern and the data under it, so a smaller input
+    that shows every pattern of the full one exercises every way the full one mixes data and
+    padding (the interior windows and each border window)."""
     extent = (taps - 1) * dilation + 1
+    outputs = (size + begin + end - extent) // stride + 1
+    patterns = set()
+    for o in range(max(outputs, 0)):
+        start = o * stride - begin  # the position tap 0 reads
+        first = 0 if start >= 0 else (-start + dilation - 1) // dilation
+        last = min(taps - 1, (size - 1 - start) // dilation) if size - 1 - start >= 0 else -1
+        patterns.add((first, last) if first <= last else None)
+    return patterns
+
+
+def _smallest_covering(nodes, axis: int, constants: dict, size: int) -> int | None:
+    """The smallest input size at which each node shows every window pattern it shows at `size`
+    (`window_patterns`); None where a node's geometry is implicit."""
+    geometries = [_window_geometry(node, axis, constants) for node in nodes]
+    if any(g is None for g in geometries):
+        return None
+    wanted = [window_patterns(size, *g) for g in geometries]
     for candidate in range(1, size + 1):
-        if (size - candidate) % period:
-            continue
-        outputs = (candidate + begin + end - extent) // stride + 1
-        seen = {t for o in range(max(outputs, 0)) for t in range(taps)
-                if 0 <= o * stride - begin + t * dilation < candidate}
-        if len(seen) == taps:
+        if all(window_patterns(candidate, *g) >= w for g, w in zip(geometries, wanted)):
             return candidate
     return None

@@ -55,16 +55,32 @@ def conv(x, w, bias, strides, dilations, begins, ends, group):
     kernel = w.shape[2:]
     d = len(kernel)
     effective = [(k - 1) * dl + 1 for k, dl in zip(kernel, dilations)]
-    if any(begins) or any(ends):
-        x = np.pad(x, [(0, 0), (0, 0), *zip(begins, ends)])
-    out_sizes = [(x.shape[2 + i] - effective[i]) // strides[i] + 1 for i in range(d)]
+    out_sizes = [(x.shape[2 + i] + begins[i] + ends[i] - effective[i]) // strides[i] + 1 for i in range(d)]
     n_out = int(np.prod(out_sizes, dtype=np.int64))
     k_size = int(np.prod(kernel, dtype=np.int64))
     mg = m // group
-    win = _windows(x, effective, strides, dilations, out_sizes)  # (N, C, O..., K...)
-    win = win.reshape((n, group, cg, *out_sizes, *kernel))
+    if min(out_sizes, default=1) > 0 and any(b or e for b, e in zip(begins, ends)):
+        # Gather the taps instead of materializing the padded input: a dilated window wider
+        # than the input (ASPP) would otherwise pad a few pixels to (2*pad+1)^2 per channel.
+        # Index `size` along an axis reads the one zero appended there (padding).
+        xz = np.pad(x, [(0, 0), (0, 0)] + [(0, 1)] * d)
+        index = []
+        for i in range(d):
+            size = x.shape[2 + i]
+            pos = (np.arange(out_sizes[i])[:, None] * strides[i] - begins[i]
+                   + np.arange(kernel[i])[None, :] * dilations[i])
+            pos = np.where((pos >= 0) & (pos < size), pos, size)
+            shape = [1] * (2 * d)
+            shape[2 * i], shape[2 * i + 1] = out_sizes[i], kernel[i]
+            index.append(pos.reshape(shape))
+        win = xz[(slice(None), slice(None), *index)]  # (N, C, O1, K1, O2, K2, ...)
+        win = win.reshape((n, group, cg, *[v for i in range(d) for v in (out_sizes[i], kernel[i])]))
+        order = [1, 2, *(4 + 2 * i for i in range(d)), 0, *(3 + 2 * i for i in range(d))]
+    else:
+        win = _windows(x, effective, strides, dilations, out_sizes)  # (N, C, O..., K...)
+        win = win.reshape((n, group, cg, *out_sizes, *kernel))
+        order = [1, 2, *range(3 + d, 3 + 2 * d), 0, *range(3, 3 + d)]
     # (G, Cg, K..., N, O...) so that the matmul result (G, Mg, N*O) is already channel-major.
-    order = [1, 2, *range(3 + d, 3 + 2 * d), 0, *range(3, 3 + d)]
     cols = np.ascontiguousarray(win.transpose(order)).reshape(group, cg * k_size, n * n_out)
     weights = w.reshape(group, mg, cg * k_size)
     out = np.matmul(weights, cols)  # (G, Mg, N*O)
