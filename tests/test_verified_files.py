@@ -20,17 +20,13 @@ import onnx
 import onnx_ir as ir
 import pytest
 from helpers import run
-from test_schedule import conv_bn_residual, flip_conv_b
+from test_schedule import conv_bn_residual, planted_rule  # noqa: F401 (a fixture)
 
 import onnxrefine
 from onnxrefine import verify_plan
 from onnxrefine.api import optimize_ir
 from onnxrefine.cli.main import main
 from onnxrefine.ir import io
-from onnxrefine.passes import registry
-from onnxrefine.passes.registry import PassSpec
-from onnxrefine.rewrite.pattern import Op, Var
-from onnxrefine.rewrite.rule import EXACT, Rule
 from onnxrefine.verified import VerifySettings
 from onnxrefine.verify import runner
 from onnxrefine.verify.runner import light_proto
@@ -155,15 +151,6 @@ def test_an_ir_model_mapped_from_a_file_outlives_the_temp_folder(tmp_path):
         tensor = value.const_value
         assert not isinstance(tensor, ir.ExternalTensor) or os.path.exists(tensor.path)
     check_close(model, io.to_proto(optimized))
-
-
-@pytest.fixture
-def planted_rule(monkeypatch):
-    registry._load_pass_modules()
-    rule = Rule("flip_conv_weight", Op("Conv", Var("x"), Var("w")), flip_conv_b, kind=EXACT)
-    spec = PassSpec("planted_flip_conv", EXACT, "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
-    return spec.name
 
 
 def test_a_planted_wrong_rewrite_is_rolled_back_with_replays_from_the_file(tmp_path, planted_rule, spies):
