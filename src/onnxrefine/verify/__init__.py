@@ -117,10 +117,12 @@ def verify_models(original, candidate, *,
                 if isinstance(candidate, (str, os.PathLike)):
                     raise  # a missing or unreadable file is bad input, not a finding
                 candidate_failure = str(exc)
-            report = _verify(original_file, candidate_file, candidate_failure, inputs, trials, seed, dims,
-                             stress, time_budget_s, deployment, custom_op_library, (atol, rtol))
+            labelled = _input_sets(original_file.proto, inputs, trials, seed, dims, stress)
+            report = _verify(original_file, candidate_file, candidate_failure, labelled, inputs is not None,
+                             trials, seed, dims, stress, time_budget_s, deployment, custom_op_library,
+                             (atol, rtol))
             if localize:
-                _localize(report, original, candidate, inputs, trials, seed, dims, stress, time_budget_s)
+                _localize(report, original, candidate, labelled, seed, time_budget_s)
             return report
         finally:
             for opened, given in ((original_file, original), (candidate_file, candidate)):
@@ -128,7 +130,20 @@ def verify_models(original, candidate, *,
                     opened.close()
 
 
-def _localize(report, original, candidate, inputs, trials, seed, dims, stress, time_budget_s) -> None:
+def _input_sets(model: onnx.ModelProto, inputs, trials, seed, dims, stress) -> list:
+    """(label, feeds) pairs: the given sets, or generated ones; checked against the model's inputs."""
+    if inputs is None:
+        labelled = generate_labelled_inputs(model, seed=seed, dims=dims, stress=stress, trials=trials)
+    else:
+        sets = [inputs] if isinstance(inputs, Mapping) else list(inputs)
+        if not sets:
+            raise BadInputError("no input sets given")
+        labelled = [(f"given{index}", feeds) for index, feeds in enumerate(sets)]
+    checked = check_inputs(model, [feeds for _, feeds in labelled])
+    return [(label, feeds) for (label, _), feeds in zip(labelled, checked)]
+
+
+def _localize(report, original, candidate, labelled, seed, time_budget_s) -> None:
     """Layer-wise localisation on the input sets the output checks used (see localize.py)."""
     from onnxrefine.verify.localize import include_outputs, localize
 
@@ -141,13 +156,7 @@ def _localize(report, original, candidate, inputs, trials, seed, dims, stress, t
         report.localisation = {"status": f"not run: a model's weights exceed {LOCALIZE_MAX_BYTES >> 20} MiB "
                                          "(localisation holds both models in memory)"}
         return
-    if inputs is None:
-        labelled = generate_labelled_inputs(original_model, seed=seed, dims=dims, stress=stress, trials=trials)
-    else:
-        labelled = [(f"given{index}", feeds) for index, feeds in
-                    enumerate([inputs] if isinstance(inputs, Mapping) else list(inputs))]
-    checked = check_inputs(original_model, [feeds for _, feeds in labelled])
-    used = [(label, feeds) for (label, _), feeds in zip(labelled, checked) if label in report.input_sets]
+    used = [(label, feeds) for label, feeds in labelled if label in report.input_sets]
     spent = report.timings.get("total_s", 0.0)
     section = localize(original_model, candidate_model, used, u=report.settings["unit_roundoff"],
                        perturb_count=report.settings["perturbation_runs"], seed=seed,
@@ -187,23 +196,12 @@ def _whole_proto(given, role: str) -> onnx.ModelProto | None:
         raise BadInputError(f"{role} {path}: {exc}") from None
 
 
-def _verify(original_file, candidate_file, candidate_failure, inputs, trials, seed, dims, stress,
-            time_budget_s, deployment, custom_op_library, tolerance) -> VerificationReport:
+def _verify(original_file, candidate_file, candidate_failure, labelled, inputs_given, trials, seed, dims,
+            stress, time_budget_s, deployment, custom_op_library, tolerance) -> VerificationReport:
     started = time.perf_counter()
     original_model = original_file.proto
     candidate_model = candidate_file.proto if candidate_file is not None else None
     notes: list[str] = []
-
-    if inputs is None:
-        labelled = generate_labelled_inputs(original_model, seed=seed, dims=dims, stress=stress,
-                                            trials=trials)
-    else:
-        sets = [inputs] if isinstance(inputs, Mapping) else list(inputs)
-        if not sets:
-            raise BadInputError("no input sets given")
-        labelled = [(f"given{index}", feeds) for index, feeds in enumerate(sets)]
-    checked = check_inputs(original_model, [feeds for _, feeds in labelled])
-    labelled = [(label, feeds) for (label, _), feeds in zip(labelled, checked)]
 
     float_dtypes = graphinfo.float_dtypes(original_model)
     if candidate_model is not None:
@@ -222,7 +220,7 @@ def _verify(original_file, candidate_file, candidate_failure, inputs, trials, se
     share = 2 / 3 if deployment is None else 1 / 3
     deadline = None if time_budget_s is None else started + time_budget_s * share
     output_names, first_runs = _original_runs(original_file, strict, labelled, custom_op_library,
-                                              deadline, inputs is not None)
+                                              deadline, inputs_given)
     if len(first_runs) < len(labelled):
         notes.append(f"time budget of {time_budget_s:g}s spent: {len(labelled) - len(first_runs)} of "
                      f"{len(labelled)} input sets not run")
@@ -237,7 +235,7 @@ def _verify(original_file, candidate_file, candidate_failure, inputs, trials, se
     if deployment is not None:
         try:
             _, deployed = _original_runs(original_file, deployment, labelled, custom_op_library, None,
-                                         inputs is not None)
+                                         inputs_given)
         except BadInputError as exc:
             notes.append(f"deployment check not run: the original does not run under the deployment "
                          f"settings ({deployment.describe()}): {exc}")
@@ -308,7 +306,7 @@ def _verify(original_file, candidate_file, candidate_failure, inputs, trials, se
         input_sets=[label for label, _ in labelled],
         settings={"trials": trials, "seed": seed, "dims": dict(dims or {}), "stress": stress,
                   "time_budget_s": time_budget_s, "unit_roundoff": u,
-                  "perturbation_runs": perturb_count, "inputs": "given" if inputs is not None else "generated",
+                  "perturbation_runs": perturb_count, "inputs": "given" if inputs_given else "generated",
                   "strict": strict.to_dict(),
                   "deployment": deployment.to_dict() if deployment is not None else None,
                   "custom_op_library": custom_op_library, "atol": tolerance[0], "rtol": tolerance[1]},
