@@ -1,0 +1,113 @@
+"""Which nodes and values belong to a model's quantization, so no pass undoes it.
+
+A quantized model says, node by node, which tensors are held in integers and with which scale:
+QuantizeLinear / DequantizeLinear pairs (QDQ format, onnxruntime's `quantize_static`), the dynamic
+quantization operators (DynamicQuantizeLinear, MatMulInteger, ConvInteger) and the QOperator
+format (QLinearConv, QLinearMatMul, com.microsoft QLinear*). onnxruntime turns a "node unit"
+(DequantizeLinear on every input -> op -> QuantizeLinear) into an integer kernel; that only works
+while the unit is intact. So, for every pass that folds, moves, merges or removes nodes:
+
+- a Q/DQ node is never folded (folding DequantizeLinear of a constant weight turns an int8 weight
+  into float32: onnxruntime then re-quantizes it with scales of its own and the outputs move by a
+  quantization step), never merged with a twin (the count of Q/DQ nodes is the model's contract
+  with the runtime), and never reached through by a fusion;
+- a float layer inside a quantized region (its data input is dequantized, or its result is
+  quantized next) does not get float arithmetic folded into it: the folded value is rounded
+  differently, and QuantizeLinear amplifies a rounding-level change into a whole quantization
+  step. Only rewrites that keep every quantized value bit-identical are allowed there.
+
+`fold_refusal`, `merge_refusal` and `layer_refusal` give the reason a pass must decline (or None);
+every pass asks the same questions here, so the policy is in one place.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+QUANT_DOMAINS = ("", "ai.onnx", "com.microsoft")
+# Nodes that set which tensors are quantized and how: never folded, merged or removed as a no-op.
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+QUANTIZING_OPS = QDQ_OPS | frozenset({"DynamicQuantizeLinear"})
+# Integer kernels of dynamic quantization and of the QOperator format (ai.onnx and com.microsoft).
+INTEGER_OPS = frozenset(
+    """MatMulInteger ConvInteger QLinearConv QLinearMatMul QLinearAdd QLinearMul QLinearSigmoid
+    QLinearLeakyRelu QLinearAveragePool QLinearGlobalAveragePool QLinearConcat QLinearSoftmax QGemm
+    DynamicQuantizeMatMul MatMulIntegerToFloat QAttention QOrderedMatMul""".split()
+)
+
+
+def is_quantizing_node(node: ir.Node | None) -> bool:
+    """QuantizeLinear, DequantizeLinear or DynamicQuantizeLinear (standard or com.microsoft)."""
+    return node is not None and node.domain in QUANT_DOMAINS and node.op_type in QUANTIZING_OPS
+
+
+def is_quantized_op(node: ir.Node | None) -> bool:
+    """A quantizing node or an integer kernel of a quantized model."""
+    return node is not None and node.domain in QUANT_DOMAINS and (
+        node.op_type in QUANTIZING_OPS or node.op_type in INTEGER_OPS)
+
+
+def dequantized(value: ir.Value | None) -> bool:
+    """The value is the output of a DequantizeLinear (a quantized weight or activation)."""
+    producer = value.producer() if value is not None else None
+    return producer is not None and producer.domain in QUANT_DOMAINS and producer.op_type == "DequantizeLinear"
+
+
+def quantized_next(value: ir.Value | None) -> bool:
+    """Some reader of the value quantizes it (QuantizeLinear / DynamicQuantizeLinear)."""
+    return value is not None and any(
+        use.node.domain in QUANT_DOMAINS and use.node.op_type in ("QuantizeLinear", "DynamicQuantizeLinear")
+        for use in value.uses())
+
+
+def is_quantized_value(value: ir.Value | None) -> bool:
+    """The value is part of a Q/DQ unit: produced by a quantizing node or read by one (as the
+    quantized data, a scale or a zero point)."""
+    if value is None:
+        return False
+    return is_quantizing_node(value.producer()) or any(is_quantizing_node(use.node) for use in value.uses())
+
+
+def model_is_quantized(model: ir.Model) -> bool:
+    return any(is_quantized_op(node) for node in ir.traversal.RecursiveGraphIterator(model.graph))
+
+
+def fold_refusal(node: ir.Node) -> str | None:
+    """Why constant folding must leave `node` alone, or None."""
+    if is_quantizing_node(node):
+        return (f"{node.op_type} is part of the model's quantization: folding it would store the tensor in "
+                "float and the runtime would re-quantize it with scales of its own")
+    return None
+
+
+def merge_refusal(node: ir.Node) -> str | None:
+    """Why common-subexpression elimination must not merge `node` with a twin, or None."""
+    if is_quantizing_node(node):
+        return f"{node.op_type} nodes are kept one per quantized unit, as the runtime's QDQ fusions expect"
+    return None
+
+
+def layer_refusal(layer: ir.Node, result: ir.Value | None = None) -> str | None:
+    """Why float arithmetic after `layer` (BatchNormalization, Mul, Add whose output is `result`)
+    must not be folded into the layer's weights, or None.
+
+    A layer reading a dequantized input or weight is part of a Q/DQ unit; a result read by
+    QuantizeLinear is rounded to the quantization grid next, so a rounding-level change in the
+    folded weights can move it by a whole step."""
+    if any(dequantized(v) for v in layer.inputs):
+        return (f"the {layer.op_type} is part of a quantized unit (a DequantizeLinear feeds it): folding float "
+                "arithmetic into it is not exactly representable in its quantized form")
+    if result is not None and quantized_next(result):
+        return ("the folded result is quantized next (QuantizeLinear): a rounding-level change in the folded "
+                "weights can move it by a whole quantization step")
+    return None
+
+
+def refuse_quantized_layer(layer: ir.Node, *results: ir.Value | None) -> None:
+    """Raise RewriteRefused with `layer_refusal`'s reason when it has one (for rewrite rules)."""
+    from onnxrefine.errors import RewriteRefused
+
+    for result in results or (None,):
+        reason = layer_refusal(layer, result)
+        if reason is not None:
+            raise RewriteRefused(reason)
