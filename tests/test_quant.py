@@ -217,3 +217,29 @@ def test_float_arithmetic_is_not_folded_into_a_quantized_unit(tail, passes):
     rng = np.random.default_rng(5)
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert_same_outputs(model, optimized, {"xq": rng.integers(0, 256, shape, dtype=np.uint8)})
+
+
+@pytest.mark.parametrize("tail", ["bn", "mul", "add"])
+def test_fold_into_a_dequantized_weight_is_refused_with_the_reason(tail):
+    """Conv(x, DequantizeLinear(int8 W)) -> BN/Mul/Add: kept, and --explain says why."""
+    rng = np.random.default_rng(6)
+    f32 = np.float32
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], axis=0),
+             helper.make_node("Conv", ["x", "w"], ["c"]),
+             {"bn": helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["y"]),
+              "mul": helper.make_node("Mul", ["c", "k"], ["y"]),
+              "add": helper.make_node("Add", ["c", "k"], ["y"])}[tail]]
+    inits = [tensor("wq", rng.integers(-127, 128, (4, 3, 1, 1), dtype=np.int8)),
+             tensor("ws", (rng.random(4) * 0.01 + 0.001).astype(f32)), tensor("wz", np.zeros(4, np.int8)),
+             tensor("s", (rng.random(4) + 0.5).astype(f32)), tensor("bb", (rng.standard_normal(4) * 0.1).astype(f32)),
+             tensor("m", (rng.standard_normal(4) * 0.1).astype(f32)), tensor("v", (rng.random(4) + 0.5).astype(f32)),
+             tensor("k", np.full((1, 4, 1, 1), 2.0, f32))]
+    used = {name for node in nodes for name in node.input}
+    model = make_model(nodes, [value_info("x", shape=[1, 3, 4, 4])], [value_info("y", shape=[1, 4, 4, 4])],
+                       [i for i in inits if i.name in used])
+    optimized, report = optimize_with_report(model)
+    assert report.nodes_after == report.nodes_before
+    assert op_counts(optimized)["DequantizeLinear"] == 1
+    reasons = {r.rule: r.reason for r in report.log.refused.values()}
+    assert "weight is quantized" in reasons.get(f"quantized_layer_{tail}", ""), reasons
+    assert_same_outputs(model, optimized, {"x": rng.standard_normal((1, 3, 4, 4)).astype(f32)})
