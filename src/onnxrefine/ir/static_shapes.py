@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from onnxrefine.ir.contrib_shapes import CONTRIB_DOMAIN, contrib_dtype, contrib_shape
 from onnxrefine.ir.foldmath import constant_array
 
 _STANDARD_DOMAINS = ("", "ai.onnx")
@@ -212,6 +213,9 @@ class StaticShapes:
         if array is not None:
             return ir.DataType.from_numpy(array.dtype)
         node = value.producer()
+        if node is not None and node.domain == CONTRIB_DOMAIN:  # onnxruntime's contrib ops (ir/contrib_shapes.py)
+            return contrib_dtype(node, value.index(), lambda i: self.dtype(node.inputs[i], depth + 1)
+                                 if i < len(node.inputs) and node.inputs[i] is not None else None)
         if node is None or node.domain not in _STANDARD_DOMAINS:
             return None
         op, index = node.op_type, value.index()
@@ -302,6 +306,11 @@ class StaticShapes:
         if array is not None:
             return tuple(int(d) for d in array.shape)
         node = value.producer()
+        if node is not None and node.domain == CONTRIB_DOMAIN:  # onnxruntime's contrib ops (ir/contrib_shapes.py)
+            present = lambda i: i < len(node.inputs) and node.inputs[i] is not None  # noqa: E731
+            return contrib_shape(node, value.index(),
+                                 lambda i: self.symbolic_shape(node.inputs[i], depth + 1) if present(i) else None,
+                                 lambda i: self.static_shape(node.inputs[i]) if present(i) else None)
         if node is None or node.domain not in _STANDARD_DOMAINS:
             return None
         try:
