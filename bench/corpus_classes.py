@@ -42,9 +42,17 @@ def _quantize_static(base: Path, target: Path, feeds: dict) -> str:
 
 def _quantize_dynamic(base: Path, target: Path, feeds: dict) -> str:
     from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    quantize_dynamic(str(base), str(target), weight_type=QuantType.QInt8)
-    return "quantize_dynamic, int8 weights (MatMulInteger, DynamicQuantizeLinear)"
+    # The export keeps each Linear weight behind a Transpose (exporter folding off), which
+    # quantize_dynamic skips; onnxruntime's recommended pre-processing folds those first.
+    prepared = target.with_name(target.name + ".pre.onnx")
+    try:
+        quant_pre_process(str(base), str(prepared), skip_symbolic_shape=True)
+        quantize_dynamic(str(prepared), str(target), weight_type=QuantType.QInt8)
+    finally:
+        prepared.unlink(missing_ok=True)
+    return "quant_pre_process, then quantize_dynamic, int8 weights (MatMulInteger, DynamicQuantizeLinear)"
 
 
 def _float16(keep_io_types: bool):

@@ -243,3 +243,29 @@ def test_fold_into_a_dequantized_weight_is_refused_with_the_reason(tail):
     reasons = {r.rule: r.reason for r in report.log.refused.values()}
     assert "weight is quantized" in reasons.get(f"quantized_layer_{tail}", ""), reasons
     assert_same_outputs(model, optimized, {"x": rng.standard_normal((1, 3, 4, 4)).astype(f32)})
+
+
+@pytest.mark.parametrize("clutter", ["Identity", "Reshape", "Transpose pair"])
+def test_noops_inside_a_qdq_unit_go_and_the_unit_still_fuses_the_same(tmp_path, clutter):
+    """DequantizeLinear -> (no-op) -> Conv -> QuantizeLinear: removing the no-op leaves the unit in
+    the form onnxruntime fuses; outputs stay bit-identical at its default level (where it fuses the
+    unit into QLinearConv) as with optimizations off."""
+    model = quantized(tmp_path, "qdq")
+    graph = model.graph
+    conv = next(n for n in graph.node if n.op_type == "Conv")
+    at, source = list(graph.node).index(conv), conv.input[0]
+    if clutter == "Identity":
+        added = [helper.make_node("Identity", [source], ["x_clutter"])]
+    elif clutter == "Reshape":
+        graph.initializer.append(tensor("clutter_shape", np.array([1, 3, 8, 8], np.int64)))
+        added = [helper.make_node("Reshape", [source, "clutter_shape"], ["x_clutter"])]
+    else:
+        added = [helper.make_node("Transpose", [source], ["x_nhwc"], perm=[0, 2, 3, 1]),
+                 helper.make_node("Transpose", ["x_nhwc"], ["x_clutter"], perm=[0, 3, 1, 2])]
+    for offset, node in enumerate(added):
+        graph.node.insert(at + offset, node)
+    conv.input[0] = "x_clutter"
+    optimized = onnxrefine.optimize(model)
+    assert len(optimized.graph.node) == len(model.graph.node) - len(added)
+    assert quant_counts(optimized) == quant_counts(model)
+    assert_same_outputs(model, optimized, feeds_for(model))
