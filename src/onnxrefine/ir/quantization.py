@@ -24,27 +24,17 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnxrefine.errors import RewriteRefused
+
 QUANT_DOMAINS = ("", "ai.onnx", "com.microsoft")
 # Nodes that set which tensors are quantized and how: never folded, merged or removed as a no-op.
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 QUANTIZING_OPS = QDQ_OPS | frozenset({"DynamicQuantizeLinear"})
-# Integer kernels of dynamic quantization and of the QOperator format (ai.onnx and com.microsoft).
-INTEGER_OPS = frozenset(
-    """MatMulInteger ConvInteger QLinearConv QLinearMatMul QLinearAdd QLinearMul QLinearSigmoid
-    QLinearLeakyRelu QLinearAveragePool QLinearGlobalAveragePool QLinearConcat QLinearSoftmax QGemm
-    DynamicQuantizeMatMul MatMulIntegerToFloat QAttention QOrderedMatMul""".split()
-)
 
 
 def is_quantizing_node(node: ir.Node | None) -> bool:
     """QuantizeLinear, DequantizeLinear or DynamicQuantizeLinear (standard or com.microsoft)."""
     return node is not None and node.domain in QUANT_DOMAINS and node.op_type in QUANTIZING_OPS
-
-
-def is_quantized_op(node: ir.Node | None) -> bool:
-    """A quantizing node or an integer kernel of a quantized model."""
-    return node is not None and node.domain in QUANT_DOMAINS and (
-        node.op_type in QUANTIZING_OPS or node.op_type in INTEGER_OPS)
 
 
 def dequantized(value: ir.Value | None) -> bool:
@@ -58,18 +48,6 @@ def quantized_next(value: ir.Value | None) -> bool:
     return value is not None and any(
         use.node.domain in QUANT_DOMAINS and use.node.op_type in ("QuantizeLinear", "DynamicQuantizeLinear")
         for use in value.uses())
-
-
-def is_quantized_value(value: ir.Value | None) -> bool:
-    """The value is part of a Q/DQ unit: produced by a quantizing node or read by one (as the
-    quantized data, a scale or a zero point)."""
-    if value is None:
-        return False
-    return is_quantizing_node(value.producer()) or any(is_quantizing_node(use.node) for use in value.uses())
-
-
-def model_is_quantized(model: ir.Model) -> bool:
-    return any(is_quantized_op(node) for node in ir.traversal.RecursiveGraphIterator(model.graph))
 
 
 def fold_refusal(node: ir.Node) -> str | None:
@@ -105,8 +83,6 @@ def layer_refusal(layer: ir.Node, result: ir.Value | None = None) -> str | None:
 
 def refuse_quantized_layer(layer: ir.Node, *results: ir.Value | None) -> None:
     """Raise RewriteRefused with `layer_refusal`'s reason when it has one (for rewrite rules)."""
-    from onnxrefine.errors import RewriteRefused
-
     for result in results or (None,):
         reason = layer_refusal(layer, result)
         if reason is not None:

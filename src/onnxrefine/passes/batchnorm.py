@@ -148,7 +148,7 @@ def _conv_affine(m: Match, ctx: RewriteContext, scale64: np.ndarray, add64: np.n
 
 
 def fold_conv_bn(m: Match, ctx: RewriteContext) -> Replacement:
-    refuse_quantized_layer(m['conv'], m['bn'].outputs[0])  # quantized units stay as they are
+    refuse_quantized_layer(m["conv"], m["bn"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
     scale, shift = bn_affine(m, ctx, weight.shape[0], weight.dtype)
     conv = _conv_affine(m, ctx, scale, shift)
@@ -156,7 +156,7 @@ def fold_conv_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_conv_transpose_bn(m: Match, ctx: RewriteContext) -> Replacement:
-    refuse_quantized_layer(m['conv'], m['bn'].outputs[0])  # quantized units stay as they are
+    refuse_quantized_layer(m["conv"], m["bn"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
     group = int(_attr(m["conv"], "group", 1))
     c_in, c_out_per_group = weight.shape[0], weight.shape[1]
@@ -174,7 +174,7 @@ def fold_conv_transpose_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_conv_add_bn(m: Match, ctx: RewriteContext) -> Replacement:
-    refuse_quantized_layer(m['conv'], m['bn'].outputs[0])  # quantized units stay as they are
+    refuse_quantized_layer(m["conv"], m["bn"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
     channels = weight.shape[0]
     scale, shift = bn_affine(m, ctx, channels, weight.dtype)
@@ -194,7 +194,7 @@ def fold_conv_add_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
-    refuse_quantized_layer(m['gemm'], m['bn'].outputs[0])  # quantized units stay as they are
+    refuse_quantized_layer(m["gemm"], m["bn"].outputs[0])  # quantized units stay as they are
     gemm: ir.Node = m["gemm"]
     if ctx.opset() and ctx.opset() < 7:
         raise RewriteRefused("Gemm before opset 7 has broadcast semantics of its own")
@@ -227,7 +227,7 @@ def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
-    refuse_quantized_layer(m['matmul'], m['bn'].outputs[0])  # quantized units stay as they are
+    refuse_quantized_layer(m["matmul"], m["bn"].outputs[0])  # quantized units stay as they are
     if ctx.opset() and ctx.opset() < 7:
         raise RewriteRefused("Gemm before opset 7 has broadcast semantics of its own")
     weight = _float_weight(m)
@@ -247,7 +247,7 @@ def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_conv_mul(m: Match, ctx: RewriteContext) -> Replacement:
-    refuse_quantized_layer(m['conv'], m['op'].outputs[0])  # quantized units stay as they are
+    refuse_quantized_layer(m["conv"], m["op"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
     per_channel = _per_channel_constant(m, weight, "multiplier")
     if np.any(per_channel <= 0) or np.any(np.signbit(per_channel)):
@@ -259,7 +259,7 @@ def fold_conv_mul(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_conv_add(m: Match, ctx: RewriteContext) -> Replacement:
-    refuse_quantized_layer(m['conv'], m['op'].outputs[0])  # quantized units stay as they are
+    refuse_quantized_layer(m["conv"], m["op"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
     per_channel = _per_channel_constant(m, weight, "added constant")
     if m.get("b") is None:
