@@ -269,3 +269,40 @@ def test_noops_inside_a_qdq_unit_go_and_the_unit_still_fuses_the_same(tmp_path, 
     assert len(optimized.graph.node) == len(model.graph.node) - len(added)
     assert quant_counts(optimized) == quant_counts(model)
     assert_same_outputs(model, optimized, feeds_for(model))
+
+
+def test_zero_bias_after_a_dynamic_quantized_matmul_is_removed(tmp_path):
+    """quantize_dynamic keeps the float bias Add after MatMulInteger -> Cast -> Mul(scale). A zero
+    bias (freshly initialised Linear layers) is removable once the oracle knows MatMulInteger's shape
+    and that DynamicQuantizeLinear / MatMulInteger cannot observe a zero's sign."""
+    model = float_mlp()
+    for init in model.graph.initializer:
+        if init.name == "b1":
+            init.CopyFrom(tensor("b1", np.zeros(32, np.float32)))
+    source, target = tmp_path / "float.onnx", tmp_path / "dynamic.onnx"
+    onnx.save(model, source)
+    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+    original = onnx.load(target)
+    assert op_counts(original)["MatMulInteger"] == 2 and op_counts(original)["Add"] == 1
+    optimized, report = optimize_with_report(original)
+    assert report.log.counts()["eliminate_float_add_zero"] == 1, report.log.refused
+    assert op_counts(optimized)["Add"] == 0
+    assert quant_counts(optimized) == quant_counts(original)
+    assert_same_outputs(original, optimized, feeds_for(original))
+
+
+@pytest.mark.parametrize("zero_point", [np.uint8(128), np.int8(0), None], ids=["uint8", "int8", "default"])
+def test_x_plus_zero_before_quantize_linear_is_removed(zero_point):
+    """QuantizeLinear to an integer type maps -0.0 and +0.0 to the same zero point."""
+    inputs = ["t", "s"] + ([] if zero_point is None else ["z"])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "zero"], ["t"]),
+             helper.make_node("QuantizeLinear", inputs, ["q"]),
+             helper.make_node("DequantizeLinear", ["q"] + inputs[1:], ["y"])]
+    inits = [tensor("zero", np.zeros(4, np.float32)), tensor("s", np.float32(0.05))]
+    if zero_point is not None:
+        inits.append(tensor("z", zero_point))
+    model = make_model(nodes, [value_info("x", shape=[3, 4])], [value_info("y", shape=[3, 4])], inits)
+    optimized, report = optimize_with_report(model)
+    assert report.log.counts()["eliminate_float_add_zero"] == 1, report.log.refused
+    x = np.array([[-0.0, 0.0, 1.0, -1.0], [0.02, -0.02, 0.03, 7.0], [-5.0, 5.0, 0.0, -0.0]], np.float32)
+    assert_same_outputs(model, optimized, {"x": x})
