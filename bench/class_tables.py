@@ -65,7 +65,9 @@ def _fmt(value, digits=2) -> str:
 
 def render(rows: dict, manifest: dict, verdicts: dict) -> str:
     lines = [START, "One run on the shared 2-core machine (`--repeats 1`); **time** is the optimizer's wall time "
-             "in a fresh process, **peak RSS** its VmHWM. **verdict** is `onnxrefine verify` of the tool's output "
+             "in a fresh process (onnxrefine through its API, verification off, as the peers run), **peak RSS** its "
+             "VmHWM; **max abs vs original**: run_peers' comparison of the outputs in onnxruntime (optimizations "
+             "off). **verdict** is `onnxrefine verify` of the tool's output "
              "against the original on the corpus inputs (strict check with optimizations off, then the deployment "
              "check at onnxruntime's default level; `mismatch` at deployment shows as `mismatch (deployment Δ)`).", ""]
     for kind, (title, counts_title) in TITLES.items():
