@@ -24,8 +24,9 @@ from onnxrefine.verified import VerifySettings
 import onnx_ir as ir
 
 
-def half_cnn(keep_io_types: bool) -> onnx.ModelProto:
-    return convert_float_to_float16(float_cnn(), keep_io_types=keep_io_types, disable_shape_infer=False)
+def half_cnn(keep_io_types: bool, op_block_list=None) -> onnx.ModelProto:
+    return convert_float_to_float16(float_cnn(), keep_io_types=keep_io_types, disable_shape_infer=False,
+                                    op_block_list=op_block_list)
 
 
 def _feeds(model, dtype):
@@ -50,6 +51,39 @@ def test_half_cnn_keeps_every_dtype_and_rounds_bn_fold_once(keep_io_types):
     assert weight.dtype == np.float16 and np.array_equal(weight, expected)
     dtype = np.float32 if keep_io_types else np.float16
     assert_same_outputs(model, optimized, _feeds(model, dtype), exact=False, rtol=2e-2, atol=2e-2)
+
+
+def test_mixed_precision_layer_keeps_its_precision():
+    """Autocast-style: BatchNormalization kept in float32 between Casts (float16 Conv -> Cast float32 ->
+    BN -> Cast float16). Folding it into the float16 Conv would compute it in float16: refused (the
+    Casts stand between), and no Cast is dropped (each pair rounds)."""
+    model = half_cnn(True, op_block_list=["BatchNormalization"])
+    assert op_counts(model)["Cast"] >= 4
+    optimized, report = optimize_with_report(model)
+    assert report.log.counts()["conv_bn"] == 0
+    assert op_counts(optimized)["Cast"] == op_counts(model)["Cast"]
+    assert op_counts(optimized)["BatchNormalization"] == 1
+    assert_dtypes_kept(model, optimized)
+    assert_same_outputs(model, optimized, _feeds(model, np.float32))
+
+
+def test_bfloat16_weights_cast_up_fold_exactly():
+    """A bfloat16 export whose weights are widened to float32 before use: the Cast of a constant
+    folds (an exact widening), every value keeps its element type, outputs are bit-identical."""
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((4, 3)).astype(ml_dtypes.bfloat16)
+    nodes = [helper.make_node("Cast", ["w_bf16"], ["w"], to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Cast", ["h"], ["h_bf16"], to=TensorProto.BFLOAT16),  # rounds: stays
+             helper.make_node("Cast", ["h_bf16"], ["y"], to=TensorProto.FLOAT)]
+    w_tensor = helper.make_tensor("w_bf16", TensorProto.BFLOAT16, w.shape, w.view(np.uint16).reshape(-1).tolist(),
+                                  raw=False)
+    model = make_model(nodes, [value_info("x", shape=[2, 4])], [value_info("y", shape=[2, 3])], [w_tensor])
+    optimized, report = optimize_with_report(model)
+    assert report.log.counts()["fold_constants"] == 1
+    assert op_counts(optimized)["Cast"] == 2
+    assert_dtypes_kept(model, optimized)
+    assert_same_outputs(model, optimized, {"x": rng.standard_normal((2, 4)).astype(np.float32)})
 
 
 @pytest.mark.slow
@@ -82,6 +116,7 @@ def _cast_chain(source: int, middle: int) -> onnx.ModelProto:
     (TensorProto.INT32, TensorProto.INT8, False),  # wraps
     (TensorProto.INT32, TensorProto.FLOAT, False),  # 2**24 + 1 has no float32
 ])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inputs that overflow float16 on purpose
 def test_cast_round_trip_removed_only_where_exact(source, middle, removed):
     model = _cast_chain(source, middle)
     # certify=False: the per-rewrite certificate would also catch a rounding chain; this tests the guard
