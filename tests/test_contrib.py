@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import pytest
 from helpers import make_model, tensor, value_info
 from modelcheck import assert_dtypes_kept, assert_same_outputs, op_counts
 from onnx import helper
