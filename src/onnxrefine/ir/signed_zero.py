@@ -40,6 +40,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.quantization import zero_sign_use
 
 _STANDARD = ("", "ai.onnx")
 
@@ -101,6 +102,9 @@ def _classify(node: ir.Node, index: int) -> str:
         if np.all(exponent == 0):
             return "stop"
         return "carry" if np.all(exponent > 0) else "sink"  # (-0) ** -1 = -inf, (+0) ** -1 = +inf
+    quantized = zero_sign_use(node, index)  # QuantizeLinear, ... (ir/quantization.py)
+    if quantized is not None:
+        return quantized
     if op in _STOP:
         return "stop"
     if op in _CARRY:

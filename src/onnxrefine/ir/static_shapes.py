@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from onnxrefine.ir.contrib_shapes import CONTRIB_DOMAIN, contrib_dtype, contrib_shape
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.quantization import QUANTIZED_SHAPE_OPS, quantized_op_dtype, quantized_op_shape
 
 _STANDARD_DOMAINS = ("", "ai.onnx")
 _MAX_DEPTH = 64
@@ -212,6 +214,9 @@ class StaticShapes:
         if array is not None:
             return ir.DataType.from_numpy(array.dtype)
         node = value.producer()
+        if node is not None and node.domain == CONTRIB_DOMAIN:  # onnxruntime's contrib ops (ir/contrib_shapes.py)
+            return contrib_dtype(node, value.index(), lambda i: self.dtype(node.inputs[i], depth + 1)
+                                 if i < len(node.inputs) and node.inputs[i] is not None else None)
         if node is None or node.domain not in _STANDARD_DOMAINS:
             return None
         op, index = node.op_type, value.index()
@@ -219,6 +224,8 @@ class StaticShapes:
         def dtype_of(i: int):
             return self.dtype(node.inputs[i], depth + 1) if i < len(node.inputs) and node.inputs[i] is not None else None
 
+        if op in QUANTIZED_SHAPE_OPS:  # MatMulInteger, QLinearConv, ... (ir/quantization.py)
+            return quantized_op_dtype(node, index, dtype_of)
         if op == "Dropout" and index == 1:
             return ir.DataType.BOOL
         if index != 0 and op not in ("Split", "TopK"):
@@ -302,6 +309,11 @@ class StaticShapes:
         if array is not None:
             return tuple(int(d) for d in array.shape)
         node = value.producer()
+        if node is not None and node.domain == CONTRIB_DOMAIN:  # onnxruntime's contrib ops (ir/contrib_shapes.py)
+            present = lambda i: i < len(node.inputs) and node.inputs[i] is not None  # noqa: E731
+            return contrib_shape(node, value.index(),
+                                 lambda i: self.symbolic_shape(node.inputs[i], depth + 1) if present(i) else None,
+                                 lambda i: self.static_shape(node.inputs[i]) if present(i) else None)
         if node is None or node.domain not in _STANDARD_DOMAINS:
             return None
         try:
@@ -321,7 +333,7 @@ class StaticShapes:
 
         if op in _SAME_SHAPE:
             return shape_of(0) if index == 0 or op in ("Dropout",) else None
-        if index != 0 and op not in ("Split",):
+        if index != 0 and op not in ("Split", "DynamicQuantizeLinear"):
             return None
         if op in _BROADCASTING:
             shapes = [shape_of(i) for i in range(len(inputs)) if inputs[i] is not None]
@@ -407,6 +419,9 @@ class StaticShapes:
             return self._pad_shape(node, shape_of(0), elements_of(1), elements_of(3))
         if op == "Split":
             return self._split_shape(node, index, shape_of(0), elements_of(1))
+        if op in QUANTIZED_SHAPE_OPS:  # MatMulInteger, QLinearConv, ... (ir/quantization.py)
+            return quantized_op_shape(node, index, shape_of, _matmul_shape,
+                                      lambda x, w: self._window_shape(node, x, w))
         return None
 
     def _resize_shape(self, node, shape, sizes) -> tuple | None:

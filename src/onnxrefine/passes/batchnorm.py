@@ -13,6 +13,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import is_float_dtype, round_folded, to_float64
+from onnxrefine.ir.quantization import refuse_quantized_layer
 from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.passes.registry import PassSpec, register
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Var
@@ -147,6 +148,7 @@ def _conv_affine(m: Match, ctx: RewriteContext, scale64: np.ndarray, add64: np.n
 
 
 def fold_conv_bn(m: Match, ctx: RewriteContext) -> Replacement:
+    refuse_quantized_layer(m["conv"], m["bn"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
     scale, shift = bn_affine(m, ctx, weight.shape[0], weight.dtype)
     conv = _conv_affine(m, ctx, scale, shift)
@@ -154,6 +156,7 @@ def fold_conv_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_conv_transpose_bn(m: Match, ctx: RewriteContext) -> Replacement:
+    refuse_quantized_layer(m["conv"], m["bn"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
     group = int(_attr(m["conv"], "group", 1))
     c_in, c_out_per_group = weight.shape[0], weight.shape[1]
@@ -171,6 +174,7 @@ def fold_conv_transpose_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_conv_add_bn(m: Match, ctx: RewriteContext) -> Replacement:
+    refuse_quantized_layer(m["conv"], m["bn"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
     channels = weight.shape[0]
     scale, shift = bn_affine(m, ctx, channels, weight.dtype)
@@ -190,6 +194,7 @@ def fold_conv_add_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
+    refuse_quantized_layer(m["gemm"], m["bn"].outputs[0])  # quantized units stay as they are
     gemm: ir.Node = m["gemm"]
     if ctx.opset() and ctx.opset() < 7:
         raise RewriteRefused("Gemm before opset 7 has broadcast semantics of its own")
@@ -222,6 +227,7 @@ def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
+    refuse_quantized_layer(m["matmul"], m["bn"].outputs[0])  # quantized units stay as they are
     if ctx.opset() and ctx.opset() < 7:
         raise RewriteRefused("Gemm before opset 7 has broadcast semantics of its own")
     weight = _float_weight(m)
@@ -241,6 +247,7 @@ def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_conv_mul(m: Match, ctx: RewriteContext) -> Replacement:
+    refuse_quantized_layer(m["conv"], m["op"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
     per_channel = _per_channel_constant(m, weight, "multiplier")
     if np.any(per_channel <= 0) or np.any(np.signbit(per_channel)):
@@ -252,6 +259,7 @@ def fold_conv_mul(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def fold_conv_add(m: Match, ctx: RewriteContext) -> Replacement:
+    refuse_quantized_layer(m["conv"], m["op"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
     per_channel = _per_channel_constant(m, weight, "added constant")
     if m.get("b") is None:

@@ -19,6 +19,7 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.static_shapes import static_oracle
+from onnxrefine.ir.quantization import merge_refusal
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.folding import RANDOM_OPS
 from onnxrefine.passes.registry import PassContext, PassSpec, register
@@ -182,6 +183,8 @@ def _attribute_key(attr: ir.Attr):
 
 def _node_key(node: ir.Node):
     if node.domain not in _PURE_DOMAINS or node.op_type in RANDOM_OPS:
+        return None
+    if merge_refusal(node) is not None:  # Q/DQ nodes stay one per quantized unit (ir/quantization.py)
         return None
     try:
         attributes = tuple(sorted((name, _attribute_key(a)) for name, a in node.attributes.items()))

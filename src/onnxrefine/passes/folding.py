@@ -29,6 +29,7 @@ import onnxruntime as ort
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array, constant_node_array, is_float_dtype
+from onnxrefine.ir.quantization import fold_refusal
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.registry import PassContext, PassSpec, register
 from onnxrefine.rewrite.rule import EXACT
@@ -246,6 +247,11 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
         signature = tuple(id(v) for v in node.inputs)
         if refused.get(id(node), (None, None))[1] == signature:
             continue  # declined in an earlier round on the same inputs: evaluating again is wasted
+        quantization = fold_refusal(node)
+        if quantization is not None:  # a Q/DQ node keeps the model quantized (ir/quantization.py)
+            graphedit.log_refuse(pctx, "fold_constants", graph, node, quantization)
+            refused[id(node)] = (node, signature)
+            continue
         source_bytes = max((a.nbytes for a in arrays if a is not None), default=0)
         cap = max(pctx.budget.per_tensor_bytes, source_bytes)
         try:

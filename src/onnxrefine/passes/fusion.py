@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.quantization import refuse_quantized_layer
 from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.ir.static_shapes import Sym
 from onnxrefine.passes.opargs import (
@@ -337,6 +338,7 @@ _GEMM_FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 
 
 def fuse_matmul_add(m: Match, ctx: RewriteContext) -> Replacement:
+    refuse_quantized_layer(m["matmul"], m["add"].outputs[0])  # quantized units stay as they are
     if ctx.opset() < 11:
         raise RewriteRefused("Gemm before opset 11 has other broadcast and optional-input rules")
     weight, bias = m.array("b"), m.array("c")
@@ -577,6 +579,8 @@ def fuse_sibling_matmuls(m: Match, ctx: RewriteContext) -> Replacement | None:
     if siblings[0] is not root:
         return None  # the earliest one fuses the group, so every reader stays after the producer
     weights = [constant_array(node.inputs[1]) for node in siblings]
+    for node in siblings:  # quantized units stay as they are (ir/quantization.py)
+        refuse_quantized_layer(node, node.outputs[0])
     if len({w.dtype for w in weights}) != 1 or len({w.shape[0] for w in weights}) != 1:
         raise RewriteRefused("sibling MatMul weights differ in dtype or inner dimension")
     if ir.DataType.from_numpy(weights[0].dtype) not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16):
