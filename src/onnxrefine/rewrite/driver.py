@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir import tensordata
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.ir.shapes import RankOracle
@@ -140,15 +141,19 @@ class RewriteDriver:
         """The certifier's note for the log; raises RewriteRefused when the certificate fails."""
         if self.certifier is None:
             return ""
-        outcome: CertificateOutcome = self.certifier(
-            CertificateRequest(
-                rule=rule.name, kind=rule.kind, model=self.model, owner=owner, matched=list(matched),
-                replacement=list(replacement.nodes), outputs=list(replacement.outputs.items()),
-                inputs=_boundary_inputs(matched, replacement.nodes, self.ctx.pending_constants),
-                new_constants=[pending.value for pending in self.ctx.pending_constants], context=self.ctx,
-                sign_insensitive=list(replacement.sign_insensitive) + list(self.ctx.sign_insensitive),
+        try:
+            outcome: CertificateOutcome = self.certifier(
+                CertificateRequest(
+                    rule=rule.name, kind=rule.kind, model=self.model, owner=owner, matched=list(matched),
+                    replacement=list(replacement.nodes), outputs=list(replacement.outputs.items()),
+                    inputs=_boundary_inputs(matched, replacement.nodes, self.ctx.pending_constants),
+                    new_constants=[pending.value for pending in self.ctx.pending_constants], context=self.ctx,
+                    sign_insensitive=list(replacement.sign_insensitive) + list(self.ctx.sign_insensitive),
+                )
             )
-        )
+        finally:
+            # The certificate ran on the matched weights: unmap their pages (RSS stays one layer's).
+            tensordata.drop_pages(v.const_value for n in matched for v in n.inputs if v is not None)
         if outcome.status == "refused":
             raise RewriteRefused(f"certificate failed: {outcome.detail}")
         return f"{outcome.status}: {outcome.detail}" if outcome.detail else outcome.status
