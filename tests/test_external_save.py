@@ -221,3 +221,47 @@ def test_stored_size_counts_external_data(tmp_path):
     assert data_bytes == (tmp_path / "m.onnx.data").stat().st_size > 0
     written = io.save_model(model, tmp_path / "out.onnx", input_path=source)
     assert written == (tmp_path / "out.onnx").stat().st_size + (tmp_path / "out.onnx.data").stat().st_size
+
+
+def test_link_data_clones_or_says_it_copied(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    source = _save_external(_model(), tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    assert _optimize(source, "-o", out, "--link-data") == 0
+    printed = capsys.readouterr().out
+    if "no reflink" in printed:  # ext4, tmpfs: copied as without the option
+        assert _external_locations(out) == {"out.onnx.data"}
+    else:
+        assert "out.onnx.data.link0" in _external_locations(out)
+    assert np.allclose(_outputs(source), _outputs(out), rtol=1e-5, atol=1e-5)
+
+
+def test_linked_file_is_referenced_at_input_offsets(tmp_path, monkeypatch):
+    # Cloning is emulated by a copy (this file system may not clone): the output must reference the
+    # clone at the input's offsets, and write only the weights that are not in it.
+    import shutil
+
+    def fake_clone(source, folder, name):
+        temp = folder / f".{name}.tmp"
+        shutil.copyfile(source, temp)
+        return str(temp)
+
+    monkeypatch.setattr(external_save, "_link", fake_clone)
+    source = _save_external(_model(), tmp_path / "m.onnx")
+    model = io.load_model(source)
+    new = np.full((HIDDEN, HIDDEN), 2, np.float32)
+    model.graph.initializers["W0"].const_value = ir.Tensor(new, name="W0")  # as a fold would make
+    out = tmp_path / "out.onnx"
+    io.save_model(model, out, input_path=source, layout=external_save.Layout("same", link=True))
+    proto = onnx.load_model(str(out), load_external_data=False)
+    where = {t.name: {e.key: e.value for e in t.external_data} for t in proto.graph.initializer}
+    original = {t.name: {e.key: e.value for e in t.external_data}
+                for t in onnx.load_model(str(source), load_external_data=False).graph.initializer}
+    assert where["W1"]["location"] == "out.onnx.data.link0" and where["W1"]["offset"] == original["W1"]["offset"]
+    assert where["W0"]["location"] == "out.onnx.data"
+    assert (tmp_path / "out.onnx.data").stat().st_size == new.nbytes
+    full = onnx.load_model(str(out))
+    arrays = {t.name: onnx.numpy_helper.to_array(t) for t in full.graph.initializer}
+    assert np.array_equal(arrays["W0"], new)
+    assert np.array_equal(arrays["W1"], onnx.numpy_helper.to_array(
+        next(t for t in onnx.load_model(str(source)).graph.initializer if t.name == "W1")))

@@ -70,6 +70,9 @@ def register(subparsers) -> None:
                       "layout is kept (external data stays external)")
     data.add_argument("--no-external-data", action="store_true",
                       help="embed every weight in the model file (refused over protobuf's 2 GiB limit)")
+    parser.add_argument("--link-data", action="store_true",
+                        help="clone the input's external-data files copy-on-write (reflink: btrfs, XFS) instead "
+                        "of copying their weights; copied where the file system cannot")
     parser.set_defaults(func=run)
 
 
@@ -152,8 +155,9 @@ def run(args: argparse.Namespace) -> int:
             certify=args.certify,
             source_path=source,  # the original stays on disk: verification reads it from there
         )
+    layout = output_layout(args)
     with progress.phase(f"save {output.name}"):
-        size_after = io.save_model(model, output, input_path=source, layout=output_layout(args))
+        size_after = io.save_model(model, output, input_path=source, layout=layout)
     seconds = time.perf_counter() - started
     if args.report:
         write_json_atomically(Path(args.report), report.to_dict())
@@ -163,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(refusals_table(report))
     for rollback in report.rolled_back:
         console.print(f"rolled back {describe_rollback(rollback)}")
+    for note in layout.notes:
+        console.print(f"note: {note}", highlight=False)
     console.print(f"wrote {output}")
     return 0
 
@@ -170,12 +176,13 @@ def run(args: argparse.Namespace) -> int:
 def output_layout(args: argparse.Namespace):
     from onnxrefine.ir.external_save import Layout, check_location
 
+    link = bool(getattr(args, "link_data", False))
     if getattr(args, "no_external_data", False):
-        return Layout("embedded")
+        return Layout("embedded", link=link)
     location = getattr(args, "external_data", None)
     if location is None:
-        return Layout("same")
-    return Layout("external", check_location(location) if location else None)
+        return Layout("same", link=link)
+    return Layout("external", check_location(location) if location else None, link=link)
 
 
 def _stored_size(source: Path, model) -> int:

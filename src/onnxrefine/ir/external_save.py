@@ -14,7 +14,11 @@ Which initializers go to the data file (`Layout`):
 - external on request (`--external-data`): every initializer of at least EXTERNAL_MIN_BYTES;
 - everything embedded on request (`--no-external-data`), refused when over the protobuf limit.
 Whatever the request, a model file that would exceed the protobuf limit moves its weights out.
-Data offsets are aligned to 4 KiB so onnxruntime can memory-map them.
+Data offsets are aligned to 4 KiB so onnxruntime can memory-map them (and so copy_file_range can
+share extents on file systems that clone). With `link` (`--link-data`) each input data file is
+cloned whole (reflink, copy-on-write) as `<location>.link<k>` and its weights are referenced there at
+their input offsets; only new weights go to `<location>`. Where cloning is not possible the weights
+are copied as usual and `Layout.notes` says so.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -44,6 +48,8 @@ class Layout:
 
     mode: str = "same"
     location: str | None = None
+    link: bool = False  # reflink the input's data files instead of copying their weights (see _link)
+    notes: list = field(default_factory=list)  # what saving did instead of what was asked
 
 
 def check_location(location: str) -> str:
@@ -162,9 +168,12 @@ def _field(number: int, size: int) -> bytes:
 
 
 def write(model: ir.Model, model_handle: BinaryIO, data_handle: BinaryIO | None, location: str | None,
-          external: dict[str, bool]) -> int:
+          external: dict[str, bool], linked: dict[str, str] | None = None) -> int:
     """Write the model file to `model_handle` and the weights chosen by `external` to `data_handle`
-    (referenced as `location`); returns the bytes written to the data file."""
+    (referenced as `location`), except those whose input file is in `linked` (real path -> name of
+    its link beside the model: referenced there at their input offsets, nothing copied); returns the
+    bytes written to the data file."""
+    linked = linked or {}
     wire.embed_external_tensors(model, main_graph=False)  # subgraph weights are small: embedded
     _embed_attribute_tensors(model)
     initializers = [v for v in model.graph.initializers.values()]
@@ -181,7 +190,10 @@ def write(model: ir.Model, model_handle: BinaryIO, data_handle: BinaryIO | None,
     plan, offset = [], 0
     for value in initializers:
         tensor = value.const_value
-        if external.get(value.name) and data_handle is not None:
+        source = tensordata.external_source(tensor) if linked and external.get(value.name) else None
+        if source is not None and os.path.realpath(source[0]) in linked:
+            plan.append((value, _external_header(value, linked[os.path.realpath(source[0])], source[1]), 0, None))
+        elif external.get(value.name) and data_handle is not None:
             offset += -offset % ALIGNMENT
             plan.append((value, _external_header(value, location, offset), 0, offset))
             offset += tensor.nbytes
@@ -208,40 +220,87 @@ def write(model: ir.Model, model_handle: BinaryIO, data_handle: BinaryIO | None,
     return offset
 
 
+_FICLONE = 0x40049409  # linux/fs.h: clone all of a file's extents into another (btrfs, XFS, ...)
+
+
+def _link(source: str, folder: Path, name: str) -> str:
+    """A temp file in `folder` that is a reflink clone of `source`: a file of its own whose extents
+    are shared copy-on-write, so nothing is copied. Raises OSError where the file system cannot
+    (ext4, another file system). Hard links are not offered: onnx and onnx-ir refuse to read a data
+    file with several links (the input's too, once linked), and a tool that rewrites one in place
+    would change both."""
+    import fcntl
+
+    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:
+        with open(source, "rb") as src:
+            fcntl.ioctl(fd, _FICLONE, src.fileno())
+        return temp
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _linkable(model: ir.Model, external: dict[str, bool], input_path) -> list[str]:
+    """The input's data files holding external weights of the output (real paths, in order)."""
+    files: dict[str, None] = {}
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if external.get(value.name) and is_input_external(tensor, input_path):
+            files.setdefault(os.path.realpath(tensordata.external_source(tensor)[0]))
+    return list(files)
+
+
 def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None = None) -> int:
-    """Write `model` to `path` (+ its data file) through temp files and renames; returns the bytes
-    written (model file and data file together)."""
+    """Write `model` to `path` (+ its data files) through temp files and renames; returns the bytes
+    of the files written (model file and data files together)."""
     from onnxrefine.ir.io import _references_file, publish_mode
 
     layout = layout or Layout()
     folder = path.resolve().parent
     external = _external_choice(model, layout, input_path)
     location = layout.location or default_location(path)
-    data_path = folder / location if any(external.values()) else None
-    if data_path is not None:
-        if data_path.resolve() == path.resolve() or (input_path is not None and data_path.exists() and (
-                os.path.samefile(data_path, input_path) or _references_file(input_path, data_path))):
-            raise BadInputError(f"{data_path}: would overwrite the input model or its external data; "
-                                "choose another output path or --external-data name")
     temps: list[str] = []
     try:
+        # Linked files first: `<location>.link<k>`; what they hold is not copied.
+        linked, renames = {}, []
+        for source in (_linkable(model, external, input_path) if layout.link else []):
+            name = f"{location}.link{len(linked)}"
+            _refuse_overwriting_input(folder / name, path, input_path, _references_file)
+            try:
+                temp = _link(source, folder, name)
+            except OSError as exc:
+                layout.notes.append(f"no reflink of {os.path.basename(source)} here ({exc.strerror or exc}): "
+                                    "its weights were copied")
+                continue
+            temps.append(temp)
+            linked[source] = name
+            renames.append((temp, folder / name))
+        needs_data = any(ext and not (linked and _in_linked(model, n, linked)) for n, ext in external.items())
+        data_path = folder / location if needs_data else None
+        if data_path is not None:
+            _refuse_overwriting_input(data_path, path, input_path, _references_file)
         fd, model_tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
         temps.append(model_tmp)
-        data_tmp = None
         with os.fdopen(fd, "wb") as model_handle:
             if data_path is None:
-                data_bytes = write(model, model_handle, None, None, external)
+                data_bytes = write(model, model_handle, None, None, external, linked)
             else:
                 fd_data, data_tmp = tempfile.mkstemp(prefix=f".{location}.", suffix=".tmp", dir=folder)
                 temps.append(data_tmp)
+                renames.append((data_tmp, data_path))
                 with os.fdopen(fd_data, "wb") as data_handle:
-                    data_bytes = write(model, model_handle, data_handle, location, external)
+                    data_bytes = write(model, model_handle, data_handle, location, external, linked)
         written = os.stat(model_tmp).st_size + data_bytes
+        written += sum(os.stat(temp).st_size for temp, final in renames if final.name in linked.values())
         for name in temps:
             publish_mode(name)
-        # The data file first: a model file is only ever visible beside complete data.
-        if data_tmp is not None:
-            os.replace(data_tmp, data_path)
+        # Data files first: a model file is only ever visible beside complete data.
+        for temp, final in renames:
+            os.replace(temp, final)
         os.replace(model_tmp, path)
         return written
     except BaseException:
@@ -249,3 +308,15 @@ def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None 
             with contextlib.suppress(OSError):
                 os.unlink(name)
         raise
+
+
+def _in_linked(model: ir.Model, name: str, linked: dict[str, str]) -> bool:
+    source = tensordata.external_source(model.graph.initializers[name].const_value)
+    return source is not None and os.path.realpath(source[0]) in linked
+
+
+def _refuse_overwriting_input(target: Path, path: Path, input_path, references) -> None:
+    if target.resolve() == path.resolve() or (input_path is not None and target.exists() and (
+            os.path.samefile(target, input_path) or references(input_path, target))):
+        raise BadInputError(f"{target}: would overwrite the input model or its external data; "
+                            "choose another output path or --external-data name")
