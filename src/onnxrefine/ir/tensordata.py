@@ -191,9 +191,7 @@ def drop_pages(tensors) -> None:
         raw = getattr(tensor, "raw", None) if isinstance(tensor, ir.ExternalTensor) else None
         if raw is None or raw.closed:
             continue
-        start = int(tensor.offset or 0)
-        end = min(start + tensor.nbytes, len(raw))
-        start -= start % mmap.PAGESIZE
-        if end > start:
-            with contextlib.suppress(OSError, ValueError):
-                raw.madvise(advice, start, end - start)
+        # The whole map, not just the tensor's bytes: a fault maps neighbouring pages too
+        # (fault-around, large folios), and nothing else reads through this tensor's own map.
+        with contextlib.suppress(OSError, ValueError):
+            raw.madvise(advice)

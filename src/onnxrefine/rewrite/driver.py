@@ -114,6 +114,16 @@ class RewriteDriver:
         found = match(rule.pattern, node)
         if found is None:
             return None
+        # The rule (is this scale all ones?) and its certificate may read the matched weights:
+        # unmap their pages after, or every layer's reads would stay resident. (Listed now: an
+        # applied rewrite disconnects the matched nodes.)
+        weights = [v.const_value for n in found.nodes for v in n.inputs if v is not None and v.const_value is not None]
+        try:
+            return self._try_match(rule, node, owner, graph, found)
+        finally:
+            tensordata.drop_pages(weights)
+
+    def _try_match(self, rule: Rule, node: ir.Node, owner, graph: ir.Graph, found) -> list[ir.Node] | None:
         if any(matched.graph is not graph for matched in found.nodes):
             return None  # part of the match lives in an enclosing graph; rewrite it there, not here
         try:
@@ -141,19 +151,15 @@ class RewriteDriver:
         """The certifier's note for the log; raises RewriteRefused when the certificate fails."""
         if self.certifier is None:
             return ""
-        try:
-            outcome: CertificateOutcome = self.certifier(
-                CertificateRequest(
-                    rule=rule.name, kind=rule.kind, model=self.model, owner=owner, matched=list(matched),
-                    replacement=list(replacement.nodes), outputs=list(replacement.outputs.items()),
-                    inputs=_boundary_inputs(matched, replacement.nodes, self.ctx.pending_constants),
-                    new_constants=[pending.value for pending in self.ctx.pending_constants], context=self.ctx,
-                    sign_insensitive=list(replacement.sign_insensitive) + list(self.ctx.sign_insensitive),
-                )
+        outcome: CertificateOutcome = self.certifier(
+            CertificateRequest(
+                rule=rule.name, kind=rule.kind, model=self.model, owner=owner, matched=list(matched),
+                replacement=list(replacement.nodes), outputs=list(replacement.outputs.items()),
+                inputs=_boundary_inputs(matched, replacement.nodes, self.ctx.pending_constants),
+                new_constants=[pending.value for pending in self.ctx.pending_constants], context=self.ctx,
+                sign_insensitive=list(replacement.sign_insensitive) + list(self.ctx.sign_insensitive),
             )
-        finally:
-            # The certificate ran on the matched weights: unmap their pages (RSS stays one layer's).
-            tensordata.drop_pages(v.const_value for n in matched for v in n.inputs if v is not None)
+        )
         if outcome.status == "refused":
             raise RewriteRefused(f"certificate failed: {outcome.detail}")
         return f"{outcome.status}: {outcome.detail}" if outcome.detail else outcome.status
