@@ -265,3 +265,25 @@ def test_linked_file_is_referenced_at_input_offsets(tmp_path, monkeypatch):
     assert np.array_equal(arrays["W0"], new)
     assert np.array_equal(arrays["W1"], onnx.numpy_helper.to_array(
         next(t for t in onnx.load_model(str(source)).graph.initializer if t.name == "W1")))
+
+
+def test_constant_node_tensor_in_external_data_is_embedded(tmp_path):
+    # onnx's saver can put a Constant node's tensor in the data file too; the output's data file
+    # holds initializers only, so such a tensor is embedded (not left pointing at the input's file).
+    rng = np.random.default_rng(0)
+    value = rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32)
+    model = make_model([helper.make_node("Constant", [], ["c"], value=tensor("cv", value)),
+                        helper.make_node("MatMul", ["x", "c"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                       [value_info("x", shape=[2, HIDDEN])], [value_info("y", shape=[2, HIDDEN])])
+    source = tmp_path / "m.onnx"
+    onnx.save_model(model, str(source), save_as_external_data=True, location="m.onnx.data", size_threshold=0,
+                    convert_attribute=True)
+    loaded = io.load_model(source)
+    out = tmp_path / "sub" / "out.onnx"  # another folder: a stale reference would not resolve
+    out.parent.mkdir()
+    io.save_model(loaded, out, input_path=source)
+    (tmp_path / "m.onnx.data").unlink()  # the output must not need the input's data
+    full = onnx.load_model(str(out))
+    x = np.random.default_rng(1).standard_normal((2, HIDDEN)).astype(np.float32)
+    got = ort.InferenceSession(full.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.allclose(got, np.maximum(x @ value, 0), rtol=1e-5, atol=1e-5)
