@@ -28,6 +28,7 @@ CHUNK_BYTES = 1 << 20
 SMALL_BYTES = 64 * 1024
 SAMPLES = 32
 SAMPLE_BYTES = 256
+_NEIGHBOURHOOD = 2 << 20  # a PMD: the largest page-cache folio a fault maps at once (x86-64, arm64 4K)
 
 
 def external_source(tensor) -> tuple[str, int] | None:
@@ -191,7 +192,11 @@ def drop_pages(tensors) -> None:
         raw = getattr(tensor, "raw", None) if isinstance(tensor, ir.ExternalTensor) else None
         if raw is None or raw.closed:
             continue
-        # The whole map, not just the tensor's bytes: a fault maps neighbouring pages too
-        # (fault-around, large folios), and nothing else reads through this tensor's own map.
+        # Beyond the tensor's bytes to the enclosing 2 MiB blocks: a fault maps neighbouring pages
+        # too (fault-around, a large folio of at most a PMD), and nothing else reads through this
+        # tensor's own map. (The whole map would cost a page-table walk of the whole file.)
+        start = int(tensor.offset or 0)
+        start -= start % _NEIGHBOURHOOD
+        end = min(len(raw), start + tensor.nbytes + 2 * _NEIGHBOURHOOD)
         with contextlib.suppress(OSError, ValueError):
-            raw.madvise(advice)
+            raw.madvise(advice, start, end - start)
