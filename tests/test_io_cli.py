@@ -203,11 +203,13 @@ def test_save_is_atomic_on_failure(example, tmp_path, monkeypatch):
     model = io.load_model(example)
     target = tmp_path / "out.onnx"
 
-    def explode(model, handle):
+    def explode(model, handle, *args):
         handle.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(io.wire, "write_model_embedded", explode)
+    from onnxrefine.ir import external_save
+
+    monkeypatch.setattr(external_save, "write", explode)
     with pytest.raises(OSError):
         io.save_model(model, target, input_path=example)
     assert not target.exists()

@@ -109,6 +109,12 @@ def check_optimize(args: argparse.Namespace) -> None:
     sources = [model] + ([args.inputs] if getattr(args, "inputs", None) else [])
     writable_file(output, "-o/--output" if args.output else "output", sources)
     data = _external_data_of(os.fspath(output))
+    location = getattr(args, "external_data", None)
+    if location:  # --external-data LOCATION: a file name beside the output
+        from onnxrefine.ir.external_save import check_location
+
+        data = os.path.join(os.path.dirname(os.path.abspath(output)), check_location(location))
+        writable_file(data, "--external-data", [model, output])
     if os.path.exists(data) and _references(model, data):
         raise BadInputError(f"{data}: would overwrite the input's external data; choose another output path")
     if getattr(args, "report", None):

@@ -62,6 +62,17 @@ def register(subparsers) -> None:
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
     parser.add_argument("--seed", type=int, default=0, help="seed for generated verification inputs")
     add_run_settings_arguments(parser)
+    # --- where the weights go (ir/external_save.py) ---
+    data = parser.add_mutually_exclusive_group()
+    data.add_argument("--external-data", nargs="?", const="", default=None, metavar="LOCATION",
+                      help="save the weights (initializers of 1 KiB or more) outside the model file, in "
+                      "LOCATION beside it (default name: <output>.data); without this option an input's "
+                      "layout is kept (external data stays external)")
+    data.add_argument("--no-external-data", action="store_true",
+                      help="embed every weight in the model file (refused over protobuf's 2 GiB limit)")
+    parser.add_argument("--link-data", action="store_true",
+                        help="clone the input's external-data files copy-on-write (reflink: btrfs, XFS) instead "
+                        "of copying their weights; copied where the file system cannot")
     parser.set_defaults(func=run)
 
 
@@ -120,9 +131,9 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.model)
     output = Path(args.output) if args.output else default_output_path(source)
     started = time.perf_counter()
-    size_before = source.stat().st_size if source.is_file() else 0
     with progress.phase(f"load {source.name}"):
         model = io.load_model(source)
+    size_before = _stored_size(source, model)
     settings = VerifySettings(
         enabled=args.verify, budget_s=args.verify_budget, seed=args.seed, dims=parse_dims(args.dims),
         inputs=load_inputs(args.inputs) if args.inputs else None,
@@ -144,18 +155,41 @@ def run(args: argparse.Namespace) -> int:
             certify=args.certify,
             source_path=source,  # the original stays on disk: verification reads it from there
         )
+    layout = output_layout(args)
     with progress.phase(f"save {output.name}"):
-        io.save_model(model, output, input_path=source)
+        size_after = io.save_model(model, output, input_path=source, layout=layout)
     seconds = time.perf_counter() - started
     if args.report:
         write_json_atomically(Path(args.report), report.to_dict())
-    console.print(summary_table(report, size_before, output.stat().st_size, seconds))
+    external = size_before != source.stat().st_size or size_after != output.stat().st_size
+    console.print(summary_table(report, size_before, size_after, seconds, external))
     if args.explain:
         console.print(refusals_table(report))
     for rollback in report.rolled_back:
         console.print(f"rolled back {describe_rollback(rollback)}")
+    for note in layout.notes:
+        console.print(f"note: {note}", highlight=False)
     console.print(f"wrote {output}")
     return 0
+
+
+def output_layout(args: argparse.Namespace):
+    from onnxrefine.ir.external_save import Layout, check_location
+
+    link = bool(getattr(args, "link_data", False))
+    if getattr(args, "no_external_data", False):
+        return Layout("embedded", link=link)
+    location = getattr(args, "external_data", None)
+    if location is None:
+        return Layout("same", link=link)
+    return Layout("external", check_location(location) if location else None, link=link)
+
+
+def _stored_size(source: Path, model) -> int:
+    """The input's size on disk, external data included."""
+    from onnxrefine.ir.external_save import stored_size
+
+    return sum(stored_size(source, model))
 
 
 def _event_printer(console: Console):
@@ -182,7 +216,7 @@ def describe_rollback(rollback: dict) -> str:
     return f"pass {rollback['pass']}: {rollback['verdict']} on {outputs}"
 
 
-def summary_table(report, size_before: int, size_after: int, seconds: float) -> Table:
+def summary_table(report, size_before: int, size_after: int, seconds: float, external: bool = False) -> Table:
     table = Table(title="onnxrefine optimize")
     table.add_column("rule")
     table.add_column("rewrites", justify="right")
@@ -193,7 +227,10 @@ def summary_table(report, size_before: int, size_after: int, seconds: float) -> 
         table.add_row(rule, str(counts.get(rule, 0)), str(refusals.get(rule, 0)))
     table.add_section()
     table.add_row("nodes", f"{report.nodes_before} -> {report.nodes_after}", "")
-    table.add_row("file size", f"{_size(size_before)} -> {_size(size_after)}", "")
+    text = f"{_size(size_before)} -> {_size(size_after)}"
+    if external:
+        text += " (external data included)"
+    table.add_row("file size", text, "")
     table.add_row("seconds", f"{seconds:.2f}", "")
     verification = report.verification or {"status": "off"}
     if verification.get("status") == "verified" and verification.get("verifications") == 0:

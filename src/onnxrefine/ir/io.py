@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Union
 
@@ -109,41 +108,25 @@ def publish_mode(path: str | os.PathLike, *, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
 
-def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None) -> None:
-    """Write `model` to `path` atomically: a temp file in the same folder, then a rename.
+def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
+               layout=None) -> int:
+    """Write `model` to `path` atomically (temp files in the same folder, then renames); returns the
+    bytes written, external data included.
 
-    Refuses to overwrite the input model. Models whose tensors exceed the protobuf limit are written
-    with external data in `<name>.data` beside the model.
+    Refuses to overwrite the input model. `layout` (external_save.Layout) says where the weights go:
+    by default as in the input (external data stays external, in `<name>.data` beside the model),
+    and always outside the model file when they exceed the protobuf limit. Unchanged weights are
+    copied file to file (ir/external_save.py).
     """
+    from onnxrefine.ir import external_save
+
     path = Path(path)
     if input_path is not None and _same_file(path, Path(input_path)):
         raise BadInputError(f"{path}: refusing to overwrite the input model; choose another output path")
     folder = path.resolve().parent
     if not folder.is_dir():
         raise BadInputError(f"{path}: output folder does not exist")
-    needs_external = tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD_BYTES
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        if needs_external:
-            data_name = path.name + ".data"
-            tmp_data = folder / data_name
-            if tmp_data.exists() and input_path is not None and _references_file(input_path, tmp_data):
-                raise BadInputError(f"{tmp_data}: would overwrite the input's external data")
-            # onnx-ir writes the data file next to the model under the given relative name; the
-            # model file itself only becomes visible (renamed) once both are complete.
-            ir.save(model, tmp_name, external_data=data_name)
-        else:
-            # Every tensor embedded (external references to the input would break once the
-            # output is moved), written one tensor at a time.
-            with open(tmp_name, "wb") as handle:
-                wire.write_model_embedded(model, handle)
-        publish_mode(tmp_name)
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
+    return external_save.save(model, path, input_path=input_path, layout=layout)
 
 
 def tensor_bytes(model: ir.Model) -> int:

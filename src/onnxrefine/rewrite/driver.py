@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir import tensordata
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.ir.shapes import RankOracle
@@ -113,6 +114,16 @@ class RewriteDriver:
         found = match(rule.pattern, node)
         if found is None:
             return None
+        # The rule (is this scale all ones?) and its certificate may read the matched weights:
+        # unmap their pages after, or every layer's reads would stay resident. (Listed now: an
+        # applied rewrite disconnects the matched nodes.)
+        weights = [v.const_value for n in found.nodes for v in n.inputs if v is not None and v.const_value is not None]
+        try:
+            return self._try_match(rule, node, owner, graph, found)
+        finally:
+            tensordata.drop_pages(weights)
+
+    def _try_match(self, rule: Rule, node: ir.Node, owner, graph: ir.Graph, found) -> list[ir.Node] | None:
         if any(matched.graph is not graph for matched in found.nodes):
             return None  # part of the match lives in an enclosing graph; rewrite it there, not here
         try:
