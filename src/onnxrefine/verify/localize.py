@@ -46,6 +46,7 @@ from onnxrefine.verify import compare, graphinfo
 from onnxrefine.verify.correspond import correspondences, live_values, structural_digests
 from onnxrefine.verify import verdict as verdict_rules
 from onnxrefine.verify.runner import ModelRunner, RunFailedError
+from onnxrefine.verify.runtime_artefacts import ArtefactCheck
 
 DEFAULT_BATCH_BYTES = 128 << 20
 SHARED_SESSION_FACTOR = 4  # one session exposing every value while they total <= 4 batches
@@ -88,6 +89,7 @@ class ValueResult:
     reference: bool = False
     bound_n: int = 0
     mismatch_sets: list = field(default_factory=list)  # labels of the input sets judged mismatch
+    runtime_artefact: str = ""  # why a mismatch is onnxruntime's doing (runtime_artefacts.py)
     stats_from_extreme: bool = False  # the figures above come from extreme-magnitude sets only
 
     def to_dict(self) -> dict:
@@ -100,6 +102,8 @@ class ValueResult:
         text = f"{self.name} ({where}) {self.verdict}: {self.unexplained}/{self.size} element(s) unexplained"
         if self.mismatch_sets:
             text += f" (input sets {', '.join(self.mismatch_sets)})"
+        if self.runtime_artefact:
+            text += f"; {self.runtime_artefact}"
         if self.reference and self.cand_err_max is not None:
             text += f", cand err vs f64 {self.cand_err_max:.3g} vs orig err {self.orig_err_max or 0.0:.3g}"
         else:
@@ -269,6 +273,8 @@ class Localizer:
         self.reference_reason = ""
         self.failure: str | None = None
         self._cached: tuple | None = None
+        self.artefacts = ArtefactCheck(original, candidate, lambda model, names, feeds: _fetch(
+            runner_with_outputs(model, names, "model"), names, feeds))
 
     def run_set(self, set_index: int, feeds, *, extreme: bool, nonfinite: bool, label: str = "") -> None:
         if self.failure is not None:
@@ -371,7 +377,9 @@ class Localizer:
             if failing else []
         for pair, item in failing:
             item.perturbed = [runs[pair.name] for runs in perturbed]
-            self._record(pair, item, label, verdict_rules.judge_output([item], pair.bound))
+            judgement = verdict_rules.judge_output([item], pair.bound)
+            self.artefacts.review(set_index, pair, item, judgement, feeds, self.results[pair.name])
+            self._record(pair, item, label, judgement)
         for pair in self.batches[index]:
             reference.pop(pair.name, None)
 
@@ -484,6 +492,7 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
         section["notes"].append(f"the float64 reference stopped ({localizer.reference_reason}): values "
                                 "after that point judged by the fallback rules (no float64)")
     section.update(reference=localizer.reference_state, batches=len(localizer.batches), runs=localizer.runs,
+                   artefact_runs=localizer.artefacts.runs,
                    sessions=localizer.sessions_built, input_sets=sets_run, max_batch_bytes=max_batch_bytes,
                    seconds=round(time.perf_counter() - started, 4))
     return section
