@@ -50,7 +50,7 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.compare import bit_identical, value_class
+from onnxrefine.verify.compare import bit_identical
 from onnxrefine.verify.reference import UnsupportedOperatorError, evaluate_float64
 
 
