@@ -30,8 +30,12 @@ class EarlyLocalisation:
 
     def start(self, labelled_sets, u: float, perturb_count: int) -> None:
         began = time.perf_counter()
-        self.section, self.localizer = _prepare(self.original, self.candidate, labelled_sets, u, perturb_count,
-                                                self.seed, DEFAULT_BATCH_BYTES)
+        try:
+            self.section, self.localizer = _prepare(self.original, self.candidate, labelled_sets, u,
+                                                    perturb_count, self.seed, DEFAULT_BATCH_BYTES)
+        except Exception:  # noqa: BLE001 - localize() prepares again after the output check and
+            # reports it there, as it did before localisation began early
+            self.section, self.localizer = None, None
         self.seconds += time.perf_counter() - began
 
     def observer(self, label: str, set_index: int, feeds):
