@@ -69,7 +69,10 @@ class ArtefactCheck:
         if judgement.verdict != verdict.MISMATCH:
             return
         blamed = self._blamed.setdefault(set_index, {})
-        note = self.explains(pair.name, pair.candidate_name, item.original, item.candidate, feeds, blamed)
+        try:
+            note = self.explains(pair.name, pair.candidate_name, item.original, item.candidate, feeds, blamed)
+        except Exception:  # noqa: BLE001 - an explanation that cannot be made is none (a weight
+            note = None  # stored outside the proto, ...): the mismatch stands
         if note:
             judgement.verdict = verdict.UNSTABLE
             result.runtime_artefact = note
