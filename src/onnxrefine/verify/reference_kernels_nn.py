@@ -184,8 +184,9 @@ def _max_pool(call):
     x = call.inputs[0]
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     nan = x.dtype.kind == "f" and bool(np.isnan(x).any())
-    # NaN in a window: the spec does not say; onnx's reference implementation and onnxruntime
-    # (float32, float16) skip NaN elements (padding is no element either), so NaN is padded in.
+    # NaN in a window: the spec does not say; onnx's reference implementation (its general path)
+    # and onnxruntime's 1-D kernels skip NaN elements (its 2-D kernels keep a NaN met first: no
+    # reading matches all of onnxruntime). Padding is no element either, so NaN is padded in.
     win, geometry = _pool_setup(call, x, np.nan if nan else low)
     kernel, strides, dilations, _, begins, _, _, out_sizes = geometry
     d = len(kernel)
