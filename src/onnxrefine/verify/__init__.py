@@ -145,15 +145,11 @@ def _input_sets(model: onnx.ModelProto, inputs, trials, seed, dims, stress) -> l
 
 
 def _early_localisation(original, candidate, seed):
-    """Localisation that observes the output check's float64 evaluations (localize_shared.py),
-    or None where localisation will not run on whole protos."""
+    """Localisation that observes the output check's float64 evaluations (localize_shared.py); it
+    loads the whole models when the output check reaches them."""
     from onnxrefine.verify.localize_shared import EarlyLocalisation
 
-    original_model = _whole_proto(original, "original model")
-    candidate_model = _whole_proto(candidate, "candidate model") if original_model is not None else None
-    if original_model is None or candidate_model is None:
-        return None
-    return EarlyLocalisation(original_model, candidate_model, seed)
+    return EarlyLocalisation(original, candidate, seed, _whole_proto)
 
 
 def _localize(report, original, candidate, labelled, seed, time_budget_s, early=None) -> None:
@@ -164,7 +160,7 @@ def _localize(report, original, candidate, labelled, seed, time_budget_s, early=
         report.localisation = {"status": "not run: the candidate failed to load or run"}
         return
     if early is not None:
-        original_model, candidate_model = early.original, early.candidate
+        original_model, candidate_model = early.load()
     else:
         original_model = _whole_proto(original, "original model")
         candidate_model = _whole_proto(candidate, "candidate model")

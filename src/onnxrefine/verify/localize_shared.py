@@ -21,21 +21,38 @@ class EarlyLocalisation:
     """Begun by verify_models before its output check's float64 evaluations (start), watching each
     of them (observer); handed to localize() after, which finishes it."""
 
-    def __init__(self, original: onnx.ModelProto, candidate: onnx.ModelProto, seed: int):
-        self.original, self.candidate, self.seed = original, candidate, seed
+    def __init__(self, original, candidate, seed: int, load):
+        # load(given, role) -> the whole ModelProto or None (too large): called when the output
+        # check reaches its float64 evaluations (its onnxruntime runs are done by then), not
+        # before, so the two whole models are not held during those runs
+        self._given, self._load, self._loaded = (original, candidate), load, False
+        self.original: onnx.ModelProto | None = None
+        self.candidate: onnx.ModelProto | None = None
+        self.seed = seed
         self.section: dict | None = None
         self.localizer: Localizer | None = None
         self.labels: set = set()
         self.seconds = 0.0
 
+    def load(self) -> tuple:
+        """(original, candidate) whole protos, loaded once; None where one is too large."""
+        if not self._loaded:
+            self._loaded = True
+            self.original = self._load(self._given[0], "original model")
+            if self.original is not None:
+                self.candidate = self._load(self._given[1], "candidate model")
+        return self.original, self.candidate
+
     def start(self, labelled_sets, u: float, perturb_count: int) -> None:
         began = time.perf_counter()
-        try:
-            self.section, self.localizer = _prepare(self.original, self.candidate, labelled_sets, u,
-                                                    perturb_count, self.seed, DEFAULT_BATCH_BYTES)
-        except Exception:  # noqa: BLE001 - localize() prepares again after the output check and
-            # reports it there, as it did before localisation began early
-            self.section, self.localizer = None, None
+        original, candidate = self.load()
+        if original is not None and candidate is not None:
+            try:
+                self.section, self.localizer = _prepare(original, candidate, labelled_sets, u, perturb_count,
+                                                        self.seed, DEFAULT_BATCH_BYTES)
+            except Exception:  # noqa: BLE001 - localize() prepares again after the output check and
+                # reports it there, as it did before localisation began early
+                self.section, self.localizer = None, None
         self.seconds += time.perf_counter() - began
 
     def observer(self, label: str, set_index: int, feeds):
