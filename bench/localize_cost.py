@@ -6,7 +6,9 @@ Each model is optimized by onnxrefine (default pipeline, no verification) and th
 against the original on the corpus inputs plus generated stress sets, once with localize=False and
 once with localize=True. Prints one row per model: intermediate values judged, those skipped as
 computed identically, onnxruntime batches/runs/sessions, the two verification times and the ratio,
-and the verdicts (with the first bad value, if any). Peak RSS is the child process's, per run.
+and the verdicts (with the first bad value, if any). Peak RSS is the child process's, per run. The
+process's CPU time is printed too (less sensitive to other load than wall clock), and how many
+input sets localisation judged on the output check's own float64 evaluation ("shared f64").
 """
 
 from __future__ import annotations
@@ -35,11 +37,11 @@ def _one(corpus: str, name: str, localize: bool) -> dict:
     sets = [given] + [feeds for label, feeds in generate_labelled_inputs(model, seed=0, trials=0)
                       if label.startswith("stress")
                       and all(np.shape(feeds[k]) == np.shape(v) for k, v in given.items())]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     report = verify_models(model, optimized, inputs=sets, trials=2, dims=dims, localize=localize)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     section = report.localisation or {}
-    return {"seconds": seconds, "verdict": report.verdict, "nodes": len(model.graph.node),
+    return {"seconds": seconds, "cpu": cpu, "shared": section.get("shared_reference"), "verdict": report.verdict, "nodes": len(model.graph.node),
             "checked": section.get("checked"), "identical": section.get("identical_computation"),
             "batches": section.get("batches"), "runs": section.get("runs"), "sessions": section.get("sessions"),
             "first_bad": (section.get("first_bad") or {}).get("name"), "sets": len(report.input_sets),
@@ -56,7 +58,7 @@ def main() -> None:
         print(json.dumps(_one(args.corpus, args.models[0], args.child[1] == "1")))
         return
     header = ("model", "nodes", "sets", "judged", "identical", "batches", "ort runs", "verify s",
-              "+localise s", "ratio", "peak MiB off/on", "verdict", "first bad")
+              "+localise s", "ratio", "cpu s off/on", "shared f64", "peak MiB off/on", "verdict", "first bad")
     print(" | ".join(header))
     for name in args.models:
         runs = {}
@@ -68,6 +70,7 @@ def main() -> None:
         print(" | ".join(str(v) for v in (
             name, on["nodes"], on["sets"], on["checked"], on["identical"], on["batches"], on["runs"],
             f"{off['seconds']:.1f}", f"{on['seconds']:.1f}", f"{on['seconds'] / off['seconds']:.2f}",
+            f"{off['cpu']:.1f}/{on['cpu']:.1f}", on["shared"],
             f"{off['rss_mib']:.0f}/{on['rss_mib']:.0f}", on["verdict"], on["first_bad"])), flush=True)
 
 

@@ -118,11 +118,12 @@ def verify_models(original, candidate, *,
                     raise  # a missing or unreadable file is bad input, not a finding
                 candidate_failure = str(exc)
             labelled = _input_sets(original_file.proto, inputs, trials, seed, dims, stress)
+            early = _early_localisation(original, candidate, seed) if localize and candidate_file is not None else None
             report = _verify(original_file, candidate_file, candidate_failure, labelled, inputs is not None,
                              trials, seed, dims, stress, time_budget_s, deployment, custom_op_library,
-                             (atol, rtol))
+                             (atol, rtol), early=early)
             if localize:
-                _localize(report, original, candidate, labelled, seed, time_budget_s)
+                _localize(report, original, candidate, labelled, seed, time_budget_s, early)
             return report
         finally:
             for opened, given in ((original_file, original), (candidate_file, candidate)):
@@ -143,15 +144,26 @@ def _input_sets(model: onnx.ModelProto, inputs, trials, seed, dims, stress) -> l
     return [(label, feeds) for (label, _), feeds in zip(labelled, checked)]
 
 
-def _localize(report, original, candidate, labelled, seed, time_budget_s) -> None:
+def _early_localisation(original, candidate, seed):
+    """Localisation that observes the output check's float64 evaluations (localize_shared.py); it
+    loads the whole models when the output check reaches them."""
+    from onnxrefine.verify.localize_shared import EarlyLocalisation
+
+    return EarlyLocalisation(original, candidate, seed, _whole_proto)
+
+
+def _localize(report, original, candidate, labelled, seed, time_budget_s, early=None) -> None:
     """Layer-wise localisation on the input sets the output checks used (see localize.py)."""
     from onnxrefine.verify.localize import include_outputs, localize
 
     if any("candidate failed" in note for note in report.notes):
         report.localisation = {"status": "not run: the candidate failed to load or run"}
         return
-    original_model = _whole_proto(original, "original model")
-    candidate_model = _whole_proto(candidate, "candidate model")
+    if early is not None:
+        original_model, candidate_model = early.load()
+    else:
+        original_model = _whole_proto(original, "original model")
+        candidate_model = _whole_proto(candidate, "candidate model")
     if original_model is None or candidate_model is None:
         report.localisation = {"status": f"not run: a model's weights exceed {LOCALIZE_MAX_BYTES >> 20} MiB "
                                          "(localisation holds both models in memory)"}
@@ -160,7 +172,8 @@ def _localize(report, original, candidate, labelled, seed, time_budget_s) -> Non
     spent = report.timings.get("total_s", 0.0)
     section = localize(original_model, candidate_model, used, u=report.settings["unit_roundoff"],
                        perturb_count=report.settings["perturbation_runs"], seed=seed,
-                       time_budget_s=None if time_budget_s is None else max(0.0, time_budget_s - spent))
+                       time_budget_s=None if time_budget_s is None else max(0.0, time_budget_s - spent),
+                       early=early)
     include_outputs(section, original_model, report.outputs)
     report.localisation = section
     report.verdict = verdict_rules.worst([report.verdict,
@@ -197,7 +210,7 @@ def _whole_proto(given, role: str) -> onnx.ModelProto | None:
 
 
 def _verify(original_file, candidate_file, candidate_failure, labelled, inputs_given, trials, seed, dims,
-            stress, time_budget_s, deployment, custom_op_library, tolerance) -> VerificationReport:
+            stress, time_budget_s, deployment, custom_op_library, tolerance, early=None) -> VerificationReport:
     started = time.perf_counter()
     original_model = original_file.proto
     candidate_model = candidate_file.proto if candidate_file is not None else None
@@ -249,10 +262,13 @@ def _verify(original_file, candidate_file, candidate_failure, labelled, inputs_g
         track.collect(output_names, output_map, labelled)
         for index, names in track.differing_float.items():
             needs_reference.setdefault(index, set()).update(names)
+    if early is not None and strict_track.candidate_failure is None:
+        early.start(labelled, u, perturb_count)  # localisation observes the evaluations below
     for index, names in sorted(needs_reference.items()):
         _add_reference(original_file, labelled[index][1], sorted(names),
                        [track.set_evidence[index] for track in tracks if index < len(track.set_evidence)],
-                       reference_state)
+                       reference_state, None if early is None or early.localizer is None else
+                       (lambda i=index: early.observer(labelled[i][0], i, labelled[i][1])))
     for track in tracks:
         for index in track.differing_sets:
             _add_decision_evidence(original_file, labelled[index][1], track.set_evidence[index],
@@ -444,7 +460,9 @@ def _add_perturbation_runs(track, original_file, labelled, indices, count, seed,
                     item.perturbed.append(results[name])
 
 
-def _add_reference(model_file, feeds, names, evidence_sets, state) -> None:
+def _add_reference(model_file, feeds, names, evidence_sets, state, observer=None) -> None:
+    """`observer`: a callable giving (observe, finish) for localisation to watch this evaluation
+    (localize_shared.py) or None."""
     if state["status"] == "unavailable":
         return
     try:
@@ -455,14 +473,21 @@ def _add_reference(model_file, feeds, names, evidence_sets, state) -> None:
     # Weights stay on disk (memory-mapped) when the model is a file.
     extra = {"base_dir": model_file.base_dir} if model_file.base_dir is not None else {}
     progress.report(detail="float64 reference")
+    watch = observer() if observer is not None else None
     try:
-        values = evaluate_float64(model_file.proto, feeds, outputs=names, **extra)
+        values = evaluate_float64(model_file.proto, feeds, outputs=names, observe=watch and watch[0], **extra)
     except UnsupportedOperatorError as exc:
+        if watch:
+            watch[1](exc)
         state.update(status="unavailable", reason=str(exc).splitlines()[0] if str(exc) else "unsupported")
         return
     except Exception as exc:  # a reference bug must not sink the verdict: fall back, say why
+        if watch:
+            watch[1](exc)
         state.update(status="unavailable", reason=f"float64 evaluator failed: {type(exc).__name__}: {exc}")
         return
+    if watch:
+        watch[1](None)
     state["status"] = "float64"
     for set_evidence in evidence_sets:
         for name in names:

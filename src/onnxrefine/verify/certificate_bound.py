@@ -50,7 +50,7 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.compare import bit_identical, value_class
+from onnxrefine.verify.compare import bit_identical
 from onnxrefine.verify.reference import UnsupportedOperatorError, evaluate_float64
 
 
@@ -251,7 +251,7 @@ def _judge_against_original(labels: list[str], o: np.ndarray, c: np.ndarray, n: 
     if flip.any():
         raise _where(flip, labels, o, c, o64, "flips the sign of an exact zero")
     territory = np.array([lab == "huge" and accumulates for lab in labels]).reshape((-1,) + (1,) * (o.ndim - 1))
-    co, cc = value_class(o64), value_class(c64)
+    co, cc = _classes(o64), _classes(c64)
     m = _rms_rows(o64)
     with np.errstate(invalid="ignore", over="ignore"):
         close = np.abs(c64 - o64) <= 2 * gamma * np.maximum(np.abs(np.nan_to_num(o64)), m) + 2 * n * float(
@@ -291,7 +291,88 @@ def _rms_rows(values: np.ndarray) -> np.ndarray:
 
 def _judge(labels: list[str], o: np.ndarray, c: np.ndarray, r: np.ndarray, n: int, accumulates: bool,
            unsigned: bool = False) -> tuple[float, int]:
-    """The bound of the module docstring; rows (axis 0) are the input sets named by `labels`."""
+    """The bound of the module docstring; rows (axis 0) are the input sets named by `labels`.
+
+    Rows where O, C and R are all finite (most sets, most of the time) are judged by
+    `_judge_finite`, the same rules with every value class known to be "finite" (about a third of
+    the array passes); the others by `_judge_general`. Each row is judged on its own either way
+    (m is per row), so the split changes no outcome."""
+    if o.ndim == 0 or o.size == 0:
+        return _judge_general(labels, o, c, r, n, accumulates, unsigned)
+    rows = o.shape[0]
+    o64, c64 = o.astype(np.float64), c.astype(np.float64)
+    finite = (np.isfinite(o64).reshape(rows, -1).all(axis=1) & np.isfinite(c64).reshape(rows, -1).all(axis=1)
+              & np.isfinite(r).reshape(rows, -1).all(axis=1))
+    if not finite.any():
+        return _judge_general(labels, o, c, r, n, accumulates, unsigned)
+    if finite.all():
+        return _judge_finite(labels, o, c, r, o64, c64, n, accumulates, unsigned)
+    yes, no = np.flatnonzero(finite), np.flatnonzero(~finite)
+    first = _judge_finite([labels[i] for i in yes], o[yes], c[yes], r[yes], o64[yes], c64[yes], n, accumulates,
+                          unsigned)
+    second = _judge_general([labels[i] for i in no], o[no], c[no], r[no], n, accumulates, unsigned)
+    return max(first[0], second[0]), first[1] + second[1]
+
+
+_INT_VIEWS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _classes(values: np.ndarray) -> np.ndarray:
+    """compare.value_class (0 finite, 1 +inf, 2 -inf, 3 NaN) in fewer passes."""
+    out = np.zeros(values.shape, dtype=np.int8)
+    special = ~np.isfinite(values)
+    if special.any():
+        picked = values[special]
+        out[special] = np.where(np.isnan(picked), 3, np.where(picked > 0, 1, 2))
+    return out
+
+
+def _judge_finite(labels, o, c, r, o64, c64, n: int, accumulates: bool, unsigned: bool) -> tuple[float, int]:
+    """`_judge_general` where O, C and R are finite everywhere: its masks with every class 0
+    (broke_alike and nonfinite_ok empty, beyond = not in range)."""
+    info = np.finfo(o.dtype)
+    u = float(info.eps) / 2
+    gamma = n * u / (1 - n * u) if n * u < 1 else np.inf
+    eta, top = float(info.smallest_subnormal), float(info.max)
+    view = _INT_VIEWS.get(o.dtype.itemsize)  # no NaN here: same bits is the whole of bit_identical
+    same = (np.ascontiguousarray(o).view(view) == np.ascontiguousarray(c).view(view)) if view is not None \
+        and o.dtype == c.dtype else bit_identical(o, c)
+    zeros = c64 == 0
+    if zeros.any():
+        both = zeros & (o64 == 0)
+        if unsigned:
+            same = same | both
+        else:
+            zero_flip = both & (r == 0) & (np.signbit(r) == np.signbit(o64)) & (np.signbit(c64) != np.signbit(o64))
+            if zero_flip.any():
+                raise _where(zero_flip, labels, o, c, r, "flips the sign of an exact zero")
+    rows = o.shape[0]
+    m = np.sqrt(np.mean(np.square(r.reshape(rows, -1)), axis=1)).reshape((-1,) + (1,) * (o.ndim - 1))
+    abs_r = np.abs(r)
+    with np.errstate(invalid="ignore", over="ignore"):
+        allowed = 2 * np.abs(o64 - r) + gamma * np.maximum(abs_r, m) + n * eta
+        error = np.abs(c64 - r)
+    in_range = abs_r <= top
+    ok = same | ~in_range | (error <= allowed)  # value_ok | beyond | same
+    if accumulates:
+        huge = np.sqrt(top)
+        huge_inputs = np.array([lab == "huge" for lab in labels]).reshape((-1,) + (1,) * (o.ndim - 1))
+        territory = (abs_r > huge) | (np.abs(o64) > huge) | huge_inputs
+        excused = territory & ~ok
+    else:
+        excused = np.zeros(o.shape, dtype=bool)
+    bad = ~ok & ~excused
+    if bad.any():
+        finite_c = in_range
+        what = "outside the float64 bound" if (bad & finite_c).any() else "changes which values are inf/NaN"
+        raise _where(bad & finite_c if (bad & finite_c).any() else bad, labels, o, c, r, what)
+    usable = in_range & ~same & (allowed > 0) & ~excused
+    return float(np.max(error[usable] / allowed[usable], initial=0.0)), int(excused.sum())
+
+
+def _judge_general(labels: list[str], o: np.ndarray, c: np.ndarray, r: np.ndarray, n: int, accumulates: bool,
+                   unsigned: bool = False) -> tuple[float, int]:
+    """The bound of the module docstring on any rows."""
     huge_inputs = np.array([lab == "huge" for lab in labels]).reshape((-1,) + (1,) * (o.ndim - 1))
     info = np.finfo(o.dtype)
     u = float(info.eps) / 2
@@ -300,7 +381,7 @@ def _judge(labels: list[str], o: np.ndarray, c: np.ndarray, r: np.ndarray, n: in
     top = float(info.max)
     same = bit_identical(o, c)
     o64, c64 = o.astype(np.float64), c.astype(np.float64)
-    co, cc, cr = value_class(o64), value_class(c64), value_class(r)
+    co, cc, cr = _classes(o64), _classes(c64), _classes(r)
     zero_flip = (r == 0) & (o64 == 0) & (c64 == 0) & (np.signbit(r) == np.signbit(o64)) & \
         (np.signbit(c64) != np.signbit(o64)) & (not unsigned)
     if unsigned:

@@ -30,8 +30,13 @@ The shape/dtype check in localize.py stays as a further guard.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
+import numpy as np
 import onnx
+
+from onnxrefine.verify import graphinfo
+from onnxrefine.verify import verdict as verdict_rules
 
 # Ops whose output, with the other inputs fixed, determines the input in the one slot that changed:
 # only these vouch that a changed input holds the original's value. Idempotent (Relu, Abs, Floor),
@@ -235,3 +240,124 @@ def structural_digests(model: onnx.ModelProto) -> dict[str, bytes]:
             if out:
                 digests[out] = hashlib.blake2b(base + index.to_bytes(4, "little"), digest_size=16).digest()
     return digests
+
+
+# -- the pairs localisation judges (moved from localize.py) ------------------------------------------
+
+UNKNOWN_VALUE_BYTES = 1 << 20  # what a value of unknown shape counts as when batching
+
+
+@dataclass
+class Pair:
+    """One intermediate value held by both models."""
+
+    name: str  # in the original
+    candidate_name: str
+    order: int  # index of the original's producing node
+    node: str
+    op: str
+    candidate_node: str
+    candidate_op: str
+    est_bytes: int
+    bound: verdict_rules.RoundingBound | None = None
+
+
+def find_pairs(original: onnx.ModelProto, candidate: onnx.ModelProto, feeds, u: float
+               ) -> tuple[list[Pair], dict]:
+    """The intermediate values worth judging, in the original's topological order, and counts."""
+    orig_digests, cand_digests = structural_digests(original), structural_digests(candidate)
+    mapping, stats = correspondences(original, candidate, orig_digests, cand_digests)
+    cand_producers = {out: node for node in candidate.graph.node for out in node.output if out}
+    output_names = {out.name for out in original.graph.output}
+    stats.update(paired=0, identical_computation=0, dead=0, type_differs=[])
+    orig_live, cand_live = live_values(original), live_values(candidate)
+    pairs = []
+    for order, node in enumerate(original.graph.node):
+        for name in node.output:
+            cand_name = mapping.get(name)
+            if not name or name in output_names or cand_name is None:
+                continue
+            if name not in orig_live or cand_name not in cand_live:
+                stats["dead"] += 1  # reaches no output: whatever it holds changes nothing
+                continue
+            stats["paired"] += 1
+            if orig_digests.get(name) == cand_digests.get(cand_name):
+                stats["identical_computation"] += 1
+                continue
+            cand_node = cand_producers[cand_name]
+            pairs.append(Pair(name, cand_name, order, node.name, node.op_type, cand_node.name,
+                              cand_node.op_type, UNKNOWN_VALUE_BYTES))
+    if not pairs:
+        return pairs, stats
+    orig_types = _value_types(original, feeds, [p.name for p in pairs])
+    cand_types = _value_types(candidate, feeds, [p.candidate_name for p in pairs])
+    kept = []
+    for pair in pairs:
+        mine, theirs = orig_types.get(pair.name), cand_types.get(pair.candidate_name)
+        if mine and theirs and not _types_agree(mine, theirs):
+            stats["type_differs"].append(pair.name)
+            continue
+        if mine and mine[1] is not None and all(isinstance(d, int) for d in mine[1]):
+            itemsize = np.dtype(graphinfo.np_dtype(mine[0])).itemsize if mine[0] else 4
+            pair.est_bytes = int(np.prod(mine[1], dtype=np.int64)) * itemsize
+        kept.append(pair)
+    depths = _depths(original, feeds, [p.name for p in kept])
+    for pair in kept:
+        pair.bound = verdict_rules.RoundingBound.for_output(
+            u, *depths.get(pair.name, (1, graphinfo.UNKNOWN_DIM)))
+    return kept, stats
+
+
+def _types_agree(mine, theirs) -> bool:
+    if mine[0] and theirs[0] and mine[0] != theirs[0]:
+        return False
+    if mine[1] is None or theirs[1] is None or len(mine[1]) != len(theirs[1]):
+        return mine[1] is None or theirs[1] is None
+    return all(a is None or b is None or a == b for a, b in zip(mine[1], theirs[1]))
+
+
+def _light_copy(model: onnx.ModelProto, outputs) -> onnx.ModelProto:
+    """The model without the bytes of large initializers (shape inference needs only their dims),
+    with `outputs` as its graph outputs."""
+    light = onnx.ModelProto()
+    graph = model.graph
+    light.CopyFrom(onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                                   functions=model.functions))
+    light.graph.name = graph.name
+    light.graph.node.extend(graph.node)
+    light.graph.input.extend(graph.input)
+    light.graph.value_info.extend(graph.value_info)
+    for init in graph.initializer:
+        if int(np.prod(init.dims, dtype=np.int64)) <= 64:
+            light.graph.initializer.append(init)
+        else:
+            light.graph.initializer.add(name=init.name, dims=init.dims, data_type=init.data_type)
+    for name in outputs:
+        light.graph.output.add().name = name
+    return light
+
+
+def _value_types(model, feeds, names) -> dict:
+    """Name -> (elem_type or 0, shape tuple or None) from shape inference, inputs pinned to feeds."""
+    light = _light_copy(model, [])
+    graphinfo.pin_input_shapes(light, feeds)
+    try:
+        light = onnx.shape_inference.infer_shapes(light, strict_mode=False)
+    except Exception:  # shape inference is a help here, never a requirement
+        pass
+    wanted, found = set(names), {}
+    for value in light.graph.value_info:
+        if value.name in wanted and value.type.HasField("tensor_type"):
+            tensor_type = value.type.tensor_type
+            shape = None
+            if tensor_type.HasField("shape"):
+                shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+            found[value.name] = (tensor_type.elem_type, shape)
+    return found
+
+
+def _depths(model, feeds, names) -> dict:
+    try:
+        return graphinfo.accumulation_depths(_light_copy(model, names), feeds)
+    except Exception:
+        return {}

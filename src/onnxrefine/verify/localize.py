@@ -18,7 +18,8 @@ bit alike, so there is nothing to judge). A pair whose shape or dtype differs is
 it is listed as not comparable and not judged.
 
 How. Per input set (the ones verification used), the original is evaluated once in float64 with an
-observer (reference.evaluate_float64(observe=...)); values are grouped into batches, in topological
+observer (reference.evaluate_float64(observe=...)): the output check's own evaluation of that set
+where it makes one (verify_models, localize_shared.py), else one of localisation's; values are grouped into batches, in topological
 order, whose estimated size (one copy in their own dtype) stays under `max_batch_bytes`; once the
 reference has produced a batch's last value, both models run in onnxruntime with that batch exposed
 as extra graph outputs (original twice, candidate once), each value is judged, and everything of the
@@ -43,28 +44,13 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import compare, graphinfo
-from onnxrefine.verify.correspond import correspondences, live_values, structural_digests
+from onnxrefine.verify.correspond import Pair, find_pairs  # noqa: F401 - find_pairs re-exported
 from onnxrefine.verify import verdict as verdict_rules
 from onnxrefine.verify.runner import ModelRunner, RunFailedError
+from onnxrefine.verify.runtime_artefacts import ArtefactCheck
 
 DEFAULT_BATCH_BYTES = 128 << 20
 SHARED_SESSION_FACTOR = 4  # one session exposing every value while they total <= 4 batches
-UNKNOWN_VALUE_BYTES = 1 << 20  # what a value of unknown shape counts as when batching
-
-
-@dataclass
-class Pair:
-    """One intermediate value held by both models."""
-
-    name: str  # in the original
-    candidate_name: str
-    order: int  # index of the original's producing node
-    node: str
-    op: str
-    candidate_node: str
-    candidate_op: str
-    est_bytes: int
-    bound: verdict_rules.RoundingBound | None = None
 
 
 @dataclass
@@ -88,6 +74,7 @@ class ValueResult:
     reference: bool = False
     bound_n: int = 0
     mismatch_sets: list = field(default_factory=list)  # labels of the input sets judged mismatch
+    runtime_artefact: str = ""  # why a mismatch is onnxruntime's doing (runtime_artefacts.py)
     stats_from_extreme: bool = False  # the figures above come from extreme-magnitude sets only
 
     def to_dict(self) -> dict:
@@ -100,112 +87,13 @@ class ValueResult:
         text = f"{self.name} ({where}) {self.verdict}: {self.unexplained}/{self.size} element(s) unexplained"
         if self.mismatch_sets:
             text += f" (input sets {', '.join(self.mismatch_sets)})"
+        if self.runtime_artefact:
+            text += f"; {self.runtime_artefact}"
         if self.reference and self.cand_err_max is not None:
             text += f", cand err vs f64 {self.cand_err_max:.3g} vs orig err {self.orig_err_max or 0.0:.3g}"
         else:
             text += f", max_abs {self.max_abs:.3g}"
         return text
-
-
-def find_pairs(original: onnx.ModelProto, candidate: onnx.ModelProto, feeds, u: float
-               ) -> tuple[list[Pair], dict]:
-    """The intermediate values worth judging, in the original's topological order, and counts."""
-    orig_digests, cand_digests = structural_digests(original), structural_digests(candidate)
-    mapping, stats = correspondences(original, candidate, orig_digests, cand_digests)
-    cand_producers = {out: node for node in candidate.graph.node for out in node.output if out}
-    output_names = {out.name for out in original.graph.output}
-    stats.update(paired=0, identical_computation=0, dead=0, type_differs=[])
-    orig_live, cand_live = live_values(original), live_values(candidate)
-    pairs = []
-    for order, node in enumerate(original.graph.node):
-        for name in node.output:
-            cand_name = mapping.get(name)
-            if not name or name in output_names or cand_name is None:
-                continue
-            if name not in orig_live or cand_name not in cand_live:
-                stats["dead"] += 1  # reaches no output: whatever it holds changes nothing
-                continue
-            stats["paired"] += 1
-            if orig_digests.get(name) == cand_digests.get(cand_name):
-                stats["identical_computation"] += 1
-                continue
-            cand_node = cand_producers[cand_name]
-            pairs.append(Pair(name, cand_name, order, node.name, node.op_type, cand_node.name,
-                              cand_node.op_type, UNKNOWN_VALUE_BYTES))
-    if not pairs:
-        return pairs, stats
-    orig_types = _value_types(original, feeds, [p.name for p in pairs])
-    cand_types = _value_types(candidate, feeds, [p.candidate_name for p in pairs])
-    kept = []
-    for pair in pairs:
-        mine, theirs = orig_types.get(pair.name), cand_types.get(pair.candidate_name)
-        if mine and theirs and not _types_agree(mine, theirs):
-            stats["type_differs"].append(pair.name)
-            continue
-        if mine and mine[1] is not None and all(isinstance(d, int) for d in mine[1]):
-            itemsize = np.dtype(graphinfo.np_dtype(mine[0])).itemsize if mine[0] else 4
-            pair.est_bytes = int(np.prod(mine[1], dtype=np.int64)) * itemsize
-        kept.append(pair)
-    depths = _depths(original, feeds, [p.name for p in kept])
-    for pair in kept:
-        pair.bound = verdict_rules.RoundingBound.for_output(
-            u, *depths.get(pair.name, (1, graphinfo.UNKNOWN_DIM)))
-    return kept, stats
-
-
-def _types_agree(mine, theirs) -> bool:
-    if mine[0] and theirs[0] and mine[0] != theirs[0]:
-        return False
-    if mine[1] is None or theirs[1] is None or len(mine[1]) != len(theirs[1]):
-        return mine[1] is None or theirs[1] is None
-    return all(a is None or b is None or a == b for a, b in zip(mine[1], theirs[1]))
-
-
-def _light_copy(model: onnx.ModelProto, outputs) -> onnx.ModelProto:
-    """The model without the bytes of large initializers (shape inference needs only their dims),
-    with `outputs` as its graph outputs."""
-    light = onnx.ModelProto()
-    graph = model.graph
-    light.CopyFrom(onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
-                                   functions=model.functions))
-    light.graph.name = graph.name
-    light.graph.node.extend(graph.node)
-    light.graph.input.extend(graph.input)
-    light.graph.value_info.extend(graph.value_info)
-    for init in graph.initializer:
-        if int(np.prod(init.dims, dtype=np.int64)) <= 64:
-            light.graph.initializer.append(init)
-        else:
-            light.graph.initializer.add(name=init.name, dims=init.dims, data_type=init.data_type)
-    for name in outputs:
-        light.graph.output.add().name = name
-    return light
-
-
-def _value_types(model, feeds, names) -> dict:
-    """Name -> (elem_type or 0, shape tuple or None) from shape inference, inputs pinned to feeds."""
-    light = _light_copy(model, [])
-    graphinfo.pin_input_shapes(light, feeds)
-    try:
-        light = onnx.shape_inference.infer_shapes(light, strict_mode=False)
-    except Exception:  # shape inference is a help here, never a requirement
-        pass
-    wanted, found = set(names), {}
-    for value in light.graph.value_info:
-        if value.name in wanted and value.type.HasField("tensor_type"):
-            tensor_type = value.type.tensor_type
-            shape = None
-            if tensor_type.HasField("shape"):
-                shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
-            found[value.name] = (tensor_type.elem_type, shape)
-    return found
-
-
-def _depths(model, feeds, names) -> dict:
-    try:
-        return graphinfo.accumulation_depths(_light_copy(model, names), feeds)
-    except Exception:
-        return {}
 
 
 def batches_of(pairs: list[Pair], max_bytes: int) -> list[list[Pair]]:
@@ -269,15 +157,34 @@ class Localizer:
         self.reference_reason = ""
         self.failure: str | None = None
         self._cached: tuple | None = None
+        self.sets_run = 0
+        self.artefacts = ArtefactCheck(original, candidate, lambda model, names, feeds: _fetch(
+            runner_with_outputs(model, names, "model"), names, feeds))
 
     def run_set(self, set_index: int, feeds, *, extreme: bool, nonfinite: bool, label: str = "") -> None:
+        observe, finish = self.set_observer(set_index, feeds, extreme=extreme, nonfinite=nonfinite, label=label)
+        from onnxrefine.verify.reference import evaluate_float64
+
+        try:
+            evaluate_float64(self.original, feeds, outputs=[], observe=observe)
+        except Exception as exc:  # noqa: BLE001 - see finish
+            finish(exc)
+        else:
+            finish(None)
+
+    def set_observer(self, set_index: int, feeds, *, extreme: bool, nonfinite: bool, label: str = ""):
+        """(observe, finish) for one input set: `observe` goes to a float64 evaluation of the
+        original (evaluate_float64(observe=...)), which may be one made for another purpose (the
+        output check's: verify_models shares it); `finish(exc)` after it, with the exception it
+        raised or None."""
         if self.failure is not None:
-            return
+            return (lambda name, value: None), (lambda exc: None)
         last_of = {batch[-1].name: index for index, batch in enumerate(self.batches)}
         wanted = {pair.name for pair in self.pairs}
         reference: dict = {}
         done: set[int] = set()
         context = (set_index, feeds, extreme, nonfinite, label or f"set{set_index}")
+        self.sets_run += 1
 
         def observe(name, value):
             if name in wanted:
@@ -290,19 +197,20 @@ class Localizer:
                 except Exception as exc:  # noqa: BLE001 - not the reference's fault; stop localising
                     self.failure = f"{type(exc).__name__}: {exc}"
 
-        from onnxrefine.verify.reference import evaluate_float64
+        def finish(exc) -> None:
+            if exc is None:
+                if self.reference_state == "not needed":
+                    self.reference_state = "float64"
+            else:  # unsupported op or an evaluator bug: the values it reached are judged against
+                # float64, the rest by the fallback rules
+                self.reference_state = "partial"
+                self.reference_reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            for index in range(len(self.batches)):
+                if index not in done and self.failure is None:
+                    self._judge_batch(index, context, reference)
+            reference.clear()
 
-        try:
-            evaluate_float64(self.original, feeds, outputs=[], observe=observe)
-            if self.reference_state == "not needed":
-                self.reference_state = "float64"
-        except Exception as exc:  # unsupported op or an evaluator bug: the values it reached are
-            # judged against float64, the rest by the fallback rules
-            self.reference_state = "partial"
-            self.reference_reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        for index in range(len(self.batches)):
-            if index not in done and self.failure is None:
-                self._judge_batch(index, context, reference)
+        return observe, finish
 
     def _sessions(self, index: int):
         """(original, candidate) sessions exposing the batch's values, or all values when their
@@ -371,7 +279,9 @@ class Localizer:
             if failing else []
         for pair, item in failing:
             item.perturbed = [runs[pair.name] for runs in perturbed]
-            self._record(pair, item, label, verdict_rules.judge_output([item], pair.bound))
+            judgement = verdict_rules.judge_output([item], pair.bound)
+            self.artefacts.review(set_index, pair, item, judgement, feeds, self.results[pair.name])
+            self._record(pair, item, label, judgement)
         for pair in self.batches[index]:
             reference.pop(pair.name, None)
 
@@ -438,35 +348,33 @@ def _max_differences(candidate: np.ndarray, original: np.ndarray) -> tuple[float
 
 def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int, seed: int,
              max_batch_bytes: int = DEFAULT_BATCH_BYTES,
-             time_budget_s: float | None = None) -> dict:
-    """Judge the shared intermediate values on `labelled_sets` [(label, feeds)]; the report section."""
+             time_budget_s: float | None = None, early=None) -> dict:
+    """Judge the shared intermediate values on `labelled_sets` [(label, feeds)]; the report section.
+    `early`: the localisation verify_models began during its output check (localize_shared.py; the
+    sets it localised then are not run again)."""
     started = time.perf_counter()
-    section = {"status": "done", "verdict": verdict_rules.EXACT, "first_bad": None, "first_differing": None,
-               "values": [], "not_comparable": {}, "notes": []}
-    if not labelled_sets:
-        section["status"] = "not run: no input sets"
+    if early is not None and early.section is not None:
+        section, localizer = early.section, early.localizer
+        started -= early.seconds
+        done = early.labels
+    else:
+        section, localizer = _prepare(original, candidate, labelled_sets, u, perturb_count, seed, max_batch_bytes)
+        done = set()
+    if localizer is None:
         return section
-    pairs, stats = find_pairs(original, candidate, labelled_sets[0][1], u)
-    section.update(paired=stats["paired"], paired_by_name=stats["by_name"], paired_by_role=stats["by_role"],
-                   names_reused=stats["name_reused"], ambiguous=stats["ambiguous"],
-                   identical_computation=stats["identical_computation"], dead=stats["dead"],
-                   checked=len(pairs))
-    section["not_comparable"].update({name: "declared type or shape differs" for name in stats["type_differs"]})
-    localizer = Localizer(original, candidate, pairs, perturb_count=perturb_count, seed=seed,
-                          max_batch_bytes=max_batch_bytes)
     from onnxrefine.verify import _has_nonfinite, _is_extreme
 
-    sets_run = 0
     for set_index, (label, feeds) in enumerate(labelled_sets):
-        if not pairs:
+        if not localizer.pairs:
             break
+        if label in done:
+            continue
         if time_budget_s is not None and set_index > 0 and time.perf_counter() - started > time_budget_s:
             section["notes"].append(f"time budget spent: {len(labelled_sets) - set_index} input set(s) "
                                     "not localised")
             break
         localizer.run_set(set_index, feeds, extreme=_is_extreme(feeds), nonfinite=_has_nonfinite(feeds),
                           label=label)
-        sets_run += 1
     localizer._cached = None
     if localizer.failure is not None:
         section["status"] = f"failed: {localizer.failure}"
@@ -484,9 +392,27 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
         section["notes"].append(f"the float64 reference stopped ({localizer.reference_reason}): values "
                                 "after that point judged by the fallback rules (no float64)")
     section.update(reference=localizer.reference_state, batches=len(localizer.batches), runs=localizer.runs,
-                   sessions=localizer.sessions_built, input_sets=sets_run, max_batch_bytes=max_batch_bytes,
+                   artefact_runs=localizer.artefacts.runs, shared_reference=len(done),
+                   sessions=localizer.sessions_built, input_sets=localizer.sets_run, max_batch_bytes=max_batch_bytes,
                    seconds=round(time.perf_counter() - started, 4))
     return section
+
+
+def _prepare(original, candidate, labelled_sets, u, perturb_count, seed, max_batch_bytes):
+    """The section's start and the Localizer (None when there is nothing to run)."""
+    section = {"status": "done", "verdict": verdict_rules.EXACT, "first_bad": None, "first_differing": None,
+               "values": [], "not_comparable": {}, "notes": []}
+    if not labelled_sets:
+        section["status"] = "not run: no input sets"
+        return section, None
+    pairs, stats = find_pairs(original, candidate, labelled_sets[0][1], u)
+    section.update(paired=stats["paired"], paired_by_name=stats["by_name"], paired_by_role=stats["by_role"],
+                   names_reused=stats["name_reused"], ambiguous=stats["ambiguous"],
+                   identical_computation=stats["identical_computation"], dead=stats["dead"],
+                   checked=len(pairs))
+    section["not_comparable"].update({name: "declared type or shape differs" for name in stats["type_differs"]})
+    return section, Localizer(original, candidate, pairs, perturb_count=perturb_count, seed=seed,
+                              max_batch_bytes=max_batch_bytes)
 
 
 def include_outputs(section: dict, original: onnx.ModelProto, outputs) -> None:

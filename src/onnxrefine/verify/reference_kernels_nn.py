@@ -183,11 +183,19 @@ def _pool_setup(call, x, pad_value):
 def _max_pool(call):
     x = call.inputs[0]
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    win, geometry = _pool_setup(call, x, low)
+    nan = x.dtype.kind == "f" and bool(np.isnan(x).any())
+    # NaN in a window: the spec does not say; onnx's reference implementation (its general path)
+    # and onnxruntime's 1-D kernels skip NaN elements (its 2-D kernels keep a NaN met first: no
+    # reading matches all of onnxruntime). Padding is no element either, so NaN is padded in.
+    win, geometry = _pool_setup(call, x, np.nan if nan else low)
     kernel, strides, dilations, _, begins, _, _, out_sizes = geometry
     d = len(kernel)
     k_axes = tuple(range(2 + d, 2 + 2 * d))
-    out = np.max(win, axis=k_axes)
+    if nan:
+        out = _nan_skipping_max(call, win, k_axes)
+        win = np.where(np.isnan(win), -np.inf, win)  # for the indices: NaN is never the maximum
+    else:
+        out = np.max(win, axis=k_axes)
     results = [np.ascontiguousarray(out)]
     if call.num_outputs > 1:
         flat = win.reshape(*win.shape[: 2 + d], -1)
@@ -208,6 +216,20 @@ def _max_pool(call):
         base = (np.arange(n).reshape(n, 1) * c + np.arange(c).reshape(1, c)) * int(np.prod(spatial))
         results.append((base.reshape(n, c, *([1] * d)) + flat_spatial).astype(np.int64))
     return results
+
+
+def _nan_skipping_max(call, win, k_axes):
+    """The maximum of each window's non-NaN elements. A window with none (NaN and padding only) has
+    no maximum; onnxruntime's float32 kernel gives its initial value there, the lowest finite
+    float32 (its float16 kernel -inf), and the reference takes that reading: the other one, NaN,
+    would make a model whose original overflows behind it (a folded scale) look wrong for staying
+    finite (fuzz case 487 of seed 1000000)."""
+    out = np.fmax.reduce(win.reshape(*win.shape[: win.ndim - len(k_axes)], -1), axis=-1)
+    empty = np.isnan(out)
+    if empty.any():
+        narrow = call.node.output[0] in getattr(call.evaluator, "narrow_types", {})
+        out = np.where(empty, -np.inf if narrow else -float(np.finfo(np.float32).max), out)
+    return out
 
 
 def _average_pool(call):
