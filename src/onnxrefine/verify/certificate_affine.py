@@ -1,0 +1,228 @@
+"""Certificates by proof for per-channel affine folds into a convolution (Conv -> BN/Mul/Add/Sub/Div).
+
+Why: running a fold's matched subgraph on adversarial sets costs a convolution over every weight
+six times, in onnxruntime and again in float64, for each of the dozens of BatchNormalization folds
+a CNN holds: more than the optimization itself. For this family a proof is cheaper and stronger.
+
+The original computes y = T(Conv(x, W, b)), where the tail T is a chain of per-channel affine maps
+(inference BatchNormalization, and Mul/Add/Sub/Div by a constant that varies along the channel
+axis only), so T_c(t) = a_c * t + d_c. The replacement computes y' = Conv(x, W', b') with the same
+activation x and the same attributes. Convolution is linear in its weights, so y' equals the
+float64 value of y for every x up to the rounding of the reassociating class exactly when
+
+    W'[c, ...] = round(a_c * W[c, ...])   and   b'[c] = round(a_c * b[c] + d_c),
+
+each rounded once from float64 to the weight's dtype. This module derives a and d itself, in
+float64, from the matched nodes and the spec's definition of each op (not from the rule), and
+checks every element of W' and b' against them (a few float32 ulps, one float16 ulp; see
+`_weights_agree`, `_bias_agrees`). That holds for all inputs at once, where a run holds for the
+sets it tried.
+
+Non-finite and zero inputs: an element of W' is accepted only with the sign and zero-ness of
+a_c * W, so x = +-inf meets the same signed infinities and zeros on both sides (inf * 0 = NaN
+where the original gives NaN too). The sign of an exact zero in y can differ (the tail adds d_c,
+the folded Conv starts its sums at +0), so the proof is used only where the signed-zero analysis
+shows no reader can observe it. Everything else is declined (None) and the run-based certificate
+decides: unusual tails, broadcasting along other axes, dtypes other than float16/32/64, a weight
+that would underflow or overflow, opset < 9 BatchNormalization, function bodies.
+
+The proof reads each op's meaning itself, so it could share a misreading with the rule. Until a
+rule's proof has agreed with a run in an optimization, its rewrites are also run
+(`certificate.Certifier`): the proof's reading is checked against onnxruntime on that model's own
+constants before any rewrite rests on the proof alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.signed_zero import for_context
+
+_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_EPS64 = float(np.finfo(np.float64).eps)
+_SLACK = 64.0  # float64 ulps allowed between two derivations of a and d (a few ops each)
+
+
+def _attrs(node: ir.Node) -> dict:
+    return {name: (attr.type, _hashable(attr.value)) for name, attr in node.attributes.items()}
+
+
+def _hashable(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return value
+
+
+def _per_channel(array: np.ndarray, rank: int, channels: int) -> np.ndarray | None:
+    """The constant as a float64 (channels,) vector if it broadcasts along the channel axis only."""
+    if array.ndim > rank:
+        return None
+    aligned = array.reshape((1,) * (rank - array.ndim) + array.shape)
+    if any(d != 1 for i, d in enumerate(aligned.shape) if i != 1) or aligned.shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(aligned.astype(np.float64).reshape(-1), (channels,))
+
+
+def _tail_step(node: ir.Node, previous: ir.Value, a, d, mag, rank: int, channels: int, dtype, opset: int):
+    """(a, d, |d| magnitude) after one tail node, or None if the node is not a per-channel affine
+    map of `previous` that this proof reads."""
+    if node.domain not in ("", "ai.onnx") or len(node.outputs) < 1:
+        return None
+    if node.op_type == "BatchNormalization":
+        if opset < 9 or node.inputs[0] is not previous or len(node.inputs) != 5:
+            return None
+        if node.attributes.get("training_mode") is not None and node.attributes["training_mode"].value != 0:
+            return None
+        if any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
+            return None
+        params = [constant_array(v) for v in node.inputs[1:]]
+        if any(p is None or p.dtype != dtype or p.shape != (channels,) for p in params):
+            return None
+        gamma, beta, mean, var = (p.astype(np.float64) for p in params)
+        epsilon = node.attributes.get("epsilon")
+        eps = float(np.float32(epsilon.value if epsilon is not None else 1e-5))
+        with np.errstate(all="ignore"):
+            s = gamma / np.sqrt(var + eps)
+        return a * s, (d - mean) * s + beta, (mag + np.abs(mean)) * np.abs(s) + np.abs(beta)
+    if node.op_type not in ("Mul", "Add", "Sub", "Div") or len(node.inputs) != 2:
+        return None
+    if node.inputs[0] is previous and node.inputs[1] is not previous:
+        other, data_first = node.inputs[1], True
+    elif node.inputs[1] is previous and node.inputs[0] is not previous:
+        other, data_first = node.inputs[0], False
+    else:
+        return None
+    constant = constant_array(other)
+    if constant is None or constant.dtype != dtype:
+        return None
+    k = _per_channel(constant, rank, channels)
+    if k is None:
+        return None
+    if node.op_type == "Mul":
+        return a * k, d * k, mag * np.abs(k)
+    if node.op_type == "Add":
+        return a, d + k, mag + np.abs(k)
+    if node.op_type == "Sub":
+        return (a, d - k, mag + np.abs(k)) if data_first else (-a, k - d, mag + np.abs(k))
+    if not data_first:  # k / t is not affine in t
+        return None
+    with np.errstate(all="ignore"):
+        return a / k, d / k, mag / np.abs(k)
+
+
+_BLOCK = 1 << 15  # elements per block: the check's temporaries stay in cache
+
+
+def _weights_agree(folded: np.ndarray, weight: np.ndarray, a: np.ndarray) -> bool:
+    """Every folded weight is W * a rounded once, finite, with its sign and zero-ness.
+
+    Checked in float32 for float32 and float16 weights (float64 for float64), block by block, to
+    read each weight once: p = W * float32(a) is within 2^-23 |W a| of the ideal product (two
+    roundings) and a correct fold within 2^-24 (float32) or 2^-11 (float16) of it, so
+    |folded - p| <= 4 float32 ulps (one float16 ulp) * |p| holds for a correct fold. Relative only: that also forces the
+    sign, and a zero exactly where p is zero (a zero weight's own sign cannot matter: the
+    convolution's sums start at +0 and the output's zero signs are unobserved). A fold whose
+    values fall in the subnormal range fails this and goes to the run-based certificate. A wrong
+    constant (a dropped epsilon, a wrong channel, a flipped sign) is off by far more than 4 ulps.
+    """
+    if folded.shape != weight.shape or folded.dtype != weight.dtype:
+        return False
+    work = np.float64 if weight.dtype == np.float64 else np.float32
+    if weight.dtype == np.float16:  # half an ulp (2^-11) plus p's 2^-23: one float16 ulp
+        limit = work(2.0 ** -10)
+    else:
+        limit = work((4.0 + (_SLACK if work == np.float64 else 0.0)) * float(np.finfo(work).eps) / 2)
+    channels = weight.shape[0]
+    rows_w = weight.reshape(channels, -1)
+    rows_f = folded.reshape(channels, -1)
+    with np.errstate(all="ignore"):
+        scale = a.astype(work)
+        if not np.all(np.isfinite(scale)):
+            return False
+        step = max(1, _BLOCK // max(1, rows_w.shape[1]))
+        for begin in range(0, channels, step):
+            end = min(channels, begin + step)
+            product = rows_w[begin:end].astype(work)
+            product *= scale[begin:end, None]
+            diff = rows_f[begin:end].astype(work)
+            np.subtract(diff, product, out=diff)
+            np.abs(diff, out=diff)
+            np.abs(product, out=product)
+            product *= limit
+            # NaN or inf anywhere makes a comparison false (inf - inf = NaN)
+            if not np.all(diff <= product):
+                return False
+    return True
+
+
+def _bias_agrees(folded: np.ndarray, expected: np.ndarray, magnitude: np.ndarray, dtype) -> bool:
+    """The folded bias is expected (float64) rounded once, within one ulp plus the float64 error
+    of two derivations that may associate differently (`magnitude` bounds the terms summed)."""
+    if folded.shape != expected.shape or not np.all(np.isfinite(folded)):
+        return False
+    with np.errstate(all="ignore"):
+        target = expected.astype(dtype)
+        if not np.all(np.isfinite(target)):
+            return False
+        ulp = np.spacing(np.abs(target)).astype(np.float64)
+    folded64 = folded.astype(np.float64)
+    return bool(np.all(np.abs(folded64 - expected) <= ulp + _SLACK * _EPS64 * magnitude))
+
+
+def affine_fold_proof(request) -> str | None:
+    """The certificate's note when the rewrite is proved, None when the proof does not apply or
+    does not hold (the run-based certificate then decides, with its own reasons)."""
+    matched, replacement = list(request.matched), [n for n in request.replacement if n.op_type != "Constant"]
+    if len(matched) < 2 or len(replacement) != 1 or len(request.outputs) != 1:
+        return None
+    conv, folded = matched[0], replacement[0]
+    if conv.op_type != "Conv" or folded.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
+        return None
+    if folded.domain not in ("", "ai.onnx") or not isinstance(request.owner, ir.Graph):
+        return None
+    if folded.inputs[0] is not conv.inputs[0] or _attrs(folded) != _attrs(conv):
+        return None
+    weight = constant_array(conv.inputs[1]) if len(conv.inputs) > 1 else None
+    if weight is None or weight.dtype not in _DTYPES or weight.ndim < 3:
+        return None
+    dtype, channels, rank = weight.dtype, weight.shape[0], weight.ndim
+    bias = constant_array(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] is not None else None
+    if len(conv.inputs) > 2 and conv.inputs[2] is not None and (
+            bias is None or bias.dtype != dtype or bias.shape != (channels,)):
+        return None
+    a = np.ones(channels)
+    d = np.zeros(channels) if bias is None else bias.astype(np.float64)
+    mag = np.abs(d)
+    previous = conv.outputs[0]
+    opset = request.context.opset()
+    for node in matched[1:]:
+        if previous.is_graph_output() or len(previous.uses()) != 1:
+            return None
+        step = _tail_step(node, previous, a, d, mag, rank, channels, dtype, opset)
+        if step is None:
+            return None
+        a, d, mag = step
+        previous = node.outputs[0]
+    old, new = request.outputs[0]
+    if old is not previous or new is not folded.outputs[0]:
+        return None
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(d))):
+        return None
+    if for_context(request.context).observable(old):
+        return None  # the zeros' signs may differ and someone reads them: run it
+    new_weight = constant_array(folded.inputs[1]) if len(folded.inputs) > 1 else None
+    if new_weight is None or new_weight.dtype != dtype:
+        return None
+    if not _weights_agree(new_weight, weight, a):
+        return None
+    new_bias = constant_array(folded.inputs[2]) if len(folded.inputs) > 2 and folded.inputs[2] is not None else None
+    if new_bias is None:
+        if len(folded.inputs) > 2 and folded.inputs[2] is not None or np.any(d != 0):
+            return None
+    elif new_bias.dtype != dtype or not _bias_agrees(new_bias, d, mag, dtype):
+        return None
+    tail = "->".join(n.op_type for n in matched[1:])
+    return (f"proved: Conv->{tail} is per-channel affine and every folded weight and bias is its "
+            f"float64 value rounded once ({weight.size + channels} elements)")

@@ -1,0 +1,120 @@
+"""Certificates by proof for Conv -> affine-tail folds (verify/certificate_affine.py): correct folds
+are proved without a run once a run agreed, wrong constants are never proved (the run then refuses
+them), and the proof steps aside where a zero's sign can be read."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import make_model, op_types, run, tensor, value_info
+from onnx import helper
+
+import onnxrefine
+from onnxrefine.passes import batchnorm
+from onnxrefine.verify.certificate_affine import _bias_agrees, _weights_agree
+
+C = 4
+
+
+def _conv_bn_chain(layers: int, tail: str = "Relu", seed: int = 0):
+    """x -> (Conv -> BatchNormalization -> Relu) * layers -> tail."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, previous = [], [], "x"
+    for i in range(layers):
+        nodes += [helper.make_node("Conv", [previous, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("BatchNormalization", [f"c{i}", f"g{i}", f"be{i}", f"m{i}", f"v{i}"], [f"n{i}"],
+                                   epsilon=1e-3),
+                  helper.make_node("Relu", [f"n{i}"], [f"r{i}"])]
+        inits += [tensor(f"w{i}", rng.standard_normal((C, C, 3, 3)).astype(np.float32)),
+                  tensor(f"b{i}", rng.standard_normal(C).astype(np.float32)),
+                  tensor(f"g{i}", rng.uniform(-2, 2, C).astype(np.float32)),
+                  tensor(f"be{i}", rng.standard_normal(C).astype(np.float32)),
+                  tensor(f"m{i}", rng.standard_normal(C).astype(np.float32)),
+                  tensor(f"v{i}", rng.uniform(1e-3, 2, C).astype(np.float32))]
+        previous = f"r{i}"
+    if tail == "Reciprocal":  # a zero's sign is read: 1/(+0) = +inf, 1/(-0) = -inf
+        nodes[-1] = helper.make_node("Reciprocal", [f"n{layers - 1}"], [f"r{layers - 1}"])
+    return make_model(nodes, [value_info("x", shape=[1, C, 6, 6])], [value_info(previous, shape=None)], inits)
+
+
+def _certificates(report) -> list[str]:
+    return [entry.certificate for entry in report.log.applied if entry.rule == "conv_bn"]
+
+
+def test_every_fold_after_the_first_is_proved_and_the_outputs_agree():
+    model = _conv_bn_chain(3)
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_bn_into_conv"])
+    assert op_types(optimized).count("BatchNormalization") == 0
+    notes = _certificates(report)
+    assert len(notes) == 3
+    assert notes[0].endswith("the proof agrees")  # the first one is also run
+    assert all(note.startswith("certified: proved: Conv->BatchNormalization") for note in notes[1:])
+    x = np.random.default_rng(1).standard_normal((1, C, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(run(optimized, {"x": x})[0], run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_wrong_constant_in_a_later_fold_is_not_proved_and_its_run_refuses_it(monkeypatch):
+    # The first folds are right (one cross-checks the proof); the last drops epsilon, an error
+    # of 1e-3/var relative: the proof must not cover it, and its run refuses it.
+    original = batchnorm.bn_affine
+
+    def sometimes_wrong(m, ctx, channels, dtype):
+        scale, shift = original(m, ctx, channels, dtype)
+        if m["bn"].inputs[0].name == "c2":
+            var = m.array("var").astype(np.float64)
+            scale = scale * np.sqrt((var + 1e-3) / var)  # epsilon dropped
+        return scale, shift
+
+    monkeypatch.setattr(batchnorm, "bn_affine", sometimes_wrong)
+    model = _conv_bn_chain(3)
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_bn_into_conv"])
+    assert op_types(optimized).count("BatchNormalization") == 1
+    refused = [r.reason for r in report.log.refused.values() if r.rule == "conv_bn"]
+    assert refused and refused[0].startswith("certificate failed")
+    assert sum(note.startswith("certified: proved") for note in _certificates(report)) == 1
+    assert [node.input[0] for node in optimized.graph.node if node.op_type == "BatchNormalization"] == ["c2"]
+
+
+def test_no_proof_where_a_reader_sees_the_sign_of_a_zero():
+    model = _conv_bn_chain(2, tail="Reciprocal")
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_bn_into_conv"])
+    notes = _certificates(report)
+    assert notes and not any("proved" in note for note in notes[1:])
+
+
+def test_no_proof_without_a_run_first():
+    # A single fold: nothing has cross-checked the proof in this run, so it is run.
+    optimized, report = onnxrefine.optimize_with_report(_conv_bn_chain(1), ["fuse_bn_into_conv"])
+    notes = _certificates(report)
+    assert len(notes) == 1 and "the proof agrees" in notes[0] and not notes[0].startswith("certified: proved")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_weights_agree_only_with_one_rounding_of_the_ideal_product(dtype):
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((C, 3, 3, 3)).astype(dtype)
+    a = rng.uniform(-3, 3, C)
+    ideal = weight.astype(np.float64) * a[:, None, None, None]
+    folded = ideal.astype(dtype)
+    assert _weights_agree(folded, weight, a)
+    wrong = folded.copy()
+    flat = wrong.reshape(-1)
+    flat[5] = np.nextafter(np.nextafter(flat[5], dtype(np.inf)), dtype(np.inf))  # two ulps, one element
+    flat[5] = flat[5] * dtype(1.001)
+    assert not _weights_agree(wrong, weight, a)
+    flipped = folded.copy()
+    flipped.reshape(-1)[7] *= -1
+    assert not _weights_agree(flipped, weight, a)
+    holed = folded.copy()
+    holed.reshape(-1)[3] = np.inf
+    assert not _weights_agree(holed, weight, a)
+    assert not _weights_agree(folded, weight, a[::-1])  # scales applied to the wrong channels
+
+
+def test_bias_agrees_within_one_rounding_and_the_float64_error_of_its_terms():
+    expected = np.array([1.0, -2.5, 3e-8, 0.0])
+    folded = expected.astype(np.float32)
+    magnitude = np.abs(expected) + 1.0
+    assert _bias_agrees(folded, expected, magnitude, np.float32)
+    assert not _bias_agrees(folded * np.float32(1.0001), expected, magnitude, np.float32)
+    assert not _bias_agrees(np.array([1.0, -2.5, 3e-8, np.nan], np.float32), expected, magnitude, np.float32)
