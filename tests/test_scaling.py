@@ -108,3 +108,14 @@ def test_analysis_new_uses_drops_answers_upstream_only_through_carriers():
     analysis.new_uses([v["a"]])
     assert analysis.observable(v["a"]) and analysis.observable(v["x"])
     assert v["y"] in analysis._unobservable  # below the Abs: still not observable, still kept
+
+
+def test_fast_attribute_conversion_agrees_with_onnx_ir():
+    """RewriteContext.node converts common attribute values itself (onnx-ir's converter checks
+    slow typing.Protocol isinstances first); the result must be the attribute onnx-ir makes."""
+    from onnxrefine.rewrite.rule import _attribute
+
+    for value in (1, True, 2.5, "s", [1, 2], (3,), [1.0, 2.0], ["a", "b"], [True, False]):
+        ours, theirs = _attribute("k", value), ir.convenience.convert_attribute("k", value)
+        assert (ours.type, ours.value) == (theirs.type, theirs.value), value
+        assert type(ours.value) is type(theirs.value) or list(ours.value) == list(theirs.value)
