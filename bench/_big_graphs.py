@@ -127,9 +127,11 @@ def chain_model(nodes: int, width: int = 4) -> onnx.ModelProto:
     assert len(pattern) == _CHAIN_BLOCK
     for i in range(nodes):
         x = pattern[i % _CHAIN_BLOCK](x)
+    last = (nodes - 1) % _CHAIN_BLOCK if nodes else _CHAIN_BLOCK - 1  # pattern index of the last node
+    shape = {4: [1, width], 5: [width, 1], 6: [1, width]}.get(last, [width])
     graph = helper.make_graph(
         b.nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [width])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], b.inits,
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)], b.inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
