@@ -240,7 +240,7 @@ def main() -> int:
         print(json.dumps(_step(kind, source, target, rest[0] if rest else None)))
         return 0
     both = not (args.chain or args.resnet or args.decoder or args.big_chain)
-    console = Console()
+    console = Console(width=200)  # a table wider than a pipe's 80 columns
     if args.decoder:
         from _big_graphs import decoder_model
 
