@@ -3,6 +3,13 @@
     python bench/engine_scaling.py            # both tables
     python bench/engine_scaling.py --chain    # chain scaling only
     python bench/engine_scaling.py --resnet   # ResNet-50-shaped model only
+    python bench/engine_scaling.py --decoder  # decoder-only transformer, 100 to 1600 layers (~130k nodes)
+    python bench/engine_scaling.py --big-chain --big-sizes 62500,250000,1000000   # up to 1M nodes
+
+--decoder and --big-chain (bench/_big_graphs.py) run the default pipeline without verification and
+without per-rewrite certificates (`optimize --no-verify --no-certify`: the certificates run one
+small onnxruntime session per rewrite, linear too, but they dominate at 100k rewrites); the table
+gives seconds per 1000 nodes, which stays flat when optimize is linear, and the peak RSS.
 
 Each measurement runs in a fresh subprocess so peak RSS (VmHWM) belongs to that step alone.
 """
@@ -120,6 +127,16 @@ def _step(kind: str, source: str, target: str, passes: str | None) -> dict:
     if kind == "onnx":
         model = onnx.load(source)
         onnx.save(model, target)
+    elif kind == "big":  # load, optimize (no certificates), save; each phase timed
+        model = io.load_model(source)
+        loaded = time.perf_counter()
+        model, report = optimize_ir(model, passes.split(",") if passes else None, certify=False)
+        optimized = time.perf_counter()
+        io.save_model(model, target, input_path=source)
+        return {"seconds": time.perf_counter() - started, "load": loaded - started, "optimize": optimized - loaded,
+                "save": time.perf_counter() - optimized, "nodes_before": report.nodes_before,
+                "nodes_after": report.nodes_after, "rewrites": sum(report.log.counts().values()),
+                "import_seconds": import_seconds, "peak_rss": peak_rss_bytes()}
     else:
         model = io.load_model(source)
         model, _ = optimize_ir(model, passes.split(",") if passes else None)
@@ -161,6 +178,32 @@ def chain_table(sizes, passes: str | None) -> Table:
     return table
 
 
+def big_table(title: str, build, sizes, passes: str | None) -> Table:
+    """One row per size: nodes, rewrites, load / optimize / save seconds, optimize seconds per
+    1000 nodes (flat when linear), ratio of optimize time to the previous row's, peak RSS."""
+    table = Table(title=title)
+    for column in ("size", "nodes", "nodes after", "rewrites", "load s", "optimize s", "save s",
+                   "optimize s / 1k nodes", "ratio", "nodes ratio", "peak RSS (MB)"):
+        table.add_column(column, justify="right")
+    previous = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in sizes:
+            source = Path(tmp) / f"big{size}.onnx"
+            onnx.save(build(size), source)
+            r = measure("big", source, Path(tmp) / "out.onnx", passes)
+            ratio = nodes_ratio = "-"
+            if previous is not None:
+                ratio = f"{r['optimize'] / previous['optimize']:.2f}"
+                nodes_ratio = f"{r['nodes_before'] / previous['nodes_before']:.2f}"
+            table.add_row(str(size), str(r["nodes_before"]), str(r["nodes_after"]), str(r["rewrites"]),
+                          f"{r['load']:.2f}", f"{r['optimize']:.2f}", f"{r['save']:.2f}",
+                          f"{1000 * r['optimize'] / r['nodes_before']:.3f}", ratio, nodes_ratio,
+                          f"{r['peak_rss'] / 1e6:.0f}")
+            previous = r
+            source.unlink()
+    return table
+
+
 def resnet_table(passes: str | None) -> Table:
     table = Table(title="ResNet-50-shaped model with BatchNormalization kept")
     for column in ("step", "seconds", "import (s)", "peak RSS (MB)", "file (MB)"):
@@ -184,7 +227,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chain", action="store_true")
     parser.add_argument("--resnet", action="store_true")
+    parser.add_argument("--decoder", action="store_true")
+    parser.add_argument("--big-chain", action="store_true")
     parser.add_argument("--sizes", default="400,800,1600,3200")
+    parser.add_argument("--decoder-layers", default="100,200,400,800,1600")
+    parser.add_argument("--big-sizes", default="62500,125000,250000,500000,1000000")
     parser.add_argument("--passes", default=None, help="pass list (default pipeline when omitted)")
     parser.add_argument("--step", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -192,8 +239,18 @@ def main() -> int:
         kind, source, target, *rest = args.step
         print(json.dumps(_step(kind, source, target, rest[0] if rest else None)))
         return 0
-    both = not (args.chain or args.resnet)
-    console = Console()
+    both = not (args.chain or args.resnet or args.decoder or args.big_chain)
+    console = Console(width=200)  # a table wider than a pipe's 80 columns
+    if args.decoder:
+        from _big_graphs import decoder_model
+
+        console.print(big_table("decoder-only transformer (layers): load + optimize + save",
+                                decoder_model, [int(s) for s in args.decoder_layers.split(",")], args.passes))
+    if args.big_chain:
+        from _big_graphs import chain_model as big_chain_model
+
+        console.print(big_table("synthetic chain of removable no-ops (nodes): load + optimize + save",
+                                big_chain_model, [int(s) for s in args.big_sizes.split(",")], args.passes))
     if args.chain or both:
         console.print(chain_table([int(s) for s in args.sizes.split(",")], args.passes))
     if args.resnet or both:

@@ -49,9 +49,9 @@ def spies(monkeypatch):
     calls = {"to_proto": [], "load_model": []}
     real_to_proto, real_load = io.to_proto, io.load_model
 
-    def to_proto(model):
+    def to_proto(model, **options):
         calls["to_proto"].append(io.tensor_bytes(model))
-        return real_to_proto(model)
+        return real_to_proto(model, **options)
 
     def load_model(path):
         calls["load_model"].append(os.path.abspath(path))

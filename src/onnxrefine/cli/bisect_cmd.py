@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
 
 from onnxrefine import progress
 from onnxrefine.cli.checks import bisect_out
@@ -37,6 +35,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from onnxrefine.verify.inputs import load_inputs
 
     console = Console()

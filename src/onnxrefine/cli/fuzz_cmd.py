@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
-from rich.table import Table
 
 from onnxrefine import progress
 from onnxrefine.errors import BadInputError
@@ -72,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
     with progress.phase(f"fuzz {settings.optimizer}", total=settings.cases, detail="starting"):
         summary = run_campaign(settings, args.out, jobs=args.jobs, ray_address=args.ray,
                                on_result=update)
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=f"onnxrefine fuzz --target {settings.optimizer}")
     table.add_column("step", no_wrap=True)
     for column in ("cases", "fired", "fire rate", "mismatch", "rounding", "unstable", "errors"):

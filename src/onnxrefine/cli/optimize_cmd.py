@@ -8,9 +8,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from onnxrefine import progress
 from onnxrefine.api import optimize_ir
@@ -20,6 +18,10 @@ from onnxrefine.ir import io
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES
 from onnxrefine.passes.registry import all_passes
 from onnxrefine.verified import DEFAULT_VERIFY_BUDGET_S, VerifySettings
+
+if TYPE_CHECKING:  # rich is imported where a table is printed (the CLI's start-up)
+    from rich.console import Console
+    from rich.table import Table
 
 
 def register(subparsers) -> None:
@@ -89,6 +91,8 @@ def _split(text: str | None) -> list[str] | None:
 
 
 def list_passes_table() -> Table:
+    from rich.table import Table
+
     table = Table(title="onnxrefine passes")
     table.add_column("pass")
     table.add_column("class")
@@ -114,6 +118,8 @@ def default_output_path(model_path: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console  # here, not at module level: the CLI's start-up
+
     console = Console()
     if args.list_passes:
         if args.markdown:
@@ -217,6 +223,8 @@ def describe_rollback(rollback: dict) -> str:
 
 
 def summary_table(report, size_before: int, size_after: int, seconds: float, external: bool = False) -> Table:
+    from rich.table import Table
+
     table = Table(title="onnxrefine optimize")
     table.add_column("rule")
     table.add_column("rewrites", justify="right")
@@ -249,6 +257,8 @@ def summary_table(report, size_before: int, size_after: int, seconds: float, ext
 
 
 def refusals_table(report) -> Table:
+    from rich.table import Table
+
     table = Table(title="refused rewrites")
     table.add_column("rule")
     table.add_column("node")

@@ -19,7 +19,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.ir import validate, wire
+from onnxrefine.ir import protoview, validate, wire
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto, ir.Model]
 
@@ -74,10 +74,11 @@ def to_ir(model: ModelLike) -> tuple[ir.Model, str]:
         return model, "ir"
     if isinstance(model, onnx.ModelProto):
         # onnx-ir wraps tensors of the proto without copying, and renaming a value renames its
-        # tensor: work on a copy so the caller's proto is never modified.
-        private = onnx.ModelProto()
-        private.CopyFrom(model)
-        return proto_to_ir(private), "proto"
+        # tensor: the wrappers are swapped for read-only views (ir/protoview.py), so the caller's
+        # proto is never modified and its weights are not copied (they used to be, whole).
+        ir_model = proto_to_ir(model)
+        protoview.detach_tensors(ir_model)
+        return ir_model, "proto"
     if isinstance(model, (str, os.PathLike)):
         return load_model(model), "path"
     raise BadInputError(f"expected a path, onnx.ModelProto or onnx_ir.Model, got {type(model).__name__}")
@@ -86,14 +87,32 @@ def to_ir(model: ModelLike) -> tuple[ir.Model, str]:
 def from_ir(model: ir.Model, kind: str) -> ir.Model | onnx.ModelProto:
     if kind == "ir":
         return model
-    return to_proto(model)
+    # The model was made by to_ir and nobody else holds it: its weights are handed over to the
+    # proto one at a time instead of being held twice.
+    return to_proto(model, consume=True)
 
 
-def to_proto(model: ir.Model) -> onnx.ModelProto:
+def to_proto(model: ir.Model, *, consume: bool = False) -> onnx.ModelProto:
     """A self-contained ModelProto: tensors memory-mapped from the input file are embedded, so
-    the proto stays valid wherever it is saved or run."""
-    wire.embed_external_tensors(model)
-    return ir.serde.serialize_model(model)
+    the proto stays valid wherever it is saved or run.
+
+    `consume=True` (a model nobody will use again) serializes the main graph's initializers one
+    at a time and drops each from the model once it is in the proto, so the peak holds each
+    weight about once rather than in the model and in the proto together; the model is left
+    without its main-graph initializers."""
+    if not consume:
+        wire.embed_external_tensors(model)
+        return ir.serde.serialize_model(model)
+    wire.embed_external_tensors(model, main_graph=False)
+    initializers = list(model.graph.initializers.values())
+    for value in initializers:
+        model.graph.initializers.pop(value.name)
+    proto = ir.serde.serialize_model(model)
+    for value in initializers:
+        tensor = proto.graph.initializer.add()
+        tensor.ParseFromString(b"".join(wire._tensor_chunks(value)))  # noqa: SLF001 - same package
+        value.const_value = None  # the model's copy (a folded array, a mapped page) can go now
+    return proto
 
 
 def _umask() -> int:

@@ -23,7 +23,10 @@ an exact rewrite (bit-identical outputs) may not. Every pass that can flip a zer
 
 One query is linear in the size of the graph downstream of the value (iterative, memoised). The
 "observable" answers are kept for the whole driver run (`for_context`), since a later rewrite can
-only make a kept answer conservative; "not observable" answers are recomputed per query.
+only make a kept answer conservative. "Not observable" answers are kept too, but a rewrite can make
+them wrong by giving a value new readers; the driver reports every value that gained readers
+(`note_new_uses`), and the kept "not observable" answers upstream of it are dropped. Without that
+cache a chain of n removable `x + 0.0` took n queries of O(n) each.
 
 Audit of the passes that could flip a zero (probed in onnxruntime 1.32 CPU, whose Conv/MatMul/Gemm
 sums start at +0.0 and so never give -0.0): guarded here are fuse_mul_into_conv (a negative or zero
@@ -122,6 +125,9 @@ class SignedZeroAnalysis:
         # readers onto a value (a forwarded output), which can make an unobservable value
         # observable, while a kept "observable" can at worst be stale in the refusing direction.
         self._observable: set[ir.Value] = set()
+        # "Not observable" answers: downward closed (every value a kept one carries its sign into is
+        # kept too), so new_uses() only has to walk upstream from a kept value that gained readers.
+        self._unobservable: set[ir.Value] = set()
 
     def _expand(self, value: ir.Value) -> tuple[bool, list[ir.Value]]:
         """(reaches a sink directly, values its sign is carried into)."""
@@ -144,6 +150,8 @@ class SignedZeroAnalysis:
         """Whether a -0 turned into +0 (or back) in `value` can change what some sink computes."""
         if value in self._observable:
             return True
+        if value in self._unobservable:
+            return False
         memo: dict[ir.Value, bool] = {}  # this query's answers, "not observable" ones included
         expansions: dict[ir.Value, tuple[bool, list[ir.Value]]] = {}
         on_stack: set[ir.Value] = set()
@@ -151,6 +159,10 @@ class SignedZeroAnalysis:
         while stack:
             current = stack[-1]
             if current in memo or current in self._observable:
+                stack.pop()
+                continue
+            if current in self._unobservable:
+                memo[current] = False
                 stack.pop()
                 continue
             if current not in expansions:
@@ -170,7 +182,27 @@ class SignedZeroAnalysis:
                 self._observable.add(current)
             on_stack.discard(current)
             stack.pop()
+        # Every False answer was reached only through False answers (a cycle counts as True), so
+        # the kept set stays downward closed.
+        self._unobservable.update(v for v, answer in memo.items() if not answer)
         return value in self._observable
+
+    def new_uses(self, values) -> None:
+        """`values` gained readers (or became graph outputs): drop the kept "not observable"
+        answers that may now be wrong, i.e. the value's and those of every kept value whose sign
+        is carried into it."""
+        stack = [v for v in values if v is not None and v in self._unobservable]
+        while stack:
+            value = stack.pop()
+            if value not in self._unobservable:
+                continue
+            self._unobservable.discard(value)
+            producer = value.producer()
+            if producer is None:
+                continue
+            for index, source in enumerate(producer.inputs):
+                if source is not None and source in self._unobservable and _classify(producer, index) == "carry":
+                    stack.append(source)
 
     def why(self, value: ir.Value) -> str:
         """A short reason naming the first sink found (for refusals)."""
@@ -203,6 +235,13 @@ def for_context(ctx) -> SignedZeroAnalysis:
         analysis = SignedZeroAnalysis(ctx.model.graph)
         ctx._signed_zero_analysis = analysis
     return analysis
+
+
+def note_new_uses(ctx, values) -> None:
+    """Tell the context's analysis (if any) that `values` gained readers: rewrites call this."""
+    analysis = getattr(ctx, "_signed_zero_analysis", None)
+    if analysis is not None:
+        analysis.new_uses(values)
 
 
 def refuse_if_observable(ctx, value: ir.Value, what: str) -> None:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array, constant_node_array, is_float_dtype
@@ -34,6 +34,9 @@ from onnxrefine.passes import graphedit
 from onnxrefine.passes.registry import PassContext, PassSpec, register
 from onnxrefine.rewrite.rule import EXACT
 from onnxrefine.verify.runner import inference_session
+
+if TYPE_CHECKING:  # imported where a session is made (the CLI's start-up)
+    import onnxruntime as ort
 
 RANDOM_OPS = frozenset(
     "RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial Bernoulli".split()
@@ -109,6 +112,8 @@ def _inferred_outputs(model: onnx.ModelProto) -> dict[str, tuple[int, tuple | No
 
 
 def _session_options() -> ort.SessionOptions:
+    import onnxruntime as ort  # here, not at module level: the CLI's start-up
+
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
-from onnxrefine.ir import tensordata
+from onnxrefine.ir import signed_zero, tensordata
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.ir.shapes import RankOracle
@@ -223,6 +223,11 @@ class RewriteDriver:
             removed.append(node)
             for value in inputs:
                 touched.extend(_release(value))
+        # Values that gained readers (or became outputs): the signed-zero analysis drops its
+        # "not observable" answers upstream of them (ir/signed_zero.py).
+        signed_zero.note_new_uses(
+            self.ctx, [v for n in new_nodes for v in n.inputs] + list(replacement.outputs.values())
+        )
         for node in removed:
             self.log.forget_node(graph.name or "", node_label(node))
         self.log.apply(

@@ -135,7 +135,7 @@ class RewriteContext:
         """A new node with fresh node and output names."""
         base = hint or f"{self.rule_name}_{op_type}"
         if isinstance(attributes, Mapping):
-            attributes = [ir.convenience.convert_attribute(k, v) for k, v in attributes.items()]
+            attributes = [_attribute(k, v) for k, v in attributes.items()]
         node = ir.Node(
             domain,
             op_type,
@@ -174,3 +174,22 @@ class RewriteContext:
         if version is None and domain == "":
             version = self.model.opset_imports.get("ai.onnx")
         return int(version) if version is not None else 0
+
+
+def _attribute(name: str, value: object) -> ir.Attr:
+    """`ir.convenience.convert_attribute` with the common cases first: for a list it checks
+    three typing.Protocol isinstances (slow: a tenth of a 20k-node optimize) before the list."""
+    if isinstance(value, ir.Attr):
+        return value
+    if isinstance(value, (list, tuple)) and value:
+        if all(type(x) is int for x in value):
+            return ir.AttrInt64s(name, list(value))
+        if all(type(x) is float for x in value):
+            return ir.AttrFloat32s(name, list(value))
+    elif type(value) is int:
+        return ir.AttrInt64(name, value)
+    elif type(value) is float:
+        return ir.AttrFloat32(name, value)
+    elif type(value) is str:
+        return ir.AttrString(name, value)
+    return ir.convenience.convert_attribute(name, value)

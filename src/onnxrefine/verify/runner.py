@@ -68,6 +68,9 @@ class RunSettings:
 def check_run_settings(settings: RunSettings | None, custom_op_library: str | None = None) -> None:
     """BadInputError (one line) for an unknown level or provider, a provider this onnxruntime
     build lacks, or a custom-op library that is missing or does not load."""
+    if custom_op_library is None and (settings is None or settings.providers == ("CPUExecutionProvider",)) \
+            and (settings is None or (settings.level in ORT_LEVELS and settings.threads >= 0)):
+        return  # nothing to ask onnxruntime (every build has the CPU provider): spare its import
     import onnxruntime as ort
 
     if settings is not None:

@@ -1,0 +1,93 @@
+"""Optimize a caller's ModelProto without copying it: its tensors are read in place, never written.
+
+`onnxrefine.optimize(proto)` used to copy the whole proto first (a 440 MB BERT held its weights
+one more time), because onnx-ir wraps each TensorProto without copying it and renaming a value
+writes the new name into that TensorProto. `detach_tensors` replaces each wrapped tensor by a
+`ProtoTensorView`: it reads dtype, shape and data from the caller's TensorProto and keeps its own
+name, so nothing the optimizer does reaches the caller's message. String tensors and tensors that
+refer to external data are small wrappers worth copying instead (their serialization needs the
+TensorProto form).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx_ir._core import TensorBase
+
+
+class ProtoTensorView(TensorBase):
+    """A read-only tensor over someone else's TensorProto; name and doc string are its own."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, proto: onnx.TensorProto) -> None:
+        inner = ir.serde.TensorProtoTensor(proto)
+        super().__init__(name=proto.name or None, doc_string=proto.doc_string or None,
+                         metadata_props=dict(inner.metadata_props))
+        self._inner = inner
+
+    @property
+    def dtype(self) -> ir.DataType:
+        return self._inner.dtype
+
+    @property
+    def shape(self) -> ir.Shape:
+        return self._inner.shape
+
+    def numpy(self) -> np.ndarray:
+        return self._inner.numpy()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        array = self._inner.numpy()
+        return array if dtype is None else array.astype(dtype)
+
+    def __dlpack__(self, *, stream: Any = None) -> Any:
+        return self.numpy().__dlpack__(stream=stream)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.numpy().__dlpack_device__()
+
+    def tobytes(self) -> bytes:
+        return self._inner.tobytes()
+
+    def __repr__(self) -> str:
+        return f"{self._repr_base()}(name={self.name!r})"
+
+
+def _detached(tensor):
+    if not isinstance(tensor, ir.serde.TensorProtoTensor):
+        return tensor
+    proto = tensor.raw
+    if proto.data_type == onnx.TensorProto.STRING or proto.data_location == onnx.TensorProto.EXTERNAL:
+        private = onnx.TensorProto()
+        private.CopyFrom(proto)  # small: strings, or a reference to external data
+        return ir.serde.TensorProtoTensor(private)
+    return ProtoTensorView(proto)
+
+
+def _graphs(model: ir.Model):
+    yield model.graph
+    yield from model.graph.subgraphs()
+    for function in model.functions.values():
+        yield function.graph
+        yield from function.subgraphs()
+
+
+def detach_tensors(model: ir.Model) -> None:
+    """Replace every tensor that wraps a TensorProto (initializers, tensor attributes of nodes,
+    in every graph and function) by one that cannot write into it."""
+    for graph in _graphs(model):
+        for value in graph.initializers.values():
+            if value.const_value is not None:
+                value.const_value = _detached(value.const_value)
+        for node in graph:
+            for name, attr in list(node.attributes.items()):
+                if attr.type == ir.AttributeType.TENSOR:
+                    node.attributes[name] = ir.AttrTensor(name, _detached(attr.value), doc_string=attr.doc_string)
+                elif attr.type == ir.AttributeType.TENSORS:
+                    node.attributes[name] = ir.AttrTensors(name, [_detached(t) for t in attr.value],
+                                                           doc_string=attr.doc_string)

@@ -1,0 +1,88 @@
+"""The CLI's import graph: heavy modules are imported only where they are used (start-up time).
+
+Structural, not timed: each check runs a fresh interpreter and looks at sys.modules. The timing
+itself is bench/startup.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "tiny_cnn.onnx"
+# sympy's stand-in (onnxrefine._deferred) is never in sys.modules once onnx_ir is imported, and the
+# real sympy always imports sympy.core: either name means sympy was loaded.
+PROBES = {"sympy": "sympy.core", "onnxruntime": "onnxruntime", "rich": "rich", "api": "onnxrefine.api"}
+
+
+def loaded_after(code: str) -> dict:
+    """Run `code` in a fresh interpreter; which of PROBES it imported, and its stdout."""
+    script = code + (
+        "\nimport json, sys\n"
+        f"print('@@' + json.dumps({{k: v in sys.modules for k, v in {PROBES!r}.items()}}))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ONNXREFINE_PROGRESS="off")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    marker = [line for line in done.stdout.splitlines() if line.startswith("@@")][-1]
+    return {**json.loads(marker[2:]), "stdout": done.stdout}
+
+
+def test_cli_module_imports_no_heavy_module():
+    loaded = loaded_after("import onnxrefine.cli.main")
+    assert not loaded["sympy"] and not loaded["onnxruntime"] and not loaded["rich"]
+
+
+def test_parser_with_every_subcommand_imports_no_heavy_module():
+    loaded = loaded_after("from onnxrefine.cli.main import build_parser\nbuild_parser().format_help()")
+    assert not loaded["sympy"] and not loaded["onnxruntime"] and not loaded["rich"]
+
+
+def test_version_does_not_import_the_optimizer():
+    loaded = loaded_after("from onnxrefine.cli.main import main\nassert main(['--version']) == 0")
+    assert "onnxrefine 0.1.0" in loaded["stdout"]
+    assert not loaded["api"] and not loaded["sympy"] and not loaded["onnxruntime"]
+
+
+def test_optimize_without_verification_imports_neither_sympy_nor_onnxruntime(tmp_path):
+    code = (
+        "from onnxrefine.cli.main import main\n"
+        f"argv = ['optimize', {str(EXAMPLE)!r}, '-o', {str(tmp_path / 'out.onnx')!r}, '--no-verify', '--no-certify']\n"
+        "assert main(argv) == 0\n"
+    )
+    loaded = loaded_after(code)
+    assert (tmp_path / "out.onnx").is_file()
+    assert not loaded["sympy"] and not loaded["onnxruntime"]
+
+
+def test_api_import_does_not_load_sympy():
+    loaded = loaded_after("import onnxrefine\nfrom onnxrefine import optimize, VerifySettings")
+    assert not loaded["sympy"] and not loaded["onnxruntime"]
+
+
+def test_symbolic_dim_arithmetic_still_works_after_deferral():
+    # onnx-ir keeps sympy's stand-in; arithmetic on a symbolic dim imports the real sympy.
+    loaded = loaded_after(
+        "import onnxrefine, sys\n"
+        "import onnx_ir as ir\n"
+        "assert 'sympy' not in sys.modules\n"
+        "d = ir.SymbolicDim('N') * 2 + 1\n"
+        "assert str(d) == '2*N + 1', str(d)\n"
+        "import sympy\n"
+        "assert type(sympy).__name__ == 'module' and sympy.Symbol('x').is_Symbol\n"
+    )
+    assert loaded["sympy"]
+
+
+def test_sympy_imported_first_is_left_alone():
+    loaded = loaded_after(
+        "import sympy, onnxrefine, sys\n"
+        "import onnx_ir as ir\n"
+        "assert sys.modules['sympy'] is sympy\n"
+        "assert str(ir.SymbolicDim('N') + 1) == 'N + 1'\n"
+    )
+    assert loaded["sympy"]
