@@ -142,17 +142,18 @@ def _weights_agree(folded: np.ndarray, weight: np.ndarray, a: np.ndarray) -> boo
         if not np.all(np.isfinite(scale)):
             return False
         step = max(1, _BLOCK // max(1, rows_w.shape[1]))
+        product = np.empty((min(step, channels), rows_w.shape[1]), work)
+        diff = np.empty_like(product)
         for begin in range(0, channels, step):
             end = min(channels, begin + step)
-            product = rows_w[begin:end].astype(work)
-            product *= scale[begin:end, None]
-            diff = rows_f[begin:end].astype(work)
-            np.subtract(diff, product, out=diff)
-            np.abs(diff, out=diff)
-            np.abs(product, out=product)
-            product *= limit
+            p, q = product[: end - begin], diff[: end - begin]
+            np.multiply(rows_w[begin:end], scale[begin:end, None], out=p)
+            np.subtract(rows_f[begin:end], p, out=q)
+            np.abs(q, out=q)
+            np.abs(p, out=p)
+            p *= limit
             # NaN or inf anywhere makes a comparison false (inf - inf = NaN)
-            if not np.all(diff <= product):
+            if not np.less_equal(q, p).all():
                 return False
     return True
 
