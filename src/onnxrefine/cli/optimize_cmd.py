@@ -62,6 +62,8 @@ def register(subparsers) -> None:
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
     parser.add_argument("--seed", type=int, default=0, help="seed for generated verification inputs")
     add_run_settings_arguments(parser)
+    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    add_memory_budget_argument(parser)
     parser.set_defaults(func=run)
 
 

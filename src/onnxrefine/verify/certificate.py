@@ -103,6 +103,28 @@ class _Side:
     shape: tuple | None = None
 
 
+# Operators whose output can be far larger than their inputs: a window holding one is checked
+# against the memory budget whatever its inputs' size (issue 13's bombs next to a rewrite).
+_EXPANDING = frozenset("ConstantOfShape Expand Tile Pad Resize Upsample OneHot Range Concat MatMul Gemm "
+                       "Loop Scan".split())
+
+
+def _check_budget(proto: onnx.ModelProto, activations, fed) -> None:
+    """Skip a certificate whose window would exceed the memory budget (resources.py)."""
+    from onnxrefine import resources
+
+    sizes = sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype or np.float32).itemsize
+                for s in activations) + sum(np.asarray(a).nbytes for a in fed.values())
+    if sizes < (1 << 20) and not any(node.op_type in _EXPANDING for node in proto.graph.node):
+        return
+    feeds = {f"a{i}": np.broadcast_to(np.zeros((), np.dtype(s.dtype or np.float32)), s.shape)
+             for i, s in enumerate(activations)}
+    try:
+        resources.check_runnable(resources.estimate_peak(proto, {**feeds, **fed}), "the matched subgraph")
+    except resources.ResourceLimitError as exc:
+        raise _Skip(str(exc)) from None
+
+
 class Certifier:
     """Callable given to the rule driver; keeps caches and counts for one optimization run."""
 
@@ -178,6 +200,7 @@ class Certifier:
 
     def _check(self, request, activations, constants, context, reduced, note) -> CertificateOutcome:
         proto, fed, outputs = self._build(request, activations, constants, context, reduced is not None)
+        _check_budget(proto, activations, fed)
         session = self._session(proto, request)
         # Large constants: a large accumulation, where subnormals are slow and float64 dominates.
         heavy = sum(a.nbytes for a in fed.values()) > HEAVY_BYTES
