@@ -360,6 +360,9 @@ def reference_refusal(estimate: PeakEstimate, budget: int | None = None) -> str 
 
 def needs_watch(estimate: PeakEstimate, budget: int | None = None) -> bool:
     """Run in a watched child process: the estimate may be low, or is close to the budget."""
+    mode = os.environ.get("ONNXREFINE_WATCH", "auto")  # never | always: for benches and tests
+    if mode in ("never", "always"):
+        return mode == "always"
     budget = memory_budget() if budget is None else budget
     return bool(estimate.uncertain) or ORT_FACTOR * estimate.peak_bytes > CLOSE_SHARE * budget
 
@@ -400,3 +403,41 @@ def check_sparse(model: onnx.ModelProto, budget: int | None = None) -> None:
         raise ResourceLimitError(f"sparse initializer(s) would take {format_bytes(total)} made dense (largest: "
                                  f"{largest[0]!r}, {format_bytes(largest[1])}): over the memory budget of "
                                  f"{format_bytes(budget)} (--memory-budget)")
+
+
+def check_npz(path: str, budget: int | None = None) -> None:
+    """BadInputError before an .npz is read: every member's declared size (the zip's central
+    directory) and its .npy header (dtype, shape) are read without decompressing any data. Refused:
+    members whose total exceeds the memory budget (a zip bomb), a header whose shape needs more or
+    fewer bytes than the member holds, a member that is not an .npy array."""
+    import zipfile
+
+    budget = memory_budget() if budget is None else budget
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise BadInputError(f"cannot read inputs from {path}: {exc}") from None
+    with archive:
+        members = archive.infolist()
+        total = sum(member.file_size for member in members)
+        if total > budget:
+            raise ResourceLimitError(f"inputs file {path} holds {format_bytes(total)} uncompressed: over the "
+                                     f"memory budget of {format_bytes(budget)} (--memory-budget)")
+        for member in members:
+            name = member.filename[:-4] if member.filename.endswith(".npy") else member.filename
+            try:
+                with archive.open(member) as stream:
+                    version = np.lib.format.read_magic(stream)
+                    reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                              else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = reader(stream, max_header_size=10000)
+                    header = stream.tell() if stream.seekable() else None
+            except Exception as exc:
+                raise BadInputError(f"inputs file {path}: member {name!r} is not an .npy array "
+                                    f"({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
+            if dtype.hasobject:
+                continue  # refused by the loader (no pickles) with its own message
+            need = math.prod(shape) * dtype.itemsize
+            if header is not None and need != member.file_size - header:
+                raise BadInputError(f"inputs file {path}: array {name!r} declares shape {tuple(shape)} "
+                                    f"({format_bytes(need)}) but holds {format_bytes(member.file_size - header)}")

@@ -4,17 +4,19 @@ The parent (`WatchedSession`) starts `python -m onnxrefine.verify.runner_child`,
 session's source (a model path, or a small model's bytes) and the run settings, then run requests
 (output names, feeds); messages are length-prefixed pickles over the child's stdin/stdout. While it
 waits, the parent polls the child's resident set size and the wall clock: past the memory cap (the
-child's RSS once the session is loaded, plus the memory budget) or the time limit, the child is
+child's RSS when the request was sent, plus the memory budget) or the time limit, the child is
 killed and `ResourceLimitError` says which limit stopped it. A child that dies by itself (the
 kernel's OOM killer, a crash in a kernel) is a `RunFailedError`. Either way this process goes on.
 
-Start-up costs a Python with onnxruntime imported (~0.3 s here; bench/verify_cost.py's
-"watched" column): the runner uses a child only where the estimate is uncertain or close to the
-budget.
+One child serves every watched session of this process (started on first need, stopped at exit
+or when a limit stops it): start-up (a Python importing onnxruntime) is paid once per run. Feeds
+and results cross the pipe as pickles. bench/budget_cost.py measures both; the runner uses the
+child only where the estimate is uncertain or close to the budget.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import select
@@ -56,32 +58,35 @@ def _serve() -> None:
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages on the pipe
-    session = None
+    sessions: dict[int, object] = {}
     while True:
         try:
             header = _read_exact(stdin, _HEADER.size)
         except EOFError:
             return
         request = pickle.loads(_read_exact(stdin, _HEADER.unpack(header)[0]))
-        kind = request[0]
+        kind, key = request[0], request[1]
         if kind == "load":
             import onnxruntime as ort
 
-            _, source, settings, library, role = request
+            _, _, source, settings, library, role = request
             settings = RunSettings(**{**settings, "providers": tuple(settings["providers"])})
             try:
-                session = ort.InferenceSession(source, sess_options=session_options(settings, library),
-                                               providers=list(settings.providers))
+                sessions[key] = ort.InferenceSession(source, sess_options=session_options(settings, library),
+                                                     providers=list(settings.providers))
                 _write(stdout, ("ok", None))
             except Exception as exc:
                 _write(stdout, ("error", describe(exc, "load", role)))
         elif kind == "run":
-            _, names, feeds, role = request
+            _, _, names, feeds, role = request
             try:
-                results = session.run(names, feeds)
+                results = sessions[key].run(names, feeds)
                 _write(stdout, ("ok", [np.asarray(value) for value in results]))
             except Exception as exc:
                 _write(stdout, ("error", describe(exc, "run", role)))
+        elif kind == "close":
+            sessions.pop(key, None)
+            _write(stdout, ("ok", None))
 
 
 # -- the parent --------------------------------------------------------------------------------
@@ -90,16 +95,11 @@ class ChildFailed(Exception):
     """The child reported an error (its one-line description is the message)."""
 
 
-class WatchedSession:
-    """A session in a child process; `run(names, feeds)` returns the output arrays. Raises
-    ChildFailed (the session's own error), resources.ResourceLimitError (a limit stopped it) or
-    RuntimeError (the child died)."""
+class _Worker:
+    """The child process; one at a time, shared by every watched session of this process (one
+    start-up per run, not per session). A limit that stops it ends every session it holds."""
 
-    def __init__(self, source, settings, custom_op_library, role: str, memory_budget: int,
-                 time_limit_s: float):
-        self.role = role
-        self.memory_budget = memory_budget
-        self.time_limit_s = time_limit_s
+    def __init__(self):
         env = dict(os.environ)
         # The child must import this very package (a worktree on PYTHONPATH, an editable install).
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -107,65 +107,55 @@ class WatchedSession:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "onnxrefine.verify.runner_child"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-        self.cap = None  # set once the session is loaded: its RSS then, plus the budget
-        try:
-            self._call(("load", source, settings.to_dict(), custom_op_library, role), "loading")
-        except BaseException:
-            self.close()
-            raise
-        self.cap = _rss(self.process.pid) + memory_budget
+        self.next_key = 0
 
-    def run(self, names, feeds):
-        return self._call(("run", list(names), dict(feeds), self.role), "running")
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
-    def _call(self, request, doing: str):
+    def call(self, request, role: str, doing: str, memory_budget: int, time_limit_s: float):
         from onnxrefine.resources import ResourceLimitError, format_bytes
 
-        if self.process is None:
-            raise RuntimeError(f"{self.role}: the onnxruntime child process is gone")
+        if not self.alive():
+            raise RuntimeError(self._death(role, doing))
+        cap = max(_rss(self.process.pid), _LOAD_BASE) + memory_budget
         started = time.monotonic()
         try:
             _write(self.process.stdin, request)
         except (BrokenPipeError, OSError):
-            raise RuntimeError(self._death(doing)) from None
+            raise RuntimeError(self._death(role, doing)) from None
         stream = self.process.stdout
-        fd = stream.fileno()
-        peak = 0
         while True:
-            ready, _, _ = select.select([fd], [], [], POLL_S)
+            ready, _, _ = select.select([stream.fileno()], [], [], POLL_S)
             if ready:
                 break
-            elapsed = time.monotonic() - started
             rss = _rss(self.process.pid)
-            peak = max(peak, rss)
-            cap = self.cap if self.cap is not None else _LOAD_BASE + self.memory_budget
             if rss > cap:
-                self.close()
+                self.stop()
                 raise ResourceLimitError(
-                    f"{self.role}: onnxruntime stopped while {doing}: it used {format_bytes(rss)}, over the "
-                    f"memory budget of {format_bytes(self.memory_budget)} (--memory-budget)")
-            if elapsed > self.time_limit_s:
-                self.close()
-                raise ResourceLimitError(f"{self.role}: onnxruntime stopped while {doing}: over the time limit "
-                                         f"of {self.time_limit_s:g} s")
+                    f"{role}: onnxruntime stopped while {doing}: it used {format_bytes(rss)}, over the "
+                    f"memory budget of {format_bytes(memory_budget)} (--memory-budget)")
+            if time.monotonic() - started > time_limit_s:
+                self.stop()
+                raise ResourceLimitError(f"{role}: onnxruntime stopped while {doing}: over the time limit "
+                                         f"of {time_limit_s:g} s")
             if self.process.poll() is not None:
                 break
         try:
             header = _read_exact(stream, _HEADER.size)
             reply = pickle.loads(_read_exact(stream, _HEADER.unpack(header)[0]))
         except (EOFError, OSError, pickle.UnpicklingError):
-            raise RuntimeError(self._death(doing)) from None
+            raise RuntimeError(self._death(role, doing)) from None
         if reply[0] == "error":
             raise ChildFailed(reply[1])
         return reply[1]
 
-    def _death(self, doing: str) -> str:
+    def _death(self, role: str, doing: str) -> str:
         code = self.process.wait() if self.process is not None else None
-        self.close()
+        self.stop()
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
-        return f"{self.role}: onnxruntime's process died while {doing} ({how})"
+        return f"{role}: onnxruntime's process died while {doing} ({how})"
 
-    def close(self) -> None:
+    def stop(self) -> None:
         process, self.process = self.process, None
         if process is None:
             return
@@ -181,12 +171,57 @@ class WatchedSession:
             except OSError:
                 pass
 
-    def __del__(self):
-        self.close()
+
+_WORKER: _Worker | None = None
 
 
-# A child's resident size before its session exists (Python, numpy, onnxruntime), measured here at
-# ~90 MiB; while loading, the cap is this plus the budget.
+def _worker() -> _Worker:
+    global _WORKER
+    if _WORKER is None or not _WORKER.alive():
+        _WORKER = _Worker()
+    return _WORKER
+
+
+@atexit.register
+def _stop_worker() -> None:
+    if _WORKER is not None:
+        _WORKER.stop()
+
+
+class WatchedSession:
+    """A session in the child process; `run(names, feeds)` returns the output arrays. Raises
+    ChildFailed (the session's own error), resources.ResourceLimitError (a limit stopped the child)
+    or RuntimeError (the child died)."""
+
+    def __init__(self, source, settings, custom_op_library, role: str, memory_budget: int,
+                 time_limit_s: float):
+        self.role = role
+        self.memory_budget = memory_budget
+        self.time_limit_s = time_limit_s
+        self.worker = _worker()
+        self.key = self.worker.next_key
+        self.worker.next_key += 1
+        self._call(("load", self.key, source, settings.to_dict(), custom_op_library, role), "loading")
+
+    def run(self, names, feeds):
+        return self._call(("run", self.key, list(names), dict(feeds), self.role), "running")
+
+    def _call(self, request, doing: str):
+        if self.worker is None:
+            raise RuntimeError(f"{self.role}: the onnxruntime child process is gone")
+        return self.worker.call(request, self.role, doing, self.memory_budget, self.time_limit_s)
+
+    def close(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None and worker.alive():
+            try:
+                worker.call(("close", self.key), self.role, "closing", self.memory_budget, self.time_limit_s)
+            except Exception:  # a worker that fails to close a session is stopped instead
+                worker.stop()
+
+
+# A child's resident size before any session exists (Python, numpy, onnxruntime: ~90 MiB here);
+# the cap never starts below it plus the budget.
 _LOAD_BASE = 128 << 20
 
 
