@@ -126,8 +126,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os
         raise BadInputError(f"{path}: output folder does not exist")
     needs_external = tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD_BYTES
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
     try:
+        os.close(fd)  # inside the try: an interrupt from here on removes the temp file
         if needs_external:
             data_name = path.name + ".data"
             tmp_data = folder / data_name
