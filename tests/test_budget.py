@@ -224,3 +224,16 @@ def test_npz_header_larger_than_its_data_is_refused(tmp_path):
 def test_bad_memory_budget_option(example, capsys):
     assert main(["optimize", str(example), "--memory-budget", "plenty"]) == 2
     assert "--memory-budget: not a size" in _one_line_error(capsys.readouterr().err)
+
+
+def test_certificate_windows_within_the_budget(tmp_path, capsys):
+    """A rewrite whose matched subgraph holds a large tensor is not certified (a certificate runs
+    several input sets through both sides); the small ones still are."""
+    _, doubling, _ = next(case for case in bomb_cases(16 << 20) if case[0] == "concat_doubling")
+    source, out, report = tmp_path / "d.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
+    onnx.save(doubling, source)
+    assert main(["optimize", str(source), "-o", str(out), "--no-verify", "--memory-budget", "50MB",
+                 "--report", str(report)]) == 0
+    certificates = [entry.get("certificate", "") for entry in json.loads(report.read_text())["applied"]]
+    skipped = [text for text in certificates if "1/8 of --memory-budget for a certificate" in text]
+    assert skipped and any(text.startswith("certified") for text in certificates), certificates

@@ -333,7 +333,8 @@ def _constant_int(graph: onnx.GraphProto, name: str) -> int | None:
 
 # -- decisions ------------------------------------------------------------------------------------
 
-def check_runnable(estimate: PeakEstimate, what: str, budget: int | None = None) -> None:
+def check_runnable(estimate: PeakEstimate, what: str, budget: int | None = None,
+                   budget_text: str = "--memory-budget") -> None:
     """ResourceLimitError (one line) when onnxruntime should not run the model at all."""
     budget = memory_budget() if budget is None else budget
     if estimate.huge_loops:
@@ -343,7 +344,7 @@ def check_runnable(estimate: PeakEstimate, what: str, budget: int | None = None)
     if ORT_FACTOR * estimate.peak_bytes > budget:
         raise ResourceLimitError(
             f"{what} needs {estimate.describe()}, about {format_bytes(ORT_FACTOR * estimate.peak_bytes)} "
-            f"in onnxruntime: over the memory budget of {format_bytes(budget)} (--memory-budget)")
+            f"in onnxruntime: over the memory budget of {format_bytes(budget)} ({budget_text})")
 
 
 def reference_refusal(estimate: PeakEstimate, budget: int | None = None) -> str | None:

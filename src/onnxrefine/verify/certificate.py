@@ -109,6 +109,9 @@ _EXPANDING = frozenset("ConstantOfShape Expand Tile Pad Resize Upsample OneHot R
                        "Loop Scan".split())
 
 
+CERTIFICATE_BUDGET_SHARE = 8
+
+
 def _check_budget(proto: onnx.ModelProto, activations, fed) -> None:
     """Skip a certificate whose window would exceed the memory budget (resources.py)."""
     from onnxrefine import resources
@@ -119,8 +122,13 @@ def _check_budget(proto: onnx.ModelProto, activations, fed) -> None:
         return
     feeds = {f"a{i}": np.broadcast_to(np.zeros((), np.dtype(s.dtype or np.float32)), s.shape)
              for i, s in enumerate(activations)}
+    # A certificate holds up to ~8 input sets and both sides' outputs per set at once: its window
+    # gets an eighth of the budget (measured: a Concat-doubling window within the whole budget
+    # took the process to 3 GB).
     try:
-        resources.check_runnable(resources.estimate_peak(proto, {**feeds, **fed}), "the matched subgraph")
+        resources.check_runnable(resources.estimate_peak(proto, {**feeds, **fed}), "the matched subgraph",
+                                 budget=resources.memory_budget() // CERTIFICATE_BUDGET_SHARE,
+                                 budget_text=f"1/{CERTIFICATE_BUDGET_SHARE} of --memory-budget for a certificate")
     except resources.ResourceLimitError as exc:
         raise _Skip(str(exc)) from None
 
