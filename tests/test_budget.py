@@ -237,3 +237,14 @@ def test_certificate_windows_within_the_budget(tmp_path, capsys):
     certificates = [entry.get("certificate", "") for entry in json.loads(report.read_text())["applied"]]
     skipped = [text for text in certificates if "1/8 of --memory-budget for a certificate" in text]
     assert skipped and any(text.startswith("certified") for text in certificates), certificates
+
+
+def test_reduce_refuses_a_bomb_bundle(tmp_path, capsys):
+    bundle = tmp_path / "case_0_seed0"
+    bundle.mkdir()
+    onnx.save(CASES[0][1], bundle / "model.onnx")
+    (bundle / "report.json").write_text(json.dumps({"optimizer": "onnxrefine", "step": "eliminate_identity",
+                                                    "seed": 0}))
+    assert main(["reduce", str(bundle), "--memory-budget", "50MB"]) == 2
+    assert "memory budget" in _one_line_error(capsys.readouterr().err)
+    assert not (bundle / "reduced").exists()
