@@ -139,7 +139,7 @@ def _race(tmp_path: Path, layers: int, hidden: int) -> None:
 
 
 def test_interrupted_optimize_small(tmp_path):
-    _scenario(tmp_path, layers=4, hidden=1024, points=2)
+    _scenario(tmp_path, layers=4, hidden=1024, points=1)
 
 
 def test_two_writers_small(tmp_path):
