@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 
 import numpy as np
@@ -248,3 +249,18 @@ def test_reduce_refuses_a_bomb_bundle(tmp_path, capsys):
     assert main(["reduce", str(bundle), "--memory-budget", "50MB"]) == 2
     assert "memory budget" in _one_line_error(capsys.readouterr().err)
     assert not (bundle / "reduced").exists()
+
+
+def test_loop_with_a_computed_trip_count_stops_at_the_verification_guard(tmp_path, capsys):
+    """Size(x) * 10^8 iterations: the trip count is no constant, so the run is watched and
+    stopped at auto mode's time guard (--verify-budget 1: about a second), not left to run."""
+    from hostile.bombs import loop_dynamic_case
+
+    _, model, _ = loop_dynamic_case()
+    source, out, report = tmp_path / "loop.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
+    onnx.save(model, source)
+    assert main(["optimize", str(source), "-o", str(out), "--verify-budget", "1", "--report", str(report)]) == 0
+    verification = json.loads(report.read_text())["verification"]
+    assert verification["status"] == "skipped", verification
+    limit = re.search(r"stopped while running: over the time limit of ([0-9.]+) s", verification["reason"])
+    assert limit and float(limit.group(1)) < 30, verification  # the guard, not the 300 s default

@@ -150,7 +150,10 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
     try:
         # In auto mode a gross underestimate (a loaded machine) stops starting further input sets.
         guard = None if forced else max(budget_s, 2 * plan.estimate_s)
-        report = state.verify(work, "end to end", time_budget_s=guard)
+        from onnxrefine import resources  # a watched run (Loop, unknown shapes) also stops at the guard
+
+        with resources.limits(time_limit_s=guard):
+            report = state.verify(work, "end to end", time_budget_s=guard)
     except BadInputError as exc:
         if forced:
             raise BadInputError(f"cannot verify: {exc}") from None

@@ -168,3 +168,34 @@ def loop_scan_case(trips: int = 1_000_000, row: int = 1024) -> tuple[str, onnx.M
     onnx.checker.check_model(model)
     return "loop_scan_growth", model, {"peak_bytes": 4 * trips * row, "optimize": "skip-verify",
                                        "message": "memory budget"}
+
+
+def loop_dynamic_case(per_element: int = 10**8) -> tuple[str, onnx.ModelProto, dict]:
+    """A Loop whose trip count is computed from the input's size (Size(x) * per_element, x of
+    shape [N, 3]): no constant tells it, so only the wall clock of a watched run can stop it."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "one_b"], ["acc_out"], name="body_add"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [])],
+        initializer=[numpy_helper.from_array(np.array(1.0, np.float32), "one_b")])
+    nodes = [helper.make_node("Size", ["x"], ["size"], name="size"),
+             helper.make_node("Mul", ["size", "per"], ["trips"], name="trips"),
+             helper.make_node("Loop", ["trips", "cond", "acc0"], ["acc"], body=body, name="loop"),
+             helper.make_node("Identity", ["x"], ["x_id"], name="id"),
+             helper.make_node("Add", ["x_id", "acc"], ["y"], name="add")]
+    graph = helper.make_graph(
+        nodes, "loop_dynamic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        initializer=[numpy_helper.from_array(np.array(per_element, np.int64), "per"),
+                     numpy_helper.from_array(np.array(True), "cond"),
+                     numpy_helper.from_array(np.array(0.0, np.float32), "acc0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return "loop_dynamic", model, {"optimize": "skip-verify", "message": "time limit"}

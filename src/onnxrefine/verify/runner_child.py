@@ -56,9 +56,12 @@ def _serve() -> None:
     from onnxrefine.verify.ort_errors import describe
     from onnxrefine.verify.runner import RunSettings, session_options
 
+    import onnxruntime  # noqa: F401  (imported before "ready": start-up is not a run's time)
+
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages on the pipe
     sessions: dict[int, object] = {}
+    _write(stdout, ("ok", "ready"))
     while True:
         try:
             header = _read_exact(stdin, _HEADER.size)
@@ -108,36 +111,45 @@ class _Worker:
             [sys.executable, "-m", "onnxrefine.verify.runner_child"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
         self.next_key = 0
+        try:  # start-up (imports) is waited for here, outside any run's time limit
+            self._reply("child process", "starting", None, STARTUP_LIMIT_S)
+        except BaseException:
+            self.stop()
+            raise
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
     def call(self, request, role: str, doing: str, memory_budget: int, time_limit_s: float):
-        from onnxrefine.resources import ResourceLimitError, format_bytes
-
         if not self.alive():
             raise RuntimeError(self._death(role, doing))
         cap = max(_rss(self.process.pid), _LOAD_BASE) + memory_budget
-        started = time.monotonic()
         try:
             _write(self.process.stdin, request)
         except (BrokenPipeError, OSError):
             raise RuntimeError(self._death(role, doing)) from None
+        return self._reply(role, doing, (cap, memory_budget), time_limit_s)
+
+    def _reply(self, role: str, doing: str, memory, time_limit_s: float):
+        """The child's answer, polling its RSS (`memory`: (cap, budget), or None) and the clock."""
+        from onnxrefine.resources import ResourceLimitError, format_bytes
+
+        started = time.monotonic()
         stream = self.process.stdout
         while True:
             ready, _, _ = select.select([stream.fileno()], [], [], POLL_S)
             if ready:
                 break
             rss = _rss(self.process.pid)
-            if rss > cap:
+            if memory is not None and rss > memory[0]:
                 self.stop()
                 raise ResourceLimitError(
                     f"{role}: onnxruntime stopped while {doing}: it used {format_bytes(rss)}, over the "
-                    f"memory budget of {format_bytes(memory_budget)} (--memory-budget)")
+                    f"memory budget of {format_bytes(memory[1])} (--memory-budget)")
             if time.monotonic() - started > time_limit_s:
                 self.stop()
                 raise ResourceLimitError(f"{role}: onnxruntime stopped while {doing}: over the time limit "
-                                         f"of {time_limit_s:g} s")
+                                         f"of {time_limit_s:.3g} s")
             if self.process.poll() is not None:
                 break
         try:
@@ -223,6 +235,8 @@ class WatchedSession:
 # A child's resident size before any session exists (Python, numpy, onnxruntime: ~90 MiB here);
 # the cap never starts below it plus the budget.
 _LOAD_BASE = 128 << 20
+# The child's imports (numpy, onnxruntime): 0.3-2.3 s here depending on load.
+STARTUP_LIMIT_S = 120.0
 
 
 def _rss(pid: int) -> int:
