@@ -264,3 +264,13 @@ def test_loop_with_a_computed_trip_count_stops_at_the_verification_guard(tmp_pat
     assert verification["status"] == "skipped", verification
     limit = re.search(r"stopped while running: over the time limit of ([0-9.]+) s", verification["reason"])
     assert limit and float(limit.group(1)) < 30, verification  # the guard, not the 300 s default
+
+
+def test_bisect_of_onnxruntime_refuses_a_bomb(tmp_path, capsys):
+    """onnxruntime's offline optimization folds constants while loading: checked first."""
+    source = tmp_path / "bomb.onnx"
+    onnx.save(CASES[0][1], source)
+    assert main(["bisect", str(source), "--optimizer", "ort", "--out", str(tmp_path / "b"),
+                 "--memory-budget", "50MB"]) == 2
+    assert "offline optimization needs" in _one_line_error(capsys.readouterr().err)
+    assert not (tmp_path / "b").exists()
