@@ -214,10 +214,24 @@ def estimate_peak(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None
         for name in (*node.input, *_subgraph_reads(node)):
             last_use[name] = index
     live: dict[str, tuple[int, int]] = {}
+    total = [0, 0]  # running sums of `live` (a sum per node would be quadratic on wide graphs)
+
+    def hold(name, elem, shape):
+        drop(name)
+        live[name] = (_nbytes(elem, shape), _nbytes(elem, shape, float64=True))
+        total[0] += live[name][0]
+        total[1] += live[name][1]
+
+    def drop(name):
+        sizes = live.pop(name, None)
+        if sizes is not None:
+            total[0] -= sizes[0]
+            total[1] -= sizes[1]
+
     for name in (feeds or {}):
         elem, shape = types.get(name, (onnx.TensorProto.FLOAT, None))
         if shape is not None:
-            live[name] = (_nbytes(elem, shape), _nbytes(elem, shape, float64=True))
+            hold(name, elem, shape)
     peak = peak64 = 0
     unknown = 0
     for index, node in enumerate(nodes):
@@ -229,18 +243,16 @@ def estimate_peak(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None
             if shape is None:
                 unknown += 1
                 continue
-            size = _nbytes(elem, shape)
-            live[name] = (size, _nbytes(elem, shape, float64=True))
-            if size > estimate.largest[1]:
-                estimate.largest = (name, size)
-        peak = max(peak, sum(item[0] for item in live.values()))
-        peak64 = max(peak64, sum(item[1] for item in live.values()))
+            hold(name, elem, shape)
+            if live[name][0] > estimate.largest[1]:
+                estimate.largest = (name, live[name][0])
+        peak, peak64 = max(peak, total[0]), max(peak64, total[1])
         for name in node.input:
             if last_use.get(name) == index and name not in outputs and name not in constants:
-                live.pop(name, None)
+                drop(name)
         for name in node.output:  # a value nobody reads (dead code) is freed once computed
             if name and name not in last_use and name not in outputs:
-                live.pop(name, None)
+                drop(name)
     if unknown:
         estimate.uncertain.append(f"{unknown} value(s) of unknown shape")
     estimate.peak_bytes, estimate.float64_bytes = peak + fixed, peak64 + fixed64
