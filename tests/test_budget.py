@@ -274,3 +274,12 @@ def test_bisect_of_onnxruntime_refuses_a_bomb(tmp_path, capsys):
                  "--memory-budget", "50MB"]) == 2
     assert "offline optimization needs" in _one_line_error(capsys.readouterr().err)
     assert not (tmp_path / "b").exists()
+
+
+def test_verify_time_budget_bounds_a_watched_run(tmp_path, capsys):
+    from hostile.bombs import loop_dynamic_case
+
+    source = tmp_path / "loop.onnx"
+    onnx.save(loop_dynamic_case()[1], source)
+    assert main(["verify", str(source), str(source), "--time-budget", "1"]) == 2
+    assert "over the time limit of 1 s" in _one_line_error(capsys.readouterr().err)

@@ -394,9 +394,13 @@ def add_memory_budget_argument(parser) -> None:
 
 @contextlib.contextmanager
 def from_args(args):
-    """The run's limits from parsed arguments (a subcommand without --memory-budget: the defaults)."""
+    """The run's limits from parsed arguments (a subcommand without --memory-budget: the defaults).
+    A subcommand's --time-budget (verify, reduce) also bounds each watched run: no single run may
+    take longer than the whole command is allowed to."""
     text = getattr(args, "memory_budget", None)
-    with limits(memory_budget=parse_bytes(text) if text is not None else None):
+    seconds = getattr(args, "time_budget", None)
+    with limits(memory_budget=parse_bytes(text) if text is not None else None,
+                time_limit_s=seconds if isinstance(seconds, (int, float)) and seconds > 0 else None):
         yield
 
 
