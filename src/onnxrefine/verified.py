@@ -134,6 +134,7 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
         # Input sets are cut to the budget; only when one set would exceed the limit (the user's
         # --verify-budget, else DEFAULT_VERIFY_BUDGET_S) is verification skipped.
         limit_s = settings.budget_s if settings.budget_s is not None else DEFAULT_VERIFY_BUDGET_S
+        _check_resources(original)
         plan = make_plan(original.proto, budget_s=budget_s, forced=forced, trials=settings.trials,
                          seed=settings.seed, dims=settings.dims, inputs=settings.inputs,
                          weight_bytes=io.tensor_bytes(work), budget_text=budget_text, limit_s=limit_s,
@@ -149,7 +150,10 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
     try:
         # In auto mode a gross underestimate (a loaded machine) stops starting further input sets.
         guard = None if forced else max(budget_s, 2 * plan.estimate_s)
-        report = state.verify(work, "end to end", time_budget_s=guard)
+        from onnxrefine import resources  # a watched run (Loop, unknown shapes) also stops at the guard
+
+        with resources.limits(time_limit_s=guard):
+            report = state.verify(work, "end to end", time_budget_s=guard)
     except BadInputError as exc:
         if forced:
             raise BadInputError(f"cannot verify: {exc}") from None
@@ -238,7 +242,21 @@ def _budget(settings: VerifySettings, schedule_s: float) -> tuple[float, str]:
         f"{MIN_AUTO_BUDGET_S:g} s)"
 
 
+def _check_resources(original) -> None:
+    """ResourceLimitError before any plan when the original cannot run within the memory budget
+    or holds a Loop over the trip-count limit (resources.py; symbolic dims taken as 1 here, the
+    runner checks again with each input set's shapes)."""
+    from onnxrefine import resources
+    from onnxrefine.verify.runner import peak_estimate
+
+    resources.check_runnable(peak_estimate(original, None), "original model")
+
+
 def _not_runnable(exc: Exception) -> str:
+    from onnxrefine.resources import ResourceLimitError
+
+    if isinstance(exc, ResourceLimitError):  # over the memory/time budget: say so, not "does not run"
+        return str(exc)
     return f"the model does not run in onnxruntime ({exc})"
 
 

@@ -163,7 +163,9 @@ def _shapes(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str
     pinned.CopyFrom(light)  # light: no large weights' bytes, cheap to copy
     graphinfo.pin_input_shapes(pinned, feeds)
     try:
-        inferred = onnx.shape_inference.infer_shapes(pinned, strict_mode=False, data_prop=True)
+        from onnxrefine.resources import infer_shapes_bounded  # data propagation bounded (issue 13)
+
+        inferred = infer_shapes_bounded(pinned)
     except Exception:
         return graphinfo.static_shapes(light, {name: _shaped(value) for name, value in feeds.items()})
     shapes: dict[str, tuple] = {}

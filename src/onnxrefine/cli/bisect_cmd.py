@@ -31,6 +31,8 @@ def register(subparsers) -> None:
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trials", type=int, default=2)
+    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    add_memory_budget_argument(parser)
     parser.set_defaults(func=run)
 
 

@@ -75,6 +75,8 @@ def register(subparsers) -> None:
     parser.add_argument("--link-data", action="store_true",
                         help="clone the input's external-data files copy-on-write (reflink: btrfs, XFS) instead "
                         "of copying their weights; copied where the file system cannot")
+    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    add_memory_budget_argument(parser)
     parser.set_defaults(func=run)
 
 

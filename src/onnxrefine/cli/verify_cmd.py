@@ -47,6 +47,8 @@ def register(subparsers) -> None:
     parser.add_argument("--json", metavar="OUT", help="write the full report as JSON")
     parser.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     add_run_settings_arguments(parser)
+    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    add_memory_budget_argument(parser)
     parser.set_defaults(func=run)
 
 

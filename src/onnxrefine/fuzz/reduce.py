@@ -97,9 +97,12 @@ def runtime_types(model: onnx.ModelProto, dims: dict, seed: int) -> dict[str, tu
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1
     options.log_severity_level = 4
+    feeds = random_inputs(model, dims, seed)
+    from onnxrefine import resources  # every value is an output here: all of them held at once
+
+    resources.check_runnable(resources.estimate_peak(probe, feeds), "the bundle's model")
     session = inference_session(probe, options)
     names = [o.name for o in session.get_outputs()]
-    feeds = random_inputs(model, dims, seed)
     values = dict(zip(names, session.run(None, feeds)))
     values.update(feeds)
     return {name: (helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), tuple(np.asarray(v).shape))
@@ -139,8 +142,12 @@ def _failure(model, step, dims, seed, trials):
         candidate = step(_copy(model))
     except Exception:
         return None
+    from onnxrefine.resources import ResourceLimitError
+
     try:
         report = verify_models(model, candidate, seed=seed, dims=dims, trials=trials)
+    except ResourceLimitError:
+        raise  # over the memory/time budget: say so (edits only shrink the model)
     except BadInputError:
         return None   # the edited original no longer loads or runs
     return (candidate, mismatch_kind(report)) if report.verdict == "mismatch" else None
@@ -345,7 +352,7 @@ def _load_bundle(bundle: str) -> tuple[onnx.ModelProto, dict]:
         model = onnx.load(model_path)
         with open(meta_path) as handle:
             meta = json.load(handle)
-        meta["optimizer"], meta["step"]
+        meta["optimizer"], meta["step"], int(meta["seed"])  # a bundle without them is unreadable
     except (OSError, ValueError, KeyError, onnx.onnx_cpp2py_export.checker.ValidationError) as exc:
         raise BadInputError(f"{bundle}: unreadable bundle ({type(exc).__name__}: {exc})") from None
     except Exception as exc:  # protobuf decode errors have no common public base class

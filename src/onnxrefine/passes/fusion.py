@@ -189,6 +189,8 @@ SLICES = Rule("fuse_consecutive_slices", _slice_pattern(_slice_pattern(Var("x"),
 
 # --- fuse_consecutive_concats -----------------------------------------------------------------
 
+MAX_FUSED_CONCAT_INPUTS = 1024
+
 
 def fuse_concats(m: Match, ctx: RewriteContext) -> Replacement | None:
     outer: ir.Node = m["outer"]
@@ -217,6 +219,10 @@ def fuse_concats(m: Match, ctx: RewriteContext) -> Replacement | None:
             absorbed.append(inner)
     if not absorbed:
         return None
+    if len(flat) > MAX_FUSED_CONCAT_INPUTS:
+        # Concat(c, c) of an inner Concat repeats its inputs: a chain of such doublings would fuse
+        # into 2^depth inputs (issue 13's Concat-doubling bomb).
+        raise RewriteRefused(f"the fused Concat would read {len(flat)} inputs (more than {MAX_FUSED_CONCAT_INPUTS})")
     new = ctx.node("Concat", flat, dict(outer.attributes), hint=outer.name or None)
     return Replacement([new], {outer.outputs[0]: new.outputs[0]}, also_removed=absorbed)
 

@@ -85,6 +85,9 @@ def _ort_steps(passes):
     import onnxruntime as ort
 
     def basic(model):
+        from onnxrefine import resources  # onnxruntime folds constants while it loads (issue 13)
+
+        resources.check_runnable(resources.estimate_peak(model), "onnxruntime's offline optimization")
         with tempfile.TemporaryDirectory() as folder:
             target = os.path.join(folder, "optimized.onnx")
             options = ort.SessionOptions()

@@ -26,6 +26,7 @@ from onnxrefine.ir import io
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes.pipeline import run_passes
 from onnxrefine.passes.registry import get_pass
+from onnxrefine.resources import ResourceLimitError
 from onnxrefine.triage.adapters import get_adapter
 from onnxrefine.triage.bundle import write_bundle
 
@@ -128,6 +129,8 @@ def bisect(
         progress.report(done=len(result.steps), total=len(steps), detail=f"step {name}")
         try:
             candidate = apply(current)
+        except ResourceLimitError:
+            raise  # over the memory budget: the bisection cannot say anything (issue 13)
         except Exception as exc:  # a peer crashing is worth reporting, not fatal to the bisection
             result.steps.append({"step": name, "status": f"optimizer failed: {type(exc).__name__}: {exc}"})
             continue

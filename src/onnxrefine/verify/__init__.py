@@ -29,6 +29,7 @@ from onnxrefine.verify.report import OutputReport, VerificationReport
 from onnxrefine.verify.runner import (ModelRunner, RunFailedError, RunSettings, check_run_settings,
                                       open_model)
 from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS
+from onnxrefine.resources import ResourceLimitError  # noqa: E402  (issue 13: the resource budget)
 
 __all__ = [
     "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "verify_models", "VerificationReport",
@@ -169,6 +170,12 @@ def _localize(report, original, candidate, labelled, seed, time_budget_s, early=
                                          "(localisation holds both models in memory)"}
         return
     used = [(label, feeds) for label, feeds in labelled if label in report.input_sets]
+    from onnxrefine import resources  # the float64 evaluation of every value must fit the budget
+
+    refusal = resources.reference_refusal(resources.estimate_peak(original_model, used[0][1])) if used else None
+    if refusal is not None:
+        report.localisation = {"status": f"not run: {refusal}"}
+        return
     spent = report.timings.get("total_s", 0.0)
     section = localize(original_model, candidate_model, used, u=report.settings["unit_roundoff"],
                        perturb_count=report.settings["perturbation_runs"], seed=seed,
@@ -397,6 +404,8 @@ def _candidate_runs(track, candidate_file, labelled, custom_op_library, failure)
         return
     try:
         runner = ModelRunner(candidate_file, "candidate model", track.settings, custom_op_library)
+    except ResourceLimitError:
+        raise  # over the budget: verification cannot say anything, the candidate is not to blame
     except BadInputError as exc:
         track.candidate_failure = str(exc)
         return
@@ -472,6 +481,10 @@ def _add_reference(model_file, feeds, names, evidence_sets, state, observer=None
         return
     # Weights stay on disk (memory-mapped) when the model is a file.
     extra = {"base_dir": model_file.base_dir} if model_file.base_dir is not None else {}
+    refusal = _reference_refusal(model_file, feeds)
+    if refusal is not None:
+        state.update(status="unavailable", reason=refusal)
+        return
     progress.report(detail="float64 reference")
     watch = observer() if observer is not None else None
     try:
@@ -495,6 +508,14 @@ def _add_reference(model_file, feeds, names, evidence_sets, state, observer=None
             item = set_evidence.get(name)
             if item is not None and value is not None and np.shape(value) == item.original.shape:
                 item.reference = np.asarray(value, dtype=np.float64)
+
+
+def _reference_refusal(model_file, feeds) -> str | None:
+    """Why the float64 reference must not evaluate the model on `feeds` (resources.py), or None."""
+    from onnxrefine import resources
+    from onnxrefine.verify.runner import peak_estimate
+
+    return resources.reference_refusal(peak_estimate(model_file, feeds))
 
 
 def _apply_hard_bound(report: OutputReport, sets, tolerance) -> None:
@@ -569,7 +590,7 @@ def _add_decision_evidence(model_file, feeds, set_evidence, reference_state) -> 
         data = list(node.input[:2] if node.op_type in ("Less", "Greater", "LessOrEqual", "GreaterOrEqual",
                                                         "Equal") else node.input[:1])
         wanted[name] = (node, data)
-    if not wanted:
+    if not wanted or _reference_refusal(model_file, feeds) is not None:
         return
     extra = {"base_dir": model_file.base_dir} if model_file.base_dir is not None else {}
     try:

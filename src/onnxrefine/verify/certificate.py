@@ -105,6 +105,36 @@ class _Side:
     shape: tuple | None = None
 
 
+# Operators whose output can be far larger than their inputs: a window holding one is checked
+# against the memory budget whatever its inputs' size (issue 13's bombs next to a rewrite).
+_EXPANDING = frozenset("ConstantOfShape Expand Tile Pad Resize Upsample OneHot Range Concat MatMul Gemm "
+                       "Loop Scan".split())
+
+
+CERTIFICATE_BUDGET_SHARE = 8
+
+
+def _check_budget(proto: onnx.ModelProto, activations, fed) -> None:
+    """Skip a certificate whose window would exceed the memory budget (resources.py)."""
+    from onnxrefine import resources
+
+    sizes = sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype or np.float32).itemsize
+                for s in activations) + sum(np.asarray(a).nbytes for a in fed.values())
+    if sizes < (1 << 20) and not any(node.op_type in _EXPANDING for node in proto.graph.node):
+        return
+    feeds = {f"a{i}": np.broadcast_to(np.zeros((), np.dtype(s.dtype or np.float32)), s.shape)
+             for i, s in enumerate(activations)}
+    # A certificate holds up to ~8 input sets and both sides' outputs per set at once: its window
+    # gets an eighth of the budget (measured: a Concat-doubling window within the whole budget
+    # took the process to 3 GB).
+    try:
+        resources.check_runnable(resources.estimate_peak(proto, {**feeds, **fed}), "the matched subgraph",
+                                 budget=resources.memory_budget() // CERTIFICATE_BUDGET_SHARE,
+                                 budget_text=f"1/{CERTIFICATE_BUDGET_SHARE} of --memory-budget for a certificate")
+    except resources.ResourceLimitError as exc:
+        raise _Skip(str(exc)) from None
+
+
 class Certifier:
     """Callable given to the rule driver; keeps caches and counts for one optimization run."""
 
@@ -194,6 +224,7 @@ class Certifier:
 
     def _check(self, request, activations, constants, context, reduced, note) -> CertificateOutcome:
         proto, fed, outputs = self._build(request, activations, constants, context, reduced is not None)
+        _check_budget(proto, activations, fed)
         session = self._session(proto, request)
         # Large constants: a large accumulation, where subnormals are slow and float64 dominates.
         heavy = sum(a.nbytes for a in fed.values()) > HEAVY_BYTES

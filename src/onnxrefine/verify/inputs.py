@@ -48,6 +48,9 @@ def load_inputs(path: str | os.PathLike, *, trust_pickle: bool = False) -> list[
         return _load_pickle(path)
     if not os.path.isfile(path):
         raise BadInputError(f"inputs file not found: {path}")
+    from onnxrefine.resources import check_npz  # sizes and headers before any data (issue 13)
+
+    check_npz(path)
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}

@@ -48,6 +48,7 @@ from onnxrefine.verify.correspond import Pair, find_pairs  # noqa: F401 - find_p
 from onnxrefine.verify import verdict as verdict_rules
 from onnxrefine.verify.runner import ModelRunner, RunFailedError
 from onnxrefine.verify.runtime_artefacts import ArtefactCheck
+from onnxrefine.resources import ResourceLimitError
 
 DEFAULT_BATCH_BYTES = 128 << 20
 SHARED_SESSION_FACTOR = 4  # one session exposing every value while they total <= 4 batches
@@ -133,7 +134,9 @@ def _fetch(runner: ModelRunner, names, feeds) -> dict:
     """The named values of one onnxruntime run (only those: the session may expose more)."""
     names = list(dict.fromkeys(names))
     try:
-        values = runner.session.run(names, dict(feeds))
+        values = runner.run_outputs(names, feeds)  # in this process or a watched child (resources.py)
+    except ResourceLimitError:
+        raise
     except Exception as exc:
         raise RunFailedError(f"onnxruntime failed to run the {runner.role}: {str(exc).splitlines()[0]}") from None
     return {name: np.asarray(value) if not isinstance(value, list) else value for name, value in zip(names, values)}

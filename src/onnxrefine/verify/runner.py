@@ -357,35 +357,101 @@ class ModelRunner:
     """One onnxruntime session over a model; `run(feeds)` returns output name -> array.
 
     `model`: a ModelFile, path, ModelProto or onnx_ir.Model (anything but a ModelFile is opened
-    here and its temp folder removed by `close()`). `settings`: strict by default."""
+    here and its temp folder removed by `close()`). `settings`: strict by default.
+
+    Resource budget (resources.py): the model's peak tensor memory is estimated from shapes before
+    the session is made (symbolic dims as 1) and before each run with new input shapes; over the
+    memory budget, or a Loop over the trip-count limit, is a ResourceLimitError. Where the estimate
+    is uncertain (Loop/Scan, unknown shapes) or close to the budget, the session lives in a watched
+    child process (runner_child.py) with an RSS cap and a wall-clock limit; otherwise in this one
+    (no start-up cost)."""
 
     def __init__(self, model, role: str = "model", settings: RunSettings | None = None,
                  custom_op_library: str | None = None):
         import onnxruntime as ort
 
+        from onnxrefine import resources
+
         self.role = role
         self.settings = settings or RunSettings.strict()
+        self.custom_op_library = custom_op_library
+        self.session = self.watched = None
         self._owned = None if isinstance(model, ModelFile) else open_model(model, role)
-        source = model if isinstance(model, ModelFile) else self._owned
-        self.output_names = [out.name for out in source.proto.graph.output]
-        options = session_options(self.settings, custom_op_library)
+        self.source = model if isinstance(model, ModelFile) else self._owned
+        self.output_names = [out.name for out in self.source.proto.graph.output]
         try:
-            self.session = ort.InferenceSession(source.session_source(), sess_options=options,
+            estimate = peak_estimate(self.source, None)
+            resources.check_runnable(estimate, role)
+            if resources.needs_watch(estimate):
+                self._watch()
+                return
+            options = session_options(self.settings, custom_op_library)
+            self.session = ort.InferenceSession(self.source.session_source(), sess_options=options,
                                                 providers=list(self.settings.providers))
+        except resources.ResourceLimitError:
+            self.close()
+            raise
         except Exception as exc:
             self.close()
             raise BadInputError(describe_ort_failure(exc, "load", role)) from None
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _watch(self) -> None:
+        """Move the session into a watched child process (see resources.py)."""
+        from onnxrefine import resources
+        from onnxrefine.verify.runner_child import ChildFailed, WatchedSession
+
+        self.session = None
+        limits = resources.current_limits()
         try:
-            results = self.session.run(self.output_names, dict(feeds))
+            self.watched = WatchedSession(self.source.session_source(), self.settings, self.custom_op_library,
+                                          self.role, resources.memory_budget(), limits.time_limit_s)
+        except ChildFailed as exc:
+            raise BadInputError(str(exc)) from None
+        except RuntimeError as exc:
+            raise resources.ResourceLimitError(str(exc)) from None
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from onnxrefine import resources
+        from onnxrefine.verify.runner_child import ChildFailed
+
+        estimate = peak_estimate(self.source, feeds)
+        resources.check_runnable(estimate, self.role)
+        if self.watched is None and resources.needs_watch(estimate):
+            self._watch()
+        try:
+            if self.watched is not None:
+                results = self.watched.run(self.output_names, feeds)
+            else:
+                results = self.session.run(self.output_names, dict(feeds))
+        except ChildFailed as exc:
+            raise RunFailedError(str(exc)) from None
+        except RuntimeError as exc:
+            if self.watched is not None:  # the child died (an OOM kill, a crash): a resource problem
+                raise resources.ResourceLimitError(str(exc)) from None
+            raise RunFailedError(describe_ort_failure(exc, "run", self.role)) from None
+        except resources.ResourceLimitError:
+            raise
         except Exception as exc:
             raise RunFailedError(describe_ort_failure(exc, "run", self.role)) from None
         return {name: np.asarray(value) for name, value in zip(self.output_names, results)}
 
+    def run_outputs(self, names, feeds) -> list:
+        """The named values of one run, as onnxruntime returns them (any graph outputs)."""
+        if self.watched is not None:
+            from onnxrefine.verify.runner_child import ChildFailed
+
+            try:
+                return self.watched.run(names, feeds)
+            except ChildFailed as exc:
+                raise RunFailedError(str(exc)) from None
+        return self.session.run(list(names), dict(feeds))
+
     def close(self) -> None:
         """Release the session (and its copy of the weights) now, not when garbage collected."""
         self.session = None
+        if self.watched is not None:
+            self.watched.close()
+            self.watched = None
         if self._owned is not None:
             self._owned.close()
 
@@ -394,6 +460,36 @@ class ModelRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def peak_estimate(model_file: ModelFile, feeds):
+    """resources.estimate_peak for the model with the inputs' shapes (symbolic dims as 1 when
+    `feeds` is None), cached on the ModelFile per input shapes."""
+    from onnxrefine import resources
+
+    if feeds is None:
+        feeds = _unit_feeds(model_file.proto)
+    key = tuple(sorted((name, tuple(np.shape(value))) for name, value in feeds.items()))
+    cache = model_file.__dict__.setdefault("_peak_estimates", {})
+    if key not in cache:
+        cache[key] = resources.estimate_peak(model_file.proto, feeds)
+    return cache[key]
+
+
+def _unit_feeds(model: onnx.ModelProto) -> dict:
+    """Shape-only stand-ins for the graph inputs (no data), symbolic or unknown dims as 1."""
+    initializers = {init.name for init in model.graph.initializer}
+    feeds = {}
+    for value in model.graph.input:
+        if value.name in initializers or not value.type.HasField("tensor_type"):
+            continue
+        tensor_type = value.type.tensor_type
+        if not tensor_type.HasField("shape"):
+            continue
+        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
+                      for d in tensor_type.shape.dim)
+        feeds[value.name] = np.broadcast_to(np.zeros((), np.uint8), shape)
+    return feeds
 
 
 class RunFailedError(BadInputError):
