@@ -65,7 +65,10 @@ def _scenario(tmp_path: Path, layers: int, hidden: int, points: int) -> None:
     source = _build(work, layers, hidden)
     inputs = {source.name, source.name + ".data"}
     # The uninterrupted run: its output is the only complete new output (the run is deterministic).
-    reference = tmp_path / "reference.onnx"
+    # Same file name as the interrupted runs' output: an external-data output names its data
+    # file (out.onnx.data) inside the model file.
+    (tmp_path / "reference").mkdir()
+    reference = tmp_path / "reference" / "out.onnx"
     started = time.perf_counter()
     assert _start(source, reference, tmpdir).wait() == 0
     duration = time.perf_counter() - started
@@ -99,7 +102,7 @@ def _scenario(tmp_path: Path, layers: int, hidden: int, points: int) -> None:
             table.append((f"{sig.name} at {delay:.2f}s", code, got[:12]))
             assert got == "absent" or got in allowed, table
             assert not (index % 2 and got == "absent"), ("the previous output vanished", table)
-            left = _leftovers(work, inputs | {"out.onnx"}, tmpdir, baseline)
+            left = _leftovers(work, inputs | {"out.onnx", "out.onnx.data"}, tmpdir, baseline)
             if sig == signal.SIGINT:
                 assert not left, (left, table)
                 assert "Traceback" not in stderr or code != 130, stderr
@@ -119,7 +122,8 @@ def _race(tmp_path: Path, layers: int, hidden: int) -> None:
     tmpdir.mkdir()
     source = _build(work, layers, hidden)
     out = work / "out.onnx"
-    reference = tmp_path / "race_reference.onnx"
+    (tmp_path / "race_reference").mkdir()
+    reference = tmp_path / "race_reference" / "out.onnx"  # the output's name: see _scenario
     started = time.perf_counter()
     assert _start(source, reference, tmpdir).wait() == 0
     duration = time.perf_counter() - started
@@ -134,7 +138,7 @@ def _race(tmp_path: Path, layers: int, hidden: int) -> None:
     first.wait()
     assert second.wait() == 0
     assert _digest(out) == _digest(reference)
-    left = _leftovers(work, {source.name, source.name + ".data", "out.onnx"}, tmpdir, baseline)
+    left = _leftovers(work, {source.name, source.name + ".data", "out.onnx", "out.onnx.data"}, tmpdir, baseline)
     assert all(name.startswith(".out.onnx.") and name.endswith(".tmp") for name in left), left
 
 
@@ -160,7 +164,7 @@ def test_two_writers_300mb(tmp_path):
 def test_interrupt_while_writing_leaves_no_partial_output(tmp_path, example, monkeypatch, existing):
     """SIGINT in the middle of writing (KeyboardInterrupt raised after half the bytes): the temp
     file is removed and the output is absent or the previous one, byte for byte."""
-    from onnxrefine.ir import io, wire
+    from onnxrefine.ir import external_save, io
 
     model = io.load_model(example)
     folder = tmp_path / "output"
@@ -168,14 +172,14 @@ def test_interrupt_while_writing_leaves_no_partial_output(tmp_path, example, mon
     out = folder / "out.onnx"
     if existing:
         out.write_bytes(b"previous complete output")
-    real = wire.write_model_embedded
+    real = external_save.write
 
-    def interrupted(model, handle):
-        real(model, handle)
-        handle.truncate(handle.tell() // 2)
+    def interrupted(model, model_handle, *args, **kwargs):
+        real(model, model_handle, *args, **kwargs)
+        model_handle.truncate(model_handle.tell() // 2)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(wire, "write_model_embedded", interrupted)
+    monkeypatch.setattr(external_save, "write", interrupted)
     with pytest.raises(KeyboardInterrupt):
         io.save_model(model, out, input_path=example)
     assert sorted(p.name for p in folder.iterdir()) == (["out.onnx"] if existing else [])
