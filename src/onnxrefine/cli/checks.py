@@ -41,6 +41,9 @@ def writable_file(path: str | os.PathLike, label: str, inputs: Sequence[str | os
     """`path` can be written (atomically, by a rename in its folder) and is none of `inputs`."""
     if os.path.isdir(path):
         raise BadInputError(f"{label}: {path} is a folder; give a file name")
+    if os.path.exists(path) and not os.path.isfile(path):
+        # A FIFO or a device: the rename would replace it (as root, /dev/null itself).
+        raise BadInputError(f"{label}: {path} exists and is not a regular file")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.exists(folder):
         raise BadInputError(f"{label}: folder does not exist: {folder}")
@@ -111,6 +114,8 @@ def check_optimize(args: argparse.Namespace) -> None:
     data = _external_data_of(os.fspath(output))
     if os.path.exists(data) and _references(model, data):
         raise BadInputError(f"{data}: would overwrite the input's external data; choose another output path")
+    if os.path.isfile(output) and _references(model, output):
+        raise BadInputError(f"{output}: is the input's external data; choose another output path")
     if getattr(args, "report", None):
         writable_file(args.report, "--report", sources)
     _distinct_outputs([("-o/--output", output), ("--report", getattr(args, "report", None))])
