@@ -104,6 +104,7 @@ class Canary:
         self._done = False
         self._thread = threading.Thread(target=self._wait, daemon=True)
         self._thread.start()
+        time.sleep(0.02)  # let the writer block in open() before the case runs
 
     def _wait(self) -> None:
         fd = os.open(self.path, os.O_WRONLY)  # returns once a reader opens the FIFO

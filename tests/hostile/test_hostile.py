@@ -50,3 +50,18 @@ def test_suite_covers_the_issue_classes():
     assert {"file", "link", "extdata", "tensor", "names", "graph", "cli", "inputs", "valid", "bombs"} <= families
     runs = sum(len(case.commands) for case in cases if not case.requires)
     assert len(cases) >= 150 and runs >= 400, (len(cases), runs)
+
+
+def test_canary_notices_a_reader(tmp_path):
+    """The canary check can fail: opening the FIFO for reading (as open() or onnx's loader would)
+    is seen; a stat (what the checks do) is not."""
+    sys.path.insert(0, str(HERE))
+    from hostile_runner import Canary
+
+    canary = Canary(tmp_path / "read")
+    with open(tmp_path / "read", "rb") as handle:
+        handle.read()
+    assert canary.close()
+    canary = Canary(tmp_path / "stat")
+    os.stat(tmp_path / "stat")
+    assert not canary.close()
