@@ -48,7 +48,6 @@ class Case:
     check: Callable[["Paths", str], str | None] | None = None
     slow: bool = False
     requires: str = ""  # a module that must exist for the case to run (bombs: onnxrefine.resources)
-    outputs_allowed: bool = False  # a refusal may still leave files (never: kept False)
 
 
 @dataclass

@@ -114,10 +114,13 @@ class Canary:
 
     def close(self) -> bool:
         self._done = True
+        reader = None
         if self._thread.is_alive():
             with contextlib.suppress(OSError):
-                os.close(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK))  # release the writer
+                reader = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # release the writer
         self._thread.join(5)
+        if reader is not None:
+            os.close(reader)  # only once the writer has seen it (closed at once, it may not)
         return self.opened
 
 
