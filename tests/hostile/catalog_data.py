@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from hostile_cases import (OK, REFUSED, W, Case, Paths, base_graph, bundle_meta, external,
+from hostile_cases import (B, OK, REFUSED, W, Case, Paths, base_graph, bundle_meta, external,
                            w_external, write_model)
 
 OUTSIDE = r"outside the model's folder"
@@ -29,6 +29,16 @@ def _ext(location=None, offset=None, length=None, data=None, write=True, prepare
         model = w_external(paths, where, offset, length, data, write=write)
         write_model(paths, model)
     return build
+
+
+def _two_in_one_file(paths: Paths) -> None:
+    """W and B in one data file at offsets (valid: both read from the one checked file)."""
+    paths.folder.mkdir(parents=True, exist_ok=True)
+    bundle_meta(paths)
+    (paths.folder / "weights.bin").write_bytes(W.tobytes() + bytes(64) + B.tobytes())
+    model = base_graph(w_tensor=external(numpy_helper.from_array(W, "W"), "weights.bin", 0, 64))
+    model.graph.initializer[1].CopyFrom(external(numpy_helper.from_array(B, "B"), "weights.bin", 128, 16))
+    write_model(paths, model)
 
 
 def _link_out(paths: Paths) -> None:
@@ -139,6 +149,10 @@ def cases() -> list[Case]:
         Case("ext_ok_offset_length", "extdata", _ext("weights.bin", 16, 64, data=bytes(16) + raw), expect=OK, commands=RUNS),
         Case("ext_subfolder_ok", "extdata", _ext("sub/w.bin", prepare=lambda p: (p.folder / "sub").mkdir()),
              expect=OK, commands=RUNS),
+        Case("ext_dot_slash_location_ok", "extdata", _ext("./weights.bin"), expect=OK, commands=RUNS),
+        Case("ext_dot_slash_location_ok_reduce", "extdata", _ext("./weights.bin"),
+             message=r"does not give a mismatch", commands=("reduce",)),
+        Case("ext_two_tensors_one_file_ok", "extdata", _two_in_one_file, expect=OK, commands=RUNS),
         Case("ext_traversal_relative", "extdata", _ext("../secret.bin", write=False), message=OUTSIDE),
         Case("ext_traversal_deep", "extdata", _ext("a/../../secret.bin", write=False), message=OUTSIDE),
         Case("ext_absolute", "extdata", _ext(write=False, location_of=lambda p: str(p.canary)), message=OUTSIDE),

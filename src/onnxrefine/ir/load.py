@@ -239,7 +239,7 @@ def load_full_proto(path: str | os.PathLike) -> onnx.ModelProto:
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         entries = {e.key: e.value for e in tensor.external_data}
-        source = files[entries["location"]]
+        source = files[os.path.normpath(entries["location"])]
         offset = int(entries.get("offset") or 0)
         _, nbytes = load_checks.expected_bytes(tensor, tensor.name)
         tensor.raw_data = os.pread(source.fd, nbytes, offset)

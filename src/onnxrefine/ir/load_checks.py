@@ -75,51 +75,48 @@ def check_model(proto: onnx.ModelProto, folder: Path, own_file=None, label: str 
 
 # --- UTF-8 ------------------------------------------------------------------------------------
 
-_STRING_FIELDS: dict[str, tuple[list[str], list[str], list[str]]] = {}
-_SKIP = {"TensorProto": {"raw_data", "string_data"}}  # bytes, never decoded
+_STRING = FieldDescriptor.TYPE_STRING
+_MESSAGE = FieldDescriptor.TYPE_MESSAGE
 
 
-def _fields_of(descriptor) -> tuple[list[str], list[str], list[str]]:
-    """(singular string fields, repeated string fields, message fields) of a message type."""
-    cached = _STRING_FIELDS.get(descriptor.full_name)
-    if cached is None:
-        skip = _SKIP.get(descriptor.name, set())
-        strings, repeated, messages = [], [], []
-        for field in descriptor.fields:
-            if field.name in skip:
-                continue
-            is_repeated = getattr(field, "is_repeated", None)
-            if is_repeated is None:
-                is_repeated = field.label == FieldDescriptor.LABEL_REPEATED
-            if field.type == FieldDescriptor.TYPE_STRING:
-                (repeated if is_repeated else strings).append(field.name)
-            elif field.type == FieldDescriptor.TYPE_MESSAGE:
-                messages.append((field.name, is_repeated))
-        cached = _STRING_FIELDS[descriptor.full_name] = (strings, repeated, messages)
-    return cached
+def _repeated(field) -> bool:
+    flag = getattr(field, "is_repeated", None)
+    return flag if flag is not None else field.label == FieldDescriptor.LABEL_REPEATED
 
 
 def check_utf8(proto: onnx.ModelProto) -> None:
-    """Every string field is valid UTF-8 (proto2 parsing does not check; reading one raises)."""
-    stack = [(proto, "model")]
+    """Every string field is valid UTF-8 (proto2 parsing does not check; depending on the field,
+    protobuf then raises on reading it or hands back the undecodable bytes)."""
+    stack = [(proto, None)]  # (message, (parent entry, field name, index)) to name it on error
     while stack:
-        message, where = stack.pop()
-        strings, repeated, messages = _fields_of(message.DESCRIPTOR)
+        entry = stack.pop()
+        message = entry[0]
         try:
-            # Depending on the field, protobuf raises or hands back the undecodable bytes.
-            bad = next((name for name in strings if isinstance(getattr(message, name), bytes)), None)
-            bad = bad or next((name for name in repeated
-                               if any(isinstance(item, bytes) for item in getattr(message, name))), None)
+            fields = message.ListFields()  # set fields only, read in C
+            bad = None
+            for field, value in fields:
+                if field.type == _STRING:
+                    if isinstance(value, bytes) or (_repeated(field) and any(isinstance(v, bytes) for v in value)):
+                        bad = field.name
+                        break
+                elif field.type == _MESSAGE:
+                    if _repeated(field):
+                        stack.extend((item, (entry, field.name, index)) for index, item in enumerate(value))
+                    else:
+                        stack.append((value, (entry, field.name, None)))
         except UnicodeDecodeError:
             bad = "a string field"
         if bad:
-            raise BadInputError(f"{where}: {message.DESCRIPTOR.name}.{bad} is not valid UTF-8")
-        for name, is_repeated in messages:
-            if is_repeated:
-                items = getattr(message, name)
-                stack.extend((item, f"{where} > {name}[{index}]") for index, item in enumerate(items))
-            elif message.HasField(name):
-                stack.append((getattr(message, name), f"{where} > {name}"))
+            raise BadInputError(f"{_path(entry)}: {message.DESCRIPTOR.name}.{bad} is not valid UTF-8")
+
+
+def _path(entry) -> str:
+    parts = []
+    while entry[1] is not None:
+        parent, name, index = entry[1]
+        parts.append(name if index is None else f"{name}[{index}]")
+        entry = parent
+    return " > ".join(["model", *reversed(parts)])
 
 
 # --- tensors ----------------------------------------------------------------------------------
@@ -246,7 +243,7 @@ def _check_external(tensor, where, nbytes, folder: Path, opened: dict, files: di
         if not os.path.lexists(target):
             raise BadInputError(f"{where}: external data file '{shown}' is missing")
         source = opened[target] = OpenFile(target, f"{where}: external data file '{shown}'")
-    files[location] = source
+    files[os.path.normpath(location)] = source  # "./w.bin" and "w.bin" are one file
     if offset + nbytes > source.size:
         raise BadInputError(f"{where}: external data range [{offset}, {offset + nbytes}) exceeds '{shown}' "
                             f"({source.size} bytes)")
