@@ -191,7 +191,9 @@ def _original_file(model: ir.Model, source_path):
 
     if source_path is not None:
         path = os.fspath(source_path)
-        return ModelFile(light_proto(path, "original model"), path, os.path.dirname(os.path.abspath(path)))
+        proto = light_proto(path, "original model")
+        path = os.path.realpath(path)  # the file io.load_model read, weights beside it (ir/load.py)
+        return ModelFile(proto, path, os.path.dirname(path))
     return _write_temp(model, "original model")
 
 

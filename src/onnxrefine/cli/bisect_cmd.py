@@ -8,6 +8,7 @@ from pathlib import Path
 
 from onnxrefine import progress
 from onnxrefine.cli.checks import bisect_out
+from onnxrefine.cli.plain import plain
 from onnxrefine.cli.verify_cmd import parse_dims
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import io
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from onnxrefine.verify.inputs import load_inputs
+    from onnxrefine.verify.inputs import check_inputs, load_inputs
 
     console = Console()
     if not ADAPTERS[args.optimizer].available():
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     out = bisect_out(args)
     settings = BisectSettings(
         seed=args.seed, trials=args.trials, dims=parse_dims(args.dims),
-        inputs=load_inputs(args.inputs) if args.inputs else None,
+        inputs=check_inputs(model, load_inputs(args.inputs)) if args.inputs else None,  # exit 2 on a mismatch
     )
     passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
     result = bisect(model, optimizer=args.optimizer, passes=passes, out_dir=out, settings=settings)  # shows its steps
@@ -58,15 +59,15 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("step")
     table.add_column("result")
     for step in result.steps:
-        table.add_row(step["step"], step["status"])
+        table.add_row(plain(step["step"]), plain(step["status"]))  # names from the model: no markup
     console.print(table)
     if result.verdict == "mismatch":
         where = f" (rewrite {result.rewrite['rule']} at {result.rewrite['root']})" if result.rewrite else ""
-        console.print(f"first mismatch: step {result.step}{where}")
+        console.print(plain(f"first mismatch: step {result.step}{where}"))
         if result.first_bad_value:
             console.print(f"first bad value: {result.first_bad_value['description']}", markup=False,
                           highlight=False, soft_wrap=True)
-        console.print(f"repro bundle: {result.bundle}")
+        console.print(plain(f"repro bundle: {result.bundle}"))
         print("verdict: mismatch")
         return 1
     print("verdict: clean")

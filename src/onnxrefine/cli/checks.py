@@ -41,6 +41,9 @@ def writable_file(path: str | os.PathLike, label: str, inputs: Sequence[str | os
     """`path` can be written (atomically, by a rename in its folder) and is none of `inputs`."""
     if os.path.isdir(path):
         raise BadInputError(f"{label}: {path} is a folder; give a file name")
+    if os.path.exists(path) and not os.path.isfile(path):
+        # A FIFO or a device: the rename would replace it (as root, /dev/null itself).
+        raise BadInputError(f"{label}: {path} exists and is not a regular file")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.exists(folder):
         raise BadInputError(f"{label}: folder does not exist: {folder}")
@@ -117,6 +120,8 @@ def check_optimize(args: argparse.Namespace) -> None:
         writable_file(data, "--external-data", [model, output])
     if os.path.exists(data) and _references(model, data):
         raise BadInputError(f"{data}: would overwrite the input's external data; choose another output path")
+    if os.path.isfile(output) and _is_external_data_of(model, output):
+        raise BadInputError(f"{output}: is the input's external data; choose another output path")
     if getattr(args, "report", None):
         writable_file(args.report, "--report", sources)
     _distinct_outputs([("-o/--output", output), ("--report", getattr(args, "report", None))])
@@ -133,6 +138,24 @@ def _references(model: str, data_file: str) -> bool:
     from onnxrefine.ir.io import _references_file
 
     return _references_file(model, Path(data_file))
+
+
+def _is_external_data_of(model: str, output: str) -> bool:
+    """Whether the existing file `output` holds some of the model's weights. Only a file in the
+    model's real folder can (locations are checked to stay inside it), so other outputs cost a
+    stat; the graph is read lazily (ir/load.py: big weights are not read)."""
+    from onnxrefine.ir import load, validate
+
+    real_output = os.path.realpath(output)
+    try:
+        folder = os.path.dirname(load.resolve(model))
+        if os.path.commonpath([folder, real_output]) != folder:
+            return False
+        proto, _, _ = load.read_proto(model)
+    except (BadInputError, ValueError):
+        return False  # a bad model is reported by loading, with its own message
+    return any(os.path.realpath(os.path.join(folder, location)) == real_output
+               for location in validate.external_locations(proto) if location and "\0" not in location)
 
 
 def check_verify(args: argparse.Namespace) -> None:

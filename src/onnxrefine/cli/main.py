@@ -56,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         with progress.showing(progress.display_for_stderr()), resources.from_args(args):
             return int(args.func(args) or 0)
     except OnnxRefineError as exc:
-        print(f"onnxrefine: error: {exc}", file=sys.stderr)
+        # One line whatever the message quotes (a name from the model may hold a newline).
+        from onnxrefine.ir.load_checks import one_line
+
+        print(f"onnxrefine: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("onnxrefine: interrupted", file=sys.stderr)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from onnxrefine import progress
 from onnxrefine.api import optimize_ir
+from onnxrefine.cli.plain import plain
 from onnxrefine.cli.verify_cmd import add_run_settings_arguments, parse_dims, run_settings_from_args
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import io
@@ -86,6 +87,14 @@ def load_inputs(path: str) -> list:
     return load(path)
 
 
+def _checked_inputs(path: str, model) -> list:
+    """The inputs file's sets, checked against the model now (names, dtypes, shapes, symbolic
+    dims), not only if verification happens to run."""
+    from onnxrefine.verify.inputs import check_input_sets, input_specs
+
+    return check_input_sets(input_specs(model), load_inputs(path))
+
+
 def _split(text: str | None) -> list[str] | None:
     if text is None:
         return None
@@ -144,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     size_before = _stored_size(source, model)
     settings = VerifySettings(
         enabled=args.verify, budget_s=args.verify_budget, seed=args.seed, dims=parse_dims(args.dims),
-        inputs=load_inputs(args.inputs) if args.inputs else None,
+        inputs=_checked_inputs(args.inputs, model) if args.inputs else None,
     )
     from onnxrefine.verify import run_settings
 
@@ -167,17 +176,21 @@ def run(args: argparse.Namespace) -> int:
     with progress.phase(f"save {output.name}"):
         size_after = io.save_model(model, output, input_path=source, layout=layout)
     seconds = time.perf_counter() - started
-    if args.report:
-        write_json_atomically(Path(args.report), report.to_dict())
-    external = size_before != source.stat().st_size or size_after != output.stat().st_size
-    console.print(summary_table(report, size_before, size_after, seconds, external))
-    if args.explain:
-        console.print(refusals_table(report))
-    for rollback in report.rolled_back:
-        console.print(f"rolled back {describe_rollback(rollback)}")
-    for note in layout.notes:
-        console.print(f"note: {note}", highlight=False)
-    console.print(f"wrote {output}")
+    try:
+        if args.report:
+            write_json_atomically(Path(args.report), report.to_dict())
+        external = size_before != source.stat().st_size or size_after != output.stat().st_size
+        console.print(summary_table(report, size_before, size_after, seconds, external))
+        if args.explain:
+            console.print(refusals_table(report))
+        for rollback in report.rolled_back:
+            console.print(plain(f"rolled back {describe_rollback(rollback)}"))
+        for note in layout.notes:
+            console.print(plain(f"note: {note}"), highlight=False)
+    except BaseException:
+        output.unlink(missing_ok=True)  # a run that fails (or is interrupted) leaves no output
+        raise
+    console.print(plain(f"wrote {output}"))
     return 0
 
 
@@ -206,11 +219,11 @@ def _event_printer(console: Console):
 
     def on_event(kind: str, **info) -> None:
         if kind == "verify_plan":
-            console.print(f"verification: {info['text']}", highlight=False)
+            console.print(plain(f"verification: {info['text']}"), highlight=False)
         elif kind == "bisect":
             step = info["step"]
             where = f"rewrite {step.rule} at {step.root}" if step.rule else f"pass {step.pass_name}"
-            console.print(f"bisection: {where} (step {step.index}) turns the verdict to {info['verdict']}",
+            console.print(plain(f"bisection: {where} (step {step.index}) turns the verdict to {info['verdict']}"),
                           highlight=False)
 
     return on_event
@@ -254,7 +267,7 @@ def summary_table(report, size_before: int, size_after: int, seconds: float, ext
         text = f"skipped: {verification['reason']}"
     else:
         text = "off (--no-verify)"
-    table.add_row("verification", text, "")
+    table.add_row("verification", plain(text), "")
     return table
 
 
@@ -266,7 +279,7 @@ def refusals_table(report) -> Table:
     table.add_column("node")
     table.add_column("reason")
     for refusal in report.log.refused.values():
-        table.add_row(refusal.rule, refusal.node, refusal.reason)
+        table.add_row(plain(refusal.rule), plain(refusal.node), plain(refusal.reason))  # model names: no markup
     return table
 
 

@@ -348,8 +348,10 @@ def _load_bundle(bundle: str) -> tuple[onnx.ModelProto, dict]:
     model_path, meta_path = os.path.join(bundle, "model.onnx"), os.path.join(bundle, "report.json")
     if not os.path.isfile(model_path) or not os.path.isfile(meta_path):
         raise BadInputError(f"{bundle} is not a fuzz bundle (needs model.onnx and report.json)")
+    from onnxrefine.ir.load import load_full_proto
+
+    model = load_full_proto(model_path)  # a one-line BadInputError naming what is wrong with it
     try:
-        model = onnx.load(model_path)
         with open(meta_path) as handle:
             meta = json.load(handle)
         meta["optimizer"], meta["step"], int(meta["seed"])  # a bundle without them is unreadable

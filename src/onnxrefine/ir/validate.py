@@ -129,23 +129,37 @@ def check_graph_structure(proto: onnx.ModelProto) -> None:
     _check_scope(proto.graph, frozenset(), "graph")
     for function in proto.functions:
         names = frozenset(function.input)
-        _check_nodes(function.node, names, f"function '{function.name}'", list(function.output))
+        _check_nodes(function.node, names, f"function '{function.name}'", list(function.output), names)
 
 
 def _check_scope(graph: onnx.GraphProto, outer: frozenset[str], where: str) -> None:
-    names = set(outer)
-    names.update(i.name for i in graph.input)
-    names.update(t.name for t in graph.initializer)
-    names.update(s.values.name for s in graph.sparse_initializer)
-    _check_nodes(graph.node, frozenset(names), f"{where} '{graph.name}'", [o.name for o in graph.output])
+    local = {i.name for i in graph.input}
+    local.update(t.name for t in graph.initializer)
+    local.update(s.values.name for s in graph.sparse_initializer)
+    _check_nodes(graph.node, frozenset(outer | local), f"{where} '{graph.name}'", [o.name for o in graph.output],
+                 frozenset(local))
 
 
-def _check_nodes(nodes, defined: frozenset[str], where: str, outputs: list[str]) -> None:
+def _label(node: onnx.NodeProto) -> str:
+    return node.name or node.op_type
+
+
+def _check_nodes(nodes, defined: frozenset[str], where: str, outputs: list[str],
+                 local: frozenset[str] = frozenset()) -> None:
     producer: dict[str, int] = {}
     for index, node in enumerate(nodes):
         for name in node.output:
-            if name:
-                producer[name] = index
+            if not name:
+                continue
+            # One writer per name (SSA): a second one would make every reader ambiguous.
+            if name in producer:
+                first = nodes[producer[name]]
+                raise BadInputError(f"{where}: tensor '{name}' is written by two nodes "
+                                    f"('{_label(first)}' and '{_label(node)}')")
+            if name in local:
+                raise BadInputError(f"{where}: node '{_label(node)}' ({node.op_type}) writes '{name}', "
+                                    "which is already a graph input or initializer")
+            producer[name] = index
     visible = defined | frozenset(producer)
     indegree = [0] * len(nodes)
     readers: dict[int, list[int]] = {}

@@ -205,6 +205,12 @@ class Certifier:
             for side in activations:
                 side.shape = reduced[side.name]
             note = " (reduced sizes)"
+        # A declared dim of 2^40 (hostile or absurd) must not reach numpy: skip, do not allocate.
+        from onnxrefine.verify.inputs import generation_limit_bytes
+
+        wanted = sum(int(np.prod(s.shape, dtype=object)) * np.dtype(s.dtype).itemsize for s in activations)
+        if wanted > generation_limit_bytes():
+            raise _Skip(f"its inputs would take {wanted / 2**30:.3g} GiB")
         key = self._cache_key(request, activations, constants, context)
         if key is not None and key in self._results:
             self.stats.cache_hits += 1

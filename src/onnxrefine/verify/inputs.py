@@ -106,32 +106,71 @@ def _load_pickle(path: str) -> list[InputSet]:
 
 
 def check_inputs(model: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]]) -> list[InputSet]:
-    """Match each set to the model's inputs: names, dtypes and fixed dims; raise BadInputError."""
-    specs = graphinfo.graph_inputs(model)
+    """Match each set to the model's inputs (see `check_input_sets`); raise BadInputError."""
+    return check_input_sets(graphinfo.graph_inputs(model), input_sets)
+
+
+def input_specs(model) -> list[graphinfo.InputSpec]:
+    """The main graph's inputs (initializers excluded) of an onnx.ModelProto or an onnx_ir.Model."""
+    if isinstance(model, onnx.ModelProto):
+        return graphinfo.graph_inputs(model)
+    specs = []
+    for value in model.graph.inputs:
+        if value.name in model.graph.initializers:
+            continue
+        kind = value.type
+        import onnx_ir as ir
+
+        dtype = getattr(kind, "dtype", None)
+        if dtype is None or not isinstance(kind, ir.TensorType):
+            specs.append(graphinfo.InputSpec(value.name, np.dtype(object), None, 0))
+            continue
+        shape = None
+        if value.shape is not None:
+            shape = tuple(dim if isinstance(dim, int) else (getattr(dim, "value", None) or None)
+                          for dim in value.shape)
+        specs.append(graphinfo.InputSpec(value.name, graphinfo.np_dtype(dtype.value), shape, dtype.value))
+    return specs
+
+
+def check_input_sets(specs: Sequence[graphinfo.InputSpec],
+                     input_sets: Sequence[Mapping[str, np.ndarray]]) -> list[InputSet]:
+    """Each set gives every input of the model and nothing else, with the model's dtype, rank and
+    fixed dims; a symbolic dim takes one value across the inputs of a set (`N` of `X[N,4]` and
+    `Z[N,4]`). Any mismatch is a BadInputError naming the set and the input."""
+    from onnxrefine.ir.load_checks import one_line
+
     expected = {spec.name: spec for spec in specs}
     checked = []
     for index, feeds in enumerate(input_sets):
         where = f"input set {index}" if len(input_sets) > 1 else "inputs"
-        missing = [name for name in expected if name not in feeds]
+        missing = [one_line(name) for name in expected if name not in feeds]
         if missing:
             raise BadInputError(f"{where}: missing model input(s) {', '.join(missing)}")
-        extra = [name for name in feeds if name not in expected]
+        extra = [one_line(str(name)) for name in feeds if name not in expected]
         if extra:
             raise BadInputError(f"{where}: not inputs of the model: {', '.join(extra)}")
-        clean = {}
+        clean, bound = {}, {}
         for name, spec in expected.items():
             array = np.asarray(feeds[name])
+            shown = repr(one_line(name))
             if spec.dtype != np.dtype(object) and array.dtype != spec.dtype:
                 raise BadInputError(
-                    f"{where}: input {name!r} is {array.dtype}, the model expects {spec.dtype}")
+                    f"{where}: input {shown} is {array.dtype}, the model expects {spec.dtype}")
             if spec.shape is not None:
                 if array.ndim != len(spec.shape):
-                    raise BadInputError(f"{where}: input {name!r} has rank {array.ndim}, "
+                    raise BadInputError(f"{where}: input {shown} has rank {array.ndim}, "
                                         f"the model expects rank {len(spec.shape)}")
                 for axis, (got, want) in enumerate(zip(array.shape, spec.shape)):
                     if isinstance(want, int) and want > 0 and got != want:
-                        raise BadInputError(f"{where}: input {name!r} has shape {array.shape}, "
+                        raise BadInputError(f"{where}: input {shown} has shape {array.shape}, "
                                             f"the model expects {spec.shape} (axis {axis})")
+                    if isinstance(want, str):
+                        first = bound.setdefault(want, (got, name))
+                        if first[0] != got:
+                            raise BadInputError(
+                                f"{where}: input {shown} has {want}={got} (axis {axis}), but input "
+                                f"{one_line(first[1])!r} has {want}={first[0]}")
             clean[name] = array
         checked.append(clean)
     return checked
@@ -169,6 +208,7 @@ def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
                              trials: int = 3) -> list[tuple[str, InputSet]]:
     specs = graphinfo.graph_inputs(model)
     shapes = {spec.name: concrete_shape(spec, dims) for spec in specs}
+    check_generated_size(specs, shapes)
     known_shapes = dict(graphinfo.static_shapes(model, None))
     known_shapes.update(shapes)
     roles = {spec.name: graphinfo.integer_role(model, spec.name, known_shapes)
@@ -184,6 +224,33 @@ def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
             feeds[spec.name] = _make_array(spec, shapes[spec.name], kind, rng, roles.get(spec.name))
         sets.append((kind, feeds))
     return sets
+
+
+def generation_limit_bytes() -> int:
+    """Most bytes one generated input set may take: a quarter of the machine's memory."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30
+
+
+def check_generated_size(specs, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """Refuse (one line, naming the input) before allocating a set that cannot fit in memory:
+    a declared dim of 2^40 would otherwise ask numpy for terabytes."""
+    from onnxrefine.ir.load_checks import one_line
+
+    limit, total = generation_limit_bytes(), 0
+    for spec in specs:
+        count = 1
+        for dim in shapes[spec.name]:
+            count *= int(dim)
+        size = count * (spec.dtype.itemsize if spec.dtype != np.dtype(object) else 8)
+        total += size
+        if total > limit:
+            raise BadInputError(
+                f"input {one_line(spec.name)!r} of shape {shapes[spec.name]} is too large to generate "
+                f"({size / 2**30:.3g} GiB for one input set, the limit is {limit / 2**30:.3g} GiB); "
+                "give --inputs, smaller --dims, or --no-verify")
 
 
 def _make_array(spec, shape, kind, rng, role):

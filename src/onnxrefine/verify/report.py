@@ -167,7 +167,7 @@ def _render_outputs(outputs, title: str, console) -> None:
     for out in outputs:
         comp = out.comparison
         table.add_row(
-            out.name,
+            _plain(out.name),
             f"[{styles[out.verdict]}]{out.verdict}[/]",
             format_number(comp.get("max_abs")),
             format_number(comp.get("max_rel")),
@@ -181,6 +181,13 @@ def _render_outputs(outputs, title: str, console) -> None:
     for out in outputs:
         for note in out.notes:
             console.print(f"  {out.name}: {note}", markup=False, highlight=False)
+
+
+def _plain(name):
+    """A name from a model as a plain-text cell: never rich markup (`[/]` is a valid name)."""
+    from onnxrefine.cli.plain import plain
+
+    return plain(name)
 
 
 def render_localisation(report: VerificationReport, console) -> None:
@@ -198,7 +205,7 @@ def render_localisation(report: VerificationReport, console) -> None:
             table.add_column(column, justify="left" if column in ("value", "op", "verdict") else "right")
         styles = {EXACT: "green", ROUNDING: "cyan", UNSTABLE: "yellow", MISMATCH: "bold red"}
         for row in rows:
-            table.add_row(row["name"], row["op"], f"[{styles.get(row['verdict'], '')}]{row['verdict']}[/]",
+            table.add_row(_plain(row["name"]), _plain(row["op"]), f"[{styles.get(row['verdict'], '')}]{row['verdict']}[/]",
                           format_number(row.get("max_abs")), format_number(row.get("max_ulp")),
                           f"{row.get('unexplained', 0)}/{row.get('size', 0)}",
                           format_number(row.get("orig_err_max")), format_number(row.get("cand_err_max")))

@@ -132,7 +132,9 @@ def open_model(model, role: str = "model") -> ModelFile:
         return model
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
-        return ModelFile(light_proto(path, role), path, os.path.dirname(os.path.abspath(path)))
+        proto = light_proto(path, role)
+        path = os.path.realpath(path)  # onnxruntime reads external data beside the real file too
+        return ModelFile(proto, path, os.path.dirname(path))
     if isinstance(model, onnx.ModelProto):
         if _fits_in_memory(proto_tensor_bytes(model)):
             return ModelFile(model, None, None)
@@ -157,22 +159,18 @@ def light_proto(path: str, role: str = "model") -> onnx.ModelProto:
     """The model at `path` without its large tensors' bytes: external tensors stay external,
     large embedded ones become references into the model file itself (ir/wire.py). BadInputError
     for a missing or non-ONNX file or a bad external-data reference."""
-    from onnxrefine.ir import io, validate, wire
+    from onnxrefine.ir import load, validate
 
-    if not os.path.isfile(path):
-        raise BadInputError(f"{role} not found: {path}")
+    # ir/load.py: the real path (a symlinked model's weights are its target folder's), the same
+    # checks as optimize's loading (tensor sizes, external data, UTF-8), one line each.
     try:
-        if os.path.getsize(path) >= io.LAZY_LOAD_THRESHOLD_BYTES:
-            proto = wire.lazy_model_proto(path)
-        else:
-            proto = onnx.load_model(path, load_external_data=False)
-    except (DecodeError, RuntimeError, ValueError, OSError) as exc:
-        raise BadInputError(f"{role} {path} is not an ONNX model: {_first_line(exc)}") from None
+        proto, base_dir, _ = load.load_checked_proto(path)
+    except BadInputError as exc:
+        raise BadInputError(f"{role}: {exc}") from None
     if not proto.graph.node and not proto.graph.output:
         raise BadInputError(f"{role} {path} is not an ONNX model (empty graph)")
-    base_dir = os.path.dirname(os.path.abspath(path))
     try:
-        validate.check_external_data(proto, Path(base_dir))
+        validate.check_graph_structure(proto)
     except BadInputError as exc:
         raise BadInputError(f"{role}: {exc}") from None
     _embed_small_external(proto.graph, base_dir)

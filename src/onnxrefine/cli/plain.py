@@ -1,0 +1,14 @@
+"""Names from a model printed as plain text: never parsed as rich markup (a node named `[/]`
+crashed the summary after the output was written), control characters shown escaped (a name
+holding an ANSI escape must not drive the terminal)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from onnxrefine.ir.load_checks import one_line
+
+
+def plain(value) -> Text:
+    """A table cell or a line that rich shows exactly as given, on one line."""
+    return Text(one_line(str(value)))
