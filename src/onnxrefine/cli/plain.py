@@ -4,11 +4,16 @@ holding an ANSI escape must not drive the terminal)."""
 
 from __future__ import annotations
 
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from onnxrefine.ir.load_checks import one_line
+
+if TYPE_CHECKING:  # rich is imported where something is printed (the CLI's start-up)
+    from rich.text import Text
 
 
 def plain(value) -> Text:
     """A table cell or a line that rich shows exactly as given, on one line."""
+    from rich.text import Text
+
     return Text(one_line(str(value)))
