@@ -110,6 +110,11 @@ def run(args: argparse.Namespace) -> int:
     def update(result, summary):
         progress.report(done=summary.cases, detail=summary.line())
 
+    ray = owned = None
+    if args.ray:   # connect before any progress output: an unreachable cluster is one line
+        from onnxrefine.fuzz.ray_backend import connect
+
+        ray, owned = connect(args.ray)
     try:
         with progress.phase(f"fuzz {settings.optimizer}", total=settings.cases, detail="starting"):
             summary = run_campaign(settings, args.out, jobs=args.jobs or 1, ray_address=args.ray,
@@ -120,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"onnxrefine: interrupted; finished cases are kept: resume with "
               f"onnxrefine fuzz --resume --out {args.out}", file=sys.stderr)
         return 130
+    finally:
+        if owned:
+            ray.shutdown()
     table = Table(title=f"onnxrefine fuzz --target {settings.optimizer}")
     table.add_column("step", no_wrap=True)
     for column in ("cases", "fired", "fire rate", "mismatch", "rounding", "unstable", "errors"):

@@ -62,6 +62,10 @@ def register(subparsers) -> None:
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
     parser.add_argument("--seed", type=int, default=0, help="seed for generated verification inputs")
     add_run_settings_arguments(parser)
+    # -- batch mode (onnxrefine.batch): several models, folders, list files -------------------
+    from onnxrefine.batch.cli import add_batch_arguments
+
+    add_batch_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -103,6 +107,10 @@ def default_output_path(model_path: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from onnxrefine.batch import cli as batch
+
+    if batch.is_batch("optimize", args):
+        return batch.run("optimize", args)
     console = Console()
     if args.list_passes:
         if args.markdown:

@@ -52,6 +52,23 @@ def runtime_env() -> dict:
             "excludes": ["__pycache__", "*.pyc"]}
 
 
+def _reachable(address: str) -> None:
+    """Ray retries an explicit GCS address for minutes; a closed port is a one-line error now."""
+    import socket
+
+    if address in (LOCAL, "auto"):
+        return
+    hostport = address.split("://", 1)[-1]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise BadInputError(f"--ray {address}: expected auto, local, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        raise BadInputError(f"--ray {address}: cannot reach a Ray cluster there ({exc.strerror or exc}); "
+                            "start one with `ray start --head`, or use --ray local") from None
+
+
 def connect(address: str):
     """ray.init for `address` ('local' starts a private one-machine cluster); one-line errors for
     a missing ray, an unreachable cluster and a Ray/Python version mismatch. Returns (ray, owned):
@@ -62,6 +79,9 @@ def connect(address: str):
         raise BadInputError("--ray needs the 'ray' package: pip install 'onnxrefine[ray]'") from None
     if ray.is_initialized():
         return ray, False
+    _reachable(address)
+    # Job-level runtime_env: Ray uploads local folders only at ray.init, not per task. A caller
+    # that initialises Ray itself must pass runtime_env=runtime_env() (or install onnxrefine).
     options = dict(runtime_env=runtime_env(), logging_level=logging.ERROR, log_to_driver=False)
     if address == LOCAL:
         # Results are small dicts: a small object store is plenty and spares /dev/shm.
