@@ -44,6 +44,12 @@ def crashing_chunk(folder, always, settings, indices):
     return planted_chunk(settings, indices)
 
 
+def _has_ray() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
 def comparable(summary) -> dict:
     data = summary.to_dict() if not isinstance(summary, dict) else dict(summary)
     data.pop("cases_per_minute", None)
@@ -132,7 +138,35 @@ def test_cli_resume_and_its_errors(tmp_path, capsys):
     for bad, fragment in ((["fuzz", "--resume", "--out", out, "--seed", "5"], "seed differ"),
                           (["fuzz", "--resume", "--out", str(tmp_path / "none")], "holds no campaign"),
                           (["fuzz", "--ray", "local", "--jobs", "2", "--out", str(tmp_path / "r")],
-                           "give one of them")):
+                           "give one of them"),
+                          # A closed port: Ray itself would retry for minutes.
+                          (["fuzz", "--ray", "127.0.0.1:1", "--cases", "1", "--out", str(tmp_path / "u")],
+                           "cannot reach a Ray cluster" if _has_ray() else "pip install 'onnxrefine[ray]'")):
         assert main(bad) == 2
         err = capsys.readouterr().err
         assert fragment in err and err.strip().count("\n") == 0, err
+
+
+def test_the_lowest_index_case_is_the_bundle_whatever_the_arrival_order(tmp_path):
+    """Parallel workers finish out of order; the filed case must not depend on it (else a resumed
+    or parallel campaign would file other bundles than a serial one)."""
+    def written(index):
+        folder = tmp_path / f"case_{index}_seed{index}"
+        folder.mkdir()
+        return str(folder)
+
+    summary = campaign.CampaignSummary()
+    filing = journal.Filing(str(tmp_path), summary)
+    late, early = ({"index": i, "step": "s", "signature": "x", "status": "mismatch"} for i in (9, 4))
+    assert filing.file(late, lambda: written(9)) is not None
+    assert filing.file(early, lambda: written(4)) is not None   # lower index: replaces case 9
+    assert filing.file({**late, "index": 12}, lambda: written(12)) is None
+    assert [os.path.basename(p) for p in summary.bundles] == ["case_4_seed4"]
+    assert summary.duplicates == 2 and not (tmp_path / "case_9_seed9").exists()
+    # Replaying the journal (bundle paths as they were journaled) gives the same filing.
+    replayed = campaign.CampaignSummary()
+    again = journal.Filing(str(tmp_path), replayed)
+    for entry in ({**late, "bundle": str(tmp_path / "case_9_seed9")},
+                  {**early, "bundle": str(tmp_path / "case_4_seed4")}, {**late, "index": 12}):
+        again.replay(entry)
+    assert replayed.bundles == summary.bundles and replayed.duplicates == 2

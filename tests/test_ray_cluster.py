@@ -1,13 +1,15 @@
 """Fuzz campaigns on a real multi-node Ray cluster (ray.cluster_utils.Cluster: a head and two
 worker nodes, separate raylets on this machine): the same counts as a local run for the same seeds,
 code shipped to the workers by the runtime environment, a version mismatch refused in one line, and
-a worker node removed mid-campaign with every case still completed exactly once.
+a worker node removed mid-campaign with every case still completed exactly once; then batch
+optimize over a folder of small models, each a Ray task.
 
 Everything runs in one test on one cluster: each Ray node costs a few hundred MB and seconds to
 start, and pytest-xdist would otherwise start one cluster per test process."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -18,7 +20,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 import onnxrefine  # noqa: E402
 from onnxrefine.errors import BadInputError  # noqa: E402
 from onnxrefine.fuzz import journal, ray_backend  # noqa: E402
+from onnxrefine.cli.main import main  # noqa: E402
 from onnxrefine.fuzz.campaign import CampaignSettings, run_campaign  # noqa: E402
+from test_batch import small_model  # noqa: E402
 
 MB = 2**20
 NODE = {"num_cpus": 1, "object_store_memory": 80 * MB}
@@ -86,3 +90,14 @@ def test_campaign_on_a_two_worker_cluster(cluster, tmp_path, monkeypatch):
     assert comparable(survived) == comparable(local)
     indices = [entry["index"] for entry in journal.read_entries(str(out))]
     assert sorted(indices) == list(range(SETTINGS.cases))   # every case exactly once
+
+    # Batch optimize over a folder, each model a Ray task (in its own process on the worker).
+    models = tmp_path / "models"
+    models.mkdir()
+    for index in range(3):
+        small_model(models / f"m{index}.onnx", float(index + 1))
+    out = tmp_path / "optimized"
+    assert main(["optimize", str(models), "--ray", cluster.address, "--out-dir", str(out), "--no-verify"]) == 0
+    rows = json.loads((out / "summary.json").read_text())["models"]
+    assert [row["status"] for row in rows] == ["ok"] * 3
+    assert all((out / f"m{index}.opt.onnx").is_file() for index in range(3))

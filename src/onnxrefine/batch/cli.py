@@ -166,5 +166,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     json_path, html_path = summary.write(folder, command, rows, settings)
     console = Console(file=sys.stdout, width=max(120, Console().width))
     console.print(summary.table(command, rows))
+    total = summary.totals(rows)
+    print(f"{total['models']} models: {total['ok']} ok, {total['failed']} failed")
     print(f"summary: {json_path} and {html_path}")
     return 0 if all(row["status"] == "ok" for row in rows) else 1
