@@ -66,7 +66,7 @@ def reference(tmp_path_factory):
     mp.setattr(campaign, "_steps", planted_steps)
     try:
         out = tmp_path_factory.mktemp("reference")
-        summary = campaign.run_campaign(SETTINGS, str(out))
+        summary = campaign.run_campaign(SETTINGS, str(out), jobs=0)   # serial, in this process
     finally:
         mp.undo()
     data = comparable(summary)
@@ -76,7 +76,7 @@ def reference(tmp_path_factory):
 
 
 def test_interrupted_campaign_resumes_to_the_same_summary(reference, tmp_path, monkeypatch):
-    monkeypatch.setattr(campaign, "_steps", planted_steps)
+    monkeypatch.setattr(campaign, "run_chunk", planted_chunk)   # pickled by reference: the worker runs it
 
     def stop_after_some(result, summary):
         if summary.cases == 11:
@@ -98,11 +98,12 @@ def test_interrupted_campaign_resumes_to_the_same_summary(reference, tmp_path, m
     assert comparable(saved) == reference
 
 
-def test_parallel_workers_that_crash_are_replaced(reference, tmp_path, monkeypatch):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_workers_that_crash_are_replaced(reference, tmp_path, monkeypatch, jobs):
     markers = tmp_path / "markers"
     markers.mkdir()
     monkeypatch.setattr(campaign, "run_chunk", functools.partial(crashing_chunk, str(markers), -1))
-    summary = campaign.run_campaign(SETTINGS, str(tmp_path / "out"), jobs=2)
+    summary = campaign.run_campaign(SETTINGS, str(tmp_path / "out"), jobs=jobs)
     crashed_once = [i for i in range(SETTINGS.cases) if i % 7 == 3]
     assert summary.workers_replaced >= len(crashed_once)
     assert comparable(summary) == reference   # every case once, same bundles as a serial run

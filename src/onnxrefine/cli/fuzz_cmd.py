@@ -26,8 +26,8 @@ def register(subparsers) -> None:
     parser.add_argument("--cases", type=int, default=None, metavar="N", help="cases (default 100)")
     parser.add_argument("--seed", type=int, default=None, metavar="S", help="first case seed (default 0)")
     parser.add_argument("--jobs", type=int, default=None, metavar="J",
-                        help="local worker processes (default 1: in this process); a worker that "
-                        "crashes is replaced and its cases re-run")
+                        help="local worker processes (default 1); a worker that crashes is replaced "
+                        "and its cases re-run, a case that crashes it 3 times is counted `crashed`")
     parser.add_argument("--ray", default=None, metavar="ADDRESS",
                         help="run cases on a Ray cluster: 'auto' (the running cluster), an address such as "
                         "ray://host:10001, or 'local' (start one on this machine); needs onnxrefine[ray]")

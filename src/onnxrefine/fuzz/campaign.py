@@ -309,15 +309,18 @@ def _backend(settings: CampaignSettings, jobs: int, ray_address: str | None):
         from onnxrefine.fuzz.ray_backend import RayBackend
 
         return RayBackend(run_chunk_with_environment, settings, ray_address)
-    if jobs <= 1:
+    if jobs == 0:   # library use only: in this process, no protection from a crashing case
         return scheduler.InlineBackend(run_chunk, settings)
+    # Even --jobs 1 runs in a worker process: a case that segfaults onnxruntime (seed 585 of the
+    # default target does) would otherwise end the campaign, and --resume would re-run it forever.
     return scheduler.LocalBackend(run_chunk, settings, jobs)
 
 
 def run_campaign(settings: CampaignSettings | None, out_dir: str, *, jobs: int = 1,
                  ray_address: str | None = None, on_result=None, resume: bool = False) -> CampaignSummary:
     """Run every case not yet in out_dir's journal, file deduplicated mismatch bundles under
-    out_dir, return the summary. With `resume`, the settings are the ones stored in out_dir
+    out_dir, return the summary. Cases run in `jobs` worker processes (0: in this process), or on
+    the Ray cluster at `ray_address`. With `resume`, the settings are the ones stored in out_dir
     (`settings` may be None) and the cases already journaled are replayed, not re-run."""
     from onnxrefine.fuzz import journal
     from onnxrefine.fuzz.scheduler import schedule

@@ -151,7 +151,7 @@ class LocalBackend:
 
 
 class InlineBackend:
-    """--jobs 1: cases run in the driver itself (no process start-up, easy to debug)."""
+    """jobs=0 (library use): cases run in the driver itself, easy to debug, unprotected."""
 
     def __init__(self, function, settings):
         self._function, self._settings = function, settings
@@ -162,7 +162,7 @@ class InlineBackend:
         return 1
 
     def submit(self, chunk):
-        handle = len(self._pending) + 1 + max(self._pending, default=0)
+        handle = max(self._pending, default=0) + 1
         self._pending[handle] = chunk
         return handle
 
