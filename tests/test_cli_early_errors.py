@@ -115,7 +115,8 @@ def test_optimize_output_folder_not_writable(example, tmp_path, capsys, no_work,
 
 def test_optimize_missing_model_keeps_its_message(tmp_path, capsys, no_work):
     assert_early_error(["optimize", tmp_path / "missing.onnx"], capsys, "no such file")
-    assert_early_error(["optimize", tmp_path], capsys, "not a regular file")
+    # A folder is a batch of models (onnxrefine.batch); an empty one is still a one-line error.
+    assert_early_error(["optimize", tmp_path], capsys, "no .onnx model in this folder")
 
 
 def test_checks_pass_for_good_arguments_and_the_command_runs(example, tmp_path, capsys):

@@ -100,7 +100,7 @@ def test_truncated_protobuf(example, tmp_path):
 
 def test_not_a_file(tmp_path):
     assert_one_line_error(run_cli("optimize", tmp_path / "missing.onnx"), "no such file")
-    assert_one_line_error(run_cli("optimize", tmp_path), "not a regular file")
+    assert_one_line_error(run_cli("optimize", tmp_path), "no .onnx model in this folder")  # a folder: batch mode
 
 
 def test_unknown_pass(example):

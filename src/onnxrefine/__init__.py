@@ -2,6 +2,15 @@
 
 __version__ = "0.1.0"
 
+import importlib.util as _importlib_util
+
+# onnxruntime is an extra (any build provides the module: CPU, GPU, OpenVINO...); say which to
+# install rather than fail deep inside an import chain. Looked up, not imported: importing it is
+# most of the CLI's start-up, paid only where a model runs.
+if _importlib_util.find_spec("onnxruntime") is None:  # pragma: no cover - depends on the environment
+    raise ImportError("onnxrefine needs onnxruntime: pip install 'onnxrefine[cpu]' (or 'onnxrefine[gpu]', "
+                      "or any onnxruntime build you already use)")
+
 from onnxrefine._deferred import import_onnx_ir  # noqa: E402
 
 import_onnx_ir()  # before any module of the package imports onnx_ir: sympy stays unloaded

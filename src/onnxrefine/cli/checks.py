@@ -212,5 +212,15 @@ CHECKS: dict[str, Callable[[argparse.Namespace], None]] = {
 def check_args(args: argparse.Namespace) -> None:
     """Raise BadInputError for arguments that would make the command fail after its work."""
     check = CHECKS.get(getattr(args, "command", None) or "")
+    # -- batch mode: its own checks (onnxrefine.batch.cli) -----------------------------------
+    if getattr(args, "command", None) in ("optimize", "verify"):
+        from onnxrefine.batch import cli as batch
+
+        if batch.is_batch(args.command, args):
+            batch.check(args.command, args)
+            return
+        if args.command == "verify" and not args.candidate:
+            raise BadInputError("verify needs ORIGINAL and CANDIDATE (or a folder, a list file or "
+                                "--batch for batch mode)")
     if check is not None:
         check(args)

@@ -78,6 +78,10 @@ def register(subparsers) -> None:
                         "of copying their weights; copied where the file system cannot")
     from onnxrefine.resources import add_memory_budget_argument  # issue 13
     add_memory_budget_argument(parser)
+    # -- batch mode (onnxrefine.batch): several models, folders, list files -------------------
+    from onnxrefine.batch.cli import add_batch_arguments
+
+    add_batch_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -129,6 +133,11 @@ def default_output_path(model_path: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from onnxrefine.batch import cli as batch
+
+    if batch.is_batch("optimize", args):
+        return batch.run("optimize", args)
+
     from rich.console import Console  # here, not at module level: the CLI's start-up
 
     console = Console()

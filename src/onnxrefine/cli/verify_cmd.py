@@ -26,7 +26,7 @@ def register(subparsers) -> None:
                     "Exit 0 exact/rounding, 1 unstable/mismatch, 2 bad input.",
     )
     parser.add_argument("original", help="the original .onnx model")
-    parser.add_argument("candidate", help="the rewritten .onnx model")
+    parser.add_argument("candidate", nargs="?", help="the rewritten .onnx model")
     parser.add_argument("--inputs", metavar="FILE",
                         help="input values: .npz (keys = input names, or '<set>/<name>' for several "
                              "sets); a fuzzer oracle.pkl only with --trust-pickle")
@@ -49,6 +49,10 @@ def register(subparsers) -> None:
     add_run_settings_arguments(parser)
     from onnxrefine.resources import add_memory_budget_argument  # issue 13
     add_memory_budget_argument(parser)
+    # -- batch mode (onnxrefine.batch): each model against its optimized X.opt.onnx ------------
+    from onnxrefine.batch.cli import add_batch_arguments
+
+    add_batch_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -120,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
     from onnxrefine.verify.inputs import load_inputs
     from onnxrefine.verify.report import render_table
 
+    from onnxrefine.batch import cli as batch
+
+    if batch.is_batch("verify", args):
+        return batch.run("verify", args)
     if args.trials < 1:
         raise BadInputError("--trials must be at least 1")
     run_settings = run_settings_from_args(args)

@@ -4,7 +4,9 @@ Each case gets a seed, one optimizer step (a pass for per-pass optimizers, round
 optimizer otherwise) and a model, usually grown around that pass's pattern. The step is applied,
 and when it changed the graph the verifier (float64 reference, controls, stress inputs) gives a
 verdict. Only `mismatch` cases are filed, as bundles deduplicated by (step, signature); rounding,
-unstable and not-fired cases are counted. Cases run in local processes (`jobs`) or on Ray.
+unstable and not-fired cases are counted. Cases run in local processes (`jobs`) or on Ray, in
+chunks (fuzz/scheduler.py); every finished case is journaled in the campaign folder
+(fuzz/journal.py), so an interrupted campaign resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from onnxrefine.fuzz.patterns import TARGET_PATTERNS
 FILED = "mismatch"
 SUMMARY_EVERY_S = 30.0
 STATUSES = ("mismatch", "rounding", "unstable", "exact", "not_fired", "optimizer_error",
-            "generator_error", "mutated_input")
+            "generator_error", "crashed", "internal_error", "mutated_input")
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ class CampaignSummary:
     bundles: list = field(default_factory=list)
     duplicates: int = 0
     mutating_steps: set = field(default_factory=set)
+    workers_replaced: int = 0   # this session's lost workers (not part of the comparable summary)
     started: float = field(default_factory=time.perf_counter)
 
     def add(self, result: dict) -> None:
@@ -206,6 +209,7 @@ class CampaignSummary:
             "bundles": list(self.bundles),
             "duplicates": self.duplicates,
             "steps_that_mutate_their_input": sorted(self.mutating_steps),
+            "workers_replaced": self.workers_replaced,
         }
 
 
@@ -269,60 +273,95 @@ def write_bundle(out_dir: str, settings: CampaignSettings, result: dict) -> str:
     return final
 
 
-def _local_results(settings: CampaignSettings, jobs: int):
-    if jobs <= 1:
-        for index in range(settings.cases):
-            yield run_case(settings, index)
-        return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_case, settings, index) for index in range(settings.cases)]
-        for future in as_completed(futures):
-            yield future.result()
-
-
-def _ray_results(settings: CampaignSettings, address: str):
-    try:
-        import ray
-    except ImportError:
-        raise BadInputError("--ray needs the 'ray' package (pip install ray)") from None
-    ray.init(address=address, ignore_reinit_error=True)
-    remote_case = ray.remote(run_case)
-    pending = [remote_case.remote(settings, index) for index in range(settings.cases)]
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        yield ray.get(done[0])
+def run_chunk(settings: CampaignSettings, indices) -> list[dict]:
+    """Several cases in one task. A case that raises out of run_case (a verifier bug) is counted
+    as `internal_error` rather than ending a campaign of thousands of cases."""
+    results = []
+    for index in indices:
+        try:
+            results.append(run_case(settings, index))
+        except Exception as exc:
+            results.append({"index": index, "seed": settings.seed + index, "step": case_step(settings, index),
+                            "status": "internal_error", "pattern": None,
+                            "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+    return results
 
 
-def run_campaign(settings: CampaignSettings, out_dir: str, *, jobs: int = 1,
-                 ray_address: str | None = None, on_result=None) -> CampaignSummary:
-    """Run every case, file deduplicated mismatch bundles under out_dir, return the summary."""
+def run_chunk_with_environment(settings: CampaignSettings, indices) -> dict:
+    """run_chunk on a Ray worker, with the versions it imported (checked by the driver)."""
+    from onnxrefine.fuzz.ray_backend import environment
+
+    env = environment()   # before the cases: a missing dependency fails the task at once
+    return {"env": env, "results": run_chunk(settings, indices)}
+
+
+def _crashed(settings: CampaignSettings):
+    def make(index: int, reason: str) -> dict:
+        return {"index": index, "seed": settings.seed + index, "step": case_step(settings, index),
+                "status": "crashed", "pattern": None, "error": reason}
+    return make
+
+
+def _backend(settings: CampaignSettings, jobs: int, ray_address: str | None):
+    from onnxrefine.fuzz import scheduler
+
+    if ray_address:
+        from onnxrefine.fuzz.ray_backend import RayBackend
+
+        return RayBackend(run_chunk_with_environment, settings, ray_address)
+    if jobs == 0:   # library use only: in this process, no protection from a crashing case
+        return scheduler.InlineBackend(run_chunk, settings)
+    # Even --jobs 1 runs in a worker process: a case that segfaults onnxruntime (seed 585 of the
+    # default target does) would otherwise end the campaign, and --resume would re-run it forever.
+    return scheduler.LocalBackend(run_chunk, settings, jobs)
+
+
+def run_campaign(settings: CampaignSettings | None, out_dir: str, *, jobs: int = 1,
+                 ray_address: str | None = None, on_result=None, resume: bool = False) -> CampaignSummary:
+    """Run every case not yet in out_dir's journal, file deduplicated mismatch bundles under
+    out_dir, return the summary. Cases run in `jobs` worker processes (0: in this process), or on
+    the Ray cluster at `ray_address`. With `resume`, the settings are the ones stored in out_dir
+    (`settings` may be None) and the cases already journaled are replayed, not re-run."""
+    from onnxrefine.fuzz import journal
+    from onnxrefine.fuzz.scheduler import schedule
+    from onnxrefine.verify.report import write_atomic
+
     os.makedirs(out_dir, exist_ok=True)
+    settings = journal.open_campaign(out_dir, settings, resume)
     step_names(settings)   # fail early on an unknown optimizer or pass
     summary = CampaignSummary()
-    seen: set[tuple[str, str]] = set()
-    results = _ray_results(settings, ray_address) if ray_address else _local_results(settings, jobs)
-    from onnxrefine.verify.report import write_atomic
+    filing = journal.Filing(out_dir, summary)
+    done: set[int] = set()
+    for entry in journal.read_entries(out_dir):
+        if entry["index"] not in done and entry["index"] < settings.cases:
+            done.add(entry["index"])
+            summary.add(entry)
+            filing.replay(entry)
 
     def save_summary() -> None:
         write_atomic(os.path.join(out_dir, "summary.json"),
                      json.dumps({"settings": asdict(settings), **summary.to_dict()}, indent=2) + "\n")
 
+    todo = [index for index in range(settings.cases) if index not in done]
+    backend = _backend(settings, jobs, ray_address) if todo else None
     last_saved = time.perf_counter()
-    for result in results:
-        summary.add(result)
-        if result["status"] == FILED:
-            key = (result["step"], result["signature"])
-            if key in seen:
-                summary.duplicates += 1
-            else:
-                seen.add(key)
-                summary.bundles.append(write_bundle(out_dir, settings, result))
-        if on_result is not None:
-            on_result(result, summary)
-        if time.perf_counter() - last_saved > SUMMARY_EVERY_S:
-            save_summary()   # long campaigns can be polled while they run
-            last_saved = time.perf_counter()
-    save_summary()
+    try:
+        with journal.Writer(out_dir) as log:
+            for result in (schedule(backend, todo, _crashed(settings)) if todo else ()):
+                bundle = None
+                if result["status"] == FILED:
+                    bundle = filing.file(result, lambda: write_bundle(out_dir, settings, result))
+                log.append(result, bundle)   # after the bundle: a journaled case is complete
+                summary.add(result)
+                if on_result is not None:
+                    on_result(result, summary)
+                if time.perf_counter() - last_saved > SUMMARY_EVERY_S:
+                    save_summary()   # long campaigns can be polled while they run
+                    log.sync()
+                    last_saved = time.perf_counter()
+    finally:
+        if backend is not None:
+            summary.workers_replaced = backend.replaced
+            backend.close()
+        save_summary()
     return summary

@@ -1,0 +1,173 @@
+"""Fuzz campaigns that survive faults: crashed --jobs workers are replaced and their cases re-run
+exactly once, a case that always kills its worker is counted as `crashed`, and an interrupted
+campaign resumed with --resume ends with the summary of an uninterrupted one (same bundles).
+
+A planted wrong Pad-into-MaxPool fold (test_fuzz_campaign) stands in for the optimizer so that
+the campaigns file real mismatch bundles, duplicates included."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import pytest
+
+import onnxrefine.fuzz.campaign as campaign
+from onnxrefine.cli.main import main
+from onnxrefine.fuzz import journal
+from onnxrefine.fuzz.scheduler import MAX_ATTEMPTS, LocalBackend, schedule
+from test_fuzz_campaign import wrong_pad_into_maxpool
+
+SETTINGS = campaign.CampaignSettings(passes=("fuse_pad_into_pool",), cases=30, seed=0, max_nodes=8)
+REAL_RUN_CHUNK = campaign.run_chunk
+
+
+def planted_steps(optimizer, passes):
+    return [("fuse_pad_into_pool", wrong_pad_into_maxpool)]
+
+
+def planted_chunk(settings, indices):
+    """Runs in spawned workers too (pickled by reference to this module)."""
+    campaign._steps = planted_steps
+    return REAL_RUN_CHUNK(settings, indices)
+
+
+def crashing_chunk(folder, always, settings, indices):
+    """Kills its worker the first time it meets a case whose marker file in `folder` is absent (a
+    fault that happens once), and every time for case `always` (a case that always crashes)."""
+    for index in indices:
+        marker = os.path.join(folder, f"crash_{index}")
+        if index == always or (index % 7 == 3 and not os.path.exists(marker)):
+            open(marker, "w").close()
+            os._exit(9)
+    return planted_chunk(settings, indices)
+
+
+def _has_ray() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+def comparable(summary) -> dict:
+    data = summary.to_dict() if not isinstance(summary, dict) else dict(summary)
+    data.pop("cases_per_minute", None)
+    data.pop("workers_replaced", None)
+    data.pop("settings", None)
+    data["bundles"] = [os.path.basename(path) for path in data["bundles"]]
+    return data
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted, serial campaign every other run must equal."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(campaign, "_steps", planted_steps)
+    try:
+        out = tmp_path_factory.mktemp("reference")
+        summary = campaign.run_campaign(SETTINGS, str(out), jobs=0)   # serial, in this process
+    finally:
+        mp.undo()
+    data = comparable(summary)
+    # The campaign must be worth comparing: filed bundles and duplicates of them.
+    assert data["statuses"].get("mismatch", 0) >= 3 and data["duplicates"] >= 1, data
+    return data
+
+
+def test_interrupted_campaign_resumes_to_the_same_summary(reference, tmp_path, monkeypatch):
+    monkeypatch.setattr(campaign, "run_chunk", planted_chunk)   # pickled by reference: the worker runs it
+
+    def stop_after_some(result, summary):
+        if summary.cases == 11:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        campaign.run_campaign(SETTINGS, str(tmp_path), on_result=stop_after_some)
+    assert journal.count_entries(str(tmp_path)) == 11
+    # A torn last line (the machine went down mid-write) is ignored: that case re-runs.
+    with open(tmp_path / journal.JOURNAL_FILE, "a") as handle:
+        handle.write('{"index": 11, "sta')
+    resumed = campaign.run_campaign(None, str(tmp_path), resume=True)
+    assert comparable(resumed) == reference
+    indices = [entry["index"] for entry in journal.read_entries(str(tmp_path))]
+    assert sorted(indices) == list(range(SETTINGS.cases))   # each case journaled exactly once
+    bundles = sorted(name for name in os.listdir(tmp_path) if name.startswith("case_"))
+    assert bundles == sorted(reference["bundles"])
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert comparable(saved) == reference
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_workers_that_crash_are_replaced(reference, tmp_path, monkeypatch, jobs):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    monkeypatch.setattr(campaign, "run_chunk", functools.partial(crashing_chunk, str(markers), -1))
+    summary = campaign.run_campaign(SETTINGS, str(tmp_path / "out"), jobs=jobs)
+    crashed_once = [i for i in range(SETTINGS.cases) if i % 7 == 3]
+    assert summary.workers_replaced >= len(crashed_once)
+    assert comparable(summary) == reference   # every case once, same bundles as a serial run
+
+
+def test_a_case_that_always_kills_its_worker_is_counted_not_fatal(tmp_path):
+    settings = campaign.CampaignSettings(passes=("fuse_pad_into_pool",), cases=4, seed=0, max_nodes=8)
+    backend = LocalBackend(functools.partial(crashing_chunk, str(tmp_path), 1), settings, 2)
+    try:
+        results = list(schedule(backend, list(range(4)), campaign._crashed(settings)))
+    finally:
+        backend.close()
+    assert sorted(r["index"] for r in results) == list(range(4))
+    crashed = [r for r in results if r["status"] == "crashed"]
+    assert [r["index"] for r in crashed] == [1] and "exit code 9" in crashed[0]["error"]
+    assert backend.replaced >= MAX_ATTEMPTS + 1   # case 1 three times, case 3 once
+
+
+def test_cli_resume_and_its_errors(tmp_path, capsys):
+    out = str(tmp_path / "c")
+    argv = ["fuzz", "--passes", "eliminate_nop_transpose", "--cases", "3", "--seed", "4", "--out", out]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "c" / "summary.json").read_text())
+    capsys.readouterr()
+    # A second campaign into the same folder would mix two campaigns' results.
+    assert main(argv) == 2
+    assert "--resume" in capsys.readouterr().err
+    # Resuming a finished campaign re-runs nothing and keeps its summary.
+    assert main(["fuzz", "--resume", "--out", out]) == 0
+    again = json.loads((tmp_path / "c" / "summary.json").read_text())
+    assert comparable(again) == comparable(first)
+    capsys.readouterr()
+    for bad, fragment in ((["fuzz", "--resume", "--out", out, "--seed", "5"], "seed differ"),
+                          (["fuzz", "--resume", "--out", str(tmp_path / "none")], "holds no campaign"),
+                          (["fuzz", "--ray", "local", "--jobs", "2", "--out", str(tmp_path / "r")],
+                           "give one of them"),
+                          # A closed port: Ray itself would retry for minutes.
+                          (["fuzz", "--ray", "127.0.0.1:1", "--cases", "1", "--out", str(tmp_path / "u")],
+                           "cannot reach a Ray cluster" if _has_ray() else "pip install 'onnxrefine[ray]'")):
+        assert main(bad) == 2
+        err = capsys.readouterr().err
+        assert fragment in err and err.strip().count("\n") == 0, err
+
+
+def test_the_lowest_index_case_is_the_bundle_whatever_the_arrival_order(tmp_path):
+    """Parallel workers finish out of order; the filed case must not depend on it (else a resumed
+    or parallel campaign would file other bundles than a serial one)."""
+    def written(index):
+        folder = tmp_path / f"case_{index}_seed{index}"
+        folder.mkdir()
+        return str(folder)
+
+    summary = campaign.CampaignSummary()
+    filing = journal.Filing(str(tmp_path), summary)
+    late, early = ({"index": i, "step": "s", "signature": "x", "status": "mismatch"} for i in (9, 4))
+    assert filing.file(late, lambda: written(9)) is not None
+    assert filing.file(early, lambda: written(4)) is not None   # lower index: replaces case 9
+    assert filing.file({**late, "index": 12}, lambda: written(12)) is None
+    assert [os.path.basename(p) for p in summary.bundles] == ["case_4_seed4"]
+    assert summary.duplicates == 2 and not (tmp_path / "case_9_seed9").exists()
+    # Replaying the journal (bundle paths as they were journaled) gives the same filing.
+    replayed = campaign.CampaignSummary()
+    again = journal.Filing(str(tmp_path), replayed)
+    for entry in ({**late, "bundle": str(tmp_path / "case_9_seed9")},
+                  {**early, "bundle": str(tmp_path / "case_4_seed4")}, {**late, "index": 12}):
+        again.replay(entry)
+    assert replayed.bundles == summary.bundles and replayed.duplicates == 2
