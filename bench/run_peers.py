@@ -341,7 +341,8 @@ def main(argv=None) -> int:
     if args.models:
         names = [n.strip() for n in args.models.split(",") if n.strip()]
     else:
-        names = [n for n in (QUICK_MODELS if args.quick else ALL_MODELS) if n in manifest["models"]]
+        order = QUICK_MODELS if args.quick else ALL_MODELS + sorted(set(manifest["models"]) - set(ALL_MODELS))
+        names = [n for n in order if n in manifest["models"]]  # extras and @fold/@dynamo variants too
     missing = [n for n in names if n not in manifest["models"]]
     if missing and not args.report_only:
         parser.error(f"not in the corpus (run build_corpus.py first): {', '.join(missing)}")
