@@ -5,8 +5,9 @@ A corpus name is `<model>` (classic TorchScript exporter, exporter constant fold
 corpus default), `<model>@fold` (classic exporter, constant folding on: what torch.onnx.export
 gives by default), `<model>@dyn` (the same with dynamic axes: batch, and sequence / past lengths for
 token models, the way models are usually shipped) or `<model>@dynamo` (torch.onnx.export(dynamo=True), the default exporter now;
-its output holds model-local functions unless the exporter's own optimizer inlines them, so it is
-exported with optimize=False: the raw graph is what the optimizers are compared on).
+exported with optimize=False: the raw graph is what the optimizers are compared on) or
+`<model>@functions` (classic exporter with export_modules_as_functions: every transformer layer /
+detection head a model-local function; torch 2.14's dynamo exporter emits none for these models).
 
 - tiny_yolo: a small YOLO-style network (Conv/BN/LeakyReLU backbone, nearest upsampling, two
   detection heads whose grid and stride come from the feature-map shape, as in YOLO's Detect
@@ -20,7 +21,7 @@ exported with optimize=False: the raw graph is what the optimizers are compared 
 """
 from __future__ import annotations
 
-VARIANTS = ("fold", "dyn", "dynamo")
+VARIANTS = ("fold", "dyn", "dynamo", "functions")
 EXTRA_VISION = ["tiny_yolo", "vit_b_16", "ssdlite320"]
 EXTRA_LLM = ["llama-kv"]
 EXTRA_MODELS = EXTRA_VISION + EXTRA_LLM
@@ -165,6 +166,10 @@ def _llama_kv(generator):
             f"one step of {NEW_TOKENS} tokens over a {PAST_LEN}-token KV cache")
 
 
+# Module classes exported as model-local functions in the @functions variant.
+FUNCTION_MODULES = {"LlamaDecoderLayer", "BertLayer", "GPT2Block", "Detect", "EncoderBlock"}
+
+
 def dynamic_axes(base: str, args, input_names, output_names) -> dict:
     """Symbolic axes for the @dyn variant: axis 0 of everything is `batch`; token inputs (integer,
     rank 2) and the hidden states / logits have a `sequence` axis; the KV cache a `past` axis."""
@@ -187,6 +192,13 @@ def dynamic_axes(base: str, args, input_names, output_names) -> dict:
 def export(module, args, path, variant: str, input_names, output_names, opset: int, base: str = "") -> None:
     import torch
 
+    if variant == "functions":
+        layer_types = {type(m) for m in module.modules()
+                       if type(m).__name__ in FUNCTION_MODULES}
+        torch.onnx.export(module, args, str(path), opset_version=max(opset, 15), do_constant_folding=False,
+                          dynamo=False, input_names=input_names, output_names=output_names,
+                          export_modules_as_functions=layer_types or False)
+        return
     if variant == "dynamo":
         program = torch.onnx.export(module, args, dynamo=True, optimize=False, opset_version=max(opset, 18),
                                     input_names=input_names, output_names=output_names,

@@ -242,7 +242,8 @@ def measure_tool(name: str, entry: dict, tool: str, corpus: Path, runs: Path, ar
         latency_ms=report["latency_ms"],
         baseline_latency_ms=report["baseline_latency_ms"],
         latency_ratio=report["latency_ms"] / report["baseline_latency_ms"],
-        outputs_file=str(outputs_npz.relative_to(BENCH_DIR)),
+        # relative inside bench/, absolute for a --runs-dir elsewhere (BENCH_DIR / absolute = absolute)
+        outputs_file=str(outputs_npz.relative_to(BENCH_DIR) if outputs_npz.is_relative_to(BENCH_DIR) else outputs_npz),
     )
     return row
 
