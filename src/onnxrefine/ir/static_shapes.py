@@ -741,6 +741,8 @@ class StaticShapes:
             for index in range(1, len(node.inputs)):
                 result = _arithmetic(op, result, elements_of(index))
             return result
+        if op == "Equal" and len(node.inputs) == 2:  # parity: a dim is never equal to a negative int
+            return _equal(elements_of(0), elements_of(1))
         return None
 
     def _slice_elements(self, node, data: Elements, params) -> Elements | None:
@@ -800,6 +802,30 @@ def _arithmetic(op: str, a: Elements | None, b: Elements | None) -> Elements | N
             r = x // y if x >= 0 and y > 0 else None
         out.append(r if r is None or -limit <= r < limit else None)
     return Elements(tuple(out), a.scalar and b.scalar, a.dtype)
+
+
+def _equal(a: Elements | None, b: Elements | None) -> Elements | None:
+    """Equal over partial values (parity helper's addition). A Sym element is a dim size, never
+    negative, so it differs from every negative int (Expand's `Where(Equal(shape, -1), 1, shape)`);
+    the same Sym object is equal to itself; anything else unknown stays unknown."""
+    if a is None or b is None or a.dtype != b.dtype:
+        return None
+    if len(a.items) != len(b.items) and 1 not in (len(a.items), len(b.items)):
+        return None
+    n = max(len(a.items), len(b.items))
+    xs = a.items * n if len(a.items) == 1 else a.items
+    ys = b.items * n if len(b.items) == 1 else b.items
+    out = []
+    for x, y in zip(xs, ys):
+        if isinstance(x, int) and isinstance(y, int):
+            out.append(int(x == y))
+        elif isinstance(x, Sym) and x is y:
+            out.append(1)
+        elif (isinstance(x, Sym) and isinstance(y, int) and y < 0) or (isinstance(y, Sym) and isinstance(x, int) and x < 0):
+            out.append(0)
+        else:
+            out.append(None)
+    return Elements(tuple(out), a.scalar and b.scalar, ir.DataType.BOOL)
 
 
 def _shape_range(node: ir.Node, rank: int) -> tuple[int, int]:
