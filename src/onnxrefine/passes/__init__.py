@@ -10,3 +10,4 @@ from onnxrefine.passes import functions  # noqa: F401
 from onnxrefine.passes import transposes  # noqa: F401
 from onnxrefine.passes import reshapes  # noqa: F401
 from onnxrefine.passes import where  # noqa: F401
+from onnxrefine.passes import sequences  # noqa: F401
