@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+import corpus_extra
+
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_CORPUS = BENCH_DIR / "corpus"
 OPSET = 17
@@ -230,7 +232,9 @@ def make_model(name: str, generator):
             ["last_hidden_state"],
             "GPT2Model(GPT2Config(use_cache=False)), eager attention, random weights",
         )
-    raise ValueError(f"unknown model {name!r}; known: {', '.join(ALL_MODELS)}")
+    if name in corpus_extra.EXTRA_MODELS:
+        return corpus_extra.make_extra(name, generator)
+    raise ValueError(f"unknown model {name!r}; known: {', '.join(ALL_MODELS + corpus_extra.EXTRA_MODELS)}")
 
 
 def op_histogram(model_proto) -> dict[str, int]:
@@ -268,7 +272,8 @@ def export_one(name: str, corpus: Path) -> dict:
 
     torch.manual_seed(SEED)
     generator = torch.Generator().manual_seed(SEED)
-    module, args, input_names, output_names, note = make_model(name, generator)
+    base, variant = corpus_extra.split_variant(name)  # <model>[@fold|@dynamo], see corpus_extra.py
+    module, args, input_names, output_names, note = make_model(base, generator)
     module.eval()
     bn_randomized = randomize_batchnorm(module, generator)
     with torch.no_grad():
@@ -278,23 +283,13 @@ def export_one(name: str, corpus: Path) -> dict:
     path = corpus / f"{name}.onnx"
     tmp_path = corpus / f".{name}.onnx.tmp"
     started = time.perf_counter()
-    torch.onnx.export(
-        module,
-        args,
-        str(tmp_path),
-        opset_version=OPSET,
-        training=torch.onnx.TrainingMode.PRESERVE,
-        do_constant_folding=False,
-        dynamo=False,
-        input_names=input_names,
-        output_names=output_names,
-    )
+    corpus_extra.export(module, args, tmp_path, variant, input_names, output_names, OPSET, base)
     export_seconds = time.perf_counter() - started
     os.replace(tmp_path, path)
 
     model_proto = onnx.load(str(path))
     bn_nodes = check_batchnorm_inference_form(model_proto)
-    if bn_randomized and not bn_nodes:
+    if bn_randomized and not bn_nodes and variant == "nofold":  # folding exporters fold BN away
         raise RuntimeError(f"{name}: the model has BatchNorm modules but the export has no BN node")
     feeds = {n: a.numpy() for n, a in zip(input_names, args)}
     np.savez(corpus / f"{name}.inputs.npz", **feeds)
@@ -308,10 +303,12 @@ def export_one(name: str, corpus: Path) -> dict:
         "file": path.name,
         "inputs_file": f"{name}.inputs.npz",
         "file_bytes": path.stat().st_size,
-        "nodes": len(model_proto.graph.node),
+        "nodes": len(model_proto.graph.node) + sum(len(f.node) for f in model_proto.functions),
+        "functions": len(model_proto.functions),
+        "variant": variant,
         "batchnorm_nodes": bn_nodes,
         "initializers": len(model_proto.graph.initializer),
-        "opset": OPSET,
+        "opset": next((o.version for o in model_proto.opset_import if o.domain in ("", "ai.onnx")), OPSET),
         "op_histogram": op_histogram(model_proto),
         "inputs": {n: [list(a.shape), str(a.dtype)] for n, a in feeds.items()},
         "export_seconds": round(export_seconds, 2),
@@ -345,7 +342,8 @@ def _ensure_base(base: str, corpus: Path, manifest: dict) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="only " + ", ".join(QUICK_MODELS))
-    parser.add_argument("--models", help="comma-separated subset of: " + ", ".join(ALL_MODELS))
+    parser.add_argument("--models", help="comma-separated subset of: " + ", ".join(ALL_MODELS + corpus_extra.EXTRA_MODELS)
+                        + "; a name may end in @fold or @dynamo (export variants, see corpus_extra.py)")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--force", action="store_true", help="re-export models already present")
     args = parser.parse_args(argv)
@@ -353,7 +351,7 @@ def main(argv=None) -> int:
     names = QUICK_MODELS if args.quick else ALL_MODELS
     if args.models:
         names = [n.strip() for n in args.models.split(",") if n.strip()]
-        unknown = [n for n in names if n not in ALL_MODELS]
+        unknown = [n for n in names if corpus_extra.split_variant(n)[0] not in ALL_MODELS + corpus_extra.EXTRA_MODELS]
         if unknown:
             parser.error(f"unknown models: {', '.join(unknown)}")
     args.corpus.mkdir(parents=True, exist_ok=True)

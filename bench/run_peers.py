@@ -242,7 +242,8 @@ def measure_tool(name: str, entry: dict, tool: str, corpus: Path, runs: Path, ar
         latency_ms=report["latency_ms"],
         baseline_latency_ms=report["baseline_latency_ms"],
         latency_ratio=report["latency_ms"] / report["baseline_latency_ms"],
-        outputs_file=str(outputs_npz.relative_to(BENCH_DIR)),
+        # relative inside bench/, absolute for a --runs-dir elsewhere (BENCH_DIR / absolute = absolute)
+        outputs_file=str(outputs_npz.relative_to(BENCH_DIR) if outputs_npz.is_relative_to(BENCH_DIR) else outputs_npz),
     )
     return row
 
@@ -341,7 +342,8 @@ def main(argv=None) -> int:
     if args.models:
         names = [n.strip() for n in args.models.split(",") if n.strip()]
     else:
-        names = [n for n in (QUICK_MODELS if args.quick else ALL_MODELS) if n in manifest["models"]]
+        order = QUICK_MODELS if args.quick else ALL_MODELS + sorted(set(manifest["models"]) - set(ALL_MODELS))
+        names = [n for n in order if n in manifest["models"]]  # extras and @fold/@dynamo variants too
     missing = [n for n in names if n not in manifest["models"]]
     if missing and not args.report_only:
         parser.error(f"not in the corpus (run build_corpus.py first): {', '.join(missing)}")

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
 from onnxrefine import __version__
 from onnxrefine.errors import BadInputError
+from onnxrefine.input_shapes import apply as fix_input_shapes
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES, ConstantBudget
 from onnxrefine.passes.pipeline import run_passes
@@ -31,6 +33,7 @@ class OptimizationReport:
     rolled_back: list[dict] = field(default_factory=list)
     verification: dict | None = None
     certificates: dict | None = None  # per-rewrite certificates: counts and seconds (None: off)
+    input_shapes: dict | None = None  # the input-shape override and what folded after it (None: none)
 
     def to_dict(self) -> dict:
         return {
@@ -43,6 +46,7 @@ class OptimizationReport:
             "rolled_back": self.rolled_back,
             "verification": self.verification,
             "certificates": self.certificates,
+            "input_shapes": self.input_shapes,
             **self.log.to_dict(),
         }
 
@@ -74,6 +78,7 @@ def optimize_ir(
     on_event: Callable[..., None] | None = None,
     certify: bool = True,
     source_path: str | os.PathLike | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[ir.Model, OptimizationReport]:
     """Optimize an onnx-ir model and return (optimized model, report).
 
@@ -84,9 +89,17 @@ def optimize_ir(
     `source_path`: the file `model` was just loaded from (io.load_model, not modified since);
     verification then reads the original from it instead of writing the model to a temp folder,
     and the result keeps its unchanged weights memory-mapped from it.
+    `input_shapes` (input name -> dims) fixes those inputs' shapes first (onnxrefine.input_shapes);
+    the result is verified against the original with the same shapes.
     """
     started = time.perf_counter()
     names = resolve_passes(passes, disable)
+    shape_changes = None
+    if input_shapes:
+        shape_changes, symbols = fix_input_shapes(model, input_shapes)
+        source_path = None  # the original to verify against is the shape-fixed model, not the file
+        if verify is not None and symbols:  # other inputs sharing a fixed dim name get its value
+            verify = dataclasses.replace(verify, dims={**symbols, **dict(verify.dims or {})})
     budget = ConstantBudget(io.tensor_bytes(model), per_tensor_bytes=per_tensor_bytes, growth_ratio=growth_ratio)
     nodes_before = count_nodes(model)
     rolled_back, verification = [], None
@@ -104,8 +117,22 @@ def optimize_ir(
         names, nodes_before, count_nodes(model), time.perf_counter() - started, log, rolled_back, verification,
         certifier.stats.to_dict() if certifier is not None else None,
     )
+    if shape_changes is not None:
+        report.input_shapes = shape_override_summary(shape_changes, log)
     stamp_metadata(model, report)
     return model, report
+
+
+def shape_override_summary(changes: list[dict], log: RewriteLog) -> dict:
+    """The fixed inputs and what the shape-reading passes folded afterwards (rewrites per rule)."""
+    counts = log.counts()
+    folded = {rule: n for rule, n in sorted(counts.items()) if rule in SHAPE_READING_RULES}
+    return {"fixed": changes, "folded": folded}
+
+
+# Rules whose rewrites read static dims: what an input-shape override can unlock.
+SHAPE_READING_RULES = frozenset({"fold_shapes", "eliminate_shape_op", "eliminate_shape_gather",
+                                 "eliminate_slice_after_shape", "fold_constants"})
 
 
 def stamp_metadata(model: ir.Model, report: OptimizationReport) -> None:

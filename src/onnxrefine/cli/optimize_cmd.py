@@ -13,8 +13,11 @@ from typing import TYPE_CHECKING
 from onnxrefine import progress
 from onnxrefine.api import optimize_ir
 from onnxrefine.cli.plain import plain
-from onnxrefine.cli.verify_cmd import add_run_settings_arguments, parse_dims, run_settings_from_args
+from onnxrefine.cli.verify_cmd import (add_input_shape_argument, add_run_settings_arguments, parse_dims,
+                                       run_settings_from_args)
 from onnxrefine.errors import BadInputError
+from onnxrefine.input_shapes import describe as describe_input_shapes
+from onnxrefine.input_shapes import parse_input_shapes
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES
 from onnxrefine.passes.registry import all_passes
@@ -64,6 +67,7 @@ def register(subparsers) -> None:
     parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
     parser.add_argument("--seed", type=int, default=0, help="seed for generated verification inputs")
+    add_input_shape_argument(parser)
     add_run_settings_arguments(parser)
     # --- where the weights go (ir/external_save.py) ---
     data = parser.add_mutually_exclusive_group()
@@ -154,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report and not Path(args.report).resolve().parent.is_dir():
         raise BadInputError(f"{args.report}: folder does not exist")
     verify_run_settings = run_settings_from_args(args)
+    input_shapes = parse_input_shapes(args.input_shape)
     source = Path(args.model)
     output = Path(args.output) if args.output else default_output_path(source)
     started = time.perf_counter()
@@ -180,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
             on_event=on_event,
             certify=args.certify,
             source_path=source,  # the original stays on disk: verification reads it from there
+            input_shapes=input_shapes,
         )
     layout = output_layout(args)
     with progress.phase(f"save {output.name}"):
@@ -188,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.report:
             write_json_atomically(Path(args.report), report.to_dict())
+        if report.input_shapes:
+            console.print(input_shapes_line(report.input_shapes), highlight=False, markup=False)
         external = size_before != source.stat().st_size or size_after != output.stat().st_size
         console.print(summary_table(report, size_before, size_after, seconds, external))
         if args.explain:
@@ -236,6 +244,11 @@ def _event_printer(console: Console):
                           highlight=False)
 
     return on_event
+
+
+def input_shapes_line(summary: dict) -> str:
+    folded = ", ".join(f"{rule} {n}" for rule, n in summary["folded"].items()) or "nothing"
+    return f"input shapes fixed: {describe_input_shapes(summary['fixed'])}; then folded (rewrites): {folded}"
 
 
 def describe_rollback(rollback: dict) -> str:

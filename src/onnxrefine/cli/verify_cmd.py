@@ -13,6 +13,7 @@ import os
 import sys
 
 from onnxrefine.errors import BadInputError
+from onnxrefine.input_shapes import parse_input_shapes
 
 
 def register(subparsers) -> None:
@@ -37,6 +38,7 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     parser.add_argument("--dims", default="", metavar="NAME=N,...",
                         help="values for symbolic input dims, e.g. N=2,batch=1 (others default to 2)")
+    add_input_shape_argument(parser)
     parser.add_argument("--no-stress", action="store_true",
                         help="only random-normal inputs (no negatives/zeros/large/inf/NaN sets)")
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
@@ -54,6 +56,12 @@ def register(subparsers) -> None:
 
     add_batch_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def add_input_shape_argument(parser) -> None:
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:DIMS",
+                        help="fix an input's shape, e.g. input:1,3,224,224 (repeatable; like onnxsim's "
+                             "--overwrite-input-shape); verification runs at exactly these shapes")
 
 
 # -- deployment run settings (shared with `optimize`) -------------------------------------------
@@ -109,6 +117,19 @@ def parse_dims(text: str) -> dict[str, int]:
     return dims
 
 
+def _shape_fixed_original(path: str, input_shapes: dict, dims: dict):
+    """The original with its input shapes fixed (in memory; weights stay memory-mapped), so the
+    generated inputs have exactly those shapes; dims named by a fixed input apply to the others."""
+    from onnxrefine.input_shapes import apply
+    from onnxrefine.ir import io
+
+    if not os.path.isfile(path):
+        raise BadInputError(f"original model not found: {path}")
+    model = io.load_model(path)
+    _, symbols = apply(model, input_shapes)
+    return model, {**symbols, **dims}
+
+
 def _check_output_path(option: str, path: str | None) -> None:
     if path is None:
         return
@@ -132,10 +153,14 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError("--trials must be at least 1")
     run_settings = run_settings_from_args(args)
     dims = parse_dims(args.dims)
+    input_shapes = parse_input_shapes(args.input_shape)
     _check_output_path("--json", args.json)
     _check_output_path("--html", args.html)
     inputs = load_inputs(args.inputs, trust_pickle=args.trust_pickle) if args.inputs else None
-    report = verify_models(args.original, args.candidate, inputs=inputs, trials=args.trials,
+    original = args.original
+    if input_shapes:
+        original, dims = _shape_fixed_original(args.original, input_shapes, dims)
+    report = verify_models(original, args.candidate, inputs=inputs, trials=args.trials,
                            seed=args.seed, dims=dims, stress=not args.no_stress,
                            time_budget_s=args.time_budget, localize=not args.no_localize, **run_settings)
     if args.json:

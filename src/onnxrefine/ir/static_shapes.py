@@ -407,6 +407,8 @@ class StaticShapes:
         if op in _REDUCE or op in ("ArgMax", "ArgMin"):
             return self._reduce_shape(node, shape_of(0), elements_of(1))
         if op == "Resize":
+            if len(inputs) <= 3 or inputs[3] is None:  # parity: Resize given constant scales
+                return _resize_scales_shape(node, shape_of(0), inputs[2] if len(inputs) > 2 else None)
             return self._resize_shape(node, shape_of(0), elements_of(3) if len(inputs) > 3 else None)
         if op in ("Conv", "MaxPool", "AveragePool", "LpPool"):
             return self._window_shape(node, shape_of(0), shape_of(1) if op == "Conv" else None)
@@ -754,6 +756,8 @@ class StaticShapes:
             for index in range(1, len(node.inputs)):
                 result = _arithmetic(op, result, elements_of(index))
             return result
+        if op == "Equal" and len(node.inputs) == 2:  # parity: a dim is never equal to a negative int
+            return _equal(elements_of(0), elements_of(1))
         return None
 
     def _slice_elements(self, node, data: Elements, params) -> Elements | None:
@@ -815,6 +819,30 @@ def _arithmetic(op: str, a: Elements | None, b: Elements | None) -> Elements | N
     return Elements(tuple(out), a.scalar and b.scalar, a.dtype)
 
 
+def _equal(a: Elements | None, b: Elements | None) -> Elements | None:
+    """Equal over partial values (parity helper's addition). A Sym element is a dim size, never
+    negative, so it differs from every negative int (Expand's `Where(Equal(shape, -1), 1, shape)`);
+    the same Sym object is equal to itself; anything else unknown stays unknown."""
+    if a is None or b is None or a.dtype != b.dtype:
+        return None
+    if len(a.items) != len(b.items) and 1 not in (len(a.items), len(b.items)):
+        return None
+    n = max(len(a.items), len(b.items))
+    xs = a.items * n if len(a.items) == 1 else a.items
+    ys = b.items * n if len(b.items) == 1 else b.items
+    out = []
+    for x, y in zip(xs, ys):
+        if isinstance(x, int) and isinstance(y, int):
+            out.append(int(x == y))
+        elif isinstance(x, Sym) and x is y:
+            out.append(1)
+        elif (isinstance(x, Sym) and isinstance(y, int) and y < 0) or (isinstance(y, Sym) and isinstance(x, int) and x < 0):
+            out.append(0)
+        else:
+            out.append(None)
+    return Elements(tuple(out), a.scalar and b.scalar, ir.DataType.BOOL)
+
+
 def _shape_range(node: ir.Node, rank: int) -> tuple[int, int]:
     """Shape's `start`/`end` (opset 15+), clamped as the operator specifies."""
     start = int(_attr(node, "start", 0))
@@ -853,7 +881,43 @@ def _broadcast_shapes(shapes) -> tuple | None:
     return tuple(result)
 
 
+def _resize_scales_shape(node, shape, scales_value) -> tuple | None:
+    """Resize by constant whole-number scales: each dim times its scale (parity helper's addition).
+    Only whole-number scales and products below 2**24: then onnxruntime's float32 product
+    `scale * dim` and the spec's floor(dim * scale) are the same integer."""
+    if shape is None or scales_value is None:
+        return None
+    scales = constant_array(scales_value)
+    if scales is None or scales.dtype != np.float32 or scales.shape != (len(shape),):
+        return None
+    mode = _attr(node, "coordinate_transformation_mode", "half_pixel")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if _attr(node, "axes") is not None or mode == "tf_crop_and_resize":
+        return None
+    dims = []
+    for dim, scale in zip(shape, scales.tolist()):
+        if not (scale >= 1 and scale == int(scale) and scale < 2**24):
+            return None
+        if scale == 1:
+            dims.append(dim)
+        elif isinstance(dim, int) and dim * int(scale) < 2**24:
+            dims.append(dim * int(scale))
+        else:
+            dims.append(Sym("resize"))
+    return tuple(dims)
+
+
 def _concat_shape(shapes, axis: int) -> tuple | None:
+    if shapes and any(s is None for s in shapes) and any(s is not None for s in shapes):
+        # Parity: an input of unknown shape still has the others' dims off the axis (Concat
+        # rejects anything else); the axis' size is unknown.
+        known_shapes = [s for s in shapes if s is not None]
+        rank = len(known_shapes[0])
+        axis_index = _normalize_axis(axis, rank)
+        if axis_index is None or any(len(s) != rank for s in known_shapes):
+            return None
+        merged = _concat_shape(known_shapes, axis)
+        return None if merged is None else merged[:axis_index] + (Sym("concat"),) + merged[axis_index + 1:]
     if not shapes or any(s is None for s in shapes):
         return None
     rank = len(shapes[0])

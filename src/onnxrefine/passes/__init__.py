@@ -9,3 +9,7 @@ from onnxrefine.passes import cleanup  # noqa: F401
 from onnxrefine.passes import functions  # noqa: F401
 from onnxrefine.passes import quantized  # noqa: F401
 from onnxrefine.passes import precision  # noqa: F401
+from onnxrefine.passes import transposes  # noqa: F401
+from onnxrefine.passes import reshapes  # noqa: F401
+from onnxrefine.passes import where  # noqa: F401
+from onnxrefine.passes import sequences  # noqa: F401

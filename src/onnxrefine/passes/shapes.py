@@ -21,7 +21,8 @@ from onnxrefine.passes.registry import PassContext, PassSpec, register
 from onnxrefine.rewrite.rule import EXACT
 
 # Operators whose output value the oracle can compute from partial shape information.
-FOLDABLE = frozenset("Shape Size Gather Slice Concat Unsqueeze Squeeze Cast Identity Reshape Add Sub Mul Div Max Min".split())
+FOLDABLE = frozenset("Shape Size Gather Slice Concat Unsqueeze Squeeze Cast Identity Reshape Add Sub Mul Div Max Min".split()
+                     + ["Equal"])  # parity helper: Equal of dims and negative ints
 
 
 def _attr(node: ir.Node, name: str, default=None):

@@ -1,0 +1,139 @@
+"""Reshape pairs around position-independent elementwise work.
+
+    x [128, 3072] -> Reshape [1, 128, 3072] -> GELU (Mul/Pow/Add/Tanh with scalars) -> Reshape [-1, 3072]
+    becomes x -> GELU, when the second Reshape's output has x's own shape (GPT-2's Conv1D layers:
+    2 Reshapes per layer; onnxsim removes them too).
+
+Elementwise operators whose other operands are single-element constants compute each element from
+the element at the same position only, so they give the same values in the same row-major order
+whatever the shape they run on; a Reshape keeps row-major order; so the region computed on x and
+left unreshaped equals the original end to end. EXACT.
+
+Guards: the region between the two Reshapes is elementwise (the list below) with only
+single-element constants (rank at most x's rank, so no broadcast adds axes) besides its own values;
+it reads the first Reshape's output and nothing else that varies; no value of the region (first
+Reshape's output included) is read outside it or is a graph output, and the last value is read only
+by the second Reshape; both shapes (x's and the second Reshape's output) are static from trusted
+facts and equal.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.static_shapes import StaticShapes
+from onnxrefine.passes import graphedit
+from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.rewrite.rule import EXACT
+
+RULE = "eliminate_reshape_around_elementwise"
+UNARY = frozenset("""Abs Acos Acosh Asin Asinh Atan Atanh Ceil Cos Cosh Erf Exp Floor Identity IsInf IsNaN Log
+Neg Not Reciprocal Relu Round Sigmoid Sign Sin Sinh Softplus Softsign Sqrt Tan Tanh Gelu Elu Selu
+LeakyRelu HardSigmoid HardSwish Mish ThresholdedRelu Celu Cast""".split())
+BINARY = frozenset("Add Sub Mul Div Pow Max Min Mod And Or Xor Equal Less LessOrEqual Greater GreaterOrEqual".split())
+MAX_REGION = 64  # a GELU or SiLU is a handful of nodes; larger regions are not what this is for
+
+
+def _region(outer: ir.Node, rank: int) -> tuple[list[ir.Node], ir.Value]:
+    """(region nodes, the value they read from the first Reshape); RewriteRefused if not a region."""
+    exit_value = outer.inputs[0]
+    region: dict[int, ir.Node] = {}
+    entry = None
+    stack = [exit_value.producer()]
+    while stack:
+        node = stack.pop()
+        if node is None:
+            raise RewriteRefused("the Reshape reads a graph input, not an elementwise region")
+        if id(node) in region:
+            continue
+        if node.op_type == "Reshape" and node.domain in graphedit.STANDARD_DOMAINS and node is not outer:
+            if entry is not None and entry is not node.outputs[0]:
+                raise RewriteRefused("the region reads more than one Reshape")
+            entry = node.outputs[0]
+            continue
+        if node.domain not in graphedit.STANDARD_DOMAINS or len(node.outputs) != 1 or not (
+                node.op_type in UNARY and len(node.inputs) == 1 or node.op_type in BINARY and len(node.inputs) == 2):
+            raise RewriteRefused(f"{node.op_type} {node.name!r} is not an elementwise operator this rewrite knows")
+        region[id(node)] = node
+        if len(region) > MAX_REGION:
+            raise RewriteRefused(f"the region has more than {MAX_REGION} nodes")
+        for value in node.inputs:
+            array = constant_array(value) if value is not None else None
+            if array is not None:
+                if array.size != 1 or array.ndim > rank:
+                    raise RewriteRefused(f"constant {value.name!r} has shape {list(array.shape)}, not one element")
+                continue
+            if value is None:
+                raise RewriteRefused("an optional input is missing")
+            stack.append(value.producer())
+    if entry is None or not region:
+        raise RewriteRefused("no elementwise region between two Reshapes")
+    return list(region.values()), entry
+
+
+def _check_closed(nodes: list[ir.Node], entry: ir.Value, outer: ir.Node) -> None:
+    inside = {id(n) for n in nodes}
+    exit_value = outer.inputs[0]
+    for value in [entry, *(n.outputs[0] for n in nodes)]:
+        if value.is_graph_output():
+            raise RewriteRefused(f"{value.name!r} is a graph output")
+        readers = [user for user, _ in value.uses()]
+        if value is exit_value:
+            if any(user is not outer for user in readers):
+                raise RewriteRefused(f"{value.name!r} is also read outside the region")
+        elif any(id(user) not in inside for user in readers):
+            raise RewriteRefused(f"{value.name!r} is read outside the region")
+
+
+def eliminate_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes) -> int:
+    changes = 0
+    for outer in list(graph):
+        if outer.graph is not graph or outer.op_type != "Reshape" or outer.domain not in graphedit.STANDARD_DOMAINS:
+            continue
+        producer = outer.inputs[0].producer() if outer.inputs and outer.inputs[0] is not None else None
+        if producer is None or producer.op_type == "Reshape":
+            continue
+        target = oracle.static_shape(outer.outputs[0])
+        if target is None:
+            continue
+        try:
+            nodes, entry = _region(outer, len(target))
+            source = entry.producer().inputs[0]
+            if oracle.static_shape(source) != target:
+                raise RewriteRefused(f"the Reshapes do not return to {source.name!r}'s own static shape")
+            _check_closed(nodes, entry, outer)
+        except RewriteRefused as refused:
+            graphedit.log_refuse(pctx, RULE, graph, outer, str(refused))
+            continue
+        inner = entry.producer()
+        for node in nodes:
+            for index, value in enumerate(node.inputs):
+                if value is entry:
+                    node.replace_input_with(index, source)
+            node.outputs[0].shape = ir.Shape(target)  # the region now runs on x's shape
+        exit_value = outer.inputs[0]
+        graphedit.replace_value(pctx, graph, outer.outputs[0], exit_value)  # a graph output keeps its name
+        graph.remove(outer, safe=True)
+        graph.remove(inner, safe=True)
+        graphedit.log_apply(pctx, RULE, EXACT, graph, outer)
+        oracle.forget()  # the region's values changed shape: no memoised fact may outlive that
+        changes += 1
+    return changes
+
+
+def run(pctx: PassContext) -> int:
+    oracle = StaticShapes(pctx.model)
+    total = 0
+    for graph, _ in list(graphedit.graphs(pctx.model)):
+        total += eliminate_in_graph(pctx, graph, oracle)
+    return total
+
+
+register(PassSpec(
+    RULE, EXACT,
+    "Reshape -> elementwise ops with single-element constants -> Reshape back to the first input's "
+    "shape: the Reshapes are removed (static shapes)",
+    run=run, order=23,
+))

@@ -1,0 +1,124 @@
+"""SplitToSequence read only by SequenceAt at constant positions is a Split (the dynamo exporter's
+torch.split / chunk: GPT-2's q/k/v, 4 nodes a layer become 1; onnxscript does the same).
+
+Split and SplitToSequence cut the same pieces for the same `split` and axis; SequenceAt(seq, i)
+picks piece i (negative i counts from the end). Data movement only: EXACT.
+
+Guards: `split` is a constant (a 1-D list of sizes, or a scalar chunk size with the axis' size
+static from trusted facts; without `split` the pieces are keepdims-dependent and it is left alone);
+the sequence is read only by SequenceAt nodes of the same graph whose positions are constant
+scalars inside the piece count; the sequence is not a graph output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.static_shapes import StaticShapes
+from onnxrefine.passes import graphedit
+from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.rewrite.rule import EXACT
+
+RULE = "split_to_sequence_as_split"
+
+
+def _attr(node: ir.Node, name: str, default=None):
+    attr = node.attributes.get(name)
+    return default if attr is None or attr.is_ref() else attr.value
+
+
+def _sizes(node: ir.Node, oracle: StaticShapes) -> list[int]:
+    if len(node.inputs) < 2 or node.inputs[1] is None:
+        raise RewriteRefused("no split input: the pieces depend on keepdims")
+    split = constant_array(node.inputs[1])
+    if split is None:
+        raise RewriteRefused("split is not a constant")
+    if split.ndim == 1:
+        sizes = [int(s) for s in split]
+        if not sizes or any(s < 0 for s in sizes):
+            raise RewriteRefused(f"split sizes {sizes} are not valid")
+        return sizes
+    if split.ndim != 0:
+        raise RewriteRefused("split is neither a scalar nor a list")
+    chunk = int(split)
+    shape = oracle.symbolic_shape(node.inputs[0])
+    axis = int(_attr(node, "axis", 0))
+    if shape is None or not -len(shape) <= axis < len(shape) or not isinstance(shape[axis], int):
+        raise RewriteRefused("a chunk size needs the axis' size static from trusted facts")
+    dim = shape[axis]
+    if chunk <= 0 or dim <= 0:
+        raise RewriteRefused(f"chunk {chunk} over a dim of {dim}")
+    count = -(-dim // chunk)
+    return [chunk] * (count - 1) + [dim - chunk * (count - 1)]
+
+
+def _readers(node: ir.Node, graph: ir.Graph, count: int) -> list[tuple[ir.Node, int]]:
+    sequence = node.outputs[0]
+    if sequence.is_graph_output():
+        raise RewriteRefused("the sequence is a graph output")
+    readers = []
+    for user, slot in sequence.uses():
+        if user.op_type != "SequenceAt" or user.domain not in graphedit.STANDARD_DOMAINS or slot != 0:
+            raise RewriteRefused(f"the sequence is read by {user.op_type}, not only SequenceAt")
+        if user.graph is not graph:
+            raise RewriteRefused("the sequence is read inside a subgraph")
+        position = constant_array(user.inputs[1]) if len(user.inputs) > 1 and user.inputs[1] is not None else None
+        if position is None or position.size != 1 or position.dtype.kind not in "iu":
+            raise RewriteRefused("a SequenceAt position is not a constant integer")
+        index = int(position.reshape(()))
+        index = index + count if index < 0 else index
+        if not 0 <= index < count:
+            raise RewriteRefused(f"SequenceAt position {int(position.reshape(()))} is outside {count} pieces")
+        readers.append((user, index))
+    if not readers:
+        raise RewriteRefused("nothing reads the sequence")
+    return readers
+
+
+def rewrite_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, oracle: StaticShapes) -> int:
+    changes = 0
+    for node in list(graph):
+        if node.graph is not graph or node.op_type != "SplitToSequence" or node.domain not in graphedit.STANDARD_DOMAINS:
+            continue
+        try:
+            sizes = _sizes(node, oracle)
+            readers = _readers(node, graph, len(sizes))
+        except RewriteRefused as refused:
+            graphedit.log_refuse(pctx, RULE, graph, node, str(refused))
+            continue
+        axis = int(_attr(node, "axis", 0))
+        inputs = [node.inputs[0]]
+        attributes = [ir.AttrInt64("axis", axis)]
+        if graphedit.opset_of(pctx.model, graph) >= 13:
+            inputs.append(graphedit.new_constant(pctx, graph, in_function, np.array(sizes, np.int64),
+                                                 f"{node.name or 'split'}_sizes", before=node))
+        else:
+            attributes.append(ir.AttrInt64s("split", sizes))
+        split = ir.Node("", "Split", inputs, attributes, num_outputs=len(sizes),
+                        name=pctx.names.fresh(node.name or "split"))
+        for output in split.outputs:
+            output.name = pctx.names.fresh(f"{node.name or 'split'}_piece")
+        graph.insert_before(node, split)
+        for reader, index in readers:
+            graphedit.replace_value(pctx, graph, reader.outputs[0], split.outputs[index])
+            graph.remove(reader, safe=True)
+        graph.remove(node, safe=True)
+        graphedit.log_apply(pctx, RULE, EXACT, graph, node, [split.name])
+        changes += 1
+    return changes
+
+
+def run(pctx: PassContext) -> int:
+    oracle = StaticShapes(pctx.model)
+    return sum(rewrite_graph(pctx, graph, in_function, oracle)
+               for graph, in_function in list(graphedit.graphs(pctx.model)))
+
+
+register(PassSpec(
+    RULE, EXACT,
+    "SplitToSequence read only by SequenceAt at constant positions -> Split (constant split sizes)",
+    run=run, order=23,
+))
