@@ -82,7 +82,9 @@ def check(command: str, args: argparse.Namespace) -> list:
 
     for dest, flag in SINGLE_ONLY[command]:
         if getattr(args, dest, None):
-            raise BadInputError(f"{flag} names one model's file; in batch mode use --out-dir / --summary-dir")
+            folders = [p for p in paths_of(command, args) if os.path.isdir(p)]
+            why = f"{folders[0]} is a folder, so this is a batch run" if folders else "this is a batch run"
+            raise BadInputError(f"{why}: {flag} names one model's file; use --out-dir / --summary-dir")
     if args.ray and args.jobs is not None:
         raise BadInputError("--jobs runs models in local processes and --ray on the cluster: give one of them")
     if args.jobs is not None and args.jobs < 1:
