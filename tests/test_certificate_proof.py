@@ -1,4 +1,4 @@
-"""Certificates by proof for Conv -> affine-tail folds (verify/certificate_affine.py): correct folds
+"""Certificates by proof for Conv -> affine-tail folds (verify/certificate_proofs.py): correct folds
 are proved without a run once a run agreed, wrong constants are never proved (the run then refuses
 them), and the proof steps aside where a zero's sign can be read."""
 
@@ -7,11 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import make_model, op_types, run, tensor, value_info
+import onnx_ir as ir
 from onnx import helper
 
 import onnxrefine
-from onnxrefine.passes import batchnorm
-from onnxrefine.verify.certificate_affine import _bias_agrees, _weights_agree
+from onnxrefine.passes import batchnorm, registry
+from onnxrefine.passes.registry import PassSpec
+from onnxrefine.rewrite.rule import REASSOCIATING, Rule
+from onnxrefine.verify.certificate_proofs import _bias_agrees, _weights_agree
 
 C = 4
 
@@ -118,3 +121,62 @@ def test_bias_agrees_within_one_rounding_and_the_float64_error_of_its_terms():
     assert _bias_agrees(folded, expected, magnitude, np.float32)
     assert not _bias_agrees(folded * np.float32(1.0001), expected, magnitude, np.float32)
     assert not _bias_agrees(np.array([1.0, -2.5, 3e-8, np.nan], np.float32), expected, magnitude, np.float32)
+
+
+# --- merged sibling MatMuls (fuse_qkv) ------------------------------------------------------------
+
+
+def _qkv_layers(layers: int = 2, seed: int = 0):
+    """h0 -> (MatMul by q, k, v -> Add, Add -> next h) * layers: sibling MatMuls of one input."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, previous = [], [], "h0"
+    for i in range(layers):
+        for name in "qkv":
+            nodes.append(helper.make_node("MatMul", [previous, f"{name}{i}"], [f"{name}o{i}"]))
+            inits.append(tensor(f"{name}{i}", rng.standard_normal((8, 8)).astype(np.float32)))
+        nodes += [helper.make_node("Add", [f"qo{i}", f"ko{i}"], [f"s{i}"]),
+                  helper.make_node("Add", [f"s{i}", f"vo{i}"], [f"h{i + 1}"])]
+        previous = f"h{i + 1}"
+    return make_model(nodes, [value_info("h0", shape=[2, 5, 8])], [value_info(previous, shape=None)], inits)
+
+
+def _qkv_notes(report) -> list[str]:
+    return [entry.certificate for entry in report.log.applied if entry.rule == "fuse_qkv"]
+
+
+def test_merged_matmuls_after_the_first_are_proved_and_the_outputs_agree():
+    model = _qkv_layers(3)
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_qkv"])
+    notes = _qkv_notes(report)
+    assert len(notes) == 3 and notes[0].endswith("the proof agrees")
+    assert all(note.startswith("certified: proved: 3 MatMuls of one input") for note in notes[1:])
+    x = np.random.default_rng(1).standard_normal((2, 5, 8)).astype(np.float32)
+    np.testing.assert_allclose(run(optimized, {"h0": x})[0], run(model, {"h0": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_merged_weight_that_is_not_the_concatenation_is_not_proved(monkeypatch):
+    # The last group's merged weight gets two columns swapped: the proof must decline it and the
+    # run-based certificate refuses it.
+    from onnxrefine.passes import fusion
+
+    real = fusion.fuse_sibling_matmuls
+
+    def corrupting(m, ctx):
+        replacement = real(m, ctx)
+        if replacement is not None and m["x"].name == "h2":
+            merged = replacement.nodes[0].inputs[1]
+            array = merged.const_value.numpy().copy()
+            array[:, [0, 1]] = array[:, [1, 0]]
+            merged.const_value = ir.tensor(array, name=merged.name)
+        return replacement
+
+    rule = Rule("fuse_qkv", fusion.QKV.pattern, corrupting, kind=REASSOCIATING)
+    registry._load_pass_modules()
+    spec = PassSpec("planted_qkv", REASSOCIATING, "test only", rules=(rule,), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    optimized, report = onnxrefine.optimize_with_report(_qkv_layers(3), ["planted_qkv"])
+    notes = _qkv_notes(report)
+    assert sum(note.startswith("certified: proved") for note in notes) == 1
+    refused = [r.reason for r in report.log.refused.values() if r.rule == "fuse_qkv"]
+    assert refused and refused[0].startswith("certificate failed")
+    assert op_types(optimized).count("MatMul") == 2 + 3  # two groups merged, the last kept

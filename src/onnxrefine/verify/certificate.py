@@ -55,7 +55,7 @@ from onnx import helper, numpy_helper
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.static_shapes import Sym, static_oracle
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
-from onnxrefine.verify.certificate_affine import affine_fold_proof
+from onnxrefine.verify.certificate_proofs import affine_fold_proof, merged_matmul_proof
 from onnxrefine.verify.certificate_bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate_bound import judge_exact, judge_reassociating, side_model
@@ -85,7 +85,7 @@ class CertificateStats:
     skipped: int = 0
     refused: int = 0
     cache_hits: int = 0
-    proved: int = 0  # certified by `certificate_affine`'s proof alone, without a run
+    proved: int = 0  # certified by `certificate_proofs`'s proof alone, without a run
     seconds: float = 0.0
     refusals: list = field(default_factory=list)
 
@@ -168,7 +168,7 @@ class Certifier:
     # -- building -----------------------------------------------------------------------------
 
     def _certify(self, request: CertificateRequest) -> CertificateOutcome:
-        proof = affine_fold_proof(request) if request.kind != EXACT else None
+        proof = (affine_fold_proof(request) or merged_matmul_proof(request)) if request.kind != EXACT else None
         if proof is not None and request.rule in self._cross_checked:
             self.stats.proved += 1
             return CertificateOutcome("certified", proof)

@@ -1,6 +1,11 @@
-"""Certificates by proof for per-channel affine folds into a convolution (Conv -> BN/Mul/Add/Sub/Div).
+"""Certificates by proof, for rewrite families where a proof is cheaper and stronger than a run.
 
-Why: running a fold's matched subgraph on adversarial sets costs a convolution over every weight
+Two families: per-channel affine folds into a convolution (Conv -> BN/Mul/Add/Sub/Div,
+`affine_fold_proof`) and sibling MatMuls merged into one on concatenated weights
+(`merged_matmul_proof`). Each returns the certificate's note when it proves the rewrite and None
+when the proof does not apply or does not hold: the run-based certificate then decides.
+
+Affine folds. Why: running a fold's matched subgraph on adversarial sets costs a convolution over every weight
 six times, in onnxruntime and again in float64, for each of the dozens of BatchNormalization folds
 a CNN holds: more than the optimization itself. For this family a proof is cheaper and stronger.
 
@@ -39,6 +44,7 @@ import onnx_ir as ir
 
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.signed_zero import for_context
+from onnxrefine.ir.static_shapes import static_oracle
 
 _DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _EPS64 = float(np.finfo(np.float64).eps)
@@ -227,3 +233,64 @@ def affine_fold_proof(request) -> str | None:
     tail = "->".join(n.op_type for n in matched[1:])
     return (f"proved: Conv->{tail} is per-channel affine and every folded weight and bias is its "
             f"float64 value rounded once ({weight.size + channels} elements)")
+
+
+def _split_sizes(split: ir.Node, rank: int | None) -> list[int] | None:
+    """The Split's sizes if it splits the last axis (of a rank-`rank` value), or None."""
+    axis = split.attributes.get("axis")
+    axis = 0 if axis is None else axis.value
+    if axis != -1 and (rank is None or axis != rank - 1):
+        return None
+    if len(split.inputs) > 1 and split.inputs[1] is not None:
+        sizes = constant_array(split.inputs[1])
+        return None if sizes is None else [int(v) for v in sizes.reshape(-1)]
+    attr = split.attributes.get("split")
+    return None if attr is None else [int(v) for v in attr.value]
+
+
+def merged_matmul_proof(request) -> str | None:
+    """MatMul(x, W_i) for several i -> Split(MatMul(x, concat(W_i, axis=1)), widths), proved.
+
+    Each output element of the merged product is the dot product of the same row of x with the
+    same column of the same W_i, so the outputs equal the originals' up to the order onnxruntime
+    accumulates in (the reassociating class; signed zeros and inf/NaN meet the same terms). Proved:
+    the same x, 2-D weights of one dtype, the merged weight bit-identical to their concatenation in
+    the order the Split hands the outputs back, and the Split's sizes the weights' widths.
+    """
+    matmuls = [n for n in request.matched]
+    new = [n for n in request.replacement if n.op_type != "Constant"]
+    if len(matmuls) < 2 or len(new) != 2 or len(request.outputs) != len(matmuls):
+        return None
+    merged, split = new
+    if merged.op_type != "MatMul" or split.op_type != "Split" or split.inputs[0] is not merged.outputs[0]:
+        return None
+    if any(n.domain not in ("", "ai.onnx") for n in matmuls + new) or not isinstance(request.owner, ir.Graph):
+        return None
+    x = merged.inputs[0]
+    if any(n.op_type != "MatMul" or n.inputs[0] is not x for n in matmuls):
+        return None
+    replaced = {id(old): new_value for old, new_value in request.outputs}
+    order = []  # the original MatMuls in the order of the Split's outputs
+    for index, value in enumerate(split.outputs):
+        owner = [n for n in matmuls if replaced.get(id(n.outputs[0])) is value]
+        if len(owner) != 1:
+            return None
+        order.append(owner[0])
+    weights = [constant_array(n.inputs[1]) for n in order]
+    merged_weight = constant_array(merged.inputs[1])
+    if merged_weight is None or any(w is None or w.ndim != 2 or w.dtype != merged_weight.dtype for w in weights):
+        return None
+    if merged_weight.ndim != 2 or merged_weight.shape != (weights[0].shape[0], sum(w.shape[1] for w in weights)):
+        return None
+    product = merged.outputs[0]
+    rank = len(product.shape) if product.shape is not None else static_oracle(request.context).rank(product)
+    if _split_sizes(split, rank) != [w.shape[1] for w in weights]:
+        return None
+    start = 0
+    for weight in weights:  # bit for bit (NaN payloads and signed zeros included)
+        end = start + weight.shape[1]
+        if merged_weight[:, start:end].tobytes() != np.ascontiguousarray(weight).tobytes():
+            return None
+        start = end
+    return (f"proved: {len(weights)} MatMuls of one input; the merged weight is their weights' "
+            f"concatenation bit for bit and the Split hands each product back")
