@@ -180,3 +180,65 @@ def test_a_merged_weight_that_is_not_the_concatenation_is_not_proved(monkeypatch
     refused = [r.reason for r in report.log.refused.values() if r.rule == "fuse_qkv"]
     assert refused and refused[0].startswith("certificate failed")
     assert op_types(optimized).count("MatMul") == 2 + 3  # two groups merged, the last kept
+
+
+# --- MatMul + Add -> Gemm -------------------------------------------------------------------------
+
+
+def _linear_layers(layers: int = 3, seed: int = 0, bias_shape=(8,)):
+    rng = np.random.default_rng(seed)
+    nodes, inits, previous = [], [], "x"
+    for i in range(layers):
+        nodes += [helper.make_node("MatMul", [previous, f"w{i}"], [f"p{i}"]),
+                  helper.make_node("Add", [f"p{i}", f"c{i}"], [f"y{i}"]),
+                  helper.make_node("Relu", [f"y{i}"], [f"r{i}"])]
+        inits += [tensor(f"w{i}", rng.standard_normal((8, 8)).astype(np.float32)),
+                  tensor(f"c{i}", rng.standard_normal(bias_shape).astype(np.float32))]
+        previous = f"r{i}"
+    return make_model(nodes, [value_info("x", shape=[4, 8])], [value_info(previous, shape=None)], inits)
+
+
+def _gemm_notes(report) -> list[str]:
+    return [e.certificate for e in report.log.applied if e.rule == "fuse_matmul_add_bias_into_gemm"]
+
+
+def test_matmul_add_to_gemm_after_the_first_is_proved_and_the_outputs_agree():
+    model = _linear_layers()
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_matmul_add_bias_into_gemm"])
+    notes = _gemm_notes(report)
+    assert op_types(optimized).count("Gemm") == 3 and len(notes) == 3
+    assert notes[0].endswith("the proof agrees")
+    assert all(note.startswith("certified: proved: Gemm(a, b, c)") for note in notes[1:])
+    x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_allclose(run(optimized, {"x": x})[0], run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_gemm_with_a_transposed_weight_is_not_proved_and_its_run_refuses_it(monkeypatch):
+    from onnxrefine.passes import fusion
+
+    real = fusion.fuse_matmul_add
+
+    def transposing(m, ctx):
+        replacement = real(m, ctx)
+        if m["matmul"].inputs[0].name == "r1":  # the last layer: transB=1 reads W as W^T
+            gemm = replacement.nodes[0]
+            gemm.attributes["transB"] = ir.AttrInt64("transB", 1)
+        return replacement
+
+    rule = Rule("fuse_matmul_add_bias_into_gemm", fusion.MATMUL_ADD.pattern, transposing, kind=REASSOCIATING)
+    registry._load_pass_modules()
+    spec = PassSpec("planted_gemm", REASSOCIATING, "test only", rules=(rule,), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    optimized, report = onnxrefine.optimize_with_report(_linear_layers(), ["planted_gemm"])
+    assert sum(note.startswith("certified: proved") for note in _gemm_notes(report)) == 1
+    refused = [r.reason for r in report.log.refused.values() if r.rule == "fuse_matmul_add_bias_into_gemm"]
+    assert refused and refused[0].startswith("certificate failed")
+    assert op_types(optimized).count("Gemm") == 2
+
+
+def test_no_gemm_proof_where_a_zero_sign_is_read():
+    model = _linear_layers(2)
+    model.graph.node[-1].op_type = "Reciprocal"  # the last Add's zeros reach a divisor
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_matmul_add_bias_into_gemm"])
+    notes = _gemm_notes(report)
+    assert notes and not any(note.startswith("certified: proved") for note in notes)

@@ -55,7 +55,11 @@ from onnx import helper, numpy_helper
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.static_shapes import Sym, static_oracle
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
-from onnxrefine.verify.certificate_proofs import affine_fold_proof, merged_matmul_proof
+from onnxrefine.verify.certificate_proofs import (
+    affine_fold_proof,
+    gemm_from_matmul_add_proof,
+    merged_matmul_proof,
+)
 from onnxrefine.verify.certificate_bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate_bound import judge_exact, judge_reassociating, side_model
@@ -168,7 +172,10 @@ class Certifier:
     # -- building -----------------------------------------------------------------------------
 
     def _certify(self, request: CertificateRequest) -> CertificateOutcome:
-        proof = (affine_fold_proof(request) or merged_matmul_proof(request)) if request.kind != EXACT else None
+        proof = None
+        if request.kind != EXACT:
+            proof = (affine_fold_proof(request) or merged_matmul_proof(request)
+                     or gemm_from_matmul_add_proof(request))
         if proof is not None and request.rule in self._cross_checked:
             self.stats.proved += 1
             return CertificateOutcome("certified", proof)

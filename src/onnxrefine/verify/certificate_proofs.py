@@ -294,3 +294,55 @@ def merged_matmul_proof(request) -> str | None:
         start = end
     return (f"proved: {len(weights)} MatMuls of one input; the merged weight is their weights' "
             f"concatenation bit for bit and the Split hands each product back")
+
+
+def _attribute(node: ir.Node, name: str, default):
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
+
+
+def gemm_from_matmul_add_proof(request) -> str | None:
+    """Add(MatMul(a, b), c) -> Gemm(a, b, c), proved without reading a weight.
+
+    Gemm with alpha = beta = 1 and no transposes is A @ B + C by definition; onnxruntime adds C
+    inside the accumulation instead of after it (the reassociating class: each output element sums
+    the same terms, so infinities and NaN meet the same terms too). Proved: the Gemm reads the very
+    values a, b and c the MatMul and the Add read, a is 2-D (Gemm's requirement), c broadcasts onto
+    [M, N] without enlarging it, and no reader can see a zero's sign (a -0 bias added last keeps a
+    sum of +0 at +0; accumulated first, it can give -0).
+    """
+    matched = list(request.matched)
+    new = [n for n in request.replacement if n.op_type != "Constant"]
+    if len(matched) != 2 or len(new) != 1 or len(request.outputs) != 1:
+        return None
+    matmul, add = matched
+    gemm = new[0]
+    if (matmul.op_type, add.op_type, gemm.op_type) != ("MatMul", "Add", "Gemm"):
+        return None
+    if any(n.domain not in ("", "ai.onnx") for n in (matmul, add, gemm)) or not isinstance(request.owner, ir.Graph):
+        return None
+    product = matmul.outputs[0]
+    others = [v for v in add.inputs if v is not product]
+    if len(add.inputs) != 2 or len(others) != 1 or product.is_graph_output() or len(product.uses()) != 1:
+        return None
+    a, b = matmul.inputs[0], matmul.inputs[1]
+    c = others[0]
+    if len(gemm.inputs) != 3 or gemm.inputs[0] is not a or gemm.inputs[1] is not b or gemm.inputs[2] is not c:
+        return None
+    if (float(_attribute(gemm, "alpha", 1.0)), float(_attribute(gemm, "beta", 1.0)),
+            int(_attribute(gemm, "transA", 0)), int(_attribute(gemm, "transB", 0))) != (1.0, 1.0, 0, 0):
+        return None
+    old, replacement = request.outputs[0]
+    if old is not add.outputs[0] or replacement is not gemm.outputs[0]:
+        return None
+    oracle = static_oracle(request.context)
+    a_shape, b_shape, c_shape = oracle.symbolic_shape(a), oracle.static_shape(b), oracle.static_shape(c)
+    if a_shape is None or len(a_shape) != 2 or b_shape is None or len(b_shape) != 2 or c_shape is None:
+        return None
+    m_dim, n_dim = a_shape[0], b_shape[1]
+    aligned = (1,) * (2 - len(c_shape)) + tuple(c_shape) if len(c_shape) <= 2 else None
+    if aligned is None or aligned[1] not in (1, n_dim) or (aligned[0] != 1 and aligned[0] != m_dim):
+        return None
+    if for_context(request.context).observable(old):
+        return None
+    return "proved: Gemm(a, b, c) with alpha = beta = 1 and no transposes reads the MatMul's and the Add's own values"
