@@ -54,3 +54,12 @@ def test_every_onnxoptimizer_default_pass_name_is_accepted():
     assert len(names) == 39
     optimized = onnxrefine.optimize(model_calling_a_function_twice(), names)
     assert [n.op_type for n in optimized.graph.node] == ["SquarePlus", "SquarePlus"]
+
+
+def test_default_plus_an_opt_in_pass():
+    from onnxrefine.api import resolve_passes
+
+    names = resolve_passes(["default", "inline_functions"])
+    assert names == list(default_pass_names()) + ["inline_functions"]
+    assert resolve_passes(["default"], disable=["fold_constants"]) == [
+        n for n in default_pass_names() if n != "fold_constants"]

@@ -59,6 +59,9 @@ def count_nodes(model: ir.Model) -> int:
 
 def resolve_passes(passes: Sequence[str] | None, disable: Sequence[str] = ()) -> list[str]:
     names = list(default_pass_names()) if passes is None else [p.strip() for p in passes if p.strip()]
+    if "default" in names:  # "default,inline_functions": the default pipeline plus opt-in passes
+        at = names.index("default")
+        names[at:at + 1] = [n for n in default_pass_names() if n not in names]
     for name in list(names) + list(disable):
         get_pass(name)  # unknown names fail here, before any work
     disabled = {get_pass(n).name for n in disable}

@@ -36,7 +36,8 @@ def register(subparsers) -> None:
     )
     parser.add_argument("model", nargs="?", help="input .onnx file")
     parser.add_argument("-o", "--output", help="output path (default: <input>.opt.onnx beside the input)")
-    parser.add_argument("--passes", help="comma-separated pass names (default: the whole default pipeline)")
+    parser.add_argument("--passes", help="comma-separated pass names (default: the whole default pipeline; "
+                        "'default' stands for it, e.g. default,inline_functions)")
     parser.add_argument("--disable", default="", help="comma-separated pass names to leave out")
     parser.add_argument("--list-passes", action="store_true", help="list every pass with its class and exit")
     parser.add_argument("--markdown", action="store_true", help="with --list-passes: print a markdown table")
