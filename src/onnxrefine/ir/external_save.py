@@ -176,16 +176,7 @@ def write(model: ir.Model, model_handle: BinaryIO, data_handle: BinaryIO | None,
     linked = linked or {}
     wire.embed_external_tensors(model, main_graph=False)  # subgraph weights are small: embedded
     _embed_attribute_tensors(model)
-    initializers = [v for v in model.graph.initializers.values()]
-    for value in initializers:
-        model.graph.initializers.pop(value.name)
-    try:
-        proto = ir.serde.serialize_model(model)
-    finally:
-        for value in initializers:
-            model.graph.register_initializer(value)
-    graph_bytes = proto.graph.SerializeToString()
-    proto.ClearField("graph")
+    proto, graph_bytes, initializers = wire.serialize_skeleton(model)
     # Plan: each initializer's field (header bytes, then raw data bytes or none) and data offsets.
     plan, offset = [], 0
     for value in initializers:

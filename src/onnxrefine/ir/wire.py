@@ -190,9 +190,9 @@ def embed_external_tensors(model: ir.Model, *, main_graph: bool = True) -> None:
                 value.const_value = ir.Tensor(value.const_value.numpy(), name=value.name)
 
 
-def write_model_embedded(model: ir.Model, handle: BinaryIO) -> None:
-    """Serialize `model` to `handle` with every tensor embedded, one initializer at a time."""
-    embed_external_tensors(model, main_graph=False)
+def serialize_skeleton(model: ir.Model) -> tuple[onnx.ModelProto, bytes, list[ir.Value]]:
+    """`model` serialized without its main-graph initializers, which writers then stream one at a
+    time: (the model proto without its graph, the graph's bytes, the initializers in order)."""
     initializers = list(model.graph.initializers.values())
     for value in initializers:
         model.graph.initializers.pop(value.name)
@@ -203,6 +203,13 @@ def write_model_embedded(model: ir.Model, handle: BinaryIO) -> None:
             model.graph.register_initializer(value)
     graph_bytes = proto.graph.SerializeToString()
     proto.ClearField("graph")
+    return proto, graph_bytes, initializers
+
+
+def write_model_embedded(model: ir.Model, handle: BinaryIO) -> None:
+    """Serialize `model` to `handle` with every tensor embedded, one initializer at a time."""
+    embed_external_tensors(model, main_graph=False)
+    proto, graph_bytes, initializers = serialize_skeleton(model)
     # Initializers serialized above as value_info would be harmless but redundant; none are.
     sizes = [_chunks_size(value) for value in initializers]
     graph_length = len(graph_bytes) + sum(1 + len(_encode_varint(s)) + s for s in sizes)
