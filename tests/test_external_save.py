@@ -287,3 +287,66 @@ def test_constant_node_tensor_in_external_data_is_embedded(tmp_path):
     x = np.random.default_rng(1).standard_normal((2, HIDDEN)).astype(np.float32)
     got = ort.InferenceSession(full.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert np.allclose(got, np.maximum(x @ value, 0), rtol=1e-5, atol=1e-5)
+
+
+# --- replacing an output whose weights live in a data file ------------------------------------------
+
+
+def _matmul_saved_external(tmp_path, scale: float):
+    """An optimize-ready model whose weight (64 KiB) is saved external, and its expected output."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    weight = np.full((128, 128), scale, np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 128])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 128])],
+        [numpy_helper.from_array(weight, "w")])
+    source = tmp_path / f"source{scale}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), source,
+              save_as_external_data=True, location=f"source{scale}.onnx.data", size_threshold=0)
+    return source, np.full((1, 128), 128 * scale, np.float32)
+
+
+def _run_ones(path):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": np.ones((1, 128), np.float32)})[0]
+
+
+def test_replacing_an_external_output_never_pairs_the_old_model_with_new_data(tmp_path, monkeypatch):
+    from onnxrefine.ir import external_save, io
+
+    out = tmp_path / "out" / "model.onnx"
+    out.parent.mkdir()
+    first, expected_first = _matmul_saved_external(tmp_path, 1.0)
+    second, expected_second = _matmul_saved_external(tmp_path, 2.0)
+    io.save_model(io.load_model(first), out, input_path=first)
+    assert (out.parent / "model.onnx.data").exists()
+    np.testing.assert_array_equal(_run_ones(out), expected_first)
+
+    # The run dies after its data files are in place, before the model's own rename: the model
+    # already there must still read its own weights.
+    real_replace = os.replace
+
+    def dying(src, dst):
+        if Path(dst) == out:
+            raise KeyboardInterrupt
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(external_save.os, "replace", dying)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_model(io.load_model(second), out, input_path=second)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(_run_ones(out), expected_first)
+
+    # Completed, the new model reads new data under the other name and the old file is gone.
+    io.save_model(io.load_model(second), out, input_path=second)
+    np.testing.assert_array_equal(_run_ones(out), expected_second)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.onnx", "model.onnx.data.1"]
+    # and the next replacement goes back to the first name
+    io.save_model(io.load_model(first), out, input_path=first)
+    np.testing.assert_array_equal(_run_ones(out), expected_first)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.onnx", "model.onnx.data"]

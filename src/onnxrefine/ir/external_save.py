@@ -34,7 +34,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.ir import tensordata, wire
+from onnxrefine.ir import tensordata, validate, wire
 from onnxrefine.ir.wire import _GRAPH_INITIALIZER, _LEN, _MODEL_GRAPH, _TENSOR_RAW_DATA, _encode_varint
 
 # onnx's own default for save_as_external_data: smaller tensors stay in the model file.
@@ -272,8 +272,18 @@ def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None 
             renames.append((temp, folder / name))
         needs_data = any(ext and not (linked and _in_linked(model, n, linked)) for n, ext in external.items())
         data_path = folder / location if needs_data else None
+        stale: list[str] = []
         if data_path is not None:
             _refuse_overwriting_input(data_path, path, input_path, _references_file)
+            stale = _own_data_read_by(path, folder, location)
+            if location in stale:
+                # The model being replaced reads `location`: renaming new data over it would
+                # leave that model beside foreign data if the run died before the model's own
+                # rename. The new data goes under another name; the old file goes after the swap.
+                free = next(f"{location}.{i}" for i in range(1, len(stale) + 2) if f"{location}.{i}" not in stale)
+                layout.notes.append(f"{location} is read by the model being replaced: weights written to {free}")
+                location, data_path = free, folder / free
+                _refuse_overwriting_input(data_path, path, input_path, _references_file)
         fd, model_tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
         temps.append(model_tmp)
         with os.fdopen(fd, "wb") as model_handle:
@@ -293,12 +303,35 @@ def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None 
         for temp, final in renames:
             os.replace(temp, final)
         os.replace(model_tmp, path)
+        for name in stale:  # the replaced model's own data files, read by nobody now
+            with contextlib.suppress(OSError):
+                os.unlink(folder / name)
         return written
     except BaseException:
         for name in temps:
             with contextlib.suppress(OSError):
                 os.unlink(name)
         raise
+
+
+_READ_LIMIT = 256 << 20  # a model file this large is not parsed: it is assumed to read them all
+
+
+def _own_data_read_by(path: Path, folder: Path, location: str) -> list[str]:
+    """The data files named after this output (`location`, `location.1`, ...) that the model now at
+    `path` reads: they must not change under it until it is replaced, and are stale after."""
+    names = [location] + [f"{location}.{i}" for i in range(1, 9)]
+    present = [name for name in names if (folder / name).exists()]
+    if not present or not path.exists():
+        return []
+    try:
+        if os.stat(path).st_size > _READ_LIMIT:
+            return present
+        proto = onnx.load_model(str(path), load_external_data=False)
+        read = {(folder / loc).resolve() for loc in validate.external_locations(proto)}
+    except Exception:  # unreadable: it may read any of them
+        return present
+    return [name for name in present if (folder / name).resolve() in read]
 
 
 def _in_linked(model: ir.Model, name: str, linked: dict[str, str]) -> bool:
