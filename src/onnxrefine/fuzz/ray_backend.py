@@ -109,7 +109,9 @@ class RayBackend:
         ray = self._ray
         # max_retries=0: the scheduler decides about retries, so a case that kills its worker is
         # isolated and counted, and a chunk's results can never arrive twice.
-        self._remote = ray.remote(num_cpus=1, max_retries=0)(function)
+        # SPREAD: chunks go to every node, not packed onto the first until it is half busy (Ray's
+        # default), so a campaign uses the cluster and a lost node costs only its share.
+        self._remote = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(function)
         self._settings = ray.put(settings)
         self._driver = driver_environment()
         self._cpus, self._read_at = 1, 0.0
