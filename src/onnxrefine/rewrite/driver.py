@@ -275,9 +275,18 @@ def _refuse_shared_intermediates(matched: list[ir.Node]) -> None:
                     )
 
 
+def _use_count(value: ir.Value) -> int:
+    """len(value.uses()) without the copy: onnx-ir copies a value's whole use list on every
+    uses() call, so asking about a constant read by every node of a long chain made each rewrite
+    O(nodes) and the run quadratic (bench/engine_scaling.py --big-chain)."""
+    uses = getattr(value, "_uses", None)
+    return len(uses) if isinstance(uses, dict) else len(value.uses())
+
+
 def _freed_bytes(matched: list[ir.Node]) -> int:
     """Bytes of initializers that only the matched nodes read (gone once they are removed)."""
     inside = {id(n) for n in matched}
+    slots = sum(len(n.inputs) for n in matched)
     seen: set[int] = set()
     freed = 0
     for node in matched:
@@ -287,14 +296,14 @@ def _freed_bytes(matched: list[ir.Node]) -> int:
             seen.add(id(value))
             if value.is_graph_input() or value.is_graph_output():
                 continue
-            if all(id(use.node) in inside for use in value.uses()):
+            if _use_count(value) <= slots and all(id(use.node) in inside for use in value.uses()):
                 freed += value.const_value.nbytes
     return freed
 
 
 def _release(value: ir.Value) -> Iterable[ir.Node]:
     """Drop an initializer or Constant that lost its last reader; return nodes worth revisiting."""
-    if value.uses() or value.is_graph_output() or value.is_graph_input():
+    if _use_count(value) or value.is_graph_output() or value.is_graph_input():
         return ()
     producer = value.producer()
     if producer is None:
