@@ -151,22 +151,7 @@ def read_proto(path: str | os.PathLike) -> tuple[onnx.ModelProto, OpenFile, str]
 def _lazy_proto(opened: OpenFile, location: str) -> onnx.ModelProto:
     """wire.lazy_model_proto over the already open file (not a path opened again)."""
     with opened.map() as buffer:
-        model_rest, graph_rest, tensors = bytearray(), bytearray(), []
-        for field, wire_type, start, payload, end in wire._fields(buffer, 0, opened.size):
-            if field != wire._MODEL_GRAPH or wire_type != wire._LEN:
-                model_rest += buffer[start:end]
-                continue
-            for g_field, g_type, g_start, g_payload, g_end in wire._fields(buffer, payload, end):
-                if g_field == wire._GRAPH_INITIALIZER and g_type == wire._LEN:
-                    tensors.append(wire._lazy_tensor(buffer, g_payload, g_end, location,
-                                                     wire.LAZY_THRESHOLD_BYTES))
-                else:
-                    graph_rest += buffer[g_start:g_end]
-    model = onnx.ModelProto.FromString(bytes(model_rest))
-    graph = onnx.GraphProto.FromString(bytes(graph_rest))
-    graph.initializer.extend(tensors)
-    model.graph.CopyFrom(graph)
-    return model
+        return wire.lazy_proto_from_buffer(buffer, opened.size, location, wire.LAZY_THRESHOLD_BYTES)
 
 
 def load_checked_proto(path: str | os.PathLike) -> tuple[onnx.ModelProto, str, dict[str, OpenFile]]:

@@ -789,14 +789,21 @@ class StaticShapes:
         return Elements(picked, False, data.dtype)
 
 
-def _arithmetic(op: str, a: Elements | None, b: Elements | None) -> Elements | None:
+def _paired(a: Elements | None, b: Elements | None) -> tuple[tuple, tuple] | None:
+    """The two operands' items broadcast to one length (a single item repeats), or None."""
     if a is None or b is None or a.dtype != b.dtype:
         return None
     if len(a.items) != len(b.items) and 1 not in (len(a.items), len(b.items)):
         return None
     n = max(len(a.items), len(b.items))
-    xs = a.items * n if len(a.items) == 1 else a.items
-    ys = b.items * n if len(b.items) == 1 else b.items
+    return (a.items * n if len(a.items) == 1 else a.items), (b.items * n if len(b.items) == 1 else b.items)
+
+
+def _arithmetic(op: str, a: Elements | None, b: Elements | None) -> Elements | None:
+    pair = _paired(a, b)
+    if pair is None:
+        return None
+    xs, ys = pair
     limit = 2**31 if a.dtype == ir.DataType.INT32 else 2**63
     out = []
     for x, y in zip(xs, ys):
@@ -823,13 +830,10 @@ def _equal(a: Elements | None, b: Elements | None) -> Elements | None:
     """Equal over partial values (parity helper's addition). A Sym element is a dim size, never
     negative, so it differs from every negative int (Expand's `Where(Equal(shape, -1), 1, shape)`);
     the same Sym object is equal to itself; anything else unknown stays unknown."""
-    if a is None or b is None or a.dtype != b.dtype:
+    pair = _paired(a, b)
+    if pair is None:
         return None
-    if len(a.items) != len(b.items) and 1 not in (len(a.items), len(b.items)):
-        return None
-    n = max(len(a.items), len(b.items))
-    xs = a.items * n if len(a.items) == 1 else a.items
-    ys = b.items * n if len(b.items) == 1 else b.items
+    xs, ys = pair
     out = []
     for x, y in zip(xs, ys):
         if isinstance(x, int) and isinstance(y, int):

@@ -95,16 +95,22 @@ def lazy_model_proto(path: str | os.PathLike, threshold: int | None = None) -> o
         if size == 0:
             return onnx.ModelProto()
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
-            model_rest, graph_rest, tensors = bytearray(), bytearray(), []
-            for field, wire_type, start, payload, end in _fields(buffer, 0, size):
-                if field != _MODEL_GRAPH or wire_type != _LEN:
-                    model_rest += buffer[start:end]
-                    continue
-                for g_field, g_type, g_start, g_payload, g_end in _fields(buffer, payload, end):
-                    if g_field == _GRAPH_INITIALIZER and g_type == _LEN:
-                        tensors.append(_lazy_tensor(buffer, g_payload, g_end, location, threshold))
-                    else:
-                        graph_rest += buffer[g_start:g_end]
+            return lazy_proto_from_buffer(buffer, size, location, threshold)
+
+
+def lazy_proto_from_buffer(buffer, size: int, location: str, threshold: int) -> onnx.ModelProto:
+    """The model serialized in `buffer` (`size` bytes), main-graph initializers' raw_data of at
+    least `threshold` bytes turned into external references to `location` (the file itself)."""
+    model_rest, graph_rest, tensors = bytearray(), bytearray(), []
+    for field, wire_type, start, payload, end in _fields(buffer, 0, size):
+        if field != _MODEL_GRAPH or wire_type != _LEN:
+            model_rest += buffer[start:end]
+            continue
+        for g_field, g_type, g_start, g_payload, g_end in _fields(buffer, payload, end):
+            if g_field == _GRAPH_INITIALIZER and g_type == _LEN:
+                tensors.append(_lazy_tensor(buffer, g_payload, g_end, location, threshold))
+            else:
+                graph_rest += buffer[g_start:g_end]
     model = onnx.ModelProto.FromString(bytes(model_rest))
     graph = onnx.GraphProto.FromString(bytes(graph_rest))
     graph.initializer.extend(tensors)
