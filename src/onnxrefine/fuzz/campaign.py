@@ -291,8 +291,14 @@ def run_chunk_with_environment(settings: CampaignSettings, indices) -> dict:
     """run_chunk on a Ray worker, with the versions it imported (checked by the driver)."""
     from onnxrefine.fuzz.ray_backend import environment
 
+    import ray
+
     env = environment()   # before the cases: a missing dependency fails the task at once
-    return {"env": env, "results": run_chunk(settings, indices)}
+    node = ray.get_runtime_context().get_node_id()
+    results = run_chunk(settings, indices)
+    for result in results:   # journaled: which node ran a case, for a campaign on a flaky cluster
+        result["node"] = node
+    return {"env": env, "results": results}
 
 
 def _crashed(settings: CampaignSettings):

@@ -22,7 +22,7 @@ SETTINGS_FILE = "campaign.json"
 JOURNAL_FILE = "cases.jsonl"
 FORMAT = 1
 KEPT = ("index", "seed", "step", "status", "pattern", "fired", "mutated_input", "signature", "kind",
-        "error", "seconds")
+        "error", "seconds", "node")
 
 
 def _load_settings(data: dict):
