@@ -100,6 +100,13 @@ def narrow_value_types(model: onnx.ModelProto) -> dict[str, int]:
     inference cannot tell are absent (kept in float64). Function bodies are not typed here."""
     if not _mentions_narrow_type(model):
         return {}
+    types = inferred_types(model)
+    return {} if types is None else {name: elem for name, elem in types.items() if elem in NODE_ROUNDED_TYPES}
+
+
+def inferred_types(model: onnx.ModelProto) -> dict[str, int] | None:
+    """Element type of every value the graphs produce, by onnx's inference on a copy whose
+    declared value_info is dropped; None when inference fails. Function bodies are not typed."""
     # Types need no weight data: the initializers become typed inputs, so no large tensor is copied.
     graph = model.graph
     stripped_graph = onnx.helper.make_graph(
@@ -115,7 +122,7 @@ def narrow_value_types(model: onnx.ModelProto) -> dict[str, int]:
     try:
         inferred = onnx.shape_inference.infer_shapes(stripped, check_type=False, strict_mode=False)
     except Exception:  # noqa: BLE001 - an untypable model is evaluated in float64 throughout
-        return {}
+        return None
     types: dict[str, int] = {}
     _collect(inferred.graph, types)
     return types
@@ -158,7 +165,7 @@ def _collect(graph: onnx.GraphProto, types: dict[str, int]) -> None:
     produced = {name for node in graph.node for name in node.output if name}
     for info in list(graph.value_info) + list(graph.output):
         elem = info.type.tensor_type.elem_type if info.type.HasField("tensor_type") else 0
-        if info.name in produced and elem in NODE_ROUNDED_TYPES:
+        if info.name in produced and elem:
             types[info.name] = elem
     for sub in _subgraphs(graph):
         _collect(sub, types)

@@ -56,7 +56,10 @@ class ArtefactCheck:
 
     def __init__(self, original: onnx.ModelProto, candidate: onnx.ModelProto, fetch):
         # fetch(model, names, feeds) -> {name: array}: one onnxruntime run exposing `names`
+        from onnxrefine.verify.spec_identity import SpecIdentity
+
         self.original, self.candidate = _Side(original), _Side(candidate)
+        self.spec = SpecIdentity(original, candidate)
         self._fetch = fetch
         self.runs = 0
         self._blamed: dict = {}  # per input set: mismatches not explained (name -> candidate's name)
@@ -73,6 +76,8 @@ class ArtefactCheck:
             note = self.explains(pair.name, pair.candidate_name, item.original, item.candidate, feeds, blamed)
         except Exception:  # noqa: BLE001 - an explanation that cannot be made is none (a weight
             note = None  # stored outside the proto, ...): the mismatch stands
+        if not note and self.spec.same(pair.name, pair.candidate_name, feeds):
+            note = self.spec.NOTE   # float16 graphs: the spec says both compute V alike
         if note:
             judgement.verdict = verdict.UNSTABLE
             result.runtime_artefact = note
