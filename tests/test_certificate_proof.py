@@ -172,7 +172,7 @@ def test_a_merged_weight_that_is_not_the_concatenation_is_not_proved(monkeypatch
 
     rule = Rule("fuse_qkv", fusion.QKV.pattern, corrupting, kind=REASSOCIATING)
     registry._load_pass_modules()
-    spec = PassSpec("planted_qkv", REASSOCIATING, "test only", rules=(rule,), default=False)
+    spec = PassSpec("planted_qkv", "test only", rules=(rule,), default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     optimized, report = onnxrefine.optimize_with_report(_qkv_layers(3), ["planted_qkv"])
     notes = _qkv_notes(report)
@@ -227,7 +227,7 @@ def test_a_gemm_with_a_transposed_weight_is_not_proved_and_its_run_refuses_it(mo
 
     rule = Rule("fuse_matmul_add_bias_into_gemm", fusion.MATMUL_ADD.pattern, transposing, kind=REASSOCIATING)
     registry._load_pass_modules()
-    spec = PassSpec("planted_gemm", REASSOCIATING, "test only", rules=(rule,), default=False)
+    spec = PassSpec("planted_gemm", "test only", rules=(rule,), default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     optimized, report = onnxrefine.optimize_with_report(_linear_layers(), ["planted_gemm"])
     assert sum(note.startswith("certified: proved") for note in _gemm_notes(report)) == 1

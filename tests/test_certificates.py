@@ -69,7 +69,7 @@ PLANTED = {
 def planted(monkeypatch):
     registry._load_pass_modules()
     for name, rule in PLANTED.items():
-        spec = PassSpec(f"planted_{name}", rule.kind, "test only", rules=(rule,), default=False)
+        spec = PassSpec(f"planted_{name}", "test only", rules=(rule,), default=False)
         monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     return lambda name: f"planted_{name}"
 
@@ -144,7 +144,7 @@ def test_data_movement_is_certified_on_one_set_of_distinct_values(monkeypatch, p
     # distinct decides it. [1, 2, 0] twice is [2, 0, 1]: same shape (3, 3, 3), other order.
     rule = Rule("transpose_pair", Op("Transpose", Op("Transpose", Var("x"))), _transpose_pair_to_identity, kind=EXACT)
     registry._load_pass_modules()
-    spec = PassSpec("planted_transpose_pair", EXACT, "test only", rules=(rule,), default=False)
+    spec = PassSpec("planted_transpose_pair", "test only", rules=(rule,), default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
              helper.make_node("Transpose", ["t"], ["u"], perm=perm), helper.make_node("Reciprocal", ["u"], ["y"])]
@@ -198,7 +198,7 @@ def test_a_dropped_epsilon_sized_error_is_refused_by_the_float64_meaning_check(m
     # the replacement evaluated in float64 can.
     registry._load_pass_modules()
     pad = kernel // 2
-    spec = PassSpec("planted_scale_conv", REASSOCIATING, "test only", rules=(_scale_conv(error, pad),), default=False)
+    spec = PassSpec("planted_scale_conv", "test only", rules=(_scale_conv(error, pad),), default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[pad] * 4), helper.make_node("Mul", ["c", "k"], ["y"])]
@@ -249,7 +249,7 @@ def test_sets_side_by_side_in_one_image_still_catch_a_zero_sign_flip(monkeypatch
     # -> Reciprocal, folded into W by a rule without a sign guard: on a zero set the products of
     # mixed-sign weights sum to +0, times -2 is -0; the folded weights give +0.
     registry._load_pass_modules()
-    spec = PassSpec("planted_scale_conv", REASSOCIATING, "test only", rules=(_scale_conv(0.0, 0),), default=False)
+    spec = PassSpec("planted_scale_conv", "test only", rules=(_scale_conv(0.0, 0),), default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "k"], ["m"]),
@@ -299,7 +299,7 @@ def test_a_rule_may_declare_outputs_whose_zero_sign_nobody_reads(monkeypatch, de
 
     rule = Rule("drop_add_zero", Op("Add", Var("x"), Const("zero")), drop, kind=REASSOCIATING)
     registry._load_pass_modules()
-    spec = PassSpec("planted_drop_add_zero", REASSOCIATING, "test only", rules=(rule,), default=False)
+    spec = PassSpec("planted_drop_add_zero", "test only", rules=(rule,), default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     model = make_model([helper.make_node("Add", ["x", "z"], ["y"]), helper.make_node("Relu", ["y"], ["r"])],
                        [value_info("x", shape=[2, 3])], [value_info("r", shape=[2, 3])],

@@ -331,7 +331,7 @@ def test_bisect_names_the_rewrite_and_the_value_it_broke(tmp_path, monkeypatch, 
     registry._load_pass_modules()
     rule = Rule("drop_bn_epsilon", Op("BatchNormalization", Var("x"), Var("s"), Var("b"), Var("m"), Var("v")),
                 drop_bn_epsilon, kind=REASSOCIATING)
-    spec = PassSpec("planted_drop_bn_epsilon", REASSOCIATING, "test only", rules=(rule,))
+    spec = PassSpec("planted_drop_bn_epsilon", "test only", rules=(rule,))
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     # Only block 5 has a near-degenerate variance: dropping epsilon elsewhere is rounding.
     original, _ = residual_net(small_var_blocks={5}, var_range=(5.0, 20.0))

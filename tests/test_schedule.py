@@ -21,7 +21,7 @@ from onnxrefine.ir import io
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes import registry
 from onnxrefine.passes.pipeline import run_passes
-from onnxrefine.passes.registry import PassSpec, default_pass_names
+from onnxrefine.passes.registry import GRAPH, PassSpec, default_pass_names
 from onnxrefine.rewrite.pattern import Op, Var
 from onnxrefine.rewrite.rule import EXACT, Replacement, Rule
 from onnxrefine.verified import VerifySettings
@@ -326,7 +326,7 @@ def flip_conv_b(m, ctx):
 def planted_rule(monkeypatch):
     registry._load_pass_modules()
     rule = Rule("flip_conv_weight", Op("Conv", Var("x"), Var("w")), flip_conv_b, kind=EXACT)
-    spec = PassSpec("planted_flip_conv", EXACT, "test only", rules=(rule,), default=False)
+    spec = PassSpec("planted_flip_conv", "test only", rules=(rule,), default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     return spec.name
 
@@ -350,7 +350,8 @@ def flip_head_pass(pctx) -> int:
 @pytest.fixture
 def planted_graph_pass(monkeypatch):
     registry._load_pass_modules()
-    spec = PassSpec("planted_flip_head", EXACT, "test only", run=flip_head_pass, default=False, order=50)
+    spec = PassSpec("planted_flip_head", "test only", run=flip_head_pass, kind=EXACT, phase=GRAPH, order=50,
+                    default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     return spec.name
 

@@ -16,7 +16,7 @@ from onnxrefine.cli.main import main
 from onnxrefine.passes import registry
 from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Op, Var
-from onnxrefine.rewrite.rule import EXACT, Replacement, Rule
+from onnxrefine.rewrite.rule import Replacement, Rule
 from onnxrefine.verified import VerificationFailed, VerifySettings
 
 BN_PASSES = ["fuse_bn_into_conv", "fuse_bn_into_gemm"]
@@ -30,7 +30,7 @@ def relu_to_abs(m, ctx):
 
 @pytest.fixture
 def planted_pass(monkeypatch):
-    spec = PassSpec("planted_wrong_pass", EXACT, "test only", rules=(Rule("relu_to_abs", Op("Relu", Var("x")), relu_to_abs),))
+    spec = PassSpec("planted_wrong_pass", "test only", rules=(Rule("relu_to_abs", Op("Relu", Var("x")), relu_to_abs),))
     registry._load_pass_modules()
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     return spec.name

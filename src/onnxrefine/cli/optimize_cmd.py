@@ -110,24 +110,35 @@ def _split(text: str | None) -> list[str] | None:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+# --list-passes: every column read from the pass declarations (passes/registry.py).
+PASS_COLUMNS = ("pass", "phase", "class", "default", "fuzz pattern", "what it does")
+
+
+def _pass_rows() -> list[tuple[str, ...]]:
+    """One row per pass, in the order a round of the schedule runs them."""
+    return [(spec.name, f"{spec.phase} {spec.order}", spec.kind, "yes" if spec.default else "no",
+             spec.fuzz or "none", spec.summary) for spec in all_passes()]
+
+
 def list_passes_table() -> Table:
     from rich.table import Table
 
-    table = Table(title="onnxrefine passes")
-    table.add_column("pass")
-    table.add_column("class")
-    table.add_column("default")
-    table.add_column("what it does")
-    for spec in all_passes():
-        table.add_row(spec.name, spec.kind, "yes" if spec.default else "no", spec.summary)
+    table = Table(title="onnxrefine passes, in schedule order")
+    # The terminal leaves out the fuzz column (README's table has it) to leave the summary room.
+    shown = [i for i, column in enumerate(PASS_COLUMNS) if column != "fuzz pattern"]
+    for i in shown:
+        table.add_column(PASS_COLUMNS[i], overflow="fold")  # a narrow terminal folds names, never cuts them
+    for row in _pass_rows():
+        table.add_row(*(row[i] for i in shown))
     return table
 
 
 def passes_markdown() -> str:
     """The README's pass table, generated from the registry (a test keeps them equal)."""
-    lines = ["| pass | class | default | what it does |", "|---|---|---|---|"]
-    for spec in all_passes():
-        lines.append(f"| `{spec.name}` | {spec.kind} | {'yes' if spec.default else 'no'} | {spec.summary} |")
+    lines = ["| " + " | ".join(PASS_COLUMNS) + " |", "|" + "---|" * len(PASS_COLUMNS)]
+    for name, phase, kind, default, fuzz, summary in _pass_rows():
+        fuzz = f"`{fuzz}`" if fuzz != "none" else fuzz
+        lines.append(f"| `{name}` | {phase} | {kind} | {default} | {fuzz} | {summary} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,11 +1,13 @@
 """Targeted generation: grow graphs around the pattern an optimizer pass looks for.
 
-`TARGET_PATTERNS` maps the pass names users know from onnxoptimizer (the 39 of its default
-fuse-and-elimination set) to a `Pattern`: a builder that emits the pattern on a suitable pool value
+`PATTERNS` holds each `Pattern` by name: a builder that emits the pattern on a suitable pool value
 (or on a fresh graph input), and the op chains of which at least one must appear in the graph.
 Builders deliberately mix the forms a pass may rewrite with near misses it must leave alone
 (Reshape's 0 after a Reshape, Shape with start/end, Squeeze with negative axes, Pad values other
 than zero, bias shapes that do not broadcast per channel), since those are where rewrites go wrong.
+`TARGET_PATTERNS` maps pass names to them as each pass's declaration says (its `fuzz` field:
+passes/registry.py); the pass names users know from onnxoptimizer (the 39 of its default
+fuse-and-elimination set) all have one.
 """
 
 from __future__ import annotations
@@ -491,47 +493,64 @@ def where_not(g: GraphBuilder):
     g.node1("Where", [negated.name, x.name, other], x.dtype, dims)
 
 
-TARGET_PATTERNS: dict[str, Pattern] = {
-    "fuse_bn_into_conv": Pattern(conv_bn, (("Conv", "BatchNormalization"), ("ConvTranspose", "BatchNormalization"))),
-    "fuse_add_bias_into_conv": Pattern(conv_add_bias, (("Conv", "Add"),)),
-    "fuse_pad_into_conv": Pattern(pad_conv, (("Pad", "Conv"),)),
-    "fuse_pad_into_pool": Pattern(pad_pool, (("Pad", "MaxPool"), ("Pad", "AveragePool"))),
-    "fuse_matmul_add_bias_into_gemm": Pattern(matmul_add, (("MatMul", "Add"),)),
-    "fuse_transpose_into_gemm": Pattern(transpose_gemm, (("Transpose", "Gemm"),)),
-    "fuse_consecutive_transposes": Pattern(consecutive_transposes, (("Transpose", "Transpose"),)),
-    "fuse_consecutive_squeezes": Pattern(consecutive_squeezes, (("Squeeze", "Squeeze"),)),
-    "fuse_consecutive_unsqueezes": Pattern(consecutive_unsqueezes, (("Unsqueeze", "Unsqueeze"),)),
-    "fuse_consecutive_slices": Pattern(consecutive_slices, (("Slice", "Slice"),)),
-    "fuse_consecutive_concats": Pattern(consecutive_concats, (("Concat", "Concat"),)),
-    "fuse_consecutive_log_softmax": Pattern(log_softmax, (("Softmax", "Log"),)),
-    "fuse_consecutive_reduce_unsqueeze": Pattern(reduce_unsqueeze, tuple(
+PATTERNS: dict[str, Pattern] = {
+    "conv_bn": Pattern(conv_bn, (("Conv", "BatchNormalization"), ("ConvTranspose", "BatchNormalization"))),
+    "conv_add_bias": Pattern(conv_add_bias, (("Conv", "Add"),)),
+    "pad_conv": Pattern(pad_conv, (("Pad", "Conv"),)),
+    "pad_pool": Pattern(pad_pool, (("Pad", "MaxPool"), ("Pad", "AveragePool"))),
+    "matmul_add": Pattern(matmul_add, (("MatMul", "Add"),)),
+    "transpose_gemm": Pattern(transpose_gemm, (("Transpose", "Gemm"),)),
+    "consecutive_transposes": Pattern(consecutive_transposes, (("Transpose", "Transpose"),)),
+    "consecutive_squeezes": Pattern(consecutive_squeezes, (("Squeeze", "Squeeze"),)),
+    "consecutive_unsqueezes": Pattern(consecutive_unsqueezes, (("Unsqueeze", "Unsqueeze"),)),
+    "consecutive_slices": Pattern(consecutive_slices, (("Slice", "Slice"),)),
+    "consecutive_concats": Pattern(consecutive_concats, (("Concat", "Concat"),)),
+    "log_softmax": Pattern(log_softmax, (("Softmax", "Log"),)),
+    "reduce_unsqueeze": Pattern(reduce_unsqueeze, tuple(
         (op, "Unsqueeze") for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"))),
-    "fuse_concat_into_reshape": Pattern(concat_into_reshape, (("Concat", "Reshape"), ("Gather", "Reshape"), ("Shape", "Reshape"))),
-    "fuse_qkv": Pattern(qkv, (("MatMul",),), q.has_shared_matmul_input),
-    "eliminate_nop_cast": Pattern(nop_cast, (("Cast",),)),
-    "eliminate_nop_dropout": Pattern(nop_dropout, (("Dropout",),)),
-    "eliminate_nop_flatten": Pattern(nop_flatten, (("Flatten",),)),
-    "eliminate_nop_pad": Pattern(nop_pad, (("Pad",),)),
-    "eliminate_nop_concat": Pattern(nop_concat, (("Concat",),)),
-    "eliminate_nop_split": Pattern(nop_split, (("Split",),)),
-    "eliminate_nop_expand": Pattern(nop_expand, (("Expand",),)),
-    "eliminate_nop_transpose": Pattern(nop_transpose, (("Transpose",),)),
-    "eliminate_nop_reshape": Pattern(nop_reshape, (("Reshape",),)),
-    "eliminate_nop_with_unit": Pattern(nop_with_unit, tuple((op,) for op in sorted(UNITS))),
-    "eliminate_nop_monotone_argmax": Pattern(monotone_argmax, (("Exp", "ArgMax"), ("Softmax", "ArgMax"), ("Sigmoid", "ArgMax"))),
-    "eliminate_identity": Pattern(identity, (("Identity",),)),
-    "eliminate_shape_op": Pattern(shape_op, (("Shape",),)),
-    "eliminate_shape_gather": Pattern(shape_gather, (("Shape", "Gather"),)),
-    "eliminate_slice_after_shape": Pattern(slice_after_shape, (("Shape", "Slice"),)),
-    "eliminate_deadend": Pattern(deadend, (), q.has_dead_node),
-    "eliminate_unused_initializer": Pattern(unused_initializer, (), q.has_unused_initializer),
-    "eliminate_duplicate_initializer": Pattern(duplicate_initializer, (), q.has_duplicate_initializers),
-    "eliminate_common_subexpression": Pattern(common_subexpression, (), q.has_common_subexpression),
-    "extract_constant_to_initializer": Pattern(constant_to_initializer, (("Constant",),)),
-    "eliminate_if_with_const_cond": Pattern(if_const_cond, (("If",),), q.has_constant_condition_if),
-    "eliminate_consecutive_idempotent_ops": Pattern(idempotent, (("Reshape", "Reshape"), ("Relu", "Relu"))),
-    "rewrite_where": Pattern(where_not, (("Not", "Where"),)),
+    "concat_into_reshape": Pattern(concat_into_reshape, (("Concat", "Reshape"), ("Gather", "Reshape"), ("Shape", "Reshape"))),
+    "qkv": Pattern(qkv, (("MatMul",),), q.has_shared_matmul_input),
+    "nop_cast": Pattern(nop_cast, (("Cast",),)),
+    "nop_dropout": Pattern(nop_dropout, (("Dropout",),)),
+    "nop_flatten": Pattern(nop_flatten, (("Flatten",),)),
+    "nop_pad": Pattern(nop_pad, (("Pad",),)),
+    "nop_concat": Pattern(nop_concat, (("Concat",),)),
+    "nop_split": Pattern(nop_split, (("Split",),)),
+    "nop_expand": Pattern(nop_expand, (("Expand",),)),
+    "nop_transpose": Pattern(nop_transpose, (("Transpose",),)),
+    "nop_reshape": Pattern(nop_reshape, (("Reshape",),)),
+    "nop_with_unit": Pattern(nop_with_unit, tuple((op,) for op in sorted(UNITS))),
+    "monotone_argmax": Pattern(monotone_argmax, (("Exp", "ArgMax"), ("Softmax", "ArgMax"), ("Sigmoid", "ArgMax"))),
+    "identity": Pattern(identity, (("Identity",),)),
+    "shape_op": Pattern(shape_op, (("Shape",),)),
+    "shape_gather": Pattern(shape_gather, (("Shape", "Gather"),)),
+    "slice_after_shape": Pattern(slice_after_shape, (("Shape", "Slice"),)),
+    "deadend": Pattern(deadend, (), q.has_dead_node),
+    "unused_initializer": Pattern(unused_initializer, (), q.has_unused_initializer),
+    "duplicate_initializer": Pattern(duplicate_initializer, (), q.has_duplicate_initializers),
+    "common_subexpression": Pattern(common_subexpression, (), q.has_common_subexpression),
+    "constant_to_initializer": Pattern(constant_to_initializer, (("Constant",),)),
+    "if_const_cond": Pattern(if_const_cond, (("If",),), q.has_constant_condition_if),
+    "idempotent": Pattern(idempotent, (("Reshape", "Reshape"), ("Relu", "Relu"))),
+    "where_not": Pattern(where_not, (("Not", "Where"),)),
 }
+
+
+def _targets() -> dict[str, Pattern]:
+    """Each pass's pattern, as its declaration names it (passes/registry.py: `fuzz`)."""
+    from onnxrefine.passes.registry import all_passes
+
+    targets = {}
+    for spec in all_passes():
+        if spec.fuzz is not None:
+            if spec.fuzz not in PATTERNS:
+                raise ValueError(f"pass {spec.name} names fuzz pattern {spec.fuzz!r}, which does not exist")
+            targets[spec.name] = PATTERNS[spec.fuzz]
+    return targets
+
+
+# Pass name -> its pattern, read from the pass declarations.
+TARGET_PATTERNS: dict[str, Pattern] = _targets()
 
 
 def pattern_for(target: str) -> Pattern:

@@ -1,15 +1,19 @@
-"""Pass families, one module each. Importing this package registers every pass."""
+"""Pass families, one module each; each module declares its passes in `PASSES` (see registry.py)."""
 
-from onnxrefine.passes import batchnorm  # noqa: F401
-from onnxrefine.passes import noop  # noqa: F401
-from onnxrefine.passes import folding  # noqa: F401
-from onnxrefine.passes import shapes  # noqa: F401
-from onnxrefine.passes import fusion  # noqa: F401
-from onnxrefine.passes import cleanup  # noqa: F401
-from onnxrefine.passes import functions  # noqa: F401
-from onnxrefine.passes import quantized  # noqa: F401
-from onnxrefine.passes import precision  # noqa: F401
-from onnxrefine.passes import transposes  # noqa: F401
-from onnxrefine.passes import reshapes  # noqa: F401
-from onnxrefine.passes import where  # noqa: F401
-from onnxrefine.passes import sequences  # noqa: F401
+from onnxrefine.passes import batchnorm
+from onnxrefine.passes import noop
+from onnxrefine.passes import folding
+from onnxrefine.passes import shapes
+from onnxrefine.passes import fusion
+from onnxrefine.passes import cleanup
+from onnxrefine.passes import functions
+from onnxrefine.passes import quantized
+from onnxrefine.passes import precision
+from onnxrefine.passes import transposes
+from onnxrefine.passes import reshapes
+from onnxrefine.passes import where
+from onnxrefine.passes import sequences
+
+# Every module that declares passes: the registry reads `PASSES` from each (a new module goes here).
+PASS_MODULES = (batchnorm, noop, folding, shapes, fusion, cleanup, functions, quantized, precision, transposes,
+                reshapes, where, sequences)

@@ -15,7 +15,7 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import is_float_dtype, round_folded, to_float64
 from onnxrefine.ir.quantization import refuse_quantized_layer
 from onnxrefine.ir.signed_zero import refuse_if_observable
-from onnxrefine.passes.registry import PassSpec, register
+from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
 
@@ -296,40 +296,35 @@ MATMUL_BN = Rule(
 CONV_MUL = Rule("conv_mul", Op("Mul", _conv(), Const("c"), name="op"), fold_conv_mul, kind=REASSOCIATING)
 CONV_ADD = Rule("conv_add", Op("Add", _conv(), Const("c"), name="op"), fold_conv_add, kind=REASSOCIATING)
 
-register(
+
+PASSES = (
     PassSpec(
         "fuse_bn_into_conv",
-        REASSOCIATING,
         "Fold inference BatchNormalization into the Conv/ConvTranspose before it (also through a constant Add)",
         rules=(CONV_BN, CONV_TRANSPOSE_BN, CONV_ADD_BN),
         order=40,
-    )
-)
-register(
+        fuzz="conv_bn",
+    ),
     PassSpec(
         "fuse_bn_into_gemm",
-        REASSOCIATING,
         "Fold inference BatchNormalization into a Gemm, or a MatMul by a constant matrix (becomes Gemm)",
         rules=(GEMM_BN, MATMUL_BN),
         order=40,
-    )
-)
-register(
+        not_fuzzed=NO_PATTERN_YET,
+    ),
     PassSpec(
         "fuse_mul_into_conv",
-        REASSOCIATING,
         "Fold a scalar or per-channel constant Mul after a Conv into its weight and bias (a negative or zero "
         "scale only where the zeros it flips reach no sign-sensitive use)",
         rules=(CONV_MUL,),
         order=41,
-    )
-)
-register(
+        not_fuzzed=NO_PATTERN_YET,
+    ),
     PassSpec(
         "fuse_add_bias_into_conv",
-        REASSOCIATING,
         "Fold a scalar or per-channel constant Add after a Conv into its bias",
         rules=(CONV_ADD,),
         order=42,
-    )
+        fuzz="conv_add_bias",
+    ),
 )

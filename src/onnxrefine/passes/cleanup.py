@@ -24,7 +24,7 @@ from onnxrefine.ir.static_shapes import static_oracle
 from onnxrefine.ir.quantization import merge_refusal
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.folding import RANDOM_OPS
-from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.passes.registry import CLEANUP, GRAPH, PassContext, PassSpec
 from onnxrefine.rewrite.pattern import Match, Op, Var
 from onnxrefine.rewrite.rule import EXACT, Replacement, RewriteContext, Rule
 
@@ -375,19 +375,23 @@ WHERE_NOT = Rule(
 )
 
 
-register(PassSpec("eliminate_if_with_const_cond", EXACT,
-                  "Inline the taken branch of an If whose condition is a constant (names kept unique)",
-                  run=run_if_with_const_cond, order=8))
-register(PassSpec("rewrite_where", EXACT, "Where(Not(c), a, b) -> Where(c, b, a)", rules=(WHERE_NOT,), order=20))
-register(PassSpec("eliminate_common_subexpression", EXACT,
-                  "Merge nodes with the same operator, attributes (bit-exact) and inputs; never random "
-                  "operators, subgraph-carrying nodes or custom domains",
-                  run=run_cse, order=80))
-register(PassSpec("eliminate_duplicate_initializer", EXACT,
-                  "Merge initializers with the same dtype, shape and bytes (never graph inputs or outputs)",
-                  run=run_duplicate_initializer, order=85))
-register(PassSpec("eliminate_deadend", EXACT,
-                  "Remove nodes whose outputs reach no graph output (subgraph captures counted; custom "
-                  "domains kept)", run=run_deadend, order=90))
-register(PassSpec("eliminate_unused_initializer", EXACT,
-                  "Remove initializers nothing reads (graph inputs kept)", run=run_unused_initializer, order=95))
+PASSES = (
+    PassSpec("eliminate_if_with_const_cond",
+             "Inline the taken branch of an If whose condition is a constant (names kept unique)",
+             run=run_if_with_const_cond, kind=EXACT, phase=GRAPH, order=8, fuzz="if_const_cond"),
+    PassSpec("rewrite_where", "Where(Not(c), a, b) -> Where(c, b, a)", rules=(WHERE_NOT,), order=20,
+             fuzz="where_not"),
+    PassSpec("eliminate_common_subexpression",
+             "Merge nodes with the same operator, attributes (bit-exact) and inputs; never random "
+             "operators, subgraph-carrying nodes or custom domains",
+             run=run_cse, kind=EXACT, phase=CLEANUP, order=80, fuzz="common_subexpression"),
+    PassSpec("eliminate_duplicate_initializer",
+             "Merge initializers with the same dtype, shape and bytes (never graph inputs or outputs)",
+             run=run_duplicate_initializer, kind=EXACT, phase=CLEANUP, order=85, fuzz="duplicate_initializer"),
+    PassSpec("eliminate_deadend",
+             "Remove nodes whose outputs reach no graph output (subgraph captures counted; custom "
+             "domains kept)", run=run_deadend, kind=EXACT, phase=CLEANUP, order=90, fuzz="deadend"),
+    PassSpec("eliminate_unused_initializer",
+             "Remove initializers nothing reads (graph inputs kept)", run=run_unused_initializer, kind=EXACT,
+             phase=CLEANUP, order=95, fuzz="unused_initializer"),
+)

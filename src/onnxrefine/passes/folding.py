@@ -31,7 +31,7 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array, constant_node_array, is_float_dtype
 from onnxrefine.ir.quantization import fold_refusal
 from onnxrefine.passes import graphedit
-from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
 from onnxrefine.verify.runner import inference_session
 
@@ -362,22 +362,24 @@ def run_extract_constants(pctx: PassContext) -> int:
     return changes
 
 
-register(
+PASSES = (
     PassSpec(
         "extract_constant_to_initializer",
-        EXACT,
         "Turn Constant nodes into initializers (main graph and subgraphs; function bodies keep them)",
         run=run_extract_constants,
+        kind=EXACT,
+        phase=GRAPH,
         order=5,
-    )
-)
-register(
+        fuzz="constant_to_initializer",
+    ),
     PassSpec(
         "fold_constants",
-        EXACT,
         "Evaluate nodes whose inputs are all constants with onnxruntime (deterministic standard ops, "
         "size-capped before evaluating, overflow refused)",
         run=run_fold_constants,
+        kind=EXACT,
+        phase=GRAPH,
         order=10,
-    )
+        not_fuzzed=NO_PATTERN_YET,
+    ),
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnx_ir.passes.common import InlinePass
 
-from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.passes.registry import GRAPH, PassContext, PassSpec
 from onnxrefine.rewrite.log import node_label
 from onnxrefine.rewrite.rule import EXACT
 
@@ -32,13 +32,15 @@ def inline_functions(pctx: PassContext) -> int:
     return len(calls)
 
 
-register(
+PASSES = (
     PassSpec(
         "inline_functions",
-        EXACT,
         "Inline calls to model-local functions (off by default: functions are kept and optimized in place)",
         run=inline_functions,
-        default=False,
+        kind=EXACT,
+        phase=GRAPH,
         order=5,
-    )
+        default=False,
+        not_fuzzed="the fuzz generator builds no model-local functions",
+    ),
 )

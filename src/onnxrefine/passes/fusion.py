@@ -32,9 +32,9 @@ from onnxrefine.passes.opargs import (
     normalize_axes,
     shapes_of,
 )
-from onnxrefine.passes.registry import PassSpec, register
+from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
-from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Replacement, RewriteContext, Rule
+from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
 
 
 def _rank(ctx: RewriteContext, value: ir.Value) -> int | None:
@@ -628,27 +628,33 @@ QKV = Rule(
 )
 
 
-_FUSION_PASSES = (
-    ("fuse_consecutive_transposes", EXACT, "Transpose(Transpose(x)) -> one Transpose with the composed perm", (TRANSPOSES,)),
-    ("fuse_consecutive_squeezes", EXACT, "Squeeze(Squeeze(x)) -> one Squeeze (negative axes resolved per step)", (SQUEEZES,)),
-    ("fuse_consecutive_unsqueezes", EXACT, "Unsqueeze(Unsqueeze(x)) -> one Unsqueeze (axes of the output rank)", (UNSQUEEZES,)),
-    ("fuse_consecutive_slices", EXACT, "Slice(Slice(x)) on disjoint axes -> one Slice", (SLICES,)),
-    ("fuse_consecutive_concats", EXACT, "Concat of a same-axis Concat read only there -> one Concat", (CONCATS,)),
-    ("fuse_consecutive_log_softmax", REASSOCIATING, "Log(Softmax(x)) -> LogSoftmax(x) (more accurate, not identical)",
-     (LOG_SOFTMAX,)),
-    ("fuse_consecutive_reduce_unsqueeze", EXACT, "Unsqueeze(ReduceX(x, keepdims=0)) on the same axes -> keepdims=1",
-     (REDUCE_UNSQUEEZE,)),
-    ("fuse_matmul_add_bias_into_gemm", REASSOCIATING, "MatMul(A 2-D, constant B) + constant bias -> Gemm", (MATMUL_ADD,)),
-    ("fuse_transpose_into_gemm", EXACT, "Transpose [1,0] feeding Gemm -> Gemm transA/transB", (TRANSPOSE_GEMM_A, TRANSPOSE_GEMM_B)),
-    ("fuse_pad_into_conv", EXACT, "Constant zero Pad on spatial dims -> Conv pads", (PAD_CONV,)),
-    ("fuse_pad_into_pool", REASSOCIATING,
-     "Zero Pad -> AveragePool(count_include_pad=1) pads where a window's zero sign (which may flip) reaches no "
-     "sign-sensitive use; never MaxPool",
-     (PAD_POOL,)),
-    ("fuse_concat_into_reshape", EXACT, "Reshape target built by Concat of constants/known sizes -> constant target",
-     (CONCAT_RESHAPE,)),
-    ("fuse_qkv", REASSOCIATING, "MatMuls of one input by constant weights -> one MatMul on merged weights + Split", (QKV,)),
+PASSES = (
+    PassSpec("fuse_consecutive_transposes", "Transpose(Transpose(x)) -> one Transpose with the composed perm",
+             rules=(TRANSPOSES,), order=30, fuzz="consecutive_transposes"),
+    PassSpec("fuse_consecutive_squeezes", "Squeeze(Squeeze(x)) -> one Squeeze (negative axes resolved per step)",
+             rules=(SQUEEZES,), order=30, fuzz="consecutive_squeezes"),
+    PassSpec("fuse_consecutive_unsqueezes", "Unsqueeze(Unsqueeze(x)) -> one Unsqueeze (axes of the output rank)",
+             rules=(UNSQUEEZES,), order=30, fuzz="consecutive_unsqueezes"),
+    PassSpec("fuse_consecutive_slices", "Slice(Slice(x)) on disjoint axes -> one Slice",
+             rules=(SLICES,), order=30, fuzz="consecutive_slices"),
+    PassSpec("fuse_consecutive_concats", "Concat of a same-axis Concat read only there -> one Concat",
+             rules=(CONCATS,), order=30, fuzz="consecutive_concats"),
+    PassSpec("fuse_consecutive_log_softmax", "Log(Softmax(x)) -> LogSoftmax(x) (more accurate, not identical)",
+             rules=(LOG_SOFTMAX,), order=30, fuzz="log_softmax"),
+    PassSpec("fuse_consecutive_reduce_unsqueeze", "Unsqueeze(ReduceX(x, keepdims=0)) on the same axes -> keepdims=1",
+             rules=(REDUCE_UNSQUEEZE,), order=30, fuzz="reduce_unsqueeze"),
+    PassSpec("fuse_matmul_add_bias_into_gemm", "MatMul(A 2-D, constant B) + constant bias -> Gemm",
+             rules=(MATMUL_ADD,), order=30, fuzz="matmul_add"),
+    PassSpec("fuse_transpose_into_gemm", "Transpose [1,0] feeding Gemm -> Gemm transA/transB",
+             rules=(TRANSPOSE_GEMM_A, TRANSPOSE_GEMM_B), order=30, fuzz="transpose_gemm"),
+    PassSpec("fuse_pad_into_conv", "Constant zero Pad on spatial dims -> Conv pads",
+             rules=(PAD_CONV,), order=30, fuzz="pad_conv"),
+    PassSpec("fuse_pad_into_pool",
+             "Zero Pad -> AveragePool(count_include_pad=1) pads where a window's zero sign (which may flip) reaches "
+             "no sign-sensitive use; never MaxPool",
+             rules=(PAD_POOL,), order=30, fuzz="pad_pool"),
+    PassSpec("fuse_concat_into_reshape", "Reshape target built by Concat of constants/known sizes -> constant target",
+             rules=(CONCAT_RESHAPE,), order=30, fuzz="concat_into_reshape"),
+    PassSpec("fuse_qkv", "MatMuls of one input by constant weights -> one MatMul on merged weights + Split",
+             rules=(QKV,), order=30, fuzz="qkv"),
 )
-
-for _name, _kind, _summary, _rules in _FUSION_PASSES:
-    register(PassSpec(_name, _kind, _summary, rules=_rules, order=30))

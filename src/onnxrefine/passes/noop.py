@@ -19,7 +19,7 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import is_float_dtype
 from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.passes.opargs import attr, dtypes_of, input_at, int_list_arg, known_dim, normalize_axes, shapes_of
-from onnxrefine.passes.registry import PassSpec, register
+from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
 from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Replacement, RewriteContext, Rule
 
@@ -409,54 +409,46 @@ FLATTEN_CHAIN = Rule(
     keeps_intermediates=True,
 )
 
-_NOP_PASSES = (
-    ("eliminate_identity", "Remove Identity nodes", (IDENTITY,)),
-    ("eliminate_nop_cast", "Remove Cast/CastLike to the element type the input provably has", (CAST, CAST_LIKE)),
-    ("eliminate_nop_dropout", "Remove inference-mode Dropout whose mask is unused", (DROPOUT,)),
-    ("eliminate_nop_flatten", "Remove Flatten(axis=1) of a tensor known to be 2-D", (FLATTEN,)),
-    ("eliminate_nop_pad", "Remove Pad whose pads are all zero (any mode)", (PAD,)),
-    ("eliminate_nop_concat", "Remove Concat of a single input", (CONCAT,)),
-    ("eliminate_nop_split", "Remove Split with one output covering the whole axis", (SPLIT,)),
-    ("eliminate_nop_expand", "Remove Expand whose target broadcasts to the input's own (trusted) shape", (EXPAND,)),
-    ("eliminate_nop_transpose", "Remove Transpose with the identity permutation", (TRANSPOSE,)),
-    ("eliminate_nop_reshape", "Remove Reshape to the input's own (trusted, static) shape", (RESHAPE,)),
-    (
-        "eliminate_nop_with_unit",
-        "Remove x*1, x/1, x**1, x-0, x+(-0.0), And(x,true), Or(x,false) that do not broadcast x",
-        UNIT_RULES,
-    ),
-    (
-        "eliminate_nop_monotone_argmax",
-        "ArgMax/ArgMin of Neg (float: swaps to ArgMin/ArgMax) or of an exact widening Cast reads x",
-        (MONOTONE_ARGMAX,),
-    ),
-    (
-        "eliminate_consecutive_idempotent_ops",
-        "f(f(x)) -> f(x) for Relu/Ceil/Floor/Round/Abs; Reshape chains without 0s; Flatten chains to axis 0",
-        tuple(_idempotent_rule(op) for op in IDEMPOTENT_UNARY) + (RESHAPE_CHAIN, FLATTEN_CHAIN),
-    ),
-)
-
-for _name, _summary, _rules in _NOP_PASSES:
-    register(PassSpec(_name, EXACT, _summary, rules=_rules, order=20))
-
-register(
-    PassSpec(
-        "eliminate_float_add_zero",
-        REASSOCIATING,
-        "Remove float x+0.0 and x-(-0.0) that do not broadcast x, where the -0.0 it leaves in place of +0.0 "
-        "reaches no sign-sensitive use (a divisor, Reciprocal, Pow base, ...)",
-        rules=(_float_zero_rule("Add"), _float_zero_rule("Sub")),
-        order=21,
-    )
-)
-
 
 def _nothing(pctx) -> int:
     return 0
 
 
-# onnxoptimizer lists a pass named "nop" among its defaults; accept the name so that pass lists
-# copied from it keep working.
-register(PassSpec("nop", EXACT, "Does nothing (onnxoptimizer's pass of that name)", run=_nothing, default=False,
-                  order=0))
+PASSES = (
+    PassSpec("eliminate_identity", "Remove Identity nodes", rules=(IDENTITY,), order=20, fuzz="identity"),
+    PassSpec("eliminate_nop_cast", "Remove Cast/CastLike to the element type the input provably has",
+             rules=(CAST, CAST_LIKE), order=20, fuzz="nop_cast"),
+    PassSpec("eliminate_nop_dropout", "Remove inference-mode Dropout whose mask is unused",
+             rules=(DROPOUT,), order=20, fuzz="nop_dropout"),
+    PassSpec("eliminate_nop_flatten", "Remove Flatten(axis=1) of a tensor known to be 2-D",
+             rules=(FLATTEN,), order=20, fuzz="nop_flatten"),
+    PassSpec("eliminate_nop_pad", "Remove Pad whose pads are all zero (any mode)", rules=(PAD,), order=20,
+             fuzz="nop_pad"),
+    PassSpec("eliminate_nop_concat", "Remove Concat of a single input", rules=(CONCAT,), order=20, fuzz="nop_concat"),
+    PassSpec("eliminate_nop_split", "Remove Split with one output covering the whole axis", rules=(SPLIT,), order=20,
+             fuzz="nop_split"),
+    PassSpec("eliminate_nop_expand", "Remove Expand whose target broadcasts to the input's own (trusted) shape",
+             rules=(EXPAND,), order=20, fuzz="nop_expand"),
+    PassSpec("eliminate_nop_transpose", "Remove Transpose with the identity permutation",
+             rules=(TRANSPOSE,), order=20, fuzz="nop_transpose"),
+    PassSpec("eliminate_nop_reshape", "Remove Reshape to the input's own (trusted, static) shape",
+             rules=(RESHAPE,), order=20, fuzz="nop_reshape"),
+    PassSpec("eliminate_nop_with_unit",
+             "Remove x*1, x/1, x**1, x-0, x+(-0.0), And(x,true), Or(x,false) that do not broadcast x",
+             rules=UNIT_RULES, order=20, fuzz="nop_with_unit"),
+    PassSpec("eliminate_nop_monotone_argmax",
+             "ArgMax/ArgMin of Neg (float: swaps to ArgMin/ArgMax) or of an exact widening Cast reads x",
+             rules=(MONOTONE_ARGMAX,), order=20, fuzz="monotone_argmax"),
+    PassSpec("eliminate_consecutive_idempotent_ops",
+             "f(f(x)) -> f(x) for Relu/Ceil/Floor/Round/Abs; Reshape chains without 0s; Flatten chains to axis 0",
+             rules=tuple(_idempotent_rule(op) for op in IDEMPOTENT_UNARY) + (RESHAPE_CHAIN, FLATTEN_CHAIN),
+             order=20, fuzz="idempotent"),
+    PassSpec("eliminate_float_add_zero",
+             "Remove float x+0.0 and x-(-0.0) that do not broadcast x, where the -0.0 it leaves in place of +0.0 "
+             "reaches no sign-sensitive use (a divisor, Reciprocal, Pow base, ...)",
+             rules=(_float_zero_rule("Add"), _float_zero_rule("Sub")), order=21, not_fuzzed=NO_PATTERN_YET),
+    # onnxoptimizer lists a pass named "nop" among its defaults; accept the name so that pass lists
+    # copied from it keep working.
+    PassSpec("nop", "Does nothing (onnxoptimizer's pass of that name)", run=_nothing, kind=EXACT, phase=GRAPH,
+             order=0, default=False, not_fuzzed="it does nothing"),
+)

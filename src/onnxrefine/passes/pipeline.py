@@ -1,7 +1,8 @@
 """The schedule: the one way passes run, verified or not.
 
-A round runs every rule of the chosen passes in one worklist driver, then the graph-level passes
-in their registry order; rounds repeat until one changes nothing (or `fixed_point=False`).
+A round runs the phases of registry.PHASES in turn: "rules" (every rule of the chosen passes in one
+worklist driver run), then "graph" and "cleanup" (their graph-level passes, each phase's by its
+declared order); rounds repeat until one changes nothing (or `fixed_point=False`).
 Verification, progress and bisection are hooks on this schedule, never a second pipeline:
 
 - `on_event(kind, **info)` is called as the schedule goes: "round" (round), "step" (one
@@ -56,7 +57,9 @@ class Step:
 
 
 def ordered_specs(pass_names: Sequence[str]) -> list[PassSpec]:
-    return sorted((get_pass(n) for n in dict.fromkeys(pass_names)), key=lambda s: s.order)
+    """The passes named, in the order a round runs them: by phase, then order within the phase
+    (equal ones as named: the sort is stable)."""
+    return sorted((get_pass(n) for n in dict.fromkeys(pass_names)), key=lambda s: s.schedule_key)
 
 
 @progress.in_phase("rewrite")
@@ -87,6 +90,8 @@ def run_passes(
     context = PassContext(model, names or NameAllocator(model), budget, log)
     pass_of_rule = {rule.name: spec.name for spec in specs for rule in spec.rules}
     rules = [_vetoable(rule, frozenset(vetoed)) if vetoed else rule for spec in specs for rule in spec.rules]
+    # Phase "rules" is the driver run below; the graph-level passes are the later phases' ("graph",
+    # then "cleanup"), already in their order since `specs` is sorted by phase.
     graph_passes = [spec for spec in specs if spec.run is not None]
     started = time.perf_counter()
     rewrites_done = steps = rounds = 0

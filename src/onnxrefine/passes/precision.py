@@ -13,9 +13,9 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.precision import cast_chain_refusal
 from onnxrefine.passes.opargs import attr, dtypes_of
-from onnxrefine.passes.registry import PassSpec, register
+from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Match, Op, Var
-from onnxrefine.rewrite.rule import EXACT, Replacement, RewriteContext, Rule
+from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule
 
 
 def drop_exact_cast_chain(m: Match, ctx: RewriteContext) -> Replacement:
@@ -38,13 +38,14 @@ CAST_CHAIN = Rule(
     drop_exact_cast_chain,
 )
 
-register(
+
+PASSES = (
     PassSpec(
         "eliminate_exact_cast_chain",
-        EXACT,
         "Cast(Cast(x)) -> x or one Cast where the first Cast is an exact widening and the direct Cast is exact "
         "(float16->float32->float16 goes; float32->float16->float32 rounds and stays)",
         rules=(CAST_CHAIN,),
         order=20,
-    )
+        not_fuzzed=NO_PATTERN_YET,
+    ),
 )

@@ -18,9 +18,9 @@ then fuses a QLinearConv that rounds differently from the float Conv the origina
 from __future__ import annotations
 
 from onnxrefine.errors import RewriteRefused
-from onnxrefine.passes.registry import PassSpec, register
+from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Rest, Var
-from onnxrefine.rewrite.rule import EXACT, Replacement, RewriteContext, Rule
+from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule
 
 _LAYERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
@@ -45,13 +45,14 @@ QUANTIZED_BN = Rule(
 QUANTIZED_MUL = Rule("quantized_layer_mul", Op("Mul", _quantized_layer(), Const("c"), name="op"), refuse_quantized_fold)
 QUANTIZED_ADD = Rule("quantized_layer_add", Op("Add", _quantized_layer(), Const("c"), name="op"), refuse_quantized_fold)
 
-register(
+
+PASSES = (
     PassSpec(
         "keep_quantized_layers",
-        EXACT,
         "Never rewrites: reports (--explain) why BatchNormalization/Mul/Add after a Conv/Gemm/MatMul with a "
         "dequantized weight is not folded into it (the weight must stay on its int8 grid)",
         rules=(QUANTIZED_BN, QUANTIZED_MUL, QUANTIZED_ADD),
         order=40,
-    )
+        not_fuzzed="it never rewrites (its rules only refuse, to explain)",
+    ),
 )

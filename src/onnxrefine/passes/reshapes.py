@@ -25,7 +25,7 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.static_shapes import StaticShapes
 from onnxrefine.passes import graphedit
-from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
 
 RULE = "eliminate_reshape_around_elementwise"
@@ -131,9 +131,11 @@ def run(pctx: PassContext) -> int:
     return total
 
 
-register(PassSpec(
-    RULE, EXACT,
-    "Reshape -> elementwise ops with single-element constants -> Reshape back to the first input's "
-    "shape: the Reshapes are removed (static shapes)",
-    run=run, order=23,
-))
+PASSES = (
+    PassSpec(
+        RULE,
+        "Reshape -> elementwise ops with single-element constants -> Reshape back to the first input's "
+        "shape: the Reshapes are removed (static shapes)",
+        run=run, kind=EXACT, phase=GRAPH, order=23, not_fuzzed=NO_PATTERN_YET,
+    ),
+)

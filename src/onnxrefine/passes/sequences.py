@@ -19,7 +19,7 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.static_shapes import StaticShapes
 from onnxrefine.passes import graphedit
-from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
 
 RULE = "split_to_sequence_as_split"
@@ -117,8 +117,10 @@ def run(pctx: PassContext) -> int:
                for graph, in_function in list(graphedit.graphs(pctx.model)))
 
 
-register(PassSpec(
-    RULE, EXACT,
-    "SplitToSequence read only by SequenceAt at constant positions -> Split (constant split sizes)",
-    run=run, order=23,
-))
+PASSES = (
+    PassSpec(
+        RULE,
+        "SplitToSequence read only by SequenceAt at constant positions -> Split (constant split sizes)",
+        run=run, kind=EXACT, phase=GRAPH, order=23, not_fuzzed=NO_PATTERN_YET,
+    ),
+)

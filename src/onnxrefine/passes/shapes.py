@@ -17,7 +17,7 @@ import onnx_ir as ir
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.static_shapes import StaticShapes, Sym
 from onnxrefine.passes import graphedit
-from onnxrefine.passes.registry import PassContext, PassSpec, register
+from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
 
 # Operators whose output value the oracle can compute from partial shape information.
@@ -100,45 +100,47 @@ def _runner(only: frozenset[str], rule: str):
     return run
 
 
-register(
+PASSES = (
     PassSpec(
         "fold_shapes",
-        EXACT,
         "Fold Shape/Size and integer shape arithmetic (Gather, Slice, Concat, ...) over trusted static "
         "dims; make computed Reshape targets constant (symbolic dims become 0)",
         run=_runner(FOLDABLE, "fold_shapes"),
+        kind=EXACT,
+        phase=GRAPH,
         order=12,
-    )
-)
-register(
+        not_fuzzed=NO_PATTERN_YET,
+    ),
     PassSpec(
         "eliminate_shape_op",
-        EXACT,
         "Replace Shape/Size of a tensor whose needed dims are statically known by a constant "
         "(honours Shape's start/end)",
         run=_runner(frozenset({"Shape", "Size"}), "eliminate_shape_op"),
-        default=False,
+        kind=EXACT,
+        phase=GRAPH,
         order=12,
-    )
-)
-register(
+        default=False,
+        fuzz="shape_op",
+    ),
     PassSpec(
         "eliminate_shape_gather",
-        EXACT,
         "Replace Gather from a Shape by a constant when the gathered dims are statically known",
         run=_runner(frozenset({"Gather"}), "eliminate_shape_gather"),
-        default=False,
+        kind=EXACT,
+        phase=GRAPH,
         order=12,
-    )
-)
-register(
+        default=False,
+        fuzz="shape_gather",
+    ),
     PassSpec(
         "eliminate_slice_after_shape",
-        EXACT,
         "Replace Slice of a Shape by a constant when the sliced dims are statically known "
         "(honours Shape's start/end, unlike onnxoptimizer)",
         run=_runner(frozenset({"Slice"}), "eliminate_slice_after_shape"),
-        default=False,
+        kind=EXACT,
+        phase=GRAPH,
         order=12,
-    )
+        default=False,
+        fuzz="slice_after_shape",
+    ),
 )

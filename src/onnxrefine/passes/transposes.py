@@ -32,9 +32,9 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.passes.opargs import attr, shapes_of
-from onnxrefine.passes.registry import PassSpec, register
+from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Match, Op, Rest, Var
-from onnxrefine.rewrite.rule import EXACT, Replacement, RewriteContext, Rule
+from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule
 
 
 def reshape_target(shape: tuple, perm: list[int]) -> list[int]:
@@ -156,19 +156,22 @@ RESHAPE_THROUGH_TRANSPOSE = Rule(
 
 TRANSPOSE_TO_RESHAPE = Rule("transpose_to_reshape", Op("Transpose", Var("x"), name="t"), transpose_to_reshape)
 
-register(PassSpec(
-    "transpose_to_reshape", EXACT,
-    "Transpose that only moves size-1 axes (the order of every other axis kept) -> Reshape, which "
-    "then merges with neighbouring Reshapes",
-    rules=(TRANSPOSE_TO_RESHAPE,), order=22,
-))
-register(PassSpec(
-    "merge_reshape_unit_axes", EXACT,
-    "Unsqueeze/Squeeze/Flatten of a Reshape's output -> one Reshape to the (static) final shape",
-    rules=(MERGE_RESHAPE_UNIT_AXES,), order=22,
-))
-register(PassSpec(
-    "reshape_through_transpose", EXACT,
-    "Reshape -> Transpose -> Reshape that only adds/removes size-1 axes -> Reshape -> Transpose (static shapes)",
-    rules=(RESHAPE_THROUGH_TRANSPOSE,), order=22,
-))
+
+PASSES = (
+    PassSpec(
+        "transpose_to_reshape",
+        "Transpose that only moves size-1 axes (the order of every other axis kept) -> Reshape, which "
+        "then merges with neighbouring Reshapes",
+        rules=(TRANSPOSE_TO_RESHAPE,), order=22, not_fuzzed=NO_PATTERN_YET,
+    ),
+    PassSpec(
+        "merge_reshape_unit_axes",
+        "Unsqueeze/Squeeze/Flatten of a Reshape's output -> one Reshape to the (static) final shape",
+        rules=(MERGE_RESHAPE_UNIT_AXES,), order=22, not_fuzzed=NO_PATTERN_YET,
+    ),
+    PassSpec(
+        "reshape_through_transpose",
+        "Reshape -> Transpose -> Reshape that only adds/removes size-1 axes -> Reshape -> Transpose (static shapes)",
+        rules=(RESHAPE_THROUGH_TRANSPOSE,), order=22, not_fuzzed=NO_PATTERN_YET,
+    ),
+)

@@ -18,9 +18,9 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.static_shapes import broadcast_dims
 from onnxrefine.passes.opargs import shapes_of
-from onnxrefine.passes.registry import PassSpec, register
+from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Var
-from onnxrefine.rewrite.rule import EXACT, Replacement, RewriteContext, Rule
+from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule
 
 
 EXACT_TYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32, ir.DataType.INT16, ir.DataType.INT8,
@@ -82,9 +82,12 @@ SELECT_CONSTANT_WHERE = Rule(
     select_constant_where,
 )
 
-register(PassSpec(
-    "eliminate_where_with_constant_condition", EXACT,
-    "Where whose constant condition is all true (all false) -> its first (second) operand, when that "
-    "operand already has the output's shape",
-    rules=(SELECT_CONSTANT_WHERE,), order=22,
-))
+
+PASSES = (
+    PassSpec(
+        "eliminate_where_with_constant_condition",
+        "Where whose constant condition is all true (all false) -> its first (second) operand, when that "
+        "operand already has the output's shape",
+        rules=(SELECT_CONSTANT_WHERE,), order=22, not_fuzzed=NO_PATTERN_YET,
+    ),
+)
