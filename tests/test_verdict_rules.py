@@ -7,15 +7,12 @@ Models are built by hand, two per test (original and candidate); nothing here ru
 
 from __future__ import annotations
 
-import sys
-import types
-
 import numpy as np
 import pytest
 from helpers import make_model, tensor, value_info
 from onnx import TensorProto, helper
 
-from onnxrefine.verify import MISMATCH, ROUNDING, UNSTABLE, verify_models
+from onnxrefine.verify import MISMATCH, ROUNDING, UNSTABLE, run_settings, verify_models
 from onnxrefine.verify import graphinfo
 from onnxrefine.verify.verdict import RULES, RoundingBound, SetEvidence, judge_output
 
@@ -23,20 +20,13 @@ F = TensorProto.FLOAT
 inf, nan = np.inf, np.nan
 
 
-class _Unsupported(Exception):
-    pass
-
-
 @pytest.fixture
-def no_reference(monkeypatch):
-    """The float64 reference declines every model: the documented fallback."""
-    module = types.ModuleType("onnxrefine.verify.reference")
+def no_reference():
+    """The float64 reference declines every model (injected, see session.py): the documented fallback."""
+    from onnxrefine.verify.session import DECLINING_REFERENCE
 
-    def evaluate_float64(model, feeds, *, outputs=None):
-        raise _Unsupported("no float64 kernel (test stub)")
-
-    module.evaluate_float64, module.UnsupportedOperatorError = evaluate_float64, _Unsupported
-    monkeypatch.setitem(sys.modules, "onnxrefine.verify.reference", module)
+    with run_settings(reference=DECLINING_REFERENCE):
+        yield
 
 
 def one_input(nodes, inits=(), shape=(4,), out_type=F, inputs=("x",)):
@@ -163,7 +153,7 @@ def test_matmul_chain_fold_on_inf_inputs_is_rounding():
 
 
 def test_nonfinite_cone_is_measured_per_element():
-    from onnxrefine.verify import _add_nonfinite_cones
+    from onnxrefine.verify.evidence import add_nonfinite_cones as _add_nonfinite_cones
     from onnxrefine.verify.runner import ModelRunner
 
     original, _, feeds = _cube_overflow_models()

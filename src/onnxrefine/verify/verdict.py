@@ -83,30 +83,45 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.compare import bit_identical, ordered_int, value_class
+from onnxrefine.verify.compare import ValueClass, bit_identical, ordered_int, value_class
 from onnxrefine.verify.decisions import DecisionEvidence, near_boundary
 from onnxrefine.verify.rules import (ERROR_FACTOR, PERTURB_ULPS, RULES, DiscreteFacts, OutputFacts, Rule,
                                      rms)
 
-EXACT = "exact"
-ROUNDING = "rounding"
-UNSTABLE = "unstable"
-MISMATCH = "mismatch"
-VERDICTS = (EXACT, ROUNDING, UNSTABLE, MISMATCH)  # in order of severity
+
+
+class Verdict(StrEnum):
+    """A verdict, in order of severity. A str (StrEnum): it compares equal to, formats as and is
+    written to JSON as its value, so reports read exactly as they did with plain strings."""
+
+    EXACT = "exact"
+    ROUNDING = "rounding"
+    UNSTABLE = "unstable"
+    MISMATCH = "mismatch"
+
+    @property
+    def accepted(self) -> bool:
+        """A candidate with this verdict computes what the original computes (up to rounding)."""
+        return self in (Verdict.EXACT, Verdict.ROUNDING)
+
+
+EXACT, ROUNDING, UNSTABLE, MISMATCH = Verdict.EXACT, Verdict.ROUNDING, Verdict.UNSTABLE, Verdict.MISMATCH
+VERDICTS = tuple(Verdict)  # in order of severity
 
 N_MIN = 4
 STAT_K = 4
 JUMP = 64.0
 SCATTER_POINTS = 400
 
-FIN = 0  # compare.ValueClass.FINITE
+FIN = int(ValueClass.FINITE)
 
 __all__ = [
-    "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "RULES", "Rule", "RoundingBound",
+    "Verdict", "ValueClass", "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "RULES", "Rule", "RoundingBound",
     "SetEvidence", "Judgement", "DecisionEvidence", "judge_output", "perturb", "worst",
     "perturbation_runs", "lowest_precision_u", "describe_bound", "nonfinite_replaced",
 ]
