@@ -90,6 +90,7 @@ class _Run:
     early: Any = None
     started: float = field(default_factory=time.perf_counter)
     notes: list = field(default_factory=list)
+    float_dtypes: set = field(default_factory=set)  # of both graphs
     u: float = 0.0
     discrete: bool = False
     perturb_count: int = 0
@@ -188,6 +189,7 @@ class VerificationSession:
         if any(np.dtype(dtype) == np.float16 for dtype in float_dtypes):
             run.notes.append("float16 graph: onnxruntime on the CPU may insert float16<->float32 casts of "
                              "its own, so discrete results can differ from a pure float16 evaluation")
+        run.float_dtypes = float_dtypes
         run.u = verdict_rules.lowest_precision_u(float_dtypes)
         run.discrete = graphinfo.has_discrete_ops(original_model)
         run.perturb_count = verdict_rules.perturbation_runs(self.trials, run.discrete)

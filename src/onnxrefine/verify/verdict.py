@@ -386,11 +386,18 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
             per_set.append(UNSTABLE)
         else:
             per_set.append(MISMATCH)
-    judgement.overflow_excused = judgement.excused.get("overflow-territory", 0)
-    judgement.nonfinite_excused = judgement.excused.get("nonfinite-order", 0) + \
-        judgement.excused.get("saturation", 0)
+    judgement.overflow_excused = _excused(judgement, "overflow-territory")
+    judgement.nonfinite_excused = _excused(judgement, "nonfinite-order", "saturation")
     judgement.verdict = worst(per_set)
     return judgement
+
+
+_RULES_BY_NAME = {rule.name: rule for rule in RULES}
+
+
+def _excused(judgement: Judgement, *names: str) -> int:
+    """Elements the named rules of RULES explained (a KeyError, not a silent 0, if one is renamed)."""
+    return sum(judgement.excused.get(_RULES_BY_NAME[name].name, 0) for name in names)
 
 
 def perturbation_runs(trials: int, discrete: bool) -> int:
