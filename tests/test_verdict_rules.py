@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from onnxrefine.verify import MISMATCH, ROUNDING, UNSTABLE, run_settings, verify_models
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.verdict import RULES, RoundingBound, SetEvidence, judge_output
+from onnxrefine.verify.verdict import CONTROLS, RULES, RoundingBound, SetEvidence, judge_output
 
 F = TensorProto.FLOAT
 inf, nan = np.inf, np.nan
@@ -57,6 +57,61 @@ def test_every_rule_is_documented_and_names_existing_tests():
         for test in rule.legitimate + rule.counterexamples:
             path, name = test.split("::")
             assert f"def {name}(" in (root / path).read_text(), test
+
+
+def test_every_control_is_documented_and_names_existing_tests():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    names = [control.name for control in CONTROLS]
+    assert len(names) == len(set(names)) and not set(names) & {rule.name for rule in RULES}
+    for control in CONTROLS:
+        assert control.marks and control.why and control.legitimate and control.counterexamples, control.name
+        for test in control.legitimate + control.counterexamples:
+            path, name = test.split("::")
+            assert f"def {name}(" in (root / path).read_text(), test
+
+
+# ------------------------------------------------------------------------------ the controls
+# judge_output on hand-made evidence without a float64 reference: a candidate far from the original
+# is unexplained, so it is `unstable` exactly where a control marks the original unstable.
+
+def _judge(original, candidate, perturbed, jumps=None):
+    bound = RoundingBound.for_output(2.0 ** -24, 2, 8, amplifiers=(), jumps=jumps)  # not ill-conditioned
+    evidence = SetEvidence(original, original.copy(), candidate, perturbed=perturbed)
+    return judge_output([evidence], bound).verdict
+
+
+def test_control_perturbed_shape_marks_every_element():
+    original = np.array([0, 2], np.int64)  # NonZero-like: indices whose count depends on the inputs
+    candidate = np.array([0, 3], np.int64)
+    assert _judge(original, candidate, [np.array([0, 2, 3], np.int64)]) == UNSTABLE
+    assert _judge(original, candidate, [np.array([0, 2], np.int64)]) == MISMATCH  # same shape, stable
+
+
+def test_control_perturbed_class_change_is_unstable_only_there():
+    original = np.array([1.0, 2.0], np.float32)
+    moved = np.array([1.0, np.nan], np.float32)  # a 0/0 at the edge of the domain, under an ulp
+    assert _judge(original, np.array([1.0, 7.0], np.float32), [moved]) == UNSTABLE
+    assert _judge(original, np.array([1.5, 2.0], np.float32), [moved]) == MISMATCH
+
+
+def test_control_perturbed_jump_only_behind_a_discontinuous_op():
+    original = np.array([2.0, 5.0], np.float32)
+    moved = np.array([1.0, 5.0], np.float32)  # Floor(x) with x a few ulps from 2
+    candidate = np.array([1.0, 5.0], np.float32)
+    assert _judge(original, candidate, [moved], jumps=("Floor",)) == UNSTABLE
+    # the same move of a continuous value (a cancellation) is sensitivity, not instability
+    assert _judge(original, candidate, [moved], jumps=()) == MISMATCH
+    # behind the Floor, an element the perturbed runs leave in place is still judged
+    assert _judge(original, np.array([2.0, 4.0], np.float32), [moved], jumps=("Floor",)) == MISMATCH
+
+
+def test_control_perturbed_discrete_change_is_unstable_only_there():
+    original = np.array([1, 2, 3], np.int32)  # a Cast to int without decision evidence
+    moved = np.array([1, 1, 3], np.int32)
+    assert _judge(original, np.array([1, 1, 3], np.int32), [moved]) == UNSTABLE
+    assert _judge(original, np.array([0, 2, 3], np.int32), [moved]) == MISMATCH
 
 
 # ------------------------------------------------------------------------------ sign of infinity
