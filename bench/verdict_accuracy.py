@@ -442,29 +442,12 @@ def allclose_passes(original, candidate, input_sets) -> bool:
     return True
 
 
-class _Unsupported(Exception):
-    pass
-
-
 def verify_without_reference(original, candidate, input_sets):
-    """verify_models with a float64 reference that declines every model."""
-    import types
+    """verify_models with a float64 reference that declines every model (injected, session.py)."""
+    from onnxrefine.verify.session import DecliningReference
 
-    stub = types.ModuleType("onnxrefine.verify.reference")
-
-    def evaluate_float64(model, feeds, *, outputs=None):
-        raise _Unsupported("disabled for this benchmark column")
-
-    stub.evaluate_float64, stub.UnsupportedOperatorError = evaluate_float64, _Unsupported
-    saved = sys.modules.get("onnxrefine.verify.reference")
-    sys.modules["onnxrefine.verify.reference"] = stub
-    try:
-        return verify_models(original, candidate, inputs=input_sets)
-    finally:
-        if saved is None:
-            del sys.modules["onnxrefine.verify.reference"]
-        else:
-            sys.modules["onnxrefine.verify.reference"] = saved
+    return verify_models(original, candidate, inputs=input_sets,
+                         reference=DecliningReference("disabled for this benchmark column"))
 
 
 def is_correct(label, verdict):

@@ -7,36 +7,26 @@ Models are built by hand, two per test (original and candidate); nothing here ru
 
 from __future__ import annotations
 
-import sys
-import types
-
 import numpy as np
 import pytest
 from helpers import make_model, tensor, value_info
 from onnx import TensorProto, helper
 
-from onnxrefine.verify import MISMATCH, ROUNDING, UNSTABLE, verify_models
+from onnxrefine.verify import MISMATCH, ROUNDING, UNSTABLE, run_settings, verify_models
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.verdict import RULES, RoundingBound, SetEvidence, judge_output
+from onnxrefine.verify.verdict import CONTROLS, RULES, RoundingBound, SetEvidence, judge_output
 
 F = TensorProto.FLOAT
 inf, nan = np.inf, np.nan
 
 
-class _Unsupported(Exception):
-    pass
-
-
 @pytest.fixture
-def no_reference(monkeypatch):
-    """The float64 reference declines every model: the documented fallback."""
-    module = types.ModuleType("onnxrefine.verify.reference")
+def no_reference():
+    """The float64 reference declines every model (injected, see session.py): the documented fallback."""
+    from onnxrefine.verify.session import DECLINING_REFERENCE
 
-    def evaluate_float64(model, feeds, *, outputs=None):
-        raise _Unsupported("no float64 kernel (test stub)")
-
-    module.evaluate_float64, module.UnsupportedOperatorError = evaluate_float64, _Unsupported
-    monkeypatch.setitem(sys.modules, "onnxrefine.verify.reference", module)
+    with run_settings(reference=DECLINING_REFERENCE):
+        yield
 
 
 def one_input(nodes, inits=(), shape=(4,), out_type=F, inputs=("x",)):
@@ -67,6 +57,61 @@ def test_every_rule_is_documented_and_names_existing_tests():
         for test in rule.legitimate + rule.counterexamples:
             path, name = test.split("::")
             assert f"def {name}(" in (root / path).read_text(), test
+
+
+def test_every_control_is_documented_and_names_existing_tests():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    names = [control.name for control in CONTROLS]
+    assert len(names) == len(set(names)) and not set(names) & {rule.name for rule in RULES}
+    for control in CONTROLS:
+        assert control.marks and control.why and control.legitimate and control.counterexamples, control.name
+        for test in control.legitimate + control.counterexamples:
+            path, name = test.split("::")
+            assert f"def {name}(" in (root / path).read_text(), test
+
+
+# ------------------------------------------------------------------------------ the controls
+# judge_output on hand-made evidence without a float64 reference: a candidate far from the original
+# is unexplained, so it is `unstable` exactly where a control marks the original unstable.
+
+def _judge(original, candidate, perturbed, jumps=None):
+    bound = RoundingBound.for_output(2.0 ** -24, 2, 8, amplifiers=(), jumps=jumps)  # not ill-conditioned
+    evidence = SetEvidence(original, original.copy(), candidate, perturbed=perturbed)
+    return judge_output([evidence], bound).verdict
+
+
+def test_control_perturbed_shape_marks_every_element():
+    original = np.array([0, 2], np.int64)  # NonZero-like: indices whose count depends on the inputs
+    candidate = np.array([0, 3], np.int64)
+    assert _judge(original, candidate, [np.array([0, 2, 3], np.int64)]) == UNSTABLE
+    assert _judge(original, candidate, [np.array([0, 2], np.int64)]) == MISMATCH  # same shape, stable
+
+
+def test_control_perturbed_class_change_is_unstable_only_there():
+    original = np.array([1.0, 2.0], np.float32)
+    moved = np.array([1.0, np.nan], np.float32)  # a 0/0 at the edge of the domain, under an ulp
+    assert _judge(original, np.array([1.0, 7.0], np.float32), [moved]) == UNSTABLE
+    assert _judge(original, np.array([1.5, 2.0], np.float32), [moved]) == MISMATCH
+
+
+def test_control_perturbed_jump_only_behind_a_discontinuous_op():
+    original = np.array([2.0, 5.0], np.float32)
+    moved = np.array([1.0, 5.0], np.float32)  # Floor(x) with x a few ulps from 2
+    candidate = np.array([1.0, 5.0], np.float32)
+    assert _judge(original, candidate, [moved], jumps=("Floor",)) == UNSTABLE
+    # the same move of a continuous value (a cancellation) is sensitivity, not instability
+    assert _judge(original, candidate, [moved], jumps=()) == MISMATCH
+    # behind the Floor, an element the perturbed runs leave in place is still judged
+    assert _judge(original, np.array([2.0, 4.0], np.float32), [moved], jumps=("Floor",)) == MISMATCH
+
+
+def test_control_perturbed_discrete_change_is_unstable_only_there():
+    original = np.array([1, 2, 3], np.int32)  # a Cast to int without decision evidence
+    moved = np.array([1, 1, 3], np.int32)
+    assert _judge(original, np.array([1, 1, 3], np.int32), [moved]) == UNSTABLE
+    assert _judge(original, np.array([0, 2, 3], np.int32), [moved]) == MISMATCH
 
 
 # ------------------------------------------------------------------------------ sign of infinity
@@ -163,7 +208,7 @@ def test_matmul_chain_fold_on_inf_inputs_is_rounding():
 
 
 def test_nonfinite_cone_is_measured_per_element():
-    from onnxrefine.verify import _add_nonfinite_cones
+    from onnxrefine.verify.evidence import add_nonfinite_cones as _add_nonfinite_cones
     from onnxrefine.verify.runner import ModelRunner
 
     original, _, feeds = _cube_overflow_models()
@@ -391,3 +436,19 @@ def test_near_boundary_reads_argmax_layouts_and_bool_casts():
     to_bool = DecisionEvidence("Cast", [np.array([1e-9, 0.5, nan])])
     flags = np.array([True, True, False])
     assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [True, False, True]
+
+
+def test_every_runtime_explanation_is_documented_and_names_existing_tests():
+    import pathlib
+
+    from onnxrefine.verify.rules import RUNTIME_EXPLANATIONS
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    names = [item.name for item in RUNTIME_EXPLANATIONS]
+    assert len(names) == len(set(names))
+    for item in RUNTIME_EXPLANATIONS:
+        assert item.excuses and item.why and item.legitimate and item.counterexamples, item.name
+        assert (root / "src" / "onnxrefine" / item.where).is_file()
+        for test in item.legitimate + item.counterexamples:
+            path, name = test.split("::")
+            assert f"def {name}(" in (root / path).read_text(), test

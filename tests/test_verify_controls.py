@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-import onnxrefine.verify as verify_package
+import onnxrefine.verify.session as verify_package  # where the perturbation runs live
 from onnxrefine.verify import verify_models
 
 

@@ -1,48 +1,33 @@
 """Verdicts of verify_models on hand-built original/candidate pairs.
 
 Every verdict test runs twice: with the float64 reference (when the evaluator is importable) and
-with a reference that raises UnsupportedOperatorError, which exercises the documented fallback.
+with a reference that declines every model (session.DECLINING_REFERENCE, injected through
+run_settings), which exercises the documented fallback.
 """
 
 from __future__ import annotations
-
-import sys
-import types
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 from helpers import make_model, tensor, value_info
-from onnxrefine.verify import EXACT, MISMATCH, ROUNDING, UNSTABLE, verify_models
+from onnxrefine.verify import EXACT, MISMATCH, ROUNDING, UNSTABLE, run_settings, verify_models
+from onnxrefine.verify.session import DECLINING_REFERENCE
 from onnxrefine.verify.verdict import RoundingBound, SetEvidence, judge_output
 
 
-class _Unsupported(Exception):
-    pass
-
-
-def _raising_reference():
-    module = types.ModuleType("onnxrefine.verify.reference")
-
-    def evaluate_float64(model, feeds, *, outputs=None):
-        raise _Unsupported("no float64 kernel for this operator (test stub)")
-
-    module.evaluate_float64 = evaluate_float64
-    module.UnsupportedOperatorError = _Unsupported
-    return module
-
-
 @pytest.fixture(params=["float64", "fallback"])
-def reference_mode(request, monkeypatch):
+def reference_mode(request):
     if request.param == "fallback":
-        monkeypatch.setitem(sys.modules, "onnxrefine.verify.reference", _raising_reference())
-    else:
-        try:
-            import onnxrefine.verify.reference  # noqa: F401
-        except ImportError as exc:
-            pytest.skip(f"float64 reference not importable: {exc}")
-    return request.param
+        with run_settings(reference=DECLINING_REFERENCE):
+            yield request.param
+        return
+    try:
+        import onnxrefine.verify.reference  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"float64 reference not importable: {exc}")
+    yield request.param
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,12 +44,13 @@ from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.rewrite.log import RewriteLog
 from onnxrefine.rewrite.rule import EXACT
+from onnxrefine.verify.verdict import Verdict
 
 DEFAULT_VERIFY_BUDGET_S = 120.0  # the most auto mode spends unless --verify-budget says otherwise
 AUTO_BUDGET_FACTOR = 3.0
 MIN_AUTO_BUDGET_S = 5.0
 MAX_ROLLBACKS = 4
-ACCEPTED = ("exact", "rounding")
+ACCEPTED = tuple(verdict for verdict in Verdict if verdict.accepted)  # exact, rounding
 
 
 class VerificationFailed(OnnxRefineError):
@@ -125,7 +126,7 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
     original = state.original
     work, log, steps = state.run(record=True)
     if not steps and not forced:  # no change at all: the model is the original (--verify still runs it)
-        summary = {"status": "verified", "verdict": "exact", "per_output": {}, "verifications": 0,
+        summary = {"status": "verified", "verdict": Verdict.EXACT, "per_output": {}, "verifications": 0,
                    "notes": ["no rewrite applied: the model is unchanged"], "input_sets": [], "seconds": 0.0}
         emit("verify_plan", run=False, text="nothing to verify: no rewrite applied", estimate_s=0.0, budget_s=0.0)
         return VerifiedRun(work, log, summary=summary)
@@ -166,7 +167,7 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
         state.roll_back(culprit)
         work, log, steps = state.run(record=True)
         report = state.verify(work, "end to end, after rollback")
-    if report.verdict == "mismatch":
+    if report.verdict == Verdict.MISMATCH:
         outputs = ", ".join(report.failing_outputs)
         raise VerificationFailed(
             f"the optimized model changes output(s) {outputs} (verdict: mismatch) and "
@@ -339,7 +340,9 @@ class _Schedule:
         first (a driver run of a round, or one graph pass run), then rewrites inside the run."""
 
         def is_bad(verdict: str) -> bool:
-            return verdict == "mismatch" if final_report.verdict == "mismatch" else verdict not in ACCEPTED
+            if final_report.verdict == Verdict.MISMATCH:
+                return verdict == Verdict.MISMATCH
+            return verdict not in ACCEPTED
 
         reports: dict[int, object] = {len(steps): final_report}
 

@@ -29,6 +29,7 @@ from onnxrefine.passes.registry import get_pass
 from onnxrefine.resources import ResourceLimitError
 from onnxrefine.triage.adapters import get_adapter
 from onnxrefine.triage.bundle import write_bundle
+from onnxrefine.verify.verdict import Verdict
 
 
 @dataclass
@@ -39,9 +40,13 @@ class BisectSettings:
     inputs: Sequence[Mapping[str, np.ndarray]] | None = None
 
 
+# A bisection's verdict when no step changes what the model computes (else Verdict.MISMATCH).
+CLEAN = "clean"
+
+
 @dataclass
 class BisectResult:
-    verdict: str  # "mismatch" when a culprit was found, else "clean"
+    verdict: str  # Verdict.MISMATCH when a culprit was found, else CLEAN
     step: str | None = None
     rewrite: dict | None = None
     bundle: str | None = None
@@ -83,14 +88,14 @@ def narrow_to_rewrite(before: onnx.ModelProto, pass_name: str, settings: BisectS
         progress.report(detail=f"step {pass_name}: narrowing to one rewrite ({good}..{bad} of {len(full_log.applied)})")
         middle = (good + bad) // 2
         candidate, _ = replay(before, pass_name, middle)
-        if _verify(before, candidate, settings).verdict == "mismatch":
+        if _verify(before, candidate, settings).verdict == Verdict.MISMATCH:
             bad = middle
         else:
             good = middle
     previous, _ = replay(before, pass_name, good) if good else (before, None)
     culprit_model, log = replay(before, pass_name, bad)
     culprit = asdict(log.applied[bad - 1]) if len(log.applied) >= bad else None
-    if _verify(previous, culprit_model, settings).verdict != "mismatch":
+    if _verify(previous, culprit_model, settings).verdict != Verdict.MISMATCH:
         # The change only shows cumulatively: keep the whole prefix as the repro.
         previous = before
     return previous, culprit_model, culprit
@@ -122,7 +127,7 @@ def bisect(
 ) -> BisectResult:
     settings = settings or BisectSettings()
     adapter = get_adapter(optimizer)
-    result = BisectResult(verdict="clean")
+    result = BisectResult(verdict=CLEAN)
     current = model
     steps = adapter.steps(passes)
     for name, apply in steps:
@@ -139,7 +144,7 @@ def bisect(
             continue
         report = _verify(current, candidate, settings)
         result.steps.append({"step": name, "status": report.verdict})
-        if report.verdict != "mismatch":
+        if report.verdict != Verdict.MISMATCH:
             current = candidate
             continue
         before, after, rewrite = current, candidate, None
@@ -163,7 +168,7 @@ def bisect(
             produced_by=f"onnxrefine bisect --optimizer {optimizer}",
             reproduce_optimizer=adapter.command(name),
         )
-        result.verdict, result.step, result.rewrite, result.bundle = "mismatch", name, rewrite, str(Path(bundle))
+        result.verdict, result.step, result.rewrite, result.bundle = Verdict.MISMATCH, name, rewrite, str(Path(bundle))
         result.first_bad_value = first_bad
         return result
     return result

@@ -161,15 +161,18 @@ class Localizer:
         self.failure: str | None = None
         self._cached: tuple | None = None
         self.sets_run = 0
+        self.evaluate = None  # the reference evaluator (session.py); None: reference.evaluate_float64
         self.artefacts = ArtefactCheck(original, candidate, lambda model, names, feeds: _fetch(
             runner_with_outputs(model, names, "model"), names, feeds))
 
     def run_set(self, set_index: int, feeds, *, extreme: bool, nonfinite: bool, label: str = "") -> None:
         observe, finish = self.set_observer(set_index, feeds, extreme=extreme, nonfinite=nonfinite, label=label)
-        from onnxrefine.verify.reference import evaluate_float64
+        evaluate = self.evaluate
+        if evaluate is None:
+            from onnxrefine.verify.reference import evaluate_float64 as evaluate
 
         try:
-            evaluate_float64(self.original, feeds, outputs=[], observe=observe)
+            evaluate(self.original, feeds, outputs=[], observe=observe)
         except Exception as exc:  # noqa: BLE001 - see finish
             finish(exc)
         else:
@@ -351,10 +354,11 @@ def _max_differences(candidate: np.ndarray, original: np.ndarray) -> tuple[float
 
 def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int, seed: int,
              max_batch_bytes: int = DEFAULT_BATCH_BYTES,
-             time_budget_s: float | None = None, early=None) -> dict:
+             time_budget_s: float | None = None, early=None, reference=None) -> dict:
     """Judge the shared intermediate values on `labelled_sets` [(label, feeds)]; the report section.
     `early`: the localisation verify_models began during its output check (localize_shared.py; the
-    sets it localised then are not run again)."""
+    sets it localised then are not run again). `reference`: the float64 evaluator to use (a
+    VerificationSession's); None: reference.evaluate_float64."""
     started = time.perf_counter()
     if early is not None and early.section is not None:
         section, localizer = early.section, early.localizer
@@ -365,7 +369,9 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
         done = set()
     if localizer is None:
         return section
-    from onnxrefine.verify import _has_nonfinite, _is_extreme
+    if reference is not None:
+        localizer.evaluate = localizer.artefacts.spec.evaluate = reference
+    from onnxrefine.verify.evidence import has_nonfinite as _has_nonfinite, is_extreme as _is_extreme
 
     for set_index, (label, feeds) in enumerate(labelled_sets):
         if not localizer.pairs:

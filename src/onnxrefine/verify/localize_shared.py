@@ -59,7 +59,7 @@ class EarlyLocalisation:
         """(observe, finish) for the output check's evaluation of this set, or None."""
         if self.localizer is None or not self.localizer.pairs or self.localizer.failure is not None:
             return None
-        from onnxrefine.verify import _has_nonfinite, _is_extreme
+        from onnxrefine.verify.evidence import has_nonfinite as _has_nonfinite, is_extreme as _is_extreme
 
         observe, finish = self.localizer.set_observer(set_index, feeds, extreme=_is_extreme(feeds),
                                                       nonfinite=_has_nonfinite(feeds), label=label)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from onnxrefine.verify.reference_base import kernel, register_kernels
 from onnxrefine.verify.reference_kernels_resize import HANDLERS as _RESIZE_HANDLERS
 
 
@@ -326,7 +327,7 @@ def _layer_norm(call):
     return [y, mean, inv_std][: call.num_outputs]
 
 
-HANDLERS = {
+HANDLERS = register_kernels({
     "Conv": _conv,
     "ConvTranspose": _conv_transpose,
     "MaxPool": _max_pool,
@@ -339,9 +340,10 @@ HANDLERS = {
     "InstanceNormalization": _instance_norm,
     "LayerNormalization": _layer_norm,
     **_RESIZE_HANDLERS,
-}
+})
 
 
+@kernel("GroupNormalization")
 def _group_norm(call):
     x, scale, bias = call.inputs
     groups = call.attr("num_groups")
@@ -357,6 +359,7 @@ def _group_norm(call):
     return [y * _channel_shape(scale, x) + _channel_shape(bias, x)]
 
 
+@kernel("MeanVarianceNormalization")
 def _mean_variance_norm(call):
     x = call.inputs[0]
     axes = tuple(a % x.ndim for a in (call.attr("axes") or [0, 2, 3]))
@@ -365,10 +368,7 @@ def _mean_variance_norm(call):
     return [(x - mean) / (np.sqrt(var) + 1e-9)]
 
 
-HANDLERS["GroupNormalization"] = _group_norm
-HANDLERS["MeanVarianceNormalization"] = _mean_variance_norm
-
-
+@kernel("LRN")
 def _lrn(call):
     # Native because onnx.reference's LRN (1.23) iterates over the batch axis instead of the channels.
     x = call.inputs[0]
@@ -381,5 +381,3 @@ def _lrn(call):
     window_sum = cumulative[:, size : size + c] - cumulative[:, :c]
     return [x / np.power(bias + (alpha / size) * window_sum, beta)]
 
-
-HANDLERS["LRN"] = _lrn

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from onnxrefine.verify.reference_base import register_kernels
+
 
 def _source_coordinates(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
     # Like onnx.reference, align_corners divides by the unrounded resized length in_len * scale - 1.
@@ -103,4 +105,4 @@ def _resize(call):
     return [np.ascontiguousarray(out)]
 
 
-HANDLERS = {"Resize": _resize, "Upsample": _resize}
+HANDLERS = register_kernels({"Resize": _resize, "Upsample": _resize})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxrefine.verify.reference_base import register_kernels
 from onnxrefine.verify.reference_kernels_tensor import to_internal
 
 
@@ -317,7 +318,7 @@ def _eye_like(call):
     return [np.eye(x.shape[0], x.shape[1], k=call.attr("k", 0), dtype=dtype)]
 
 
-HANDLERS = {
+HANDLERS = register_kernels({
     "Reshape": _reshape,
     "Transpose": _transpose,
     "Squeeze": _squeeze,
@@ -347,4 +348,4 @@ HANDLERS = {
     "TopK": _topk,
     "Compress": _compress,
     "EyeLike": _eye_like,
-}
+})

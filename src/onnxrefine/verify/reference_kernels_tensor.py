@@ -1,6 +1,6 @@
 """Float64 kernels for elementwise math, casts, reductions and softmax-like ops.
 
-Each handler takes a ``NodeCall`` (see ``reference.py``) and returns the list of its outputs. Floating
+Each handler takes a ``NodeCall`` (see ``reference_base.py``) and returns the list of its outputs. Floating
 tensors are float64 throughout; integer and bool tensors keep their dtype.
 """
 
@@ -12,6 +12,8 @@ import math
 import numpy as np
 import onnx
 from onnx import helper
+
+from onnxrefine.verify.reference_base import UnsupportedOperatorError, register_kernels
 
 _EXTRA_FLOAT_NAMES = ("bfloat16", "float8", "float4", "float6")
 
@@ -231,8 +233,6 @@ def _dropout(call):
     training = call.input(2)
     ratio = call.input(1)
     if training is not None and bool(np.asarray(training)) and (ratio is None or float(ratio) > 0):
-        from onnxrefine.verify.reference import UnsupportedOperatorError
-
         raise UnsupportedOperatorError("Dropout in training mode is random; not evaluated")
     outs = [x]
     if call.num_outputs > 1:
@@ -397,7 +397,7 @@ def _hard_sigmoid(x, call):
     return np.clip(alpha * x + beta, 0, 1)
 
 
-HANDLERS = {
+HANDLERS = register_kernels({
     "Add": _binary(np.add),
     "Sub": _binary(np.subtract),
     "Mul": _binary(np.multiply),
@@ -487,4 +487,4 @@ HANDLERS = {
     "Gemm": _gemm,
     "Einsum": _einsum,
     "CumSum": _cumsum,
-}
+})

@@ -70,7 +70,7 @@ float64 value feeding it lies within rounding of the decision boundary (SetEvide
 decisions.near_boundary); otherwise it is a mismatch. Other discrete outputs, and any output when
 no decision evidence is available, use the perturbation controls below.
 
-unstable positions (controls on the ORIGINAL)
+unstable positions (controls on the ORIGINAL: CONTROLS in rules.py, each named with its tests)
     - the original run twice on the same inputs: any element that differs;
     - the original on float inputs moved by up to PERTURB_ULPS ulps (checkerboard runs, then random
       ones; at least 8 when the graph holds discrete ops): an element whose class changes, an
@@ -83,29 +83,44 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.compare import bit_identical, ordered_int, value_class
-from onnxrefine.verify.decisions import DecisionEvidence, near_boundary
-from onnxrefine.verify.rules import (ERROR_FACTOR, PERTURB_ULPS, RULES, DiscreteFacts, OutputFacts, Rule,
-                                     rms)
+from onnxrefine.verify.compare import ValueClass, bit_identical, ordered_int
+from onnxrefine.verify.decisions import DecisionEvidence
+from onnxrefine.verify.rules import (CONTROLS, JUMP, PERTURB_ULPS, RULES, Control, ControlFacts, DiscreteFacts,
+                                     OutputFacts, Rule)
 
-EXACT = "exact"
-ROUNDING = "rounding"
-UNSTABLE = "unstable"
-MISMATCH = "mismatch"
-VERDICTS = (EXACT, ROUNDING, UNSTABLE, MISMATCH)  # in order of severity
+
+
+class Verdict(StrEnum):
+    """A verdict, in order of severity. A str (StrEnum): it compares equal to, formats as and is
+    written to JSON as its value, so reports read exactly as they did with plain strings."""
+
+    EXACT = "exact"
+    ROUNDING = "rounding"
+    UNSTABLE = "unstable"
+    MISMATCH = "mismatch"
+
+    @property
+    def accepted(self) -> bool:
+        """A candidate with this verdict computes what the original computes (up to rounding)."""
+        return self in (Verdict.EXACT, Verdict.ROUNDING)
+
+
+EXACT, ROUNDING, UNSTABLE, MISMATCH = Verdict.EXACT, Verdict.ROUNDING, Verdict.UNSTABLE, Verdict.MISMATCH
+VERDICTS = tuple(Verdict)  # in order of severity
 
 N_MIN = 4
 STAT_K = 4
-JUMP = 64.0
 SCATTER_POINTS = 400
 
-FIN = 0  # compare.ValueClass.FINITE
+FIN = int(ValueClass.FINITE)
 
 __all__ = [
+    "Verdict", "ValueClass", "CONTROLS", "Control", "JUMP",
     "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "RULES", "Rule", "RoundingBound",
     "SetEvidence", "Judgement", "DecisionEvidence", "judge_output", "perturb", "worst",
     "perturbation_runs", "lowest_precision_u", "describe_bound", "nonfinite_replaced",
@@ -244,34 +259,12 @@ def perturb(array: np.ndarray, rng: np.random.Generator, max_ulps: int = PERTURB
 
 
 def unstable_positions(evidence: SetEvidence, bound: RoundingBound) -> np.ndarray:
-    """Elements where the original itself is not a fixed function of its inputs."""
-    original = evidence.original
-    unstable = ~bit_identical(evidence.rerun, original)
-    if evidence.decision is not None and evidence.decision.usable(original.shape):
-        # a discrete output with its float64 feed: the decision boundary decides (module docstring)
-        return unstable | near_boundary(evidence.decision, evidence.original, evidence.candidate,
-                                        bound.gamma, ERROR_FACTOR)
-    is_float = graphinfo.is_float_dtype(original.dtype)
-    if is_float:
-        base = original.astype(np.float64)
-        scale = np.maximum(np.abs(np.nan_to_num(base, nan=0.0, posinf=0.0, neginf=0.0)), rms(base))
-        threshold = JUMP * (PERTURB_ULPS + bound.n) * bound.u * scale
-    for moved in evidence.perturbed:
-        if moved.shape != original.shape:
-            unstable |= True
-            continue
-        if is_float:
-            moved64 = moved.astype(np.float64)
-            class_change = value_class(moved64) != value_class(base)
-            unstable |= class_change
-            if bound.discontinuous:
-                # a continuous value moving far (a cancellation, x - 1e6 near 1e6) is sensitive,
-                # not unstable: only a discontinuous op behind it can make it jump
-                both_finite = np.isfinite(moved64) & np.isfinite(base)
-                with np.errstate(invalid="ignore"):
-                    unstable |= both_finite & (np.abs(moved64 - base) > threshold)
-        else:
-            unstable |= ~bit_identical(moved, original)
+    """Elements where the original itself is not a fixed function of its inputs: any of CONTROLS."""
+    facts = ControlFacts(evidence, bound)
+    unstable = facts.none
+    for control in CONTROLS:
+        # not in place: a 0-d output's masks broadcast to the (1,) that bit_identical makes of it
+        unstable = unstable | control.apply(facts)
     return unstable
 
 
@@ -371,11 +364,18 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
             per_set.append(UNSTABLE)
         else:
             per_set.append(MISMATCH)
-    judgement.overflow_excused = judgement.excused.get("overflow-territory", 0)
-    judgement.nonfinite_excused = judgement.excused.get("nonfinite-order", 0) + \
-        judgement.excused.get("saturation", 0)
+    judgement.overflow_excused = _excused(judgement, "overflow-territory")
+    judgement.nonfinite_excused = _excused(judgement, "nonfinite-order", "saturation")
     judgement.verdict = worst(per_set)
     return judgement
+
+
+_RULES_BY_NAME = {rule.name: rule for rule in RULES}
+
+
+def _excused(judgement: Judgement, *names: str) -> int:
+    """Elements the named rules of RULES explained (a KeyError, not a silent 0, if one is renamed)."""
+    return sum(judgement.excused.get(_RULES_BY_NAME[name].name, 0) for name in names)
 
 
 def perturbation_runs(trials: int, discrete: bool) -> int:

@@ -1,0 +1,251 @@
+"""The evidence verification judges: per-track runs and per-output evidence, and the report rows.
+
+A Track is the runs of both models under one RunSettings (strict, or the deployment settings) and the
+verdict rules' evidence built from them (verdict.SetEvidence per output and input set). The helpers
+below add evidence the rules read (dependency cones of inf/NaN inputs, the float64 values feeding a
+discrete output), apply the user's hard bound and turn a judged output into its OutputReport row.
+VerificationSession (session.py) calls them in order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from onnxrefine.verify import compare, graphinfo
+from onnxrefine.verify import verdict as verdict_rules
+from onnxrefine.verify.report import OutputReport
+from onnxrefine.verify.runner import RunFailedError, RunSettings
+from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE
+
+
+class Track:
+    """The runs of both models under one RunSettings, and the evidence built from them."""
+
+    def __init__(self, settings: RunSettings, original_runs: list):
+        self.settings = settings
+        self.original_runs = original_runs  # per set: (first, second) output dicts
+        self.candidate_runs: list = []
+        self.candidate_failure: str | None = None
+        self.evidence: dict[str, list] = {}
+        self.comparisons: dict[str, list] = {}
+        self.set_evidence: list[dict] = []
+        self.differing_sets: list[int] = []
+        self.differing_float: dict[int, list] = {}
+
+    def collect(self, output_names, output_map, labelled) -> None:
+        self.evidence = {name: [] for name in output_names}
+        self.comparisons = {name: [] for name in output_names}
+        if self.candidate_failure is not None:
+            return
+        for index, ((first, second), produced) in enumerate(zip(self.original_runs, self.candidate_runs)):
+            feeds = labelled[index][1]
+            cand_out = {name: produced[output_map[name]] for name in output_names if name in output_map}
+            extreme, nonfinite = is_extreme(feeds), has_nonfinite(feeds)
+            set_evidence = {}
+            differing_float = []
+            for name in output_names:
+                if name not in cand_out:
+                    continue
+                self.comparisons[name].append(compare.compare_arrays(cand_out[name], first[name]))
+                item = verdict_rules.SetEvidence(first[name], second[name], cand_out[name],
+                                                 extreme=extreme, nonfinite_inputs=nonfinite)
+                set_evidence[name] = item
+                self.evidence[name].append(item)
+                if comparable(item) and not np.all(compare.bit_identical(item.candidate, item.original)):
+                    if index not in self.differing_sets:
+                        self.differing_sets.append(index)
+                    if graphinfo.is_float_dtype(item.original.dtype):
+                        differing_float.append(name)
+            self.set_evidence.append(set_evidence)
+            if differing_float:
+                self.differing_float[index] = differing_float
+
+
+def candidate_input_problem(original: onnx.ModelProto, candidate: onnx.ModelProto) -> str | None:
+    want = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(original)}
+    have = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(candidate)}
+    if want != have:
+        return (f"candidate inputs {sorted(have)} do not match the original's {sorted(want)} "
+                "(names or types)")
+    return None
+
+
+def match_outputs(original_names, candidate_names, notes) -> dict[str, str]:
+    if set(original_names) <= set(candidate_names):
+        return {name: name for name in original_names}
+    if len(original_names) == len(candidate_names):
+        notes.append("candidate output names differ from the original's; matched by position")
+        return dict(zip(original_names, candidate_names))
+    missing = [name for name in original_names if name not in candidate_names]
+    notes.append(f"candidate lacks output(s) {', '.join(missing)}")
+    return {name: name for name in original_names if name in candidate_names}
+
+
+def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:
+    return all(verdict_rules.judge_output([item], bounds[name]).verdict in (EXACT, ROUNDING)
+               for name, item in set_evidence.items())
+
+
+def reference_refusal(model_file, feeds) -> str | None:
+    """Why the float64 reference must not evaluate the model on `feeds` (resources.py), or None."""
+    from onnxrefine import resources
+    from onnxrefine.verify.runner import peak_estimate
+
+    return resources.reference_refusal(peak_estimate(model_file, feeds))
+
+
+def apply_hard_bound(report: OutputReport, sets, tolerance) -> None:
+    """The user's hard bound, on top of the derived one: a differing element whose candidate is
+    beyond atol + rtol*|R| of the float64 reference R (the original where there is none) is a
+    mismatch. Elements whose reference is not finite, and extreme-magnitude input sets, are left
+    to the verdict rules."""
+    atol, rtol = tolerance
+    if atol is None and rtol is None or report.verdict == MISMATCH:
+        return
+    atol, rtol = atol or 0.0, rtol or 0.0
+    beyond = 0
+    for item in sets:
+        if not comparable(item) or not graphinfo.is_float_dtype(item.original.dtype) or item.extreme:
+            continue
+        ref = item.reference if item.reference is not None else item.original.astype(np.float64)
+        cand = item.candidate.astype(np.float64)
+        differ = ~compare.bit_identical(item.candidate, item.original)
+        within = np.abs(cand - ref) <= atol + rtol * np.abs(ref)
+        beyond += int(np.count_nonzero(differ & np.isfinite(ref) & ~within))
+    if beyond:
+        report.verdict = MISMATCH
+        report.notes.append(f"{beyond} differing element(s) beyond the hard bound atol={atol:g} + "
+                            f"rtol={rtol:g}*|reference|")
+
+
+def bounds(model, feeds, names, u) -> dict:
+    try:
+        profile = graphinfo.accumulation_profile(model, feeds)
+    except Exception:  # an unreadable graph: the widest guess, sensitivity allowed
+        return {name: verdict_rules.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
+    return {name: verdict_rules.RoundingBound.for_value(u, profile[name]) for name in names}
+
+
+# -- evidence for the verdict rules (verdict.py): dependency cones and discrete-output feeds -----
+
+def add_nonfinite_cones(runner, feeds, set_evidence) -> None:
+    """SetEvidence.nonfinite_cone on inf/NaN input sets: the original rerun with two finite
+    stand-ins for the inf/NaN inputs; an element that changes under either depends on them."""
+    changed = {name: None for name in set_evidence}
+    for stand_in in (1.0, -2.0):
+        try:
+            results = runner.run(verdict_rules.nonfinite_replaced(feeds, stand_in))
+        except RunFailedError:
+            return
+        for name, item in set_evidence.items():
+            moved = results[name]
+            if moved.shape != item.original.shape:
+                changed[name] = np.ones(item.original.shape, dtype=bool)
+                continue
+            flip = ~compare.bit_identical(moved, item.original)
+            changed[name] = flip if changed[name] is None else changed[name] | flip
+    for name, cone in changed.items():
+        set_evidence[name].nonfinite_cone = cone
+
+
+def add_decision_evidence(model_file, feeds, set_evidence, reference_state, evaluate) -> None:
+    """SetEvidence.decision for differing discrete outputs: the float64 values feeding the op
+    (`evaluate`: the session's reference evaluator)."""
+    if reference_state["status"] == "unavailable":
+        return
+    from onnxrefine.verify.decisions import DECISION_OPS, DecisionEvidence
+
+    model = model_file.proto
+    producers = {out: node for node in model.graph.node for out in node.output}
+    wanted = {}
+    for name, item in set_evidence.items():
+        node = producers.get(name)
+        if node is None or node.op_type not in DECISION_OPS or graphinfo.is_float_dtype(item.original.dtype):
+            continue
+        if np.all(compare.bit_identical(item.candidate, item.original)):
+            continue
+        data = list(node.input[:2] if node.op_type in ("Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+                                                        "Equal") else node.input[:1])
+        wanted[name] = (node, data)
+    if not wanted or reference_refusal(model_file, feeds) is not None:
+        return
+    extra = {"base_dir": model_file.base_dir} if model_file.base_dir is not None else {}
+    try:
+        values = evaluate(model, feeds, outputs=sorted({v for _, data in wanted.values() for v in data}), **extra)
+    except Exception:  # no decision evidence: the perturbation controls decide instead
+        return
+    for name, (node, data) in wanted.items():
+        arrays = [np.asarray(values[value]) for value in data]
+        if not all(graphinfo.is_float_dtype(array.dtype) for array in arrays):
+            continue
+        attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
+        set_evidence[name].decision = DecisionEvidence(
+            node.op_type, [array.astype(np.float64) for array in arrays], attrs)
+
+
+def output_report(name, sets, comps, bound, candidate_name, candidate_failure, reference_state):
+    if candidate_failure is not None or candidate_name is None or not sets:
+        reason = candidate_failure or "candidate has no such output"
+        return OutputReport(name=name, verdict=MISMATCH, dtype="?", shape=[], candidate_shape=[],
+                            candidate_dtype="?", comparison={}, notes=[reason],
+                            bound=bound.to_dict())
+    judgement = verdict_rules.judge_output(sets, bound)
+    # The table summarizes ordinary input sets; extreme-magnitude sets (overflowing intermediates)
+    # would drown it, so they are summarized apart.
+    ordinary = [comp for comp, item in zip(comps, sets) if not item.extreme] or comps
+    extreme = [comp for comp, item in zip(comps, sets) if item.extreme]
+    merged = compare.merge(ordinary)
+    first = sets[0]
+    needs_reference = judgement.verdict != EXACT and graphinfo.is_float_dtype(first.original.dtype) \
+        and first.original.shape == first.candidate.shape
+    if not needs_reference:
+        reference = "not needed"
+    elif judgement.used_reference:
+        reference = "float64"
+    else:
+        reference = "no float64 reference"
+    notes = list(judgement.notes)
+    if reference == "no float64 reference" and judgement.verdict != EXACT:
+        notes.append("no float64 reference: judged by ulp statistics and the original's "
+                     "re-run/perturbation spread")
+    if judgement.overflow_excused:
+        notes.append(f"{judgement.overflow_excused} difference(s) in overflow territory on "
+                     "extreme-magnitude inputs not judged")
+    if judgement.nonfinite_excused:
+        notes.append(f"{judgement.nonfinite_excused} inf<->NaN or inf<->largest-finite difference(s) on "
+                     "inf/NaN inputs (order of inf arithmetic, saturation) not blamed")
+    if judgement.verdict == UNSTABLE:
+        notes.append(f"the original itself is unstable at {judgement.unstable_positions} element(s); "
+                     "the candidate's differences there are not blamed on it")
+    return OutputReport(
+        name=name, verdict=judgement.verdict, dtype=str(first.original.dtype),
+        shape=list(first.original.shape), candidate_shape=list(first.candidate.shape),
+        candidate_dtype=str(first.candidate.dtype), comparison=merged.to_dict(),
+        comparison_extreme=compare.merge(extreme).to_dict() if extreme and len(extreme) < len(comps) else {},
+        differing=judgement.differing, unexplained=judgement.unexplained,
+        unstable_positions=judgement.unstable_positions, orig_err_max=judgement.orig_err_max,
+        cand_err_max=judgement.cand_err_max, reference=reference, bound=bound.to_dict(),
+        scatter=judgement.scatter if judgement.used_reference else {}, notes=notes,
+    )
+
+
+def is_extreme(feeds) -> bool:
+    for value in feeds.values():
+        value = np.asarray(value)
+        if graphinfo.is_float_dtype(value.dtype) and value.size:
+            magnitude = np.abs(value.astype(np.float64))
+            limit = np.sqrt(graphinfo.finite_max(value.dtype))
+            if np.any(np.isfinite(magnitude) & (magnitude > limit)):
+                return True
+    return False
+
+
+def has_nonfinite(feeds) -> bool:
+    return any(graphinfo.is_float_dtype(np.asarray(value).dtype)
+               and not np.all(np.isfinite(np.asarray(value).astype(np.float64)))
+               for value in feeds.values())
+
+
+def comparable(item) -> bool:
+    return item.original.shape == item.candidate.shape and item.original.dtype == item.candidate.dtype

@@ -1,0 +1,487 @@
+"""One verification, as named steps: VerificationSession (verify_models is a thin wrapper of it).
+
+The session holds the options and the reference evaluator, injected: by default the float64
+reference (reference.py, imported on first use); a caller (a test, a benchmark column) may pass any
+callable of the same signature, DECLINING_REFERENCE among them, which declines every model so that
+verification takes the documented no-reference fallback. Nothing is swapped in sys.modules.
+
+verify() runs the steps in this order, each a method below:
+  plan_inputs     the input sets (given or generated), checked against the original's inputs
+  plan_precision  u, discrete ops, perturbation runs, float16 note
+  run_original    the original twice per set (strict settings; the time budget is spent here)
+  run_candidate   the candidate on the same sets; both again under the deployment settings
+  add_reference   the original in float64 where the outputs differ; decision evidence
+  add_controls    perturbation runs of the original where the bound alone leaves a difference
+  compare         one OutputReport per output and track (the verdict rules, the hard bound)
+  verdict         the VerificationReport: overall verdict, notes, settings
+  localise        layer-wise localisation (localize.py), which can turn the verdict to mismatch
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxrefine import progress
+from onnxrefine.errors import BadInputError
+from onnxrefine.resources import ResourceLimitError
+from onnxrefine.verify import compare, evidence, graphinfo
+from onnxrefine.verify import verdict as verdict_rules
+from onnxrefine.verify.evidence import Track
+from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
+from onnxrefine.verify.reference_base import UnsupportedOperatorError
+from onnxrefine.verify.spec_identity import excuse_float16_runtime
+from onnxrefine.verify.report import VerificationReport
+from onnxrefine.verify.runner import ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model
+
+__all__ = ["DECLINING_REFERENCE", "DecliningReference", "ReferenceEvaluator", "VerificationSession",
+           "float64_reference"]
+
+# evaluate(model, feeds, *, outputs=None, base_dir=None, observe=None) -> {name: float64 array};
+# raises UnsupportedOperatorError when it cannot evaluate the model (reference.evaluate_float64's contract)
+ReferenceEvaluator = Callable[..., dict]
+
+
+class ReferenceNotImportable(Exception):
+    """The float64 evaluator's module could not be imported."""
+
+
+def float64_reference(model, feeds, *, outputs=None, base_dir=None, observe=None) -> dict:
+    """The default reference: reference.evaluate_float64, imported when first needed."""
+    try:
+        from onnxrefine.verify.reference import evaluate_float64
+    except ImportError as exc:
+        raise ReferenceNotImportable(str(exc)) from exc
+    return evaluate_float64(model, feeds, outputs=outputs, base_dir=base_dir, observe=observe)
+
+
+class DecliningReference:
+    """A reference that declines every model: verification judges by the no-reference fallback."""
+
+    def __init__(self, reason: str = "declined by the caller"):
+        self.reason = reason
+
+    def __call__(self, model, feeds, *, outputs=None, base_dir=None, observe=None) -> dict:
+        raise UnsupportedOperatorError(self.reason)
+
+
+DECLINING_REFERENCE = DecliningReference()
+
+DEFAULT_DEPLOYMENT = RunSettings()
+# Localisation builds sessions exposing intermediates from whole in-memory models: above this
+# many bytes of weights it is not run (and says so) rather than hold a large model twice.
+LOCALIZE_MAX_BYTES = 1 << 30
+
+
+@dataclass
+class _Run:
+    """The state of one verify() call, handed from step to step."""
+
+    original_file: Any
+    candidate_file: Any
+    candidate_failure: str | None
+    labelled: list
+    inputs_given: bool
+    early: Any = None
+    started: float = field(default_factory=time.perf_counter)
+    notes: list = field(default_factory=list)
+    float_dtypes: set = field(default_factory=set)  # of both graphs
+    u: float = 0.0
+    discrete: bool = False
+    perturb_count: int = 0
+    output_names: list = field(default_factory=list)
+    output_map: dict = field(default_factory=dict)
+    tracks: list = field(default_factory=list)  # the strict track first, then the deployment one
+    reference_state: dict = field(default_factory=lambda: {"status": "not needed", "reason": ""})
+    bounds: dict = field(default_factory=dict)
+
+    @property
+    def strict(self) -> Track:
+        return self.tracks[0]
+
+
+@dataclass
+class VerificationSession:
+    """The options of verify_models (see its docstring) and the reference evaluator."""
+
+    trials: int = 3
+    seed: int = 0
+    dims: Mapping[str, int] | None = None
+    stress: bool = True
+    time_budget_s: float | None = None
+    deployment: RunSettings | None = DEFAULT_DEPLOYMENT
+    custom_op_library: str | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    localize: bool = True
+    reference: ReferenceEvaluator = float64_reference
+
+    def check_settings(self) -> None:
+        check_run_settings(self.deployment, self.custom_op_library)
+        for name, value in (("atol", self.atol), ("rtol", self.rtol)):
+            if value is not None and not (value >= 0):
+                raise BadInputError(f"--{name} must be a non-negative number")
+
+    def verify(self, original, candidate, inputs=None) -> VerificationReport:
+        """Compare `candidate` against `original` (paths, ModelProtos or onnx_ir Models)."""
+        self.check_settings()
+        with np.errstate(all="ignore"):  # inf/NaN arithmetic is expected on stress inputs
+            original_file = open_model(original, "original model")
+            candidate_file, candidate_failure = None, None
+            try:
+                try:
+                    candidate_file = open_model(candidate, "candidate model")
+                except BadInputError as exc:
+                    if isinstance(candidate, (str, os.PathLike)):
+                        raise  # a missing or unreadable file is bad input, not a finding
+                    candidate_failure = str(exc)
+                labelled = self.plan_inputs(original_file.proto, inputs)
+                early = None
+                if self.localize and candidate_file is not None:
+                    from onnxrefine.verify.localize_shared import EarlyLocalisation
+
+                    # localisation observes the output check's float64 evaluations (localize_shared.py)
+                    early = EarlyLocalisation(original, candidate, self.seed, _whole_proto)
+                run = _Run(original_file, candidate_file, candidate_failure, labelled, inputs is not None, early)
+                report = self.check_outputs(run)
+                if self.localize:
+                    self.localise(report, original, candidate, run.labelled, early)
+                return report
+            finally:
+                for opened, given in ((original_file, original), (candidate_file, candidate)):
+                    if opened is not None and opened is not given:
+                        opened.close()
+
+    def check_outputs(self, run: _Run) -> VerificationReport:
+        """The output check: every step but localisation."""
+        self.plan_precision(run)
+        self.run_original(run)
+        self.run_candidate(run)
+        self.add_reference(run)
+        self.add_controls(run)
+        return self.verdict(run, self.compare(run))
+
+    # -- the steps --------------------------------------------------------------------------------
+
+    def plan_inputs(self, model: onnx.ModelProto, inputs) -> list:
+        """(label, feeds) pairs: the given sets, or generated ones; checked against the model's inputs."""
+        if inputs is None:
+            labelled = generate_labelled_inputs(model, seed=self.seed, dims=self.dims, stress=self.stress,
+                                                trials=self.trials)
+        else:
+            sets = [inputs] if isinstance(inputs, Mapping) else list(inputs)
+            if not sets:
+                raise BadInputError("no input sets given")
+            labelled = [(f"given{index}", feeds) for index, feeds in enumerate(sets)]
+        checked = check_inputs(model, [feeds for _, feeds in labelled])
+        return [(label, feeds) for (label, _), feeds in zip(labelled, checked)]
+
+    def plan_precision(self, run: _Run) -> None:
+        original_model = run.original_file.proto
+        float_dtypes = graphinfo.float_dtypes(original_model)
+        if run.candidate_file is not None:
+            float_dtypes |= graphinfo.float_dtypes(run.candidate_file.proto)
+        if any(np.dtype(dtype) == np.float16 for dtype in float_dtypes):
+            run.notes.append("float16 graph: onnxruntime on the CPU may insert float16<->float32 casts of "
+                             "its own, so discrete results can differ from a pure float16 evaluation")
+        run.float_dtypes = float_dtypes
+        run.u = verdict_rules.lowest_precision_u(float_dtypes)
+        run.discrete = graphinfo.has_discrete_ops(original_model)
+        run.perturb_count = verdict_rules.perturbation_runs(self.trials, run.discrete)
+
+    def run_original(self, run: _Run) -> None:
+        """The original on every set under the strict settings. Sessions run one at a time (each
+        holds its own copy of the weights): the original on every set, then the candidate, then
+        both again under the deployment settings. The time budget is checked while the first runs;
+        its share of it is the share of the runs it makes."""
+        strict = RunSettings.strict()
+        share = 2 / 3 if self.deployment is None else 1 / 3
+        deadline = None if self.time_budget_s is None else run.started + self.time_budget_s * share
+        run.output_names, first_runs = _original_runs(run.original_file, strict, run.labelled,
+                                                      self.custom_op_library, deadline, run.inputs_given)
+        if len(first_runs) < len(run.labelled):
+            run.notes.append(f"time budget of {self.time_budget_s:g}s spent: {len(run.labelled) - len(first_runs)} "
+                             f"of {len(run.labelled)} input sets not run")
+            run.labelled = run.labelled[:len(first_runs)]
+        run.tracks = [Track(strict, first_runs)]
+
+    def run_candidate(self, run: _Run) -> None:
+        """The candidate on the strict track; then both models under the deployment settings."""
+        if run.candidate_failure is None:
+            run.candidate_failure = evidence.candidate_input_problem(run.original_file.proto,
+                                                                     run.candidate_file.proto)
+        if run.candidate_failure is None:
+            run.output_map = evidence.match_outputs(
+                run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes)
+        _candidate_runs(run.strict, run.candidate_file, run.labelled, self.custom_op_library, run.candidate_failure)
+        if self.deployment is None:
+            return
+        try:
+            _, deployed = _original_runs(run.original_file, self.deployment, run.labelled, self.custom_op_library,
+                                         None, run.inputs_given)
+        except BadInputError as exc:
+            run.notes.append(f"deployment check not run: the original does not run under the deployment "
+                             f"settings ({self.deployment.describe()}): {exc}")
+        else:
+            run.tracks.append(Track(self.deployment, deployed))
+            _candidate_runs(run.tracks[-1], run.candidate_file, run.labelled, self.custom_op_library,
+                            run.candidate_failure)
+
+    def add_reference(self, run: _Run) -> None:
+        """The evidence of every track; the original in float64 on each set where a float output
+        differs (watched by the early localisation); the decision evidence of discrete outputs."""
+        needs_reference: dict[int, set] = {}
+        for track in run.tracks:
+            track.collect(run.output_names, run.output_map, run.labelled)
+            for index, names in track.differing_float.items():
+                needs_reference.setdefault(index, set()).update(names)
+        early, labelled = run.early, run.labelled
+        if early is not None and run.strict.candidate_failure is None:
+            early.start(labelled, run.u, run.perturb_count)  # localisation observes the evaluations below
+        for index, names in sorted(needs_reference.items()):
+            self._reference_on_set(run.original_file, labelled[index][1], sorted(names),
+                                   [track.set_evidence[index] for track in run.tracks
+                                    if index < len(track.set_evidence)],
+                                   run.reference_state, None if early is None or early.localizer is None else
+                                   (lambda i=index: early.observer(labelled[i][0], i, labelled[i][1])))
+        for track in run.tracks:
+            for index in track.differing_sets:
+                evidence.add_decision_evidence(run.original_file, labelled[index][1], track.set_evidence[index],
+                                               run.reference_state, self.reference)
+
+    def _reference_on_set(self, model_file, feeds, names, evidence_sets, state, observer=None) -> None:
+        """`observer`: a callable giving (observe, finish) for localisation to watch this evaluation
+        (localize_shared.py) or None."""
+        if state["status"] == "unavailable":
+            return
+        refusal = evidence.reference_refusal(model_file, feeds)
+        if refusal is not None:
+            state.update(status="unavailable", reason=refusal)
+            return
+        # Weights stay on disk (memory-mapped) when the model is a file.
+        extra = {"base_dir": model_file.base_dir} if model_file.base_dir is not None else {}
+        progress.report(detail="float64 reference")
+        watch = observer() if observer is not None else None
+        try:
+            values = self.reference(model_file.proto, feeds, outputs=names, observe=watch and watch[0], **extra)
+        except ReferenceNotImportable as exc:
+            if watch:
+                watch[1](exc)
+            state.update(status="unavailable", reason=f"float64 evaluator not importable: {exc}")
+            return
+        except UnsupportedOperatorError as exc:
+            if watch:
+                watch[1](exc)
+            state.update(status="unavailable", reason=str(exc).splitlines()[0] if str(exc) else "unsupported")
+            return
+        except Exception as exc:  # a reference bug must not sink the verdict: fall back, say why
+            if watch:
+                watch[1](exc)
+            state.update(status="unavailable", reason=f"float64 evaluator failed: {type(exc).__name__}: {exc}")
+            return
+        if watch:
+            watch[1](None)
+        state["status"] = "float64"
+        for set_evidence in evidence_sets:
+            for name in names:
+                value = values.get(name)
+                item = set_evidence.get(name)
+                if item is not None and value is not None and np.shape(value) == item.original.shape:
+                    item.reference = np.asarray(value, dtype=np.float64)
+
+    def add_controls(self, run: _Run) -> None:
+        """The controls on the original (few-ulp perturbation runs) only add excuses (sensitivity,
+        unstable positions), so a set whose differences the bound explains without them needs none.
+        Sets holding inf/NaN always get their run: it also measures the dependency cones, which
+        narrow what the inf/NaN rules excuse."""
+        run.bounds = evidence.bounds(run.original_file.proto, run.labelled[0][1], run.output_names, run.u)
+        for track in run.tracks:
+            pending = [index for index in track.differing_sets
+                       if evidence.has_nonfinite(run.labelled[index][1])
+                       or not evidence.explained_without_controls(track.set_evidence[index], run.bounds)]
+            if pending:
+                _add_perturbation_runs(track, run.original_file, run.labelled, pending, run.perturb_count,
+                                       self.seed, self.custom_op_library)
+
+    def compare(self, run: _Run) -> list:
+        """Per track, one OutputReport per output of the original: the verdict rules, then the hard bound."""
+        sections = []
+        for track in run.tracks:
+            section = []
+            for name in run.output_names:
+                report = evidence.output_report(name, track.evidence[name], track.comparisons[name],
+                                                run.bounds[name], run.output_map.get(name),
+                                                track.candidate_failure, run.reference_state)
+                evidence.apply_hard_bound(report, track.evidence[name], (self.atol, self.rtol))
+                section.append(report)
+            sections.append(section)
+        if run.candidate_file is not None and any(np.dtype(d).name in ("float16", "bfloat16")
+                                                  for d in run.float_dtypes):
+            excuse_float16_runtime(sections, run.tracks, run.original_file.proto, run.candidate_file.proto,
+                                   run.output_map, run.labelled, self.reference)
+        return sections
+
+    def verdict(self, run: _Run, sections: list) -> VerificationReport:
+        """The report: the worst output verdict of both tracks, and what the reader must know."""
+        outputs, deployed_outputs = sections[0], (sections[1] if len(sections) > 1 else [])
+        notes, tracks = run.notes, run.tracks
+        if run.strict.candidate_failure is not None:
+            notes.append(f"candidate failed: {run.strict.candidate_failure}")
+        elif len(tracks) > 1 and tracks[1].candidate_failure is not None:
+            notes.append(f"candidate failed under the deployment settings: {tracks[1].candidate_failure}")
+        if run.reference_state["status"] == "unavailable":
+            notes.append(f"no float64 reference ({run.reference_state['reason']}): differing float outputs "
+                         "judged by the fallback (ulp statistics, re-run and perturbation controls)")
+        for track in tracks:
+            where = "" if track is run.strict else " under the deployment settings"
+            for name, sets in track.evidence.items():
+                if any(not np.all(compare.bit_identical(item.rerun, item.original)) for item in sets):
+                    notes.append(f"control: the original is not deterministic on output {name}{where}")
+        if run.discrete:
+            notes.append(f"graph has discrete ops: {run.perturb_count} perturbation runs of the original "
+                         "per input set where the candidate differs")
+        elapsed = time.perf_counter() - run.started
+        return VerificationReport(
+            verdict=VerificationReport.overall(outputs + deployed_outputs),
+            outputs=outputs,
+            deployment=deployed_outputs,
+            notes=notes,
+            input_sets=[label for label, _ in run.labelled],
+            settings={"trials": self.trials, "seed": self.seed, "dims": dict(self.dims or {}),
+                      "stress": self.stress, "time_budget_s": self.time_budget_s, "unit_roundoff": run.u,
+                      "perturbation_runs": run.perturb_count,
+                      "inputs": "given" if run.inputs_given else "generated",
+                      "strict": run.strict.settings.to_dict(),
+                      "deployment": self.deployment.to_dict() if self.deployment is not None else None,
+                      "custom_op_library": self.custom_op_library, "atol": self.atol, "rtol": self.rtol},
+            timings={"total_s": round(elapsed, 4)},
+        )
+
+    def localise(self, report, original, candidate, labelled, early=None) -> None:
+        """Layer-wise localisation on the input sets the output checks used (see localize.py)."""
+        from onnxrefine.verify.localize import include_outputs, localize
+
+        if any("candidate failed" in note for note in report.notes):
+            report.localisation = {"status": "not run: the candidate failed to load or run"}
+            return
+        if early is not None:
+            original_model, candidate_model = early.load()
+        else:
+            original_model = _whole_proto(original, "original model")
+            candidate_model = _whole_proto(candidate, "candidate model")
+        if original_model is None or candidate_model is None:
+            report.localisation = {"status": f"not run: a model's weights exceed {LOCALIZE_MAX_BYTES >> 20} MiB "
+                                             "(localisation holds both models in memory)"}
+            return
+        used = [(label, feeds) for label, feeds in labelled if label in report.input_sets]
+        from onnxrefine import resources  # the float64 evaluation of every value must fit the budget
+
+        refusal = resources.reference_refusal(resources.estimate_peak(original_model, used[0][1])) if used else None
+        if refusal is not None:
+            report.localisation = {"status": f"not run: {refusal}"}
+            return
+        spent = report.timings.get("total_s", 0.0)
+        budget = None if self.time_budget_s is None else max(0.0, self.time_budget_s - spent)
+        section = localize(original_model, candidate_model, used, u=report.settings["unit_roundoff"],
+                           perturb_count=report.settings["perturbation_runs"], seed=self.seed,
+                           time_budget_s=budget, early=early, reference=self.reference)
+        include_outputs(section, original_model, report.outputs)
+        report.localisation = section
+        report.verdict = verdict_rules.worst([report.verdict,
+                                              VerificationReport.overall(report.outputs, section)])
+        report.timings["localisation_s"] = section.get("seconds", 0.0)
+
+
+# -- the onnxruntime runs (module functions: tests spy on _add_perturbation_runs) ----------------
+
+def _original_runs(model_file, settings, labelled, custom_op_library, deadline, given_inputs):
+    """The original run twice on each set (the second run is the determinism control)."""
+    with ModelRunner(model_file, "original model", settings, custom_op_library) as runner:
+        results = []
+        for index, (label, feeds) in enumerate(labelled):
+            if deadline is not None and index > 0 and time.perf_counter() > deadline:
+                break
+            progress.report(done=index, total=len(labelled),
+                            detail=f"input set {label}: original runs ({settings.level})")
+            try:
+                first = runner.run(feeds)
+            except RunFailedError as exc:
+                hint = "" if given_inputs else " (generated inputs; pass --inputs or --dims)"
+                raise BadInputError(f"input set {label}: {exc}{hint}") from None
+            results.append((first, runner.run(feeds)))
+        return list(runner.output_names), results
+
+
+def _candidate_runs(track, candidate_file, labelled, custom_op_library, failure) -> None:
+    track.candidate_failure = failure
+    if failure is not None:
+        return
+    try:
+        runner = ModelRunner(candidate_file, "candidate model", track.settings, custom_op_library)
+    except ResourceLimitError:
+        raise  # over the budget: verification cannot say anything, the candidate is not to blame
+    except BadInputError as exc:
+        track.candidate_failure = str(exc)
+        return
+    with runner:
+        for index, (label, feeds) in enumerate(labelled):
+            progress.report(done=index, total=len(labelled),
+                            detail=f"input set {label}: candidate run ({track.settings.level})")
+            try:
+                track.candidate_runs.append(runner.run(feeds))
+            except RunFailedError as exc:
+                track.candidate_failure = f"input set {label}: {exc}"
+                return
+
+
+def _add_perturbation_runs(track, original_file, labelled, indices, count, seed, custom_op_library) -> None:
+    """Controls on the original on the sets `indices`: runs on inputs moved by a few ulps, under
+    the track's own settings."""
+    with ModelRunner(original_file, "original model", track.settings, custom_op_library) as runner:
+        for index in indices:
+            feeds = labelled[index][1]
+            if evidence.has_nonfinite(feeds):
+                evidence.add_nonfinite_cones(runner, feeds, track.set_evidence[index])
+            if not any(graphinfo.is_float_dtype(np.asarray(value).dtype) for value in feeds.values()):
+                continue  # nothing to move by an ulp
+            rng = np.random.default_rng([seed, 7919, index])
+            progress.report(detail=f"input set {labelled[index][0]}: {count} perturbation runs of the original")
+            for run_index in range(count):
+                pattern = run_index if run_index < 2 else None
+                moved = {name: verdict_rules.perturb(np.asarray(value), rng, checkerboard=pattern)
+                         for name, value in feeds.items()}
+                try:
+                    results = runner.run(moved)
+                except RunFailedError:
+                    continue
+                for name, item in track.set_evidence[index].items():
+                    item.perturbed.append(results[name])
+
+
+def _whole_proto(given, role: str) -> onnx.ModelProto | None:
+    """The model with every weight loaded, or None when its weights exceed LOCALIZE_MAX_BYTES."""
+    if isinstance(given, onnx.ModelProto):
+        return given
+    if not isinstance(given, (str, os.PathLike)):  # an onnx_ir.Model
+        from onnxrefine.ir import io
+
+        return io.to_proto(given) if io.tensor_bytes(given) <= LOCALIZE_MAX_BYTES else None
+    path = os.fspath(given)
+    light = onnx.load(path, load_external_data=False)
+    folder = os.path.dirname(os.path.abspath(path))
+    files = {entry.value for tensor in onnx.external_data_helper._get_all_tensors(light)
+             for entry in tensor.external_data if entry.key == "location"}
+    size = os.path.getsize(path) + sum(os.path.getsize(os.path.join(folder, name)) for name in files
+                                       if os.path.isfile(os.path.join(folder, name)))
+    if size > LOCALIZE_MAX_BYTES:
+        return None
+    try:
+        return onnx.load(path)
+    except Exception as exc:
+        raise BadInputError(f"{role} {path}: {exc}") from None
