@@ -120,7 +120,7 @@ def test_driver_work_grows_linearly(monkeypatch):
 
 def test_rule_refusal_is_recorded_with_reason():
     def refuse(m, ctx):
-        raise RewriteRefused("not today")
+        raise RewriteRefused("test.planted", "not today")
 
     rule = Rule("never", Op("Relu", Var("x")), refuse)
     model = ir_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [value_info("x", shape=[2])], [value_info("y")])

@@ -53,7 +53,7 @@ def _perm(node: ir.Node, rank: int | None) -> list[int]:
     perm = attr(node, "perm")
     if perm is None:
         if rank is None:
-            raise RewriteRefused("Transpose without perm reverses axes of an input of unknown rank")
+            raise RewriteRefused("transposes.perm_rank", "Transpose without perm reverses axes of an input of unknown rank")
         return list(range(rank))[::-1]
     return [int(p) for p in perm]
 
@@ -62,7 +62,7 @@ def fuse_transposes(m: Match, ctx: RewriteContext) -> Replacement:
     rank = _rank(ctx, m["x"])
     inner, outer = _perm(m["t1"], rank), _perm(m["t2"], rank)
     if sorted(inner) != list(range(len(inner))) or sorted(outer) != list(range(len(inner))):
-        raise RewriteRefused("the permutations are not permutations of one rank")
+        raise RewriteRefused("transposes.not_perms", "the permutations are not permutations of one rank")
     new = ctx.node("Transpose", [m["x"]], {"perm": compose_perms(inner, outer)}, hint=m["t2"].name or None)
     return Replacement([new], {m["t2"].outputs[0]: new.outputs[0]})
 
@@ -80,7 +80,7 @@ TRANSPOSES = Rule(
 def _explicit_axes(node: ir.Node) -> list[int]:
     axes = axes_arg(node)
     if axes is None:
-        raise RewriteRefused(f"{node.op_type} without axes depends on which dims are 1 at run time")
+        raise RewriteRefused("squeeze_chain.no_axes", f"{node.op_type} without axes depends on which dims are 1 at run time")
     return axes
 
 
@@ -113,7 +113,7 @@ def _fuse_axes_chain(m: Match, ctx: RewriteContext, compose) -> Replacement:
     inner, outer = m["inner"], m["outer"]
     axes = compose(_explicit_axes(inner), _explicit_axes(outer), _rank(ctx, m["x"]))
     if axes is None:
-        raise RewriteRefused("negative axes need the input's rank, which is not known from trusted facts")
+        raise RewriteRefused("squeeze_chain.negative_axes", "negative axes need the input's rank, which is not known from trusted facts")
     extra_inputs, attributes = axes_node_args(ctx, outer, axes, f"{outer.name or outer.op_type}_axes")
     new = ctx.node(outer.op_type, [m["x"], *extra_inputs], attributes, hint=outer.name or None)
     return Replacement([new], {outer.outputs[0]: new.outputs[0]})
@@ -143,7 +143,7 @@ def _slice_params(m: Match, suffix: str, rank: int | None):
     steps = np.ones(starts.size, np.int64) if steps is None else steps.reshape(-1).astype(np.int64)
     normalized = normalize_axes(axes, rank)
     if normalized is None or not (starts.size == ends.size == len(normalized) == steps.size):
-        raise RewriteRefused("slice axes are negative with an unknown rank, repeated, or inconsistent")
+        raise RewriteRefused("slices.axes", "slice axes are negative with an unknown rank, repeated, or inconsistent")
     return starts, ends, normalized, steps
 
 
@@ -154,7 +154,7 @@ def fuse_slices(m: Match, ctx: RewriteContext) -> Replacement:
     s1, e1, a1, st1 = _slice_params(m, "1", rank)
     s2, e2, a2, st2 = _slice_params(m, "2", rank)
     if set(a1) & set(a2):
-        raise RewriteRefused("both Slices cut the same axis; composing them needs the axis length")
+        raise RewriteRefused("slices.same_axis", "both Slices cut the same axis; composing them needs the axis length")
     hint = m["outer"].name or "slice"
     inputs = [
         m["x"],
@@ -212,7 +212,7 @@ def fuse_concats(m: Match, ctx: RewriteContext) -> Replacement | None:
     if len(flat) > MAX_FUSED_CONCAT_INPUTS:
         # Concat(c, c) of an inner Concat repeats its inputs: a chain of such doublings would fuse
         # into 2^depth inputs (issue 13's Concat-doubling bomb).
-        raise RewriteRefused(f"the fused Concat would read {len(flat)} inputs (more than {MAX_FUSED_CONCAT_INPUTS})")
+        raise RewriteRefused("concats.too_many_inputs", f"the fused Concat would read {len(flat)} inputs (more than {MAX_FUSED_CONCAT_INPUTS})")
     new = ctx.node("Concat", flat, dict(outer.attributes), hint=outer.name or None)
     return Replacement([new], {outer.outputs[0]: new.outputs[0]}, also_removed=absorbed)
 
@@ -229,16 +229,16 @@ def fuse_log_softmax(m: Match, ctx: RewriteContext) -> Replacement:
     softmax: ir.Node = m["softmax"]
     dtype = dtypes_of(ctx).dtype(m["x"])
     if dtype is None:
-        raise RewriteRefused("the input's element type is not known from trusted facts")
+        raise RewriteRefused("log_softmax.dtype_unknown", "the input's element type is not known from trusted facts")
     if dtype == ir.DataType.DOUBLE:
         # onnxruntime's float64 LogSoftmax returns finite values (x - max + log(1e20)) in a row
         # holding a NaN after its first element, where Log(Softmax) gives NaN.
-        raise RewriteRefused("onnxruntime's float64 LogSoftmax turns rows holding a NaN into finite values")
+        raise RewriteRefused("log_softmax.float64", "onnxruntime's float64 LogSoftmax turns rows holding a NaN into finite values")
     if _feeds_discrete_op(m["log"].outputs[0], ctx.model.graph):
         # Where the float Softmax underflows, Log gives -inf (ties); LogSoftmax gives distinct
         # finite values, which an ArgMax or a comparison downstream tells apart (the same reason
         # Exp/Softmax before ArgMax are not dropped).
-        raise RewriteRefused("the result reaches a discrete op, which the -inf ties of an "
+        raise RewriteRefused("log_softmax.discrete_use", "the result reaches a discrete op, which the -inf ties of an "
                              "underflowing Log(Softmax) would decide differently")
     new = ctx.node("LogSoftmax", [m["x"]], dict(softmax.attributes), hint=m["log"].name or None)
     return Replacement([new], {m["log"].outputs[0]: new.outputs[0]})
@@ -305,14 +305,14 @@ def fuse_reduce_unsqueeze(m: Match, ctx: RewriteContext) -> Replacement | None:
     reduce_axes = axes_arg(reduce)
     if not reduce_axes:
         if attr(reduce, "noop_with_empty_axes", 0):
-            raise RewriteRefused("the reduction has no axes and noop_with_empty_axes=1")
+            raise RewriteRefused("reduce_unsqueeze.noop_empty_axes", "the reduction has no axes and noop_with_empty_axes=1")
         if rank is None:
-            raise RewriteRefused("reducing all axes of an input of unknown rank")
+            raise RewriteRefused("reduce_unsqueeze.rank_unknown", "reducing all axes of an input of unknown rank")
         reduce_axes = list(range(rank))
     reduced = normalize_axes(reduce_axes, rank)
     restored = normalize_axes(_explicit_axes(unsqueeze), rank)
     if reduced is None or restored is None:
-        raise RewriteRefused("negative axes need the input's rank, which is not known from trusted facts")
+        raise RewriteRefused("reduce_unsqueeze.negative_axes", "negative axes need the input's rank, which is not known from trusted facts")
     if sorted(reduced) != sorted(restored):
         return None
     attributes = dict(reduce.attributes)
@@ -348,7 +348,7 @@ def fuse_concat_reshape(m: Match, ctx: RewriteContext) -> Replacement:
             continue
         elements = shapes.elements(part)
         if elements is None:
-            raise RewriteRefused("a Concat input is neither constant nor a known piece of a shape")
+            raise RewriteRefused("concat_reshape.part_unknown", "a Concat input is neither constant nor a known piece of a shape")
         for item in elements.items:
             position = len(target)
             if isinstance(item, int):
@@ -361,11 +361,11 @@ def fuse_concat_reshape(m: Match, ctx: RewriteContext) -> Replacement:
                 target.append(0)  # copies the very dim it stands for
                 from_sizes.append(False)
             else:
-                raise RewriteRefused(f"target entry {position} is a run-time size that 0 cannot stand for")
+                raise RewriteRefused("concat_reshape.runtime_size", f"target entry {position} is a run-time size that 0 cannot stand for")
     if -1 in target and any(v == 0 and sized for v, sized in zip(target, from_sizes)):
-        raise RewriteRefused("a zero-size dim would sit next to -1, which runtimes reject")
+        raise RewriteRefused("concat_reshape.zero_with_minus_one", "a zero-size dim would sit next to -1, which runtimes reject")
     if not allowzero and any(v == 0 and sized for v, sized in zip(target, from_sizes)):
-        raise RewriteRefused("a zero-size dim written as 0 would mean 'copy the input dim'")
+        raise RewriteRefused("concat_reshape.zero_copies", "a zero-size dim written as 0 would mean 'copy the input dim'")
     shape_value = int64_constant(ctx, target, f"{reshape.name or 'reshape'}_shape")
     new = ctx.node("Reshape", [m["x"], shape_value], dict(reshape.attributes), hint=reshape.name or None)
     return Replacement([new], {reshape.outputs[0]: new.outputs[0]})

@@ -25,17 +25,17 @@ _GEMM_FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 def fuse_matmul_add(m: Match, ctx: RewriteContext) -> Replacement:
     refuse_quantized_layer(m["matmul"], m["add"].outputs[0])  # quantized units stay as they are
     if ctx.opset() < 11:
-        raise RewriteRefused("Gemm before opset 11 has other broadcast and optional-input rules")
+        raise RewriteRefused("gemm.opset", "Gemm before opset 11 has other broadcast and optional-input rules")
     weight, bias = m.array("b"), m.array("c")
     if weight.ndim != 2:
-        raise RewriteRefused("MatMul's constant operand is not a matrix")
+        raise RewriteRefused("gemm.weight_rank", "MatMul's constant operand is not a matrix")
     if ir.DataType.from_numpy(weight.dtype) not in _GEMM_FLOATS or bias.dtype != weight.dtype:
-        raise RewriteRefused(f"dtypes {weight.dtype}/{bias.dtype} are not a float32 or float64 pair")
+        raise RewriteRefused("gemm.dtypes", f"dtypes {weight.dtype}/{bias.dtype} are not a float32 or float64 pair")
     if _rank(ctx, m["a"]) != 2:
-        raise RewriteRefused("MatMul's input is not known to be 2-D (Gemm would reject it)")
+        raise RewriteRefused("gemm.input_rank", "MatMul's input is not known to be 2-D (Gemm would reject it)")
     n = weight.shape[1]
     if bias.ndim > 2 or (bias.ndim >= 1 and bias.shape[-1] not in (1, n)) or (bias.ndim == 2 and bias.shape[0] != 1):
-        raise RewriteRefused(f"bias of shape {bias.shape} does not broadcast onto [M, {n}] without enlarging it")
+        raise RewriteRefused("gemm.bias_shape", f"bias of shape {bias.shape} does not broadcast onto [M, {n}] without enlarging it")
     new = ctx.node("Gemm", [m["a"], m["b"], m["c"]], hint=m["add"].name or None)
     return Replacement([new], {m["add"].outputs[0]: new.outputs[0]})
 
@@ -54,7 +54,7 @@ MATMUL_ADD = Rule(
 def _transpose_into_gemm(m: Match, ctx: RewriteContext, flag: str) -> Replacement:
     perm = attr(m["transpose"], "perm")
     if perm is not None and list(perm) != [1, 0]:
-        raise RewriteRefused(f"Transpose perm {list(perm)} is not a matrix transpose")
+        raise RewriteRefused("transpose_gemm.perm", f"Transpose perm {list(perm)} is not a matrix transpose")
     gemm: ir.Node = m["gemm"]
     attributes = dict(gemm.attributes)
     attributes[flag] = ir.AttrInt64(flag, 1 - int(attr(gemm, flag, 0)))
@@ -120,9 +120,9 @@ def fuse_sibling_matmuls(m: Match, ctx: RewriteContext) -> Replacement | None:
     for node in siblings:  # quantized units stay as they are (ir/quantization.py)
         refuse_quantized_layer(node, node.outputs[0])
     if len({w.dtype for w in weights}) != 1 or len({w.shape[0] for w in weights}) != 1:
-        raise RewriteRefused("sibling MatMul weights differ in dtype or inner dimension")
+        raise RewriteRefused("qkv.weights_differ", "sibling MatMul weights differ in dtype or inner dimension")
     if ir.DataType.from_numpy(weights[0].dtype) not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16):
-        raise RewriteRefused(f"weights of dtype {weights[0].dtype} are not floating point")
+        raise RewriteRefused("qkv.dtype", f"weights of dtype {weights[0].dtype} are not floating point")
     hint = root.name or "qkv"
     merged = ctx.constant(np.concatenate(weights, axis=1), f"{hint}_merged_weight",
                           derived_from=[node.inputs[1] for node in siblings])
