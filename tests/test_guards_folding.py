@@ -23,7 +23,7 @@ def constant_model(nodes, inits, out_dtype=F, out_shape=None):
     return make_model(nodes, [], [value_info("y", out_dtype, out_shape)], inits)
 
 
-def fold(model, guard, feeds=None, **options):
+def expect_fold_guard(model, guard, feeds=None, **options):
     return expect_guard(model, "fold_constants", guard, feeds, rule="fold_constants", **options)
 
 
@@ -34,32 +34,32 @@ def test_fold_result_type_not_inferred():
     # Shapes (2,) and (3,) do not broadcast: onnx's inference leaves the output untyped.
     model = constant_model([node("Add", ["a", "b"], ["y"])],
                            [tensor("a", np.ones(2, np.float32)), tensor("b", np.ones(3, np.float32))])
-    fold(model, "fold.dtype_unknown")
+    expect_fold_guard(model, "fold.dtype_unknown")
 
 
 def test_fold_result_size_not_inferred():
     model = constant_model([node("Compress", ["a", "c"], ["y"])],
                            [tensor("a", np.arange(4, dtype=np.float32)), tensor("c", np.array([1, 0, 1, 1], bool))])
-    fold(model, "fold.size_unknown", {})
+    expect_fold_guard(model, "fold.size_unknown", {})
 
 
 def test_fold_result_over_the_per_tensor_cap():
     model = constant_model([node("Expand", ["a", "s"], ["y"])],
                            [tensor("a", np.ones(1, np.float32)), tensor("s", np.array([100, 100], np.int64))])
-    fold(model, "fold.size_cap", {}, per_tensor_bytes=1000)
+    expect_fold_guard(model, "fold.size_cap", {}, per_tensor_bytes=1000)
 
 
 def test_fold_float16_computed_through_float32():
     model = constant_model([node("Add", ["a", "b"], ["y"])],
                            [tensor("a", np.full(4, 0.1, np.float16)), tensor("b", np.full(4, 0.2, np.float16))],
                            TensorProto.FLOAT16)
-    fold(model, "fold.float16_via_float32", {})
+    expect_fold_guard(model, "fold.float16_via_float32", {})
 
 
 def test_fold_quantizing_node():
     model = constant_model([node("DequantizeLinear", ["q", "s"], ["y"])],
                            [tensor("q", np.arange(4, dtype=np.int8)), tensor("s", np.array(0.5, np.float32))])
-    fold(model, "fold.quantized", {})
+    expect_fold_guard(model, "fold.quantized", {})
 
 
 # --- after evaluating ---------------------------------------------------------------------------
@@ -68,31 +68,38 @@ def test_fold_quantizing_node():
 def test_fold_size_bounded_result_over_the_cap():
     # NonZero's size is known only after running it: 16 int64 indices (128 bytes) of 16 floats (64).
     model = constant_model([node("NonZero", ["a"], ["y"])], [tensor("a", np.ones(16, np.float32))], I64)
-    fold(model, "fold.result_size_cap", {}, per_tensor_bytes=64)
+    expect_fold_guard(model, "fold.result_size_cap", {}, per_tensor_bytes=64)
 
 
 def test_fold_float_node_onnxruntime_cannot_run():
     model = constant_model([node("Gather", ["a", "i"], ["y"])],
                            [tensor("a", np.ones(2, np.float32)), tensor("i", np.array([5], np.int64))])
-    fold(model, "fold.ort_cannot_float")
+    expect_fold_guard(model, "fold.ort_cannot_float")
 
 
 def test_fold_node_no_evaluator_can_run():
     model = constant_model([node("Gather", ["a", "i"], ["y"])],
                            [tensor("a", np.ones(2, np.int64)), tensor("i", np.array([5], np.int64))], I64)
-    fold(model, "fold.no_evaluator")
+    expect_fold_guard(model, "fold.no_evaluator")
+
+
+def test_fold_reference_result_of_another_type():
+    # onnxruntime has no uint32 ReduceSumSquare; onnx's reference evaluator sums in uint64.
+    model = constant_model([node("ReduceSumSquare", ["a"], ["y"])], [tensor("a", np.array([[3, 4], [5, 6]], np.uint32))],
+                           TensorProto.UINT32)
+    expect_fold_guard(model, "fold.dtype_mismatch")
 
 
 def test_fold_overflow_to_infinity():
     model = constant_model([node("Mul", ["a", "a"], ["y"])], [tensor("a", np.full(2, 1e30, np.float32))])
-    fold(model, "fold.nonfinite", {})
+    expect_fold_guard(model, "fold.nonfinite", {})
 
 
 def test_fold_result_type_differs_from_the_declared():
     # Less gives bool; the graph declares its output int64 (malformed).
     model = constant_model([node("Less", ["a", "b"], ["y"])],
                            [tensor("a", np.array([1, 5], np.int64)), tensor("b", np.array([2, 2], np.int64))], I64)
-    fold(model, "fold.declared_dtype")
+    expect_fold_guard(model, "fold.declared_dtype")
 
 
 # --- fold_shapes / If inlining --------------------------------------------------------------------
@@ -158,4 +165,4 @@ def test_budget_rule_growth_over_the_ratio():
 def test_budget_graph_constant_over_the_ratio():
     model = constant_model([node("Expand", ["a", "s"], ["y"])],
                            [tensor("a", np.ones(1, np.float32)), tensor("s", np.array([10, 10], np.int64))])
-    fold(with_big_constant(model), "budget.graph_constant", {"w": np.zeros(BIG, np.float32)}, growth_ratio=0.0)
+    expect_fold_guard(with_big_constant(model), "budget.graph_constant", {"w": np.zeros(BIG, np.float32)}, growth_ratio=0.0)
