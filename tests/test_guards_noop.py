@@ -150,8 +150,9 @@ def test_reshape_chain_outer_zero_copies_from_another_input():
 
 
 def _unit(op, constant, x_shape=(3,), x_dtype=F):
-    return model_of([node(op, ["x", "c"], ["y"])], [x(list(x_shape) if x_shape is not None else None, x_dtype)],
-                    [tensor("c", constant)])
+    # x is negated first: a graph output may not become an alias of a graph input (driver.output_alias).
+    return model_of([node("Neg", ["x"], ["t"]), node(op, ["t", "c"], ["y"])],
+                    [x(list(x_shape) if x_shape is not None else None, x_dtype)], [tensor("c", constant)])
 
 
 SIGNED = {"x": np.array([-0.0, 0.0, 1.5], np.float32)}
@@ -234,9 +235,9 @@ def test_rewrite_where_float_branches():
 
 
 def _where(condition, a_shape, b_shape, dtype=I64):
-    model = model_of([node("Where", ["c", "a", "b"], ["y"])], [x(a_shape, dtype, "a"), x(b_shape, dtype, "b")],
-                     [tensor("c", condition)], out_dtype=dtype)
-    return model
+    # a is negated first: a graph output may not become an alias of a graph input (driver.output_alias).
+    nodes = [node("Neg", ["a"], ["na"]), node("Where", ["c", "na", "b"], ["y"])]
+    return model_of(nodes, [x(a_shape, dtype, "a"), x(b_shape, dtype, "b")], [tensor("c", condition)], out_dtype=dtype)
 
 
 def _ab(a_shape, b_shape, dtype=np.int64):
@@ -272,7 +273,7 @@ def test_where_selected_operand_is_broadcast():
 
 def test_where_float_selection():
     model = _where(np.array([True, True]), [2], [2], dtype=F)
-    feeds = {"a": np.array([-0.0, 1.0], np.float32), "b": np.array([2.0, 3.0], np.float32)}
+    feeds = {"a": np.array([0.0, 1.0], np.float32), "b": np.array([2.0, 3.0], np.float32)}  # selects -0.0
     expect_guard(model, "eliminate_where_with_constant_condition", "where_const.float", feeds)
 
 
