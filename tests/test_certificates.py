@@ -24,7 +24,7 @@ from onnxrefine.verify.certificate_inputs import adversarial_sets, reduced_shape
 def _sub_from_zero_to_neg(m, ctx):
     """Wrong on purpose, declared exact: 0 - x is +0.0 for x = +0.0, Neg gives -0.0."""
     if np.any(m.array("zero") != 0):
-        raise RewriteRefused("not a zero")
+        raise RewriteRefused("test.not_zero", "not a zero")
     node = ctx.node("Neg", [m["x"]])
     return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
 
@@ -32,7 +32,7 @@ def _sub_from_zero_to_neg(m, ctx):
 def _double_to_add(m, ctx):
     """Right: x * 2 is x + x bit for bit (signed zeros, infinities, NaN and overflow alike)."""
     if np.any(m.array("two") != 2):
-        raise RewriteRefused("not two")
+        raise RewriteRefused("test.not_two", "not two")
     node = ctx.node("Add", [m["x"], m["x"]])
     return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
 

@@ -120,7 +120,7 @@ def test_driver_work_grows_linearly(monkeypatch):
 
 def test_rule_refusal_is_recorded_with_reason():
     def refuse(m, ctx):
-        raise RewriteRefused("not today")
+        raise RewriteRefused("test.planted", "not today")
 
     rule = Rule("never", Op("Relu", Var("x")), refuse)
     model = ir_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [value_info("x", shape=[2])], [value_info("y")])
@@ -128,6 +128,7 @@ def test_rule_refusal_is_recorded_with_reason():
     assert not log.applied
     (refusal,) = log.refused.values()
     assert refusal.rule == "never" and refusal.reason == "not today" and "r (Relu)" in refusal.node
+    assert refusal.guard == "test.planted"
 
 
 def test_identity_like_rule_cannot_alias_input_to_output():
@@ -138,7 +139,7 @@ def test_identity_like_rule_cannot_alias_input_to_output():
     model = ir_model([helper.make_node("Relu", ["x"], ["y"])], [value_info("x", shape=[2])], [value_info("y")])
     log = RewriteDriver(model, [rule]).run()
     assert not log.applied
-    assert "alias" in next(iter(log.refused.values())).reason
+    assert next(iter(log.refused.values())).guard == "driver.output_alias"
     assert [n.op_type for n in model.graph] == ["Relu"]
 
 

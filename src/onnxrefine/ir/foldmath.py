@@ -76,15 +76,15 @@ def round_folded(result: np.ndarray, dtype, what: str) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     if not is_float_dtype(dtype):
-        raise RewriteRefused(f"{what}: cannot fold into non-floating dtype {dtype}")
+        raise RewriteRefused("foldmath.non_float_dtype", f"{what}: cannot fold into non-floating dtype {dtype}")
     if not np.all(np.isfinite(result)):
-        raise RewriteRefused(f"{what}: the folded value is not finite")
+        raise RewriteRefused("foldmath.nonfinite", f"{what}: the folded value is not finite")
     with np.errstate(over="ignore", invalid="ignore"):
         rounded = result.astype(dtype)
         back = rounded.astype(np.float64)
     if not np.all(np.isfinite(back)):
         big = float(np.max(np.abs(result)))
-        raise RewriteRefused(f"{what}: folded value {big:.6g} overflows {dtype.name}")
+        raise RewriteRefused("foldmath.overflow", f"{what}: folded value {big:.6g} overflows {dtype.name}")
     if np.any((back == 0) & (result != 0)):
-        raise RewriteRefused(f"{what}: a folded value underflows to zero in {dtype.name}")
+        raise RewriteRefused("foldmath.underflow", f"{what}: a folded value underflows to zero in {dtype.name}")
     return rounded

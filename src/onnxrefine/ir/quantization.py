@@ -86,7 +86,7 @@ def refuse_quantized_layer(layer: ir.Node, *results: ir.Value | None) -> None:
     for result in results or (None,):
         reason = layer_refusal(layer, result)
         if reason is not None:
-            raise RewriteRefused(reason)
+            raise RewriteRefused("quant.layer", reason)
 
 
 # -- shapes and element types of the quantized operators, for the shape oracle --------------------

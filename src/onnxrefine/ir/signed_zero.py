@@ -250,7 +250,7 @@ def refuse_if_observable(ctx, value: ir.Value, what: str) -> None:
 
     analysis = for_context(ctx)
     if analysis.observable(value):
-        raise RewriteRefused(f"{what} may turn -0.0 into +0.0 or back, and {analysis.why(value)}")
+        raise RewriteRefused("signed_zero.observable", f"{what} may turn -0.0 into +0.0 or back, and {analysis.why(value)}")
     proven = getattr(ctx, "sign_insensitive", None)
     if proven is not None:
         proven.append(value)  # the rewrite's certificate may then treat +0 and -0 alike here

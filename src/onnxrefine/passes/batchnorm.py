@@ -40,29 +40,29 @@ def bn_affine(m: Match, ctx: RewriteContext, channels: int, dtype: np.dtype) -> 
     bn: ir.Node = m["bn"]
     opset = ctx.opset()
     if _attr(bn, "training_mode", 0) != 0:
-        raise RewriteRefused("BatchNormalization is in training mode")
+        raise RewriteRefused("bn.training_mode", "BatchNormalization is in training mode")
     if opset and opset < 7 and _attr(bn, "is_test", 0) != 1:
-        raise RewriteRefused("BatchNormalization (opset < 7) without is_test=1 runs in training mode")
+        raise RewriteRefused("bn.is_test", "BatchNormalization (opset < 7) without is_test=1 runs in training mode")
     if opset and opset < 9 and _attr(bn, "spatial", 1) != 1:
-        raise RewriteRefused("BatchNormalization with spatial=0 has per-element statistics")
+        raise RewriteRefused("bn.spatial", "BatchNormalization with spatial=0 has per-element statistics")
     if any(out.uses() or out.is_graph_output() for out in bn.outputs[1:]):
-        raise RewriteRefused("BatchNormalization's running statistics outputs are read")
+        raise RewriteRefused("bn.stats_outputs", "BatchNormalization's running statistics outputs are read")
     params = {}
     for key in ("scale", "bias", "mean", "var"):
         array = m.array(key)
         if array.dtype != dtype:
-            raise RewriteRefused(f"BatchNormalization {key} dtype {array.dtype} differs from the weight's {dtype}")
+            raise RewriteRefused("bn.param_dtype", f"BatchNormalization {key} dtype {array.dtype} differs from the weight's {dtype}")
         if array.shape != (channels,):
-            raise RewriteRefused(f"BatchNormalization {key} has shape {array.shape}, expected ({channels},)")
+            raise RewriteRefused("bn.param_shape", f"BatchNormalization {key} has shape {array.shape}, expected ({channels},)")
         params[key] = to_float64(array)
     epsilon = float(np.float32(_attr(bn, "epsilon", 1e-5)))
     denominator = params["var"] + epsilon
     if not np.all(np.isfinite(denominator)) or np.any(denominator <= 0):
-        raise RewriteRefused("variance + epsilon is not a finite positive number")
+        raise RewriteRefused("bn.variance", "variance + epsilon is not a finite positive number")
     scale = params["scale"] / np.sqrt(denominator)
     shift = params["bias"] - params["mean"] * scale
     if not (np.all(np.isfinite(scale)) and np.all(np.isfinite(shift))):
-        raise RewriteRefused("the BatchNormalization affine form is not finite")
+        raise RewriteRefused("bn.affine_nonfinite", "the BatchNormalization affine form is not finite")
     if _has_negative_zero(shift) or _has_negative_zero(params["bias"]):
         # BN ends by adding shift (or B): a -0.0 there keeps the sign of a zero y*s, which a
         # negative s flips, while the folded layer's zeros come out as +0.0 (its sums start at +0.0).
@@ -77,7 +77,7 @@ def _has_negative_zero(array: np.ndarray) -> bool:
 def _float_weight(m: Match, key: str = "w") -> np.ndarray:
     weight = m.array(key)
     if not is_float_dtype(weight.dtype):
-        raise RewriteRefused(f"weight dtype {weight.dtype} is not floating point")
+        raise RewriteRefused("bn_fold.weight_dtype", f"weight dtype {weight.dtype} is not floating point")
     return weight
 
 
@@ -86,7 +86,7 @@ def _bias64(m: Match, key: str, channels: int, dtype: np.dtype) -> np.ndarray:
     if bias is None:
         return np.zeros(channels)
     if bias.dtype != dtype or bias.shape != (channels,):
-        raise RewriteRefused(f"bias has dtype {bias.dtype} and shape {bias.shape}, expected {dtype} ({channels},)")
+        raise RewriteRefused("bn_fold.bias", f"bias has dtype {bias.dtype} and shape {bias.shape}, expected {dtype} ({channels},)")
     return to_float64(bias)
 
 
@@ -100,10 +100,10 @@ def _per_channel(constant: np.ndarray, rank: int, channels: int) -> np.ndarray |
     """A constant broadcast over an NC... tensor of `rank` dims, as a (channels,) vector, if it
     varies along the channel axis only; None if it varies elsewhere too."""
     if constant.ndim > rank:
-        raise RewriteRefused(f"constant of rank {constant.ndim} broadcasts the rank-{rank} output up")
+        raise RewriteRefused("affine_fold.rank", f"constant of rank {constant.ndim} broadcasts the rank-{rank} output up")
     aligned = constant.reshape((1,) * (rank - constant.ndim) + constant.shape)
     if aligned.shape[1] not in (1, channels):
-        raise RewriteRefused(f"constant's channel dimension {aligned.shape[1]} does not match {channels}")
+        raise RewriteRefused("affine_fold.channels", f"constant's channel dimension {aligned.shape[1]} does not match {channels}")
     if any(d != 1 for i, d in enumerate(aligned.shape) if i != 1):
         return None
     return np.broadcast_to(to_float64(aligned).reshape(-1), (channels,))
@@ -113,7 +113,7 @@ def _constant_like(m: Match, weight: np.ndarray, what: str) -> np.ndarray:
     """The matched constant "c", refused unless it has the weight's dtype."""
     constant = m.array("c")
     if constant.dtype != weight.dtype:
-        raise RewriteRefused(f"{what} dtype {constant.dtype} differs from the weight's {weight.dtype}")
+        raise RewriteRefused("affine_fold.dtype", f"{what} dtype {constant.dtype} differs from the weight's {weight.dtype}")
     return constant
 
 
@@ -121,7 +121,7 @@ def _per_channel_constant(m: Match, weight: np.ndarray, what: str) -> np.ndarray
     """The matched constant "c" as a float64 per-output-channel vector, or a refusal."""
     per_channel = _per_channel(_constant_like(m, weight, what), weight.ndim, weight.shape[0])
     if per_channel is None:
-        raise RewriteRefused(f"{what} varies along a non-channel axis")
+        raise RewriteRefused("affine_fold.non_channel", f"{what} varies along a non-channel axis")
     return per_channel
 
 
@@ -161,7 +161,7 @@ def fold_conv_transpose_bn(m: Match, ctx: RewriteContext) -> Replacement:
     group = int(_attr(m["conv"], "group", 1))
     c_in, c_out_per_group = weight.shape[0], weight.shape[1]
     if group < 1 or c_in % group:
-        raise RewriteRefused(f"group {group} does not divide the {c_in} input channels")
+        raise RewriteRefused("bn_conv.group", f"group {group} does not divide the {c_in} input channels")
     channels = group * c_out_per_group
     scale, shift = bn_affine(m, ctx, channels, weight.dtype)
     bias = _bias64(m, "b", channels, weight.dtype)
@@ -197,10 +197,10 @@ def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
     refuse_quantized_layer(m["gemm"], m["bn"].outputs[0])  # quantized units stay as they are
     gemm: ir.Node = m["gemm"]
     if ctx.opset() and ctx.opset() < 7:
-        raise RewriteRefused("Gemm before opset 7 has broadcast semantics of its own")
+        raise RewriteRefused("bn_gemm.opset", "Gemm before opset 7 has broadcast semantics of its own")
     weight = _float_weight(m)
     if weight.ndim != 2:
-        raise RewriteRefused("Gemm weight is not 2-D")
+        raise RewriteRefused("bn_gemm.weight_rank", "Gemm weight is not 2-D")
     trans_b = int(_attr(gemm, "transB", 0))
     channels = weight.shape[0] if trans_b else weight.shape[1]
     scale, shift = bn_affine(m, ctx, channels, weight.dtype)
@@ -212,11 +212,11 @@ def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
         new_bias64 = shift
     else:
         if bias.dtype != weight.dtype:
-            raise RewriteRefused(f"Gemm C dtype {bias.dtype} differs from the weight's {weight.dtype}")
+            raise RewriteRefused("bn_gemm.c_dtype", f"Gemm C dtype {bias.dtype} differs from the weight's {weight.dtype}")
         try:
             np.broadcast_shapes(bias.shape, (channels,))
         except ValueError:
-            raise RewriteRefused(f"Gemm C of shape {bias.shape} does not broadcast over {channels} columns") from None
+            raise RewriteRefused("bn_gemm.c_shape", f"Gemm C of shape {bias.shape} does not broadcast over {channels} columns") from None
         new_bias64 = beta * to_float64(bias) * scale + shift
     new_bias = round_folded(new_bias64, weight.dtype, "folded bias")
     attributes = {k: v for k, v in gemm.attributes.items() if k != "beta"}
@@ -229,12 +229,12 @@ def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
 def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
     refuse_quantized_layer(m["matmul"], m["bn"].outputs[0])  # quantized units stay as they are
     if ctx.opset() and ctx.opset() < 7:
-        raise RewriteRefused("Gemm before opset 7 has broadcast semantics of its own")
+        raise RewriteRefused("bn_matmul.opset", "Gemm before opset 7 has broadcast semantics of its own")
     weight = _float_weight(m)
     if weight.ndim != 2:
-        raise RewriteRefused("MatMul weight is not a constant 2-D matrix")
+        raise RewriteRefused("bn_matmul.weight_rank", "MatMul weight is not a constant 2-D matrix")
     if ctx.rank(m["matmul"].outputs[0]) != 2:
-        raise RewriteRefused("MatMul output rank is not known to be 2 (BatchNormalization's channel axis)")
+        raise RewriteRefused("bn_matmul.output_rank", "MatMul output rank is not known to be 2 (BatchNormalization's channel axis)")
     channels = weight.shape[1]
     scale, shift = bn_affine(m, ctx, channels, weight.dtype)
     new_weight = round_folded(to_float64(weight) * scale[None, :], weight.dtype, "folded weight")

@@ -347,7 +347,7 @@ def run_if_with_const_cond(pctx: PassContext) -> int:
         error = _strict_inference_error(ir.serde.serialize_model(trial))
         if error is not None:
             pctx.log.refuse("eliminate_if_with_const_cond", pctx.model.graph.name or "", "<all constant Ifs>",
-                            f"inlining makes ONNX shape inference fail: {error}")
+                            f"inlining makes ONNX shape inference fail: {error}", guard="inline_if.shape_inference")
             return 0
     return _inline_all(pctx)
 
@@ -359,11 +359,11 @@ def swap_where_branches(m: Match, ctx: RewriteContext) -> Replacement:
     where: ir.Node = m["where"]
     dtype = static_oracle(ctx).dtype(m["a"]) or static_oracle(ctx).dtype(m["b"])
     if dtype is None:
-        raise RewriteRefused("the selected values' element type is not known from trusted facts")
+        raise RewriteRefused("where_swap.dtype_unknown", "the selected values' element type is not known from trusted facts")
     if dtype.is_floating_point():
         # onnxruntime's CPU Where returns +0.0 where it selects -0.0 from its X input (it keeps
         # the sign from Y), so swapping X and Y would flip signs of zero under that runtime.
-        raise RewriteRefused("swapping Where's branches changes which -0.0 onnxruntime turns into +0.0")
+        raise RewriteRefused("where_swap.float", "swapping Where's branches changes which -0.0 onnxruntime turns into +0.0")
     new = ctx.node("Where", [m["c"], m["b"], m["a"]], hint=where.name or None)
     return Replacement([new], {where.outputs[0]: new.outputs[0]})
 

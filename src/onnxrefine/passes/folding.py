@@ -98,7 +98,7 @@ def _inferred_outputs(model: onnx.ModelProto) -> dict[str, tuple[int, tuple | No
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:  # inference raising means the node is not what it claims
-        raise RewriteRefused(f"shape inference failed on the node: {str(exc).splitlines()[0][:200]}") from None
+        raise RewriteRefused("fold.shape_inference", f"shape inference failed on the node: {str(exc).splitlines()[0][:200]}") from None
     result = {}
     for output in inferred.graph.output:
         tensor_type = output.type.tensor_type if output.type.HasField("tensor_type") else None
@@ -140,7 +140,7 @@ def _session(model: onnx.ModelProto, check_native: bool) -> ort.InferenceSession
         placed = onnx.load(options.optimized_model_filepath, load_external_data=False)
     original = model.graph.node[0].op_type
     if any(node.op_type == "Cast" and original != "Cast" for node in placed.graph.node) or len(placed.graph.node) > 1:
-        raise RewriteRefused(f"onnxruntime computes this {original} in float32 through inserted Casts; the "
+        raise RewriteRefused("fold.float16_via_float32", f"onnxruntime computes this {original} in float32 through inserted Casts; the "
                              "folded float16 value could differ from what the runtime passes on")
     return session
 
@@ -153,16 +153,16 @@ def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports:
     inferred = _inferred_outputs(model)
     for name in outputs:
         if name not in inferred:
-            raise RewriteRefused("the result's element type cannot be determined before evaluating")
+            raise RewriteRefused("fold.dtype_unknown", "the result's element type cannot be determined before evaluating")
         elem_type, shape = inferred[name]
         if shape is None:
             if node.op_type not in _SIZE_BOUNDED:
-                raise RewriteRefused("the result's size cannot be determined before evaluating")
+                raise RewriteRefused("fold.size_unknown", "the result's size cannot be determined before evaluating")
             continue
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize
         nbytes = math.prod(shape) * max(itemsize, 1)
         if nbytes > cap_bytes:
-            raise RewriteRefused(f"the folded tensor would take {nbytes} bytes, over the cap of {cap_bytes}")
+            raise RewriteRefused("fold.size_cap", f"the folded tensor would take {nbytes} bytes, over the cap of {cap_bytes}")
     low_precision = any(_is_low_precision(a.dtype) for a in arrays if a is not None) or any(
         _is_low_precision(onnx.helper.tensor_dtype_to_np_dtype(inferred[name][0])) for name in outputs)
     try:
@@ -175,15 +175,15 @@ def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports:
     checked = []
     for name, result in zip(outputs, results):
         if not isinstance(result, np.ndarray):
-            raise RewriteRefused("the result is not a tensor")
+            raise RewriteRefused("fold.not_tensor", "the result is not a tensor")
         elem_type, shape = inferred[name]
         expected = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
         if result.dtype != expected and not (expected == np.dtype(object) and result.dtype.kind in "OU"):
-            raise RewriteRefused(f"the result has dtype {result.dtype}, inference says {expected}")
+            raise RewriteRefused("fold.dtype_mismatch", f"the result has dtype {result.dtype}, inference says {expected}")
         if shape is not None and tuple(result.shape) != shape:
-            raise RewriteRefused(f"the result has shape {result.shape}, inference says {shape}")
+            raise RewriteRefused("fold.shape_mismatch", f"the result has shape {result.shape}, inference says {shape}")
         if result.nbytes > cap_bytes:
-            raise RewriteRefused(f"the folded tensor takes {result.nbytes} bytes, over the cap of {cap_bytes}")
+            raise RewriteRefused("fold.result_size_cap", f"the folded tensor takes {result.nbytes} bytes, over the cap of {cap_bytes}")
         checked.append(result)
     return checked
 
@@ -193,14 +193,14 @@ def _reference_fallback(model, feeds, outputs, inferred, ort_error) -> list:
     for name in outputs:
         elem_type, _ = inferred[name]
         if is_float_dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)):
-            raise RewriteRefused(f"onnxruntime cannot evaluate the node ({reason}); a float result "
+            raise RewriteRefused("fold.ort_cannot_float", f"onnxruntime cannot evaluate the node ({reason}); a float result "
                                  "from another evaluator may differ from the runtime's")
     try:
         from onnx.reference import ReferenceEvaluator
 
         return ReferenceEvaluator(model).run(outputs, feeds)
     except Exception as exc:
-        raise RewriteRefused(f"neither onnxruntime ({reason}) nor the reference evaluator can run the node: "
+        raise RewriteRefused("fold.no_evaluator", f"neither onnxruntime ({reason}) nor the reference evaluator can run the node: "
                              f"{str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}") from None
 
 
@@ -256,7 +256,7 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
             continue  # declined in an earlier round on the same inputs: evaluating again is wasted
         quantization = fold_refusal(node)
         if quantization is not None:  # a Q/DQ node keeps the model quantized (ir/quantization.py)
-            graphedit.log_refuse(pctx, "fold_constants", graph, node, quantization)
+            graphedit.log_refuse(pctx, "fold_constants", graph, node, quantization, guard="fold.quantized")
             refused[id(node)] = (node, signature)
             continue
         source_bytes = max((a.nbytes for a in arrays if a is not None), default=0)
@@ -266,17 +266,17 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
             replacements = []
             for output, result in zip([o for o in node.outputs if o.name], results):
                 if _overflowed(arrays, result):
-                    raise RewriteRefused("the folded value is not finite where the inputs were (overflow)")
+                    raise RewriteRefused("fold.nonfinite", "the folded value is not finite where the inputs were (overflow)")
                 if output.type is not None and output.dtype is not None and output.dtype.numpy() != result.dtype \
                         and result.dtype.kind not in "OU":
-                    raise RewriteRefused(f"the result dtype {result.dtype} differs from the declared {output.dtype}")
+                    raise RewriteRefused("fold.declared_dtype", f"the result dtype {result.dtype} differs from the declared {output.dtype}")
                 replacements.append((output, result))
             freed = _freed_bytes(node)
             for _output, result in replacements:
                 graphedit.charge_constant(pctx, result.nbytes, source_bytes, freed)
                 freed = 0
         except RewriteRefused as refusal:
-            graphedit.log_refuse(pctx, "fold_constants", graph, node, str(refusal))
+            graphedit.log_refuse(pctx, "fold_constants", graph, node, refusal)
             refused[id(node)] = (node, signature)  # the node is kept alive, so its id stays its own
             continue
         added = []

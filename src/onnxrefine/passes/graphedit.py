@@ -48,7 +48,7 @@ def charge_constant(pctx: PassContext, nbytes: int, source_bytes: int, freed: in
     if reason is None:
         reason = pctx.budget.growth_refusal([nbytes], freed)
     if reason is not None:
-        raise RewriteRefused(reason)
+        raise RewriteRefused("budget.graph_constant", reason)
     pctx.budget.charge([nbytes], freed)
 
 
@@ -98,8 +98,12 @@ def log_apply(pctx: PassContext, rule: str, kind: str, graph: ir.Graph, node: ir
                    removed=[node_label(node)], added=list(added))
 
 
-def log_refuse(pctx: PassContext, rule: str, graph: ir.Graph, node: ir.Node, reason: str) -> None:
-    pctx.log.refuse(rule, graph.name or "", node_label(node), reason)
+def log_refuse(pctx: PassContext, rule: str, graph: ir.Graph, node: ir.Node, reason: str | RewriteRefused,
+               guard: str = "") -> None:
+    """Log a refusal: a caught RewriteRefused (its guard id recorded), or a reason and a literal `guard`."""
+    if isinstance(reason, RewriteRefused):
+        reason, guard = str(reason), reason.guard
+    pctx.log.refuse(rule, graph.name or "", node_label(node), reason, guard)
 
 
 def opset_of(model: ir.Model, graph: ir.Graph, domain: str = "") -> int:

@@ -32,7 +32,7 @@ def _forward(m: Match, node_key: str, value_key: str = "x") -> Replacement:
 def _rank(ctx: RewriteContext, value: ir.Value, what: str) -> int:
     rank = shapes_of(ctx).rank(value)
     if rank is None:
-        raise RewriteRefused(f"the rank of {what} is not known from trusted facts")
+        raise RewriteRefused("noop.rank_unknown", f"the rank of {what} is not known from trusted facts")
     return rank
 
 
@@ -54,13 +54,13 @@ def drop_same_type_cast(m: Match, ctx: RewriteContext) -> Replacement:
     oracle = dtypes_of(ctx)
     source = oracle.dtype(m["x"])
     if source is None:
-        raise RewriteRefused("the input's element type is not known from trusted facts")
+        raise RewriteRefused("cast.dtype_unknown", "the input's element type is not known from trusted facts")
     if node.op_type == "Cast":
         target = ir.DataType(attr(node, "to"))
     else:
         target = oracle.dtype(input_at(node, 1))
         if target is None:
-            raise RewriteRefused("CastLike's target element type is not known from trusted facts")
+            raise RewriteRefused("cast.castlike_target_unknown", "CastLike's target element type is not known from trusted facts")
     if source != target:
         return None  # a real conversion; nothing to explain
     return _forward(m, "node")
@@ -77,16 +77,16 @@ def drop_inference_dropout(m: Match, ctx: RewriteContext) -> Replacement:
     node: ir.Node = m["node"]
     opset = ctx.opset()
     if opset and opset < 7 and attr(node, "is_test", 0) != 1:
-        raise RewriteRefused("Dropout before opset 7 without is_test=1 runs in training mode")
+        raise RewriteRefused("dropout.is_test", "Dropout before opset 7 without is_test=1 runs in training mode")
     training = m.get("training")
     if training is not None:
         flag = m.array("training")
         if flag is None:
-            raise RewriteRefused("Dropout's training_mode is not a constant")
+            raise RewriteRefused("dropout.training_not_constant", "Dropout's training_mode is not a constant")
         if np.any(flag):
-            raise RewriteRefused("Dropout runs in training mode")
+            raise RewriteRefused("dropout.training", "Dropout runs in training mode")
     if any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
-        raise RewriteRefused("Dropout's mask output is read")
+        raise RewriteRefused("dropout.mask_read", "Dropout's mask output is read")
     return _forward(m, "node")
 
 
@@ -104,7 +104,7 @@ def drop_flatten_of_matrix(m: Match, ctx: RewriteContext) -> Replacement | None:
     if int(attr(m["node"], "axis", 1)) not in (1, -1):
         return None
     if _rank(ctx, m["x"], "Flatten's input") != 2:
-        raise RewriteRefused("Flatten's input is not known to be 2-D")
+        raise RewriteRefused("flatten.not_2d", "Flatten's input is not known to be 2-D")
     return _forward(m, "node")
 
 
@@ -139,9 +139,9 @@ def drop_single_split(m: Match, ctx: RewriteContext) -> Replacement | None:
         shape = shapes_of(ctx).shape(m["x"])
         axis = normalize_axes([attr(node, "axis", 0)], None if shape is None else len(shape))
         if shape is None or axis is None or known_dim(shape[axis[0]]) is None:
-            raise RewriteRefused("Split's axis length is not known, so the split may not cover it")
+            raise RewriteRefused("split.axis_unknown", "Split's axis length is not known, so the split may not cover it")
         if split != [shape[axis[0]]]:
-            raise RewriteRefused(f"split {split} does not cover the axis of length {shape[axis[0]]}")
+            raise RewriteRefused("split.not_whole", f"split {split} does not cover the axis of length {shape[axis[0]]}")
     return _forward(m, "node")
 
 
@@ -159,16 +159,16 @@ def drop_unit_expand(m: Match, ctx: RewriteContext) -> Replacement | None:
     if all(d == 1 for d in shape):
         rank = _rank(ctx, m["x"], "Expand's input")
         if len(shape) > rank:
-            raise RewriteRefused(f"Expand to rank {len(shape)} raises the rank of a rank-{rank} input")
+            raise RewriteRefused("expand.ones_raise_rank", f"Expand to rank {len(shape)} raises the rank of a rank-{rank} input")
         return _forward(m, "node")
     source = shapes_of(ctx).shape(m["x"])
     if source is None:
-        raise RewriteRefused("the input's shape is not known from trusted facts")
+        raise RewriteRefused("expand.shape_unknown", "the input's shape is not known from trusted facts")
     if len(shape) > len(source):
-        raise RewriteRefused(f"Expand to rank {len(shape)} raises the rank of a rank-{len(source)} input")
+        raise RewriteRefused("expand.raise_rank", f"Expand to rank {len(shape)} raises the rank of a rank-{len(source)} input")
     for target, dim in zip(shape, source[len(source) - len(shape):]):
         if target != 1 and known_dim(dim) != target:
-            raise RewriteRefused(f"target dim {target} may broadcast input dim {dim}")
+            raise RewriteRefused("expand.broadcasts", f"target dim {target} may broadcast input dim {dim}")
     return _forward(m, "node")
 
 
@@ -222,7 +222,7 @@ def drop_same_shape_reshape(m: Match, ctx: RewriteContext) -> Replacement | None
     source = shapes_of(ctx).shape(m["x"])
     reason = reshape_keeps_shape(source, target, bool(attr(m["node"], "allowzero", 0)))
     if reason is not None:
-        raise RewriteRefused(reason)
+        raise RewriteRefused("reshape.not_same_shape", reason)
     return _forward(m, "node")
 
 
@@ -251,23 +251,23 @@ def _unit_guard(m: Match, ctx: RewriteContext, op: str, signed_zero_may_change: 
         if is_float_dtype(constant.dtype) and not signed_zero_may_change:
             negative_zero = np.signbit(constant)
             if op == "Add" and not np.all(negative_zero):
-                raise RewriteRefused("x + 0.0 turns x = -0.0 into +0.0 (only x + (-0.0) is a no-op)")
+                raise RewriteRefused("identity_arith.add_zero_sign", "x + 0.0 turns x = -0.0 into +0.0 (only x + (-0.0) is a no-op)")
             if op == "Sub" and np.any(negative_zero):
-                raise RewriteRefused("x - (-0.0) turns x = -0.0 into +0.0")
+                raise RewriteRefused("identity_arith.sub_negative_zero", "x - (-0.0) turns x = -0.0 into +0.0")
     source_dtype = dtypes_of(ctx).dtype(m["x"])
     # The operator's type constraint already ties both operands to one element type (Pow's
     # exponent excepted); a trusted dtype that disagrees means the model is not what it seems.
     if op != "Pow" and source_dtype is not None and source_dtype.numpy() != constant.dtype:
-        raise RewriteRefused(f"input element type {source_dtype} differs from the constant's {constant.dtype}")
+        raise RewriteRefused("identity_arith.dtype", f"input element type {source_dtype} differs from the constant's {constant.dtype}")
     shape = shapes_of(ctx).shape(m["x"])
     if shape is None:
-        raise RewriteRefused("the input's rank is not known, so the constant may broadcast it up")
+        raise RewriteRefused("identity_arith.rank_unknown", "the input's rank is not known, so the constant may broadcast it up")
     if constant.ndim > len(shape):
-        raise RewriteRefused(f"a rank-{constant.ndim} constant broadcasts the rank-{len(shape)} input up")
+        raise RewriteRefused("identity_arith.raise_rank", f"a rank-{constant.ndim} constant broadcasts the rank-{len(shape)} input up")
     aligned = shape[len(shape) - constant.ndim:]
     for d_const, d_in in zip(constant.shape, aligned):
         if d_const != 1 and d_const != known_dim(d_in):
-            raise RewriteRefused(f"constant dim {d_const} may broadcast input dim {d_in}")
+            raise RewriteRefused("identity_arith.broadcasts", f"constant dim {d_const} may broadcast input dim {d_in}")
     return _forward(m, "node")
 
 
@@ -335,21 +335,21 @@ def drop_monotone_before_arg(m: Match, ctx: RewriteContext) -> Replacement:
     f: ir.Node = m["f"]
     arg: ir.Node = m["arg"]
     if f.op_type in _TIE_MAKERS:
-        raise RewriteRefused(_TIE_MAKERS[f.op_type])
+        raise RewriteRefused("monotone_arg.tie_maker", _TIE_MAKERS[f.op_type])
     dtype = dtypes_of(ctx).dtype(m["x"])
     if dtype is None:
-        raise RewriteRefused(f"the element type before {f.op_type} is not known from trusted facts")
+        raise RewriteRefused("monotone_arg.dtype_unknown", f"the element type before {f.op_type} is not known from trusted facts")
     op_type = arg.op_type
     if f.op_type == "Neg":
         # Negation is exact and injective on floats (not on ints: -INT_MIN wraps), so ArgMax of
         # -x is ArgMin of x, ties and select_last_index included.
         if dtype not in _FLOAT_NEG_TYPES:
-            raise RewriteRefused(f"Neg on {dtype} is not order-reversing (integer negation wraps)")
+            raise RewriteRefused("monotone_arg.integer_neg", f"Neg on {dtype} is not order-reversing (integer negation wraps)")
         op_type = "ArgMin" if op_type == "ArgMax" else "ArgMax"
     else:
         target = ir.DataType(attr(f, "to"))
         if target not in _EXACT_WIDENING.get(dtype, ()):
-            raise RewriteRefused(f"Cast {dtype} -> {target} is not a known exact, order-preserving widening")
+            raise RewriteRefused("monotone_arg.cast", f"Cast {dtype} -> {target} is not a known exact, order-preserving widening")
     new = ctx.node(op_type, [m["x"]], dict(arg.attributes), hint=arg.name or None)
     return Replacement([new], {arg.outputs[0]: new.outputs[0]})
 
@@ -381,7 +381,7 @@ def collapse_reshape_chain(m: Match, ctx: RewriteContext) -> Replacement:
     outer: ir.Node = m["outer"]
     target = m.array("shape").reshape(-1)
     if not attr(outer, "allowzero", 0) and np.any(target == 0):
-        raise RewriteRefused("the outer Reshape copies dims with 0, which would copy from a different input")
+        raise RewriteRefused("reshape_chain.zero_copy", "the outer Reshape copies dims with 0, which would copy from a different input")
     new = ctx.node("Reshape", [m["x"], m["shape"]], dict(outer.attributes), hint=outer.name or None)
     return Replacement([new], {outer.outputs[0]: new.outputs[0]})
 

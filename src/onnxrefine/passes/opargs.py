@@ -65,7 +65,7 @@ def int_list_arg(node: ir.Node, attr_name: str, input_index: int, what: str) -> 
         return None
     array = constant_array(value)
     if array is None:
-        raise RewriteRefused(f"{node.op_type} {what} is not a constant")
+        raise RewriteRefused("args.not_constant", f"{node.op_type} {what} is not a constant")
     return [int(v) for v in array.reshape(-1)]
 
 

@@ -153,7 +153,7 @@ def _vetoable(rule: Rule, vetoed: frozenset) -> Rule:
         root = found.root
         graph = root.graph.name if root.graph is not None else ""
         if (rule.name, graph or "", node_label(root)) in vetoed:
-            raise RewriteRefused("rolled back: verification found that this rewrite changes the model's outputs")
+            raise RewriteRefused("verify.rolled_back", "rolled back: verification found that this rewrite changes the model's outputs")
         return inner(found, ctx)
 
     return dataclasses.replace(rule, rewrite=rewrite)

@@ -25,7 +25,7 @@ def drop_exact_cast_chain(m: Match, ctx: RewriteContext) -> Replacement:
     middle, target = ir.DataType(attr(inner, "to")), ir.DataType(attr(outer, "to"))
     reason = cast_chain_refusal(source, middle, target)
     if reason is not None:
-        raise RewriteRefused(reason)
+        raise RewriteRefused("cast_chain.inexact", reason)
     if target == source:
         return Replacement([], {outer.outputs[0]: m["x"]})
     cast = ctx.node("Cast", [m["x"]], {"to": int(target)}, hint=outer.name or None)

@@ -31,7 +31,7 @@ def _quantized_layer() -> Op:
 
 def refuse_quantized_fold(m: Match, ctx: RewriteContext) -> Replacement:
     what = m["op"].op_type
-    raise RewriteRefused(
+    raise RewriteRefused("quant.fold_into_layer",
         f"{what} after a {m['layer'].op_type} whose weight is quantized (DequantizeLinear): folding it would "
         "change the int8 weight or its scale, which is not exactly representable (only a power-of-two "
         "factor with no shift is) and breaks the quantized unit the runtime fuses; kept as it is")

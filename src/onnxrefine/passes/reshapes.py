@@ -45,31 +45,31 @@ def _region(outer: ir.Node, rank: int) -> tuple[list[ir.Node], ir.Value]:
     while stack:
         node = stack.pop()
         if node is None:
-            raise RewriteRefused("the Reshape reads a graph input, not an elementwise region")
+            raise RewriteRefused("reshape_region.graph_input", "the Reshape reads a graph input, not an elementwise region")
         if id(node) in region:
             continue
         if node.op_type == "Reshape" and node.domain in graphedit.STANDARD_DOMAINS and node is not outer:
             if entry is not None and entry is not node.outputs[0]:
-                raise RewriteRefused("the region reads more than one Reshape")
+                raise RewriteRefused("reshape_region.two_reshapes", "the region reads more than one Reshape")
             entry = node.outputs[0]
             continue
         if node.domain not in graphedit.STANDARD_DOMAINS or len(node.outputs) != 1 or not (
                 node.op_type in UNARY and len(node.inputs) == 1 or node.op_type in BINARY and len(node.inputs) == 2):
-            raise RewriteRefused(f"{node.op_type} {node.name!r} is not an elementwise operator this rewrite knows")
+            raise RewriteRefused("reshape_region.not_elementwise", f"{node.op_type} {node.name!r} is not an elementwise operator this rewrite knows")
         region[id(node)] = node
         if len(region) > MAX_REGION:
-            raise RewriteRefused(f"the region has more than {MAX_REGION} nodes")
+            raise RewriteRefused("reshape_region.too_large", f"the region has more than {MAX_REGION} nodes")
         for value in node.inputs:
             array = constant_array(value) if value is not None else None
             if array is not None:
                 if array.size != 1 or array.ndim > rank:
-                    raise RewriteRefused(f"constant {value.name!r} has shape {list(array.shape)}, not one element")
+                    raise RewriteRefused("reshape_region.constant_not_scalar", f"constant {value.name!r} has shape {list(array.shape)}, not one element")
                 continue
             if value is None:
-                raise RewriteRefused("an optional input is missing")
+                raise RewriteRefused("reshape_region.missing_input", "an optional input is missing")
             stack.append(value.producer())
     if entry is None or not region:
-        raise RewriteRefused("no elementwise region between two Reshapes")
+        raise RewriteRefused("reshape_region.empty", "no elementwise region between two Reshapes")
     return list(region.values()), entry
 
 
@@ -78,13 +78,13 @@ def _check_closed(nodes: list[ir.Node], entry: ir.Value, outer: ir.Node) -> None
     exit_value = outer.inputs[0]
     for value in [entry, *(n.outputs[0] for n in nodes)]:
         if value.is_graph_output():
-            raise RewriteRefused(f"{value.name!r} is a graph output")
+            raise RewriteRefused("reshape_region.graph_output", f"{value.name!r} is a graph output")
         readers = [user for user, _ in value.uses()]
         if value is exit_value:
             if any(user is not outer for user in readers):
-                raise RewriteRefused(f"{value.name!r} is also read outside the region")
+                raise RewriteRefused("reshape_region.exit_read_outside", f"{value.name!r} is also read outside the region")
         elif any(id(user) not in inside for user in readers):
-            raise RewriteRefused(f"{value.name!r} is read outside the region")
+            raise RewriteRefused("reshape_region.read_outside", f"{value.name!r} is read outside the region")
 
 
 def eliminate_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes) -> int:
@@ -102,10 +102,10 @@ def eliminate_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes)
             nodes, entry = _region(outer, len(target))
             source = entry.producer().inputs[0]
             if oracle.static_shape(source) != target:
-                raise RewriteRefused(f"the Reshapes do not return to {source.name!r}'s own static shape")
+                raise RewriteRefused("reshape_region.shape_differs", f"the Reshapes do not return to {source.name!r}'s own static shape")
             _check_closed(nodes, entry, outer)
         except RewriteRefused as refused:
-            graphedit.log_refuse(pctx, RULE, graph, outer, str(refused))
+            graphedit.log_refuse(pctx, RULE, graph, outer, refused)
             continue
         inner = entry.producer()
         for node in nodes:

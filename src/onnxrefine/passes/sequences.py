@@ -32,25 +32,25 @@ def _attr(node: ir.Node, name: str, default=None):
 
 def _sizes(node: ir.Node, oracle: StaticShapes) -> list[int]:
     if len(node.inputs) < 2 or node.inputs[1] is None:
-        raise RewriteRefused("no split input: the pieces depend on keepdims")
+        raise RewriteRefused("split_seq.no_split", "no split input: the pieces depend on keepdims")
     split = constant_array(node.inputs[1])
     if split is None:
-        raise RewriteRefused("split is not a constant")
+        raise RewriteRefused("split_seq.split_not_constant", "split is not a constant")
     if split.ndim == 1:
         sizes = [int(s) for s in split]
         if not sizes or any(s < 0 for s in sizes):
-            raise RewriteRefused(f"split sizes {sizes} are not valid")
+            raise RewriteRefused("split_seq.sizes_invalid", f"split sizes {sizes} are not valid")
         return sizes
     if split.ndim != 0:
-        raise RewriteRefused("split is neither a scalar nor a list")
+        raise RewriteRefused("split_seq.split_rank", "split is neither a scalar nor a list")
     chunk = int(split)
     shape = oracle.symbolic_shape(node.inputs[0])
     axis = int(_attr(node, "axis", 0))
     if shape is None or not -len(shape) <= axis < len(shape) or not isinstance(shape[axis], int):
-        raise RewriteRefused("a chunk size needs the axis' size static from trusted facts")
+        raise RewriteRefused("split_seq.axis_not_static", "a chunk size needs the axis' size static from trusted facts")
     dim = shape[axis]
     if chunk <= 0 or dim <= 0:
-        raise RewriteRefused(f"chunk {chunk} over a dim of {dim}")
+        raise RewriteRefused("split_seq.chunk", f"chunk {chunk} over a dim of {dim}")
     count = -(-dim // chunk)
     return [chunk] * (count - 1) + [dim - chunk * (count - 1)]
 
@@ -58,23 +58,23 @@ def _sizes(node: ir.Node, oracle: StaticShapes) -> list[int]:
 def _readers(node: ir.Node, graph: ir.Graph, count: int) -> list[tuple[ir.Node, int]]:
     sequence = node.outputs[0]
     if sequence.is_graph_output():
-        raise RewriteRefused("the sequence is a graph output")
+        raise RewriteRefused("split_seq.graph_output", "the sequence is a graph output")
     readers = []
     for user, slot in sequence.uses():
         if user.op_type != "SequenceAt" or user.domain not in graphedit.STANDARD_DOMAINS or slot != 0:
-            raise RewriteRefused(f"the sequence is read by {user.op_type}, not only SequenceAt")
+            raise RewriteRefused("split_seq.other_reader", f"the sequence is read by {user.op_type}, not only SequenceAt")
         if user.graph is not graph:
-            raise RewriteRefused("the sequence is read inside a subgraph")
+            raise RewriteRefused("split_seq.subgraph_reader", "the sequence is read inside a subgraph")
         position = constant_array(user.inputs[1]) if len(user.inputs) > 1 and user.inputs[1] is not None else None
         if position is None or position.size != 1 or position.dtype.kind not in "iu":
-            raise RewriteRefused("a SequenceAt position is not a constant integer")
+            raise RewriteRefused("split_seq.position_not_constant", "a SequenceAt position is not a constant integer")
         index = int(position.reshape(()))
         index = index + count if index < 0 else index
         if not 0 <= index < count:
-            raise RewriteRefused(f"SequenceAt position {int(position.reshape(()))} is outside {count} pieces")
+            raise RewriteRefused("split_seq.position_outside", f"SequenceAt position {int(position.reshape(()))} is outside {count} pieces")
         readers.append((user, index))
     if not readers:
-        raise RewriteRefused("nothing reads the sequence")
+        raise RewriteRefused("split_seq.no_reader", "nothing reads the sequence")
     return readers
 
 
@@ -87,7 +87,7 @@ def rewrite_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, oracle:
             sizes = _sizes(node, oracle)
             readers = _readers(node, graph, len(sizes))
         except RewriteRefused as refused:
-            graphedit.log_refuse(pctx, RULE, graph, node, str(refused))
+            graphedit.log_refuse(pctx, RULE, graph, node, refused)
             continue
         axis = int(_attr(node, "axis", 0))
         inputs = [node.inputs[0]]

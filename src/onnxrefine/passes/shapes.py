@@ -78,7 +78,8 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
         array = elements.array()
         if output.type is not None and output.dtype is not None and output.dtype != elements.dtype:
             graphedit.log_refuse(pctx, rule, graph, node,
-                                 f"declared element type {output.dtype} differs from the computed {elements.dtype}")
+                                 f"declared element type {output.dtype} differs from the computed {elements.dtype}",
+                                 guard="static_shape.declared_dtype")
             continue
         value = graphedit.new_constant(pctx, graph, in_function, array, f"{output.name or node.op_type}_static",
                                        before=node)

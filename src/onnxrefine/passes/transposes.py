@@ -41,12 +41,12 @@ def reshape_target(shape: tuple, perm: list[int]) -> list[int]:
     """The Reshape target equal to Transpose(perm) on a tensor of `shape`; RewriteRefused if the
     Transpose moves data or the target cannot be written without ambiguity."""
     if sorted(perm) != list(range(len(shape))):
-        raise RewriteRefused(f"perm {perm} is not a permutation of rank {len(shape)}")
+        raise RewriteRefused("transpose_reshape.perm_rank", f"perm {perm} is not a permutation of rank {len(shape)}")
     if any(isinstance(d, int) and d == 0 for d in shape):
-        raise RewriteRefused("the tensor is empty (a 0 in a Reshape target would copy a dim)")
+        raise RewriteRefused("transpose_reshape.empty", "the tensor is empty (a 0 in a Reshape target would copy a dim)")
     moving = [axis for axis in perm if not (isinstance(shape[axis], int) and shape[axis] == 1)]
     if moving != sorted(moving):
-        raise RewriteRefused(f"perm {perm} reorders axes that may be longer than 1 (shape {_text(shape)})")
+        raise RewriteRefused("transpose_reshape.reorders", f"perm {perm} reorders axes that may be longer than 1 (shape {_text(shape)})")
     target: list = []
     free = []
     for out_axis, in_axis in enumerate(perm):
@@ -60,7 +60,7 @@ def reshape_target(shape: tuple, perm: list[int]) -> list[int]:
             free.append(out_axis)
     if free:
         if len(free) > 1 or any(t == 0 for t in target):
-            raise RewriteRefused(f"more than one moved symbolic dim (shape {_text(shape)}, perm {perm})")
+            raise RewriteRefused("transpose_reshape.symbolic_dims", f"more than one moved symbolic dim (shape {_text(shape)}, perm {perm})")
         target[free[0]] = -1
     return target
 
@@ -75,7 +75,7 @@ def transpose_to_reshape(m: Match, ctx: RewriteContext) -> Replacement:
         return None
     shape = shapes_of(ctx).symbolic_shape(m["x"])
     if shape is None:
-        raise RewriteRefused("the input's shape is not known from trusted facts")
+        raise RewriteRefused("transpose_reshape.shape_unknown", "the input's shape is not known from trusted facts")
     perm = attr(node, "perm")
     perm = list(range(len(shape)))[::-1] if perm is None else [int(p) for p in perm]
     if perm == list(range(len(shape))):
@@ -89,9 +89,9 @@ def transpose_to_reshape(m: Match, ctx: RewriteContext) -> Replacement:
 def _static_nonempty(ctx: RewriteContext, value: ir.Value, what: str) -> list[int]:
     shape = shapes_of(ctx).symbolic_shape(value)
     if shape is None or not all(isinstance(d, int) for d in shape):
-        raise RewriteRefused(f"the {what} shape is not static from trusted facts")
+        raise RewriteRefused("reshape_transpose.shape_not_static", f"the {what} shape is not static from trusted facts")
     if any(d == 0 for d in shape):
-        raise RewriteRefused(f"the {what} is empty")
+        raise RewriteRefused("reshape_transpose.empty", f"the {what} is empty")
     return list(shape)
 
 
@@ -109,10 +109,10 @@ def through_transpose(middle: list[int], perm: list[int], target: list[int]) -> 
     """(R, q) with Transpose(Reshape(x, R), q) == Reshape(Transpose(x', perm), target) for any x'
     of shape `middle`; RewriteRefused unless `target` is the transposed shape up to size-1 axes."""
     if sorted(perm) != list(range(len(middle))):
-        raise RewriteRefused(f"perm {perm} is not a permutation of rank {len(middle)}")
+        raise RewriteRefused("reshape_transpose.perm_rank", f"perm {perm} is not a permutation of rank {len(middle)}")
     sources = [axis for axis in perm if middle[axis] != 1]  # middle axes longer than 1, in output order
     if [middle[a] for a in sources] != [d for d in target if d != 1]:
-        raise RewriteRefused(f"the Reshape to {target} does more than add or remove size-1 axes")
+        raise RewriteRefused("reshape_transpose.not_unit_axes", f"the Reshape to {target} does more than add or remove size-1 axes")
     kept = sorted(sources)  # R: those axes in their own order, then size-1 axes
     ones = len(target) - len(kept)
     reshape = [middle[a] for a in kept] + [1] * ones

@@ -39,27 +39,27 @@ def select_constant_where(m: Match, ctx: RewriteContext) -> Replacement:
         return None
     condition = m.array("c")
     if condition.dtype != np.bool_ or condition.size == 0:
-        raise RewriteRefused("the condition is not a non-empty bool constant")
+        raise RewriteRefused("where_const.condition", "the condition is not a non-empty bool constant")
     if condition.all():
         chosen = m["a"]
     elif not condition.any():
         chosen = m["b"]
     else:
-        raise RewriteRefused("the condition mixes true and false")
+        raise RewriteRefused("where_const.mixed", "the condition mixes true and false")
     shapes = shapes_of(ctx)
     parts = [shapes.symbolic_shape(v) for v in (node.inputs[0], m["a"], m["b"])]
     if any(p is None for p in parts):
-        raise RewriteRefused("an operand's shape is not known from trusted facts")
+        raise RewriteRefused("where_const.shape_unknown", "an operand's shape is not known from trusted facts")
     output = parts[0]
     for part in parts[1:]:
         output = _broadcast(output, part)
         if output is None:
-            raise RewriteRefused("the operands' shapes do not provably broadcast")
+            raise RewriteRefused("where_const.broadcast", "the operands' shapes do not provably broadcast")
     if not _same_shape(shapes.symbolic_shape(chosen), output):
-        raise RewriteRefused("Where broadcasts the selected operand to a larger shape")
+        raise RewriteRefused("where_const.selected_broadcast", "Where broadcasts the selected operand to a larger shape")
     if shapes.dtype(chosen) not in EXACT_TYPES:
         # onnxruntime's float Where turns a selected -0.0 into +0.0 (found by this rule's certificate)
-        raise RewriteRefused("not an integer or bool selection (a float Where may change the sign of a zero)")
+        raise RewriteRefused("where_const.float", "not an integer or bool selection (a float Where may change the sign of a zero)")
     return Replacement([], {node.outputs[0]: chosen})
 
 

@@ -139,10 +139,10 @@ class RewriteDriver:
             new_sizes = [pending.array.nbytes for pending in self.ctx.pending_constants]
             reason = self.budget.growth_refusal(new_sizes, freed)
             if reason is not None:
-                raise RewriteRefused(reason)
+                raise RewriteRefused("budget.growth", reason)
             certificate = self._certify(rule, matched, replacement, owner)
         except RewriteRefused as refusal:
-            self.log.refuse(rule.name, graph.name or "", node_label(node), str(refusal))
+            self.log.refuse(rule.name, graph.name or "", node_label(node), str(refusal), refusal.guard)
             return None
         self.budget.charge(new_sizes, freed)
         return self._apply(rule, matched, replacement, owner, graph, certificate)
@@ -161,7 +161,7 @@ class RewriteDriver:
             )
         )
         if outcome.status == "refused":
-            raise RewriteRefused(f"certificate failed: {outcome.detail}")
+            raise RewriteRefused("certificate.failed", f"certificate failed: {outcome.detail}")
         return f"{outcome.status}: {outcome.detail}" if outcome.detail else outcome.status
 
     def _check_replacement(self, replacement: Replacement, matched: list[ir.Node], graph: ir.Graph) -> None:
@@ -173,13 +173,13 @@ class RewriteDriver:
             if old.is_graph_output():
                 aliasing = new.is_graph_input() or new.is_graph_output() or new.is_initializer()
                 if aliasing or (new.producer() is None and id(new) not in pending):
-                    raise RewriteRefused(
+                    raise RewriteRefused("driver.output_alias",
                         f"graph output '{old.name}' would become an alias of '{new.name}'"
                     )
                 producer = new.producer()
                 if producer is not None and producer.graph is not None and producer.graph is not graph:
                     # Renaming it to the output's name would rename a value of the enclosing graph.
-                    raise RewriteRefused(f"graph output '{old.name}' would become the outer-scope value '{new.name}'")
+                    raise RewriteRefused("driver.output_outer_scope", f"graph output '{old.name}' would become the outer-scope value '{new.name}'")
             if old.type is not None and new.type is not None and old.dtype != new.dtype:
                 raise AssertionError(f"rule changed the dtype of {old.name!r}")
 
@@ -266,11 +266,11 @@ def _refuse_shared_intermediates(matched: list[ir.Node]) -> None:
     for node in matched[:-1]:
         for value in node.outputs:
             if value.is_graph_output():
-                raise RewriteRefused(f"intermediate '{value.name}' is a graph output")
+                raise RewriteRefused("driver.intermediate_output", f"intermediate '{value.name}' is a graph output")
             for use in value.uses():
                 if id(use.node) not in inside:
                     where = " inside a subgraph" if use.node.graph is not node.graph else ""
-                    raise RewriteRefused(
+                    raise RewriteRefused("driver.intermediate_shared",
                         f"intermediate '{value.name}' is also read by {node_label(use.node)}{where}"
                     )
 

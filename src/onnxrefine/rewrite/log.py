@@ -30,6 +30,9 @@ class RefusedRewrite:
     graph: str
     node: str
     reason: str
+    # The refusing guard's id (errors.RewriteRefused.guard), e.g. "bn.spatial"; "" for a refusal
+    # that is not a guard's (none today) or a log built before ids existed.
+    guard: str = ""
 
 
 @dataclass
@@ -41,9 +44,9 @@ class RewriteLog:
     def apply(self, **fields) -> None:
         self.applied.append(AppliedRewrite(**fields))
 
-    def refuse(self, rule: str, graph: str, node: str, reason: str) -> None:
+    def refuse(self, rule: str, graph: str, node: str, reason: str, guard: str = "") -> None:
         # The same node may be offered to a rule again after a neighbour changed; keep the latest.
-        self.refused[(rule, graph, node)] = RefusedRewrite(rule, graph, node, reason)
+        self.refused[(rule, graph, node)] = RefusedRewrite(rule, graph, node, reason, guard)
         self._refused_by_node.setdefault((graph, node), set()).add(rule)
 
     def forget_node(self, graph: str, node: str) -> None:
@@ -54,13 +57,17 @@ class RewriteLog:
     def counts(self) -> Counter:
         return Counter(entry.rule for entry in self.applied)
 
+    def refusal_guards(self, rule: str | None = None) -> set[str]:
+        """The guard ids of the recorded refusals (of `rule` only, when given)."""
+        return {r.guard for r in self.refused.values() if rule is None or r.rule == rule}
+
     def refusal_counts(self) -> Counter:
         return Counter(entry.rule for entry in self.refused.values())
 
     def extend(self, other: RewriteLog) -> None:
         self.applied.extend(other.applied)
         for refusal in other.refused.values():
-            self.refuse(refusal.rule, refusal.graph, refusal.node, refusal.reason)
+            self.refuse(refusal.rule, refusal.graph, refusal.node, refusal.reason, refusal.guard)
 
     def to_dict(self) -> dict:
         return {

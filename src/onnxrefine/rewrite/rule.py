@@ -1,7 +1,7 @@
 """A rule is data: a pattern, and a function that returns the replacement, None, or refuses.
 
     def fold(m: Match, ctx: RewriteContext) -> Replacement | None:
-        ...checks: raise RewriteRefused("why") to decline with a reason...
+        ...checks: raise RewriteRefused("family.guard", "why") to decline...
         return Replacement([new nodes], {old_value: new_value})
 
     RULE = Rule("fold_x", PATTERN, fold, kind=EXACT)
@@ -158,7 +158,7 @@ class RewriteContext:
         )
         reason = self.budget.tensor_refusal(array.nbytes, source_bytes)
         if reason is not None:
-            raise RewriteRefused(reason)
+            raise RewriteRefused("budget.rule_tensor", reason)
         name = self.names.fresh(hint)
         tensor = ir.Tensor(array, name=name)
         value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape), const_value=tensor)

@@ -1,0 +1,378 @@
+"""Fusions of consecutive layout operators (Transpose, Squeeze/Unsqueeze, Slice, Concat, a
+keepdims=0 reduction and its Unsqueeze, a Concat-built Reshape target) and Log(Softmax) into
+LogSoftmax. Registered in passes/fusion.py.
+
+Negative Squeeze/Unsqueeze axes are resolved against the rank at their own step; a Reshape target
+keeps 0 (copy) only where it copies the very dim it stands for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.static_shapes import Sym
+from onnxrefine.passes.opargs import (
+    attr,
+    axes_arg,
+    axes_node_args,
+    dtypes_of,
+    int64_constant,
+    normalize_axes,
+    shapes_of,
+)
+from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
+from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
+
+
+def _rank(ctx: RewriteContext, value: ir.Value) -> int | None:
+    return shapes_of(ctx).rank(value)
+
+
+def _nth_not_in(n: int, excluded: set[int]) -> int:
+    """The n-th (0-based) non-negative integer that is not in `excluded`."""
+    candidate = -1
+    for _ in range(n + 1):
+        candidate += 1
+        while candidate in excluded:
+            candidate += 1
+    return candidate
+
+
+# --- fuse_consecutive_transposes ----------------------------------------------------------------
+
+
+def compose_perms(inner: list[int], outer: list[int]) -> list[int]:
+    """Transpose(Transpose(x, inner), outer) == Transpose(x, result): out axis i is inner[outer[i]]."""
+    return [inner[axis] for axis in outer]
+
+
+def _perm(node: ir.Node, rank: int | None) -> list[int]:
+    perm = attr(node, "perm")
+    if perm is None:
+        if rank is None:
+            raise RewriteRefused("transposes.perm_rank", "Transpose without perm reverses axes of an input of unknown rank")
+        return list(range(rank))[::-1]
+    return [int(p) for p in perm]
+
+
+def fuse_transposes(m: Match, ctx: RewriteContext) -> Replacement:
+    rank = _rank(ctx, m["x"])
+    inner, outer = _perm(m["t1"], rank), _perm(m["t2"], rank)
+    if sorted(inner) != list(range(len(inner))) or sorted(outer) != list(range(len(inner))):
+        raise RewriteRefused("transposes.not_perms", "the permutations are not permutations of one rank")
+    new = ctx.node("Transpose", [m["x"]], {"perm": compose_perms(inner, outer)}, hint=m["t2"].name or None)
+    return Replacement([new], {m["t2"].outputs[0]: new.outputs[0]})
+
+
+TRANSPOSES = Rule(
+    "fuse_consecutive_transposes",
+    Op("Transpose", Op("Transpose", Var("x"), name="t1"), name="t2"),
+    fuse_transposes,
+)
+
+
+# --- fuse_consecutive_squeezes / unsqueezes ---------------------------------------------------
+
+
+def _explicit_axes(node: ir.Node) -> list[int]:
+    axes = axes_arg(node)
+    if axes is None:
+        raise RewriteRefused("squeeze_chain.no_axes", f"{node.op_type} without axes depends on which dims are 1 at run time")
+    return axes
+
+
+def compose_squeezes(first: list[int], second: list[int], rank: int | None) -> list[int] | None:
+    """Axes of x for Squeeze(Squeeze(x, first), second); None when the rank needed is unknown."""
+    first_n = normalize_axes(first, rank)
+    if first_n is None:
+        return None
+    second_n = normalize_axes(second, None if rank is None else rank - len(first_n))
+    if second_n is None:
+        return None
+    removed = set(first_n)
+    return sorted(first_n + [_nth_not_in(j, removed) for j in second_n])
+
+
+def compose_unsqueezes(first: list[int], second: list[int], rank: int | None) -> list[int] | None:
+    """Output axes for Unsqueeze(Unsqueeze(x, first), second); None when the rank needed is unknown."""
+    first_n = normalize_axes(first, None if rank is None else rank + len(first))
+    if first_n is None:
+        return None
+    second_n = normalize_axes(second, None if rank is None else rank + len(first) + len(second))
+    if second_n is None:
+        return None
+    inserted = set(second_n)
+    # The middle tensor's axis k lands on the k-th output position not taken by `second`.
+    return sorted(second_n + [_nth_not_in(k, inserted) for k in first_n])
+
+
+def _fuse_axes_chain(m: Match, ctx: RewriteContext, compose) -> Replacement:
+    inner, outer = m["inner"], m["outer"]
+    axes = compose(_explicit_axes(inner), _explicit_axes(outer), _rank(ctx, m["x"]))
+    if axes is None:
+        raise RewriteRefused("squeeze_chain.negative_axes", "negative axes need the input's rank, which is not known from trusted facts")
+    extra_inputs, attributes = axes_node_args(ctx, outer, axes, f"{outer.name or outer.op_type}_axes")
+    new = ctx.node(outer.op_type, [m["x"], *extra_inputs], attributes, hint=outer.name or None)
+    return Replacement([new], {outer.outputs[0]: new.outputs[0]})
+
+
+SQUEEZES = Rule(
+    "fuse_consecutive_squeezes",
+    Op("Squeeze", Op("Squeeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
+    lambda m, ctx: _fuse_axes_chain(m, ctx, compose_squeezes),
+)
+UNSQUEEZES = Rule(
+    "fuse_consecutive_unsqueezes",
+    Op("Unsqueeze", Op("Unsqueeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
+    lambda m, ctx: _fuse_axes_chain(m, ctx, compose_unsqueezes),
+)
+
+
+# --- fuse_consecutive_slices ------------------------------------------------------------------
+
+
+def _slice_params(m: Match, suffix: str, rank: int | None):
+    starts = m.array(f"starts{suffix}").reshape(-1).astype(np.int64)
+    ends = m.array(f"ends{suffix}").reshape(-1).astype(np.int64)
+    axes = m.array(f"axes{suffix}")
+    axes = list(range(starts.size)) if axes is None else axes.reshape(-1).tolist()
+    steps = m.array(f"steps{suffix}")
+    steps = np.ones(starts.size, np.int64) if steps is None else steps.reshape(-1).astype(np.int64)
+    normalized = normalize_axes(axes, rank)
+    if normalized is None or not (starts.size == ends.size == len(normalized) == steps.size):
+        raise RewriteRefused("slices.axes", "slice axes are negative with an unknown rank, repeated, or inconsistent")
+    return starts, ends, normalized, steps
+
+
+def fuse_slices(m: Match, ctx: RewriteContext) -> Replacement:
+    if ctx.opset() < 10:
+        return None
+    rank = _rank(ctx, m["x"])
+    s1, e1, a1, st1 = _slice_params(m, "1", rank)
+    s2, e2, a2, st2 = _slice_params(m, "2", rank)
+    if set(a1) & set(a2):
+        raise RewriteRefused("slices.same_axis", "both Slices cut the same axis; composing them needs the axis length")
+    hint = m["outer"].name or "slice"
+    inputs = [
+        m["x"],
+        int64_constant(ctx, np.concatenate([s1, s2]), f"{hint}_starts"),
+        int64_constant(ctx, np.concatenate([e1, e2]), f"{hint}_ends"),
+        int64_constant(ctx, a1 + a2, f"{hint}_axes"),
+        int64_constant(ctx, np.concatenate([st1, st2]), f"{hint}_steps"),
+    ]
+    new = ctx.node("Slice", inputs, hint=m["outer"].name or None)
+    return Replacement([new], {m["outer"].outputs[0]: new.outputs[0]})
+
+
+def _slice_pattern(inner_or_x, suffix: str, name: str) -> Op:
+    return Op(
+        "Slice", inner_or_x, Const(f"starts{suffix}"), Const(f"ends{suffix}"), Opt(Const(f"axes{suffix}")),
+        Opt(Const(f"steps{suffix}")), name=name,
+    )
+
+
+SLICES = Rule("fuse_consecutive_slices", _slice_pattern(_slice_pattern(Var("x"), "1", "inner"), "2", "outer"), fuse_slices)
+
+
+# --- fuse_consecutive_concats -----------------------------------------------------------------
+
+MAX_FUSED_CONCAT_INPUTS = 1024
+
+
+def fuse_concats(m: Match, ctx: RewriteContext) -> Replacement | None:
+    outer: ir.Node = m["outer"]
+    rank = _rank(ctx, outer.outputs[0])
+    axis = int(attr(outer, "axis", 0))
+    flat: list[ir.Value] = []
+    absorbed: list[ir.Node] = []
+    for value in m["inputs"]:
+        inner = value.producer() if value is not None else None
+        if (
+            inner is None
+            or inner.op_type != "Concat"
+            or inner.domain not in ("", "ai.onnx")
+            or inner.graph is not outer.graph
+            or value.is_graph_output()
+            or any(use.node is not outer for use in value.uses())
+        ):
+            flat.append(value)
+            continue
+        inner_axis = int(attr(inner, "axis", 0))
+        if inner_axis != axis and (rank is None or (inner_axis - axis) % rank != 0):
+            flat.append(value)
+            continue
+        flat.extend(inner.inputs)
+        if inner not in absorbed:
+            absorbed.append(inner)
+    if not absorbed:
+        return None
+    if len(flat) > MAX_FUSED_CONCAT_INPUTS:
+        # Concat(c, c) of an inner Concat repeats its inputs: a chain of such doublings would fuse
+        # into 2^depth inputs (issue 13's Concat-doubling bomb).
+        raise RewriteRefused("concats.too_many_inputs", f"the fused Concat would read {len(flat)} inputs (more than {MAX_FUSED_CONCAT_INPUTS})")
+    new = ctx.node("Concat", flat, dict(outer.attributes), hint=outer.name or None)
+    return Replacement([new], {outer.outputs[0]: new.outputs[0]}, also_removed=absorbed)
+
+
+CONCATS = Rule("fuse_consecutive_concats", Op("Concat", Rest("inputs"), name="outer"), fuse_concats)
+
+
+# --- fuse_consecutive_log_softmax -------------------------------------------------------------
+
+
+def fuse_log_softmax(m: Match, ctx: RewriteContext) -> Replacement:
+    # Softmax and LogSoftmax of one opset share the axis convention (2-D coercion before 13,
+    # a single axis from 13 on) and the default axis, so the attributes carry over as they are.
+    softmax: ir.Node = m["softmax"]
+    dtype = dtypes_of(ctx).dtype(m["x"])
+    if dtype is None:
+        raise RewriteRefused("log_softmax.dtype_unknown", "the input's element type is not known from trusted facts")
+    if dtype == ir.DataType.DOUBLE:
+        # onnxruntime's float64 LogSoftmax returns finite values (x - max + log(1e20)) in a row
+        # holding a NaN after its first element, where Log(Softmax) gives NaN.
+        raise RewriteRefused("log_softmax.float64", "onnxruntime's float64 LogSoftmax turns rows holding a NaN into finite values")
+    if _feeds_discrete_op(m["log"].outputs[0], ctx.model.graph):
+        # Where the float Softmax underflows, Log gives -inf (ties); LogSoftmax gives distinct
+        # finite values, which an ArgMax or a comparison downstream tells apart (the same reason
+        # Exp/Softmax before ArgMax are not dropped).
+        raise RewriteRefused("log_softmax.discrete_use", "the result reaches a discrete op, which the -inf ties of an "
+                             "underflowing Log(Softmax) would decide differently")
+    new = ctx.node("LogSoftmax", [m["x"]], dict(softmax.attributes), hint=m["log"].name or None)
+    return Replacement([new], {m["log"].outputs[0]: new.outputs[0]})
+
+
+# Ops whose result jumps between neighbouring inputs (ties, thresholds, rounding to integers).
+_DISCRETE_OPS = frozenset({
+    "ArgMax", "ArgMin", "Floor", "Ceil", "Round", "Sign", "TopK", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "Mod", "NonZero", "Unique", "QuantizeLinear",
+    "DynamicQuantizeLinear", "IsInf", "IsNaN", "Hardmax",
+})
+
+
+def _feeds_discrete_op(value: ir.Value, main_graph: ir.Graph) -> bool:
+    """Whether any node downstream of `value` is discrete (a Cast to a non-float type included).
+    Subgraph consumers, and outputs of a subgraph or function (whose users are not followed),
+    count as discrete."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        if current.is_graph_output() and current.graph is not main_graph:
+            return True
+        for use in current.uses():
+            node = use.node
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op_type in _DISCRETE_OPS or node.domain not in ("", "ai.onnx"):
+                return True
+            if node.op_type == "Cast":
+                to = node.attributes.get("to")
+                if to is None or not ir.DataType(to.value).is_floating_point():
+                    return True
+            if node.graph is not value.graph or any(
+                    a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+                return True
+            stack.extend(node.outputs)
+    return False
+
+
+LOG_SOFTMAX = Rule(
+    "fuse_consecutive_log_softmax",
+    Op("Log", Op("Softmax", Var("x"), name="softmax"), name="log"),
+    fuse_log_softmax,
+    kind=REASSOCIATING,
+)
+
+
+# --- fuse_consecutive_reduce_unsqueeze --------------------------------------------------------
+
+REDUCE_OPS = (
+    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+)
+
+
+def fuse_reduce_unsqueeze(m: Match, ctx: RewriteContext) -> Replacement | None:
+    reduce: ir.Node = m["reduce"]
+    unsqueeze: ir.Node = m["unsqueeze"]
+    if int(attr(reduce, "keepdims", 1)) != 0:
+        return None
+    rank = _rank(ctx, m["x"])
+    reduce_axes = axes_arg(reduce)
+    if not reduce_axes:
+        if attr(reduce, "noop_with_empty_axes", 0):
+            raise RewriteRefused("reduce_unsqueeze.noop_empty_axes", "the reduction has no axes and noop_with_empty_axes=1")
+        if rank is None:
+            raise RewriteRefused("reduce_unsqueeze.rank_unknown", "reducing all axes of an input of unknown rank")
+        reduce_axes = list(range(rank))
+    reduced = normalize_axes(reduce_axes, rank)
+    restored = normalize_axes(_explicit_axes(unsqueeze), rank)
+    if reduced is None or restored is None:
+        raise RewriteRefused("reduce_unsqueeze.negative_axes", "negative axes need the input's rank, which is not known from trusted facts")
+    if sorted(reduced) != sorted(restored):
+        return None
+    attributes = dict(reduce.attributes)
+    attributes["keepdims"] = ir.AttrInt64("keepdims", 1)
+    new = ctx.node(reduce.op_type, list(reduce.inputs), attributes, hint=reduce.name or None)
+    return Replacement([new], {unsqueeze.outputs[0]: new.outputs[0]})
+
+
+REDUCE_UNSQUEEZE = Rule(
+    "fuse_consecutive_reduce_unsqueeze",
+    Op("Unsqueeze", Op(REDUCE_OPS, Var("x"), Rest("reduce_args"), name="reduce"), Opt(Var("axes")), name="unsqueeze"),
+    fuse_reduce_unsqueeze,
+)
+
+
+# --- fuse_concat_into_reshape -----------------------------------------------------------------
+
+
+def fuse_concat_reshape(m: Match, ctx: RewriteContext) -> Replacement:
+    reshape: ir.Node = m["reshape"]
+    if ctx.opset() < 5:
+        return None
+    allowzero = bool(attr(reshape, "allowzero", 0))
+    shapes = shapes_of(ctx)
+    data_shape = shapes.symbolic_shape(m["x"])
+    target: list[int] = []
+    from_sizes: list[bool] = []  # entry came from a run-time size rather than a constant
+    for part in m["parts"]:
+        array = constant_array(part)
+        if array is not None:
+            target.extend(int(v) for v in array.reshape(-1))
+            from_sizes.extend([False] * array.size)
+            continue
+        elements = shapes.elements(part)
+        if elements is None:
+            raise RewriteRefused("concat_reshape.part_unknown", "a Concat input is neither constant nor a known piece of a shape")
+        for item in elements.items:
+            position = len(target)
+            if isinstance(item, int):
+                target.append(item)
+                from_sizes.append(True)
+            elif (
+                isinstance(item, Sym) and not allowzero and data_shape is not None
+                and position < len(data_shape) and data_shape[position] is item
+            ):
+                target.append(0)  # copies the very dim it stands for
+                from_sizes.append(False)
+            else:
+                raise RewriteRefused("concat_reshape.runtime_size", f"target entry {position} is a run-time size that 0 cannot stand for")
+    if -1 in target and any(v == 0 and sized for v, sized in zip(target, from_sizes)):
+        raise RewriteRefused("concat_reshape.zero_with_minus_one", "a zero-size dim would sit next to -1, which runtimes reject")
+    if not allowzero and any(v == 0 and sized for v, sized in zip(target, from_sizes)):
+        raise RewriteRefused("concat_reshape.zero_copies", "a zero-size dim written as 0 would mean 'copy the input dim'")
+    shape_value = int64_constant(ctx, target, f"{reshape.name or 'reshape'}_shape")
+    new = ctx.node("Reshape", [m["x"], shape_value], dict(reshape.attributes), hint=reshape.name or None)
+    return Replacement([new], {reshape.outputs[0]: new.outputs[0]})
+
+
+CONCAT_RESHAPE = Rule(
+    "fuse_concat_into_reshape",
+    Op("Reshape", Var("x"), Op("Concat", Rest("parts"), name="concat"), name="reshape"),
+    fuse_concat_reshape,
+)
