@@ -105,12 +105,13 @@ def reshape_shape(site: Site):
 
 
 def _axes(site: Site) -> tuple[bool, list | None]:
-    """(known, axes) of Squeeze/Unsqueeze: the attribute, else the constant input 1; axes None
-    when neither is given."""
+    """(known, axes) of Squeeze/Unsqueeze: the attribute, else input 1; axes None when neither is
+    given. An axes input whose value is not known leaves the axes unknown: read as "no axes", it
+    made Squeeze drop every 1 (a Reshape after it then looked like a no-op and was removed)."""
     axes = site.attr("axes")
-    axes_input = site.elements(1)
-    if axes is None and axes_input is not None:
-        if not axes_input.known():
+    if axes is None and site.present(1):
+        axes_input = site.elements(1)
+        if axes_input is None or not axes_input.known():
             return False, None
         axes = list(axes_input.items)
     return True, axes
@@ -122,8 +123,8 @@ def squeeze_shape(site: Site):
     if shape is None:
         return None
     known, axes = _axes(site)
-    if not known:
-        return None
+    if not known or (axes is not None and len(axes) == 0):
+        return None  # empty axes: onnxruntime squeezes every 1, the ONNX reference none
     if axes is None:
         if not all(isinstance(d, int) for d in shape):
             return None

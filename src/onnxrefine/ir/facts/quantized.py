@@ -34,7 +34,7 @@ def matmul_like_shape(site: Site):
 @shape_rule(tuple(_CONV_LIKE))
 def conv_like_shape(site: Site):
     x, w = _CONV_LIKE[site.op]
-    return window_shape(site.node, site.shape(x), site.shape(w))
+    return window_shape(site.node, site.shape(x), site.shape(w), conv=True)
 
 
 @dtype_rule("MatMulInteger ConvInteger")

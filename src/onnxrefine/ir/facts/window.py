@@ -14,12 +14,12 @@ def same_dtype(site: Site):
 
 @shape_rule("Conv")
 def conv_shape(site: Site):
-    return window_shape(site.node, site.shape(0), site.shape(1))
+    return window_shape(site.node, site.shape(0), site.shape(1), conv=True)
 
 
 @shape_rule("MaxPool AveragePool LpPool")
 def pool_shape(site: Site):
-    return window_shape(site.node, site.shape(0), None)
+    return window_shape(site.node, site.shape(0), None, conv=False)
 
 
 @shape_rule("GlobalAveragePool GlobalMaxPool GlobalLpPool")
@@ -28,13 +28,15 @@ def global_pool_shape(site: Site):
     return None if shape is None or len(shape) < 2 else shape[:2] + (1,) * (len(shape) - 2)
 
 
-def window_shape(node, shape, weight_shape) -> tuple | None:
-    """Conv and pooling outputs: (N, channels, spatial...) with ONNX's output-size formulas.
+def window_shape(node, shape, weight_shape, *, conv: bool) -> tuple | None:
+    """Conv (`conv`: also ConvInteger, QLinearConv) and pooling outputs: (N, channels, spatial...)
+    with ONNX's output-size formulas. A convolution's channels are its weight's first dim (the
+    quantized ones once took the pooling branch: input channels, when kernel_shape was given).
     ceil_mode is left unknown (runtimes differ on windows that start in the padding)."""
     if shape is None or len(shape) < 3:
         return None
     spatial = len(shape) - 2
-    if node.op_type == "Conv":
+    if conv:
         if weight_shape is None or len(weight_shape) != len(shape) or not isinstance(weight_shape[0], int):
             return None
         kernel = attr(node, "kernel_shape") or weight_shape[2:]
