@@ -1,7 +1,8 @@
-"""Two shape rules the split into ir/facts/ corrected, each checked against onnxruntime:
-Squeeze whose axes input is present but unknown (the old rule squeezed every 1, so a Reshape after
-it looked like a no-op and was removed), and ConvInteger / QLinearConv given kernel_shape (the old
-rule took the pooling branch: output channels = input channels)."""
+"""Shape rules the split into ir/facts/ corrected, each checked against onnxruntime: Squeeze
+whose axes input is present but unknown (the old rule squeezed every 1, so a Reshape after it
+looked like a no-op and was removed), Split whose sizes input is present but unknown (the old rule
+assumed an even split), and ConvInteger / QLinearConv given kernel_shape (the old rule took the
+pooling branch: output channels = input channels)."""
 
 from __future__ import annotations
 
@@ -112,3 +113,38 @@ def test_quantized_conv_shape_matches_onnxruntime(case):
     actual = _run(model, {"x": np.ones(x_shape, np.uint8)})[0]
     assert facts.static_shape(ir_model.graph.outputs[0]) == actual.shape
     assert facts.dtype(ir_model.graph.outputs[0]).numpy() == actual.dtype
+
+
+@st.composite
+def _split_case(draw):
+    sizes = draw(st.lists(st.integers(1, 3), min_size=1, max_size=4))
+    return sizes, draw(st.sampled_from(["attribute", "constant", "runtime", "even"]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(_split_case())
+def test_split_shapes_are_known_only_from_known_sizes(case):
+    sizes, how = case
+    if how == "even":
+        sizes = [sizes[0]] * len(sizes)
+    outputs = [f"y{i}" for i in range(len(sizes))]
+    opset = 11 if how == "attribute" else 13
+    inputs = ["x"] + (["split"] if how in ("constant", "runtime") else [])
+    node = helper.make_node("Split", inputs, outputs, axis=1, **({"split": sizes} if how == "attribute" else {}))
+    x_shape = [2, sum(sizes)]
+    graph_inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)]
+    feeds = {"x": np.zeros(x_shape, np.float32)}
+    initializers = []
+    if how == "runtime":
+        graph_inputs.append(helper.make_tensor_value_info("split", TensorProto.INT64, [len(sizes)]))
+        feeds["split"] = np.array(sizes, np.int64)
+    elif how == "constant":
+        initializers.append(numpy_helper.from_array(np.array(sizes, np.int64), "split"))
+    model = make_model([node], graph_inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                       initializers, opset=opset)
+    facts, ir_model = _facts(model)
+    known = [facts.static_shape(v) for v in ir_model.graph.outputs]
+    if how == "runtime":
+        assert known == [None] * len(sizes)
+    else:
+        assert known == [a.shape for a in _run(model, feeds)]

@@ -72,7 +72,11 @@ def split_shape(site: Site):
     if axis is None:
         return None
     split = attr(node, "split")
-    if split is None and split_input is not None and split_input.known():
+    if split is None and site.present(1):
+        # Sizes given as an input whose value is not known: the outputs may be uneven (read as
+        # "no sizes", they were once taken for an even split).
+        if split_input is None or not split_input.known():
+            return None
         split = list(split_input.items)
     dims = list(shape)
     if split is not None:
