@@ -27,11 +27,11 @@ from onnxrefine.ir.facts import (  # noqa: F401  (importing a family registers i
     contrib, elementwise, indexing, layout, linalg, quantized, reduce, values, window,
 )
 from onnxrefine.ir.facts.core import (
-    DTYPE_RULES, MAX_ELEMENTS, SHAPE_RULES, VALUE_RULES, Elements, Sym, broadcast_dims, normalize_axes,
+    DTYPE_RULES, MAX_ELEMENTS, SHAPE_RULES, VALUE_RULES, Elements, Sym, broadcast_dims,
 )
 from onnxrefine.ir.facts.oracle import StaticShapes
 
 __all__ = [
     "DTYPE_RULES", "MAX_ELEMENTS", "SHAPE_RULES", "VALUE_RULES", "Elements", "StaticShapes", "Sym",
-    "broadcast_dims", "normalize_axes",
+    "broadcast_dims",
 ]

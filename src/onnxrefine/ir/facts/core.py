@@ -33,9 +33,6 @@ class Sym:
         return f"Sym({self.label})"
 
 
-Dim = "int | Sym"
-
-
 @dataclass(frozen=True)
 class Elements:
     """The partial value of a rank-0 or rank-1 integer tensor."""
@@ -162,14 +159,6 @@ def normalize_axis(axis: int, rank: int) -> int | None:
     if axis < 0:
         axis += rank
     return axis if 0 <= axis < rank else None
-
-
-def normalize_axes(axes, rank: int | None) -> list[int] | None:
-    """Axes made non-negative; None when the rank is unknown or an axis is out of range."""
-    if rank is None:
-        return None
-    result = [normalize_axis(a, rank) for a in axes]
-    return None if any(a is None for a in result) else result
 
 
 def broadcast_dims(a, b):
