@@ -120,9 +120,6 @@ class Site:
     def present(self, i: int) -> bool:
         return i < len(self.node.inputs) and self.node.inputs[i] is not None
 
-    def input(self, i: int) -> ir.Value | None:
-        return self.node.inputs[i] if self.present(i) else None
-
     def shape(self, i: int) -> tuple | None:
         return self.oracle.symbolic_shape(self.node.inputs[i], self.depth + 1) if self.present(i) else None
 
