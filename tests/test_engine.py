@@ -219,11 +219,10 @@ def test_fold_inside_a_model_local_function_uses_constant_nodes():
 
 def test_rule_constants_keep_scalar_shape():
     from onnxrefine.ir.budget import ConstantBudget
-    from onnxrefine.ir.shapes import RankOracle
     from onnxrefine.rewrite.rule import RewriteContext
 
     model = ir_model([helper.make_node("Relu", ["x"], ["y"])], [value_info("x", shape=[2])], [value_info("y")])
-    ctx = RewriteContext(model, NameAllocator(model), ConstantBudget(), RankOracle(model))
+    ctx = RewriteContext(model, NameAllocator(model), ConstantBudget())
     ctx.begin(model.graph, "test")
     value = ctx.constant(np.array(2.5, np.float32), "scalar")
     assert value.const_value.numpy().shape == () and value.shape == ir.Shape([])

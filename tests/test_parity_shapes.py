@@ -1,4 +1,4 @@
-"""Shape facts the parity work added to ir/static_shapes.py: Resize by constant whole-number scales,
+"""Shape facts the parity work added to the shape oracle (ir/facts/): Resize by constant whole-number scales,
 and Concat with one input of unknown shape (the other dims still known). Folds checked in ORT."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from onnx import helper
 from passutil import assert_bit_identical, optimize
 
 import onnxrefine
-from onnxrefine.ir.static_shapes import StaticShapes
+from onnxrefine.ir.facts import StaticShapes
 from onnxrefine.passes.registry import get_pass
 from onnxrefine.rewrite.rule import REASSOCIATING
 from onnxrefine.verify import verify_models

@@ -2,7 +2,7 @@
 
 Like onnxsim's `--overwrite-input-shape`: the given graph inputs get a fully static declared shape.
 onnxruntime checks every feed against the declared static dims, so from then on the dims are
-trusted facts (ir/static_shapes.py) and the shape arithmetic that reads them folds. The override
+trusted facts (ir/facts/) and the shape arithmetic that reads them folds. The override
 changes what the model accepts (only those shapes), never what it computes on them: the optimized
 model is verified against the original with the same override, on inputs of exactly those shapes.
 

@@ -89,49 +89,6 @@ def refuse_quantized_layer(layer: ir.Node, *results: ir.Value | None) -> None:
             raise RewriteRefused("quant.layer", reason)
 
 
-# -- shapes and element types of the quantized operators, for the shape oracle --------------------
-# (ir/static_shapes.py asks here for the standard-domain quantized operators it has no rule for, so
-# no-ops around MatMulInteger / QLinearConv can be recognised like those around MatMul / Conv.)
-_MATMUL_LIKE = {"MatMulInteger": (0, 1), "QLinearMatMul": (0, 3)}
-_CONV_LIKE = {"ConvInteger": (0, 1), "QLinearConv": (0, 3)}
-
-
-def quantized_op_shape(node: ir.Node, index: int, shape_of, matmul_shape, window_shape) -> tuple | None:
-    """Output `index` of a quantized operator, from `shape_of(i)` (input i's shape) and the oracle's
-    MatMul and Conv shape rules, or None."""
-    op = node.op_type
-    if op == "DynamicQuantizeLinear":
-        return shape_of(0) if index == 0 else ()
-    if index != 0:
-        return None
-    if op in _MATMUL_LIKE:
-        a, b = _MATMUL_LIKE[op]
-        return matmul_shape(shape_of(a), shape_of(b))
-    if op in _CONV_LIKE:
-        x, w = _CONV_LIKE[op]
-        return window_shape(shape_of(x), shape_of(w))
-    return None
-
-
-def quantized_op_dtype(node: ir.Node, index: int, dtype_of) -> ir.DataType | None:
-    """Element type of output `index` of a quantized operator, from `dtype_of(i)`, or None."""
-    op = node.op_type
-    if op == "DynamicQuantizeLinear":
-        return (ir.DataType.UINT8, ir.DataType.FLOAT, ir.DataType.UINT8)[index] if index < 3 else None
-    if index != 0:
-        return None
-    if op in ("MatMulInteger", "ConvInteger"):
-        return ir.DataType.INT32
-    if op in ("QLinearMatMul", "QLinearConv"):
-        return dtype_of(7)  # the output zero point's type
-    if op == "DequantizeLinear" and "output_dtype" not in node.attributes:
-        return dtype_of(1)  # the scale's type
-    return None
-
-
-QUANTIZED_SHAPE_OPS = frozenset({"DynamicQuantizeLinear", "DequantizeLinear", *_MATMUL_LIKE, *_CONV_LIKE})
-
-
 def zero_sign_use(node: ir.Node, index: int) -> str | None:
     """How a quantized operator reading a float at input `index` treats a zero's sign, for
     ir/signed_zero.py: 'stop' (the output is the same for -0.0 and +0.0), 'carry', 'sink'; None

@@ -233,7 +233,7 @@ def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
     weight = _float_weight(m)
     if weight.ndim != 2:
         raise RewriteRefused("bn_matmul.weight_rank", "MatMul weight is not a constant 2-D matrix")
-    if ctx.rank(m["matmul"].outputs[0]) != 2:
+    if ctx.facts.rank(m["matmul"].outputs[0]) != 2:
         raise RewriteRefused("bn_matmul.output_rank", "MatMul output rank is not known to be 2 (BatchNormalization's channel axis)")
     channels = weight.shape[1]
     scale, shift = bn_affine(m, ctx, channels, weight.dtype)

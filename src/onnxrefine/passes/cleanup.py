@@ -20,7 +20,6 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir import tensordata
 from onnxrefine.ir.foldmath import constant_array
-from onnxrefine.ir.static_shapes import static_oracle
 from onnxrefine.ir.quantization import merge_refusal
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.folding import RANDOM_OPS
@@ -357,7 +356,7 @@ def run_if_with_const_cond(pctx: PassContext) -> int:
 
 def swap_where_branches(m: Match, ctx: RewriteContext) -> Replacement:
     where: ir.Node = m["where"]
-    dtype = static_oracle(ctx).dtype(m["a"]) or static_oracle(ctx).dtype(m["b"])
+    dtype = ctx.facts.dtype(m["a"]) or ctx.facts.dtype(m["b"])
     if dtype is None:
         raise RewriteRefused("where_swap.dtype_unknown", "the selected values' element type is not known from trusted facts")
     if dtype.is_floating_point():

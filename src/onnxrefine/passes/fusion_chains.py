@@ -13,22 +13,20 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
-from onnxrefine.ir.static_shapes import Sym
+from onnxrefine.ir.facts import Sym
 from onnxrefine.passes.opargs import (
     attr,
     axes_arg,
     axes_node_args,
-    dtypes_of,
     int64_constant,
     normalize_axes,
-    shapes_of,
 )
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
 
 
 def _rank(ctx: RewriteContext, value: ir.Value) -> int | None:
-    return shapes_of(ctx).rank(value)
+    return ctx.facts.rank(value)
 
 
 def _nth_not_in(n: int, excluded: set[int]) -> int:
@@ -227,7 +225,7 @@ def fuse_log_softmax(m: Match, ctx: RewriteContext) -> Replacement:
     # Softmax and LogSoftmax of one opset share the axis convention (2-D coercion before 13,
     # a single axis from 13 on) and the default axis, so the attributes carry over as they are.
     softmax: ir.Node = m["softmax"]
-    dtype = dtypes_of(ctx).dtype(m["x"])
+    dtype = ctx.facts.dtype(m["x"])
     if dtype is None:
         raise RewriteRefused("log_softmax.dtype_unknown", "the input's element type is not known from trusted facts")
     if dtype == ir.DataType.DOUBLE:
@@ -336,7 +334,7 @@ def fuse_concat_reshape(m: Match, ctx: RewriteContext) -> Replacement:
     if ctx.opset() < 5:
         return None
     allowzero = bool(attr(reshape, "allowzero", 0))
-    shapes = shapes_of(ctx)
+    shapes = ctx.facts
     data_shape = shapes.symbolic_shape(m["x"])
     target: list[int] = []
     from_sizes: list[bool] = []  # entry came from a run-time size rather than a constant

@@ -1,7 +1,7 @@
 """No-op elimination: nodes whose output provably equals their input, bit for bit.
 
 Every guard rests on trusted facts only (constants, the main graph's declared inputs, operator
-shape/type rules via ir/static_shapes.py), never on declared value_info. A replacement that would
+shape/type rules via ir/facts/), never on declared value_info. A replacement that would
 make a graph output alias a graph input, another output or an outer-scope value is refused by the
 driver; the node then stays.
 
@@ -18,7 +18,7 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import is_float_dtype
 from onnxrefine.ir.signed_zero import refuse_if_observable
-from onnxrefine.passes.opargs import attr, dtypes_of, input_at, int_list_arg, known_dim, normalize_axes, shapes_of
+from onnxrefine.passes.opargs import attr, input_at, int_list_arg, known_dim, normalize_axes
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
 from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Replacement, RewriteContext, Rule
@@ -30,7 +30,7 @@ def _forward(m: Match, node_key: str, value_key: str = "x") -> Replacement:
 
 
 def _rank(ctx: RewriteContext, value: ir.Value, what: str) -> int:
-    rank = shapes_of(ctx).rank(value)
+    rank = ctx.facts.rank(value)
     if rank is None:
         raise RewriteRefused("noop.rank_unknown", f"the rank of {what} is not known from trusted facts")
     return rank
@@ -51,7 +51,7 @@ IDENTITY = Rule("eliminate_identity", Op("Identity", Var("x"), name="node"), dro
 
 def drop_same_type_cast(m: Match, ctx: RewriteContext) -> Replacement:
     node: ir.Node = m["node"]
-    oracle = dtypes_of(ctx)
+    oracle = ctx.facts
     source = oracle.dtype(m["x"])
     if source is None:
         raise RewriteRefused("cast.dtype_unknown", "the input's element type is not known from trusted facts")
@@ -136,7 +136,7 @@ def drop_single_split(m: Match, ctx: RewriteContext) -> Replacement | None:
         return None
     split = int_list_arg(node, "split", 1, "split")
     if split is not None:
-        shape = shapes_of(ctx).shape(m["x"])
+        shape = ctx.facts.shape(m["x"])
         axis = normalize_axes([attr(node, "axis", 0)], None if shape is None else len(shape))
         if shape is None or axis is None or known_dim(shape[axis[0]]) is None:
             raise RewriteRefused("split.axis_unknown", "Split's axis length is not known, so the split may not cover it")
@@ -161,7 +161,7 @@ def drop_unit_expand(m: Match, ctx: RewriteContext) -> Replacement | None:
         if len(shape) > rank:
             raise RewriteRefused("expand.ones_raise_rank", f"Expand to rank {len(shape)} raises the rank of a rank-{rank} input")
         return _forward(m, "node")
-    source = shapes_of(ctx).shape(m["x"])
+    source = ctx.facts.shape(m["x"])
     if source is None:
         raise RewriteRefused("expand.shape_unknown", "the input's shape is not known from trusted facts")
     if len(shape) > len(source):
@@ -219,7 +219,7 @@ def reshape_keeps_shape(source, target: list[int], allowzero: bool) -> str | Non
 
 def drop_same_shape_reshape(m: Match, ctx: RewriteContext) -> Replacement | None:
     target = [int(t) for t in m.array("shape").reshape(-1)]
-    source = shapes_of(ctx).shape(m["x"])
+    source = ctx.facts.shape(m["x"])
     reason = reshape_keeps_shape(source, target, bool(attr(m["node"], "allowzero", 0)))
     if reason is not None:
         raise RewriteRefused("reshape.not_same_shape", reason)
@@ -254,12 +254,12 @@ def _unit_guard(m: Match, ctx: RewriteContext, op: str, signed_zero_may_change: 
                 raise RewriteRefused("identity_arith.add_zero_sign", "x + 0.0 turns x = -0.0 into +0.0 (only x + (-0.0) is a no-op)")
             if op == "Sub" and np.any(negative_zero):
                 raise RewriteRefused("identity_arith.sub_negative_zero", "x - (-0.0) turns x = -0.0 into +0.0")
-    source_dtype = dtypes_of(ctx).dtype(m["x"])
+    source_dtype = ctx.facts.dtype(m["x"])
     # The operator's type constraint already ties both operands to one element type (Pow's
     # exponent excepted); a trusted dtype that disagrees means the model is not what it seems.
     if op != "Pow" and source_dtype is not None and source_dtype.numpy() != constant.dtype:
         raise RewriteRefused("identity_arith.dtype", f"input element type {source_dtype} differs from the constant's {constant.dtype}")
-    shape = shapes_of(ctx).shape(m["x"])
+    shape = ctx.facts.shape(m["x"])
     if shape is None:
         raise RewriteRefused("identity_arith.rank_unknown", "the input's rank is not known, so the constant may broadcast it up")
     if constant.ndim > len(shape):
@@ -336,7 +336,7 @@ def drop_monotone_before_arg(m: Match, ctx: RewriteContext) -> Replacement:
     arg: ir.Node = m["arg"]
     if f.op_type in _TIE_MAKERS:
         raise RewriteRefused("monotone_arg.tie_maker", _TIE_MAKERS[f.op_type])
-    dtype = dtypes_of(ctx).dtype(m["x"])
+    dtype = ctx.facts.dtype(m["x"])
     if dtype is None:
         raise RewriteRefused("monotone_arg.dtype_unknown", f"the element type before {f.op_type} is not known from trusted facts")
     op_type = arg.op_type

@@ -10,22 +10,13 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
-from onnxrefine.ir.static_shapes import StaticShapes, static_oracle
 from onnxrefine.rewrite.rule import RewriteContext
 
-
-
-def shapes_of(ctx: RewriteContext) -> StaticShapes:
-    """The trusted shape/dtype oracle shared by this driver run (ir/static_shapes.py)."""
-    return static_oracle(ctx)
-
-
-def dtypes_of(ctx: RewriteContext) -> StaticShapes:
-    return static_oracle(ctx)
+# Shapes and element types: the rewrite context's oracle, `ctx.facts` (ir/facts/).
 
 
 def known_dim(dim) -> int | None:
-    """A StaticShapes dim as an int, or None when it is symbolic."""
+    """A dim of `ctx.facts.symbolic_shape` as an int, or None when it is symbolic."""
     return dim if isinstance(dim, int) else None
 
 

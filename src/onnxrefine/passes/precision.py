@@ -12,7 +12,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.precision import cast_chain_refusal
-from onnxrefine.passes.opargs import attr, dtypes_of
+from onnxrefine.passes.opargs import attr
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Match, Op, Var
 from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule
@@ -21,7 +21,7 @@ from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule
 def drop_exact_cast_chain(m: Match, ctx: RewriteContext) -> Replacement:
     inner: ir.Node = m["inner"]
     outer: ir.Node = m["outer"]
-    source = dtypes_of(ctx).dtype(m["x"])
+    source = ctx.facts.dtype(m["x"])
     middle, target = ir.DataType(attr(inner, "to")), ir.DataType(attr(outer, "to"))
     reason = cast_chain_refusal(source, middle, target)
     if reason is not None:

@@ -23,7 +23,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
-from onnxrefine.ir.static_shapes import StaticShapes
+from onnxrefine.ir.facts import StaticShapes
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT

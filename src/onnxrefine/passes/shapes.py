@@ -1,5 +1,5 @@
 """Shape folding: Shape, Size, and the integer arithmetic on shapes, folded where the dims they
-read are known from trusted facts (ir/static_shapes.py), with symbolic dims kept symbolic.
+read are known from trusted facts (ir/facts/), with symbolic dims kept symbolic.
 
 - A Shape/Size/Gather/Slice/Concat/... whose every element is known becomes a constant; Shape's
   `start`/`end` (opset 15+) are honoured, and a symbolic dim is never folded to a number.
@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.ir.foldmath import constant_array
-from onnxrefine.ir.static_shapes import StaticShapes, Sym
+from onnxrefine.ir.facts import StaticShapes, Sym
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT

@@ -7,7 +7,7 @@ row-major order; it is a Reshape to the permuted shape (ORT's transpose optimize
     Conv -> Reshape [1,6,4,1,1] -> Transpose(perm 0,3,4,1,2) -> Reshape [1,-1,4]     (SSD heads at 1x1)
     becomes Conv -> Reshape -> Reshape -> Reshape, and idempotent_reshape_chain leaves one Reshape.
 
-Guards: the input's shape comes from trusted facts (ir/static_shapes.py; a symbolic dim counts as
+Guards: the input's shape comes from trusted facts (ir/facts/; a symbolic dim counts as
 possibly longer than 1); no dim is known to be 0; the Reshape target is written with positive
 ints, 0 ("copy the input dim", allowzero=0) only for a symbolic dim that stays on its axis, and -1
 only for a single other symbolic dim when every other target element is a positive int (a -1 next
@@ -31,7 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
-from onnxrefine.passes.opargs import attr, shapes_of
+from onnxrefine.passes.opargs import attr
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Match, Op, Rest, Var
 from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule
@@ -73,7 +73,7 @@ def transpose_to_reshape(m: Match, ctx: RewriteContext) -> Replacement:
     node: ir.Node = m["t"]
     if node.domain not in ("", "ai.onnx"):
         return None
-    shape = shapes_of(ctx).symbolic_shape(m["x"])
+    shape = ctx.facts.symbolic_shape(m["x"])
     if shape is None:
         raise RewriteRefused("transpose_reshape.shape_unknown", "the input's shape is not known from trusted facts")
     perm = attr(node, "perm")
@@ -87,7 +87,7 @@ def transpose_to_reshape(m: Match, ctx: RewriteContext) -> Replacement:
 
 
 def _static_nonempty(ctx: RewriteContext, value: ir.Value, what: str) -> list[int]:
-    shape = shapes_of(ctx).symbolic_shape(value)
+    shape = ctx.facts.symbolic_shape(value)
     if shape is None or not all(isinstance(d, int) for d in shape):
         raise RewriteRefused("reshape_transpose.shape_not_static", f"the {what} shape is not static from trusted facts")
     if any(d == 0 for d in shape):

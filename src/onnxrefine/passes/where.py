@@ -16,8 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
-from onnxrefine.ir.static_shapes import broadcast_dims
-from onnxrefine.passes.opargs import shapes_of
+from onnxrefine.ir.facts import broadcast_dims
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Var
 from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule
@@ -46,7 +45,7 @@ def select_constant_where(m: Match, ctx: RewriteContext) -> Replacement:
         chosen = m["b"]
     else:
         raise RewriteRefused("where_const.mixed", "the condition mixes true and false")
-    shapes = shapes_of(ctx)
+    shapes = ctx.facts
     parts = [shapes.symbolic_shape(v) for v in (node.inputs[0], m["a"], m["b"])]
     if any(p is None for p in parts):
         raise RewriteRefused("where_const.shape_unknown", "an operand's shape is not known from trusted facts")

@@ -19,7 +19,6 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir import signed_zero, tensordata
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
-from onnxrefine.ir.shapes import RankOracle
 from onnxrefine.rewrite.log import RewriteLog, node_label
 from onnxrefine.rewrite.pattern import match
 from onnxrefine.rewrite.rule import (
@@ -68,8 +67,7 @@ class RewriteDriver:
         self.log = log or RewriteLog()
         self.max_rewrites = max_rewrites
         self.on_progress = on_progress
-        self.ranks = RankOracle(model)
-        self.ctx = RewriteContext(model, self.names, self.budget, self.ranks)
+        self.ctx = RewriteContext(model, self.names, self.budget)
         self.rewrites = 0
 
     def run(self) -> RewriteLog:
@@ -103,7 +101,6 @@ class RewriteDriver:
                 touched = self._try(rule, node, owner, graph)
                 if touched is not None:
                     self.rewrites += 1
-                    self.ranks.forget()
                     for other in touched:
                         if other.graph is graph and id(other) not in queued and other.op_type in self.rules_by_op:
                             queue.append(other)

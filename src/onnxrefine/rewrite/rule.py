@@ -21,7 +21,7 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
-from onnxrefine.ir.shapes import RankOracle
+from onnxrefine.ir.facts import StaticShapes
 from onnxrefine.rewrite.pattern import Match, Op
 
 EXACT = "exact"
@@ -106,7 +106,10 @@ class RewriteContext:
     model: ir.Model
     names: NameAllocator
     budget: ConstantBudget
-    ranks: RankOracle
+    # The trusted shape / element type / small-value oracle (ir/facts/) that this run's rules and
+    # certificates share; made from `model` unless given. Its facts are semantic, so rewrites
+    # that keep values never make a memoised one wrong.
+    facts: StaticShapes = None  # type: ignore[assignment]  (set in __post_init__)
     owner: ir.Graph | ir.Function | None = None
     rule_name: str = ""
     pending_constants: list[_PendingConstant] = field(default_factory=list)
@@ -114,6 +117,10 @@ class RewriteContext:
     # Values the current rewrite's guards proved no reader can tell +0 from -0 in
     # (ir/signed_zero.refuse_if_observable); the certificate treats their zero signs alike.
     sign_insensitive: list[ir.Value] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.facts is None:
+            self.facts = StaticShapes(self.model)
 
     def begin(self, owner: ir.Graph | ir.Function, rule_name: str) -> None:
         self.owner = owner
@@ -164,9 +171,6 @@ class RewriteContext:
         value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape), const_value=tensor)
         self.pending_constants.append(_PendingConstant(value, array, source_bytes))
         return value
-
-    def rank(self, value: ir.Value | None) -> int | None:
-        return self.ranks.rank(value)
 
     def opset(self, domain: str = "") -> int:
         graph_opsets = self.owner.opset_imports if self.owner is not None else {}

@@ -53,7 +53,7 @@ import onnx_ir as ir
 from onnx import helper, numpy_helper
 
 from onnxrefine.ir.foldmath import constant_array
-from onnxrefine.ir.static_shapes import Sym, static_oracle
+from onnxrefine.ir.facts import Sym
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
 from onnxrefine.verify.certificate_proofs import (
     affine_fold_proof,
@@ -245,7 +245,7 @@ class Certifier:
         if request.kind == EXACT and moves_data_only(
                 list(context) + list(request.matched) + list(request.replacement),
                 bool(activations) and all(s.dtype.kind == "f" for s in activations),
-                lambda v, oracle=static_oracle(request.context): oracle.dtype(v) or v.dtype):
+                lambda v, oracle=request.context.facts: oracle.dtype(v) or v.dtype):
             sets = distinct_set({f"a{i}": (s.dtype, s.shape) for i, s in enumerate(activations)})
             if sets is not None:
                 note += " (data movement only: distinct values fix every element's source)"
@@ -324,7 +324,7 @@ class Certifier:
         the activations, at most MAX_CONTEXT nodes) join the certificate model, so it is computed
         from the same adversarial data instead of being made up.
         """
-        oracle = static_oracle(request.context)
+        oracle = request.context.facts
         body = list(request.matched) + list(request.replacement)
         context: list[ir.Node] = []
         while True:

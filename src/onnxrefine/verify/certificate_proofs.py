@@ -44,7 +44,6 @@ import onnx_ir as ir
 
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.signed_zero import for_context
-from onnxrefine.ir.static_shapes import static_oracle
 
 _DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _EPS64 = float(np.finfo(np.float64).eps)
@@ -283,7 +282,7 @@ def merged_matmul_proof(request) -> str | None:
     if merged_weight.ndim != 2 or merged_weight.shape != (weights[0].shape[0], sum(w.shape[1] for w in weights)):
         return None
     product = merged.outputs[0]
-    rank = len(product.shape) if product.shape is not None else static_oracle(request.context).rank(product)
+    rank = len(product.shape) if product.shape is not None else request.context.facts.rank(product)
     if _split_sizes(split, rank) != [w.shape[1] for w in weights]:
         return None
     start = 0
@@ -335,7 +334,7 @@ def gemm_from_matmul_add_proof(request) -> str | None:
     old, replacement = request.outputs[0]
     if old is not add.outputs[0] or replacement is not gemm.outputs[0]:
         return None
-    oracle = static_oracle(request.context)
+    oracle = request.context.facts
     a_shape, b_shape, c_shape = oracle.symbolic_shape(a), oracle.static_shape(b), oracle.static_shape(c)
     if a_shape is None or len(a_shape) != 2 or b_shape is None or len(b_shape) != 2 or c_shape is None:
         return None

@@ -1,0 +1,73 @@
+"""Sliding-window operators: Conv and the pools (and the global pools)."""
+
+from __future__ import annotations
+
+from onnxrefine.ir.facts.core import Site, Sym, attr, dtype_rule, shape_rule, text_attr
+
+_SAME_DTYPE = tuple("Conv ConvTranspose MaxPool AveragePool LpPool GlobalAveragePool GlobalMaxPool GlobalLpPool".split())
+
+
+@dtype_rule(_SAME_DTYPE)
+def same_dtype(site: Site):
+    return site.dtype(0)
+
+
+@shape_rule("Conv")
+def conv_shape(site: Site):
+    return window_shape(site.node, site.shape(0), site.shape(1), conv=True)
+
+
+@shape_rule("MaxPool AveragePool LpPool")
+def pool_shape(site: Site):
+    return window_shape(site.node, site.shape(0), None, conv=False)
+
+
+@shape_rule("GlobalAveragePool GlobalMaxPool GlobalLpPool")
+def global_pool_shape(site: Site):
+    shape = site.shape(0)
+    return None if shape is None or len(shape) < 2 else shape[:2] + (1,) * (len(shape) - 2)
+
+
+def window_shape(node, shape, weight_shape, *, conv: bool) -> tuple | None:
+    """Conv (`conv`: also ConvInteger, QLinearConv) and pooling outputs: (N, channels, spatial...)
+    with ONNX's output-size formulas. A convolution's channels are its weight's first dim (the
+    quantized ones once took the pooling branch: input channels, when kernel_shape was given).
+    ceil_mode is left unknown (runtimes differ on windows that start in the padding)."""
+    if shape is None or len(shape) < 3:
+        return None
+    spatial = len(shape) - 2
+    if conv:
+        if weight_shape is None or len(weight_shape) != len(shape) or not isinstance(weight_shape[0], int):
+            return None
+        kernel = attr(node, "kernel_shape") or weight_shape[2:]
+        channels = weight_shape[0]
+    else:
+        kernel = attr(node, "kernel_shape")
+        channels = shape[1]
+        if attr(node, "ceil_mode", 0):
+            return shape[:2] + tuple(Sym("ceil_mode") for _ in range(spatial))
+    kernel = list(kernel or ())
+    if len(kernel) != spatial or not all(isinstance(k, int) and k > 0 for k in kernel):
+        return None
+    strides = list(attr(node, "strides") or [1] * spatial)
+    dilations = list(attr(node, "dilations") or [1] * spatial)
+    pads = list(attr(node, "pads") or [0] * (2 * spatial))
+    auto_pad = text_attr(node, "auto_pad", "NOTSET")
+    if len(strides) != spatial or len(dilations) != spatial or len(pads) != 2 * spatial:
+        return None
+    out = []
+    for i, size in enumerate(shape[2:]):
+        if not isinstance(size, int) or strides[i] < 1 or dilations[i] < 1:
+            out.append(Sym(node.op_type))
+            continue
+        extent = dilations[i] * (kernel[i] - 1) + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(-(-size // strides[i]))
+        elif auto_pad == "VALID":
+            out.append((size - extent) // strides[i] + 1 if size >= extent else Sym("empty"))
+        elif auto_pad in ("NOTSET", ""):
+            padded = size + pads[i] + pads[i + spatial]
+            out.append((padded - extent) // strides[i] + 1 if padded >= extent else Sym("empty"))
+        else:
+            return None
+    return (shape[0], channels) + tuple(out)
