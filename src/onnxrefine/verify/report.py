@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 
-from onnxrefine.ir.io import publish_mode
+from onnxrefine.atomic import write_atomic
 from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
 
 __all__ = ["EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "OutputReport",
@@ -100,22 +98,6 @@ class VerificationReport:
         if localisation and localisation.get("first_bad"):
             verdict = worst([verdict, MISMATCH])
         return verdict
-
-
-def write_atomic(path, text: str) -> None:
-    """Write text to path via a temp file in the same folder and os.replace."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    handle, temp = tempfile.mkstemp(prefix=".onnxrefine-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        publish_mode(temp)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
 
 
 def _json_safe(value):
