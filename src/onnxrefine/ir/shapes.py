@@ -10,6 +10,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 
 _SAME_RANK_AS_FIRST_INPUT = frozenset(
     """Relu LeakyRelu Sigmoid Tanh Exp Log Sqrt Abs Neg Erf Gelu Softplus Softsign Elu Selu Celu
@@ -46,7 +47,7 @@ class RankOracle:
         if array is not None:
             return array.ndim
         node = value.producer()
-        if node is None or node.domain not in ("", "ai.onnx"):
+        if node is None or node.domain not in STANDARD_DOMAINS:
             return None
         op = node.op_type
         inputs = node.inputs

@@ -23,9 +23,9 @@ import onnx_ir as ir
 
 from onnxrefine.ir.contrib_shapes import CONTRIB_DOMAIN, contrib_dtype, contrib_shape
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.opsets import STANDARD_DOMAINS as _STANDARD_DOMAINS
 from onnxrefine.ir.quantization import QUANTIZED_SHAPE_OPS, quantized_op_dtype, quantized_op_shape
 
-_STANDARD_DOMAINS = ("", "ai.onnx")
 _MAX_DEPTH = 64
 MAX_ELEMENTS = 64
 _INT_DTYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})

@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.quantization import refuse_quantized_layer
 from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.ir.static_shapes import Sym
@@ -203,7 +204,7 @@ def fuse_concats(m: Match, ctx: RewriteContext) -> Replacement | None:
         if (
             inner is None
             or inner.op_type != "Concat"
-            or inner.domain not in ("", "ai.onnx")
+            or inner.domain not in STANDARD_DOMAINS
             or inner.graph is not outer.graph
             or value.is_graph_output()
             or any(use.node is not outer for use in value.uses())
@@ -277,7 +278,7 @@ def _feeds_discrete_op(value: ir.Value, main_graph: ir.Graph) -> bool:
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if node.op_type in _DISCRETE_OPS or node.domain not in ("", "ai.onnx"):
+            if node.op_type in _DISCRETE_OPS or node.domain not in STANDARD_DOMAINS:
                 return True
             if node.op_type == "Cast":
                 to = node.attributes.get("to")
@@ -565,7 +566,7 @@ def _sibling_matmuls(x: ir.Value, graph: ir.Graph) -> list[ir.Node]:
     found = []
     for use in x.uses():
         node = use.node
-        if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or use.idx != 0 or node.graph is not graph:
+        if node.op_type != "MatMul" or node.domain not in STANDARD_DOMAINS or use.idx != 0 or node.graph is not graph:
             continue
         weight = constant_array(node.inputs[1])
         if weight is None or weight.ndim != 2 or node in found:

@@ -16,6 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.static_shapes import broadcast_dims
 from onnxrefine.passes.opargs import shapes_of
 from onnxrefine.passes.registry import PassSpec, register
@@ -35,7 +36,7 @@ def _same_shape(a: tuple, b: tuple) -> bool:
 
 def select_constant_where(m: Match, ctx: RewriteContext) -> Replacement:
     node: ir.Node = m["where"]
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain not in STANDARD_DOMAINS:
         return None
     condition = m.array("c")
     if condition.dtype != np.bool_ or condition.size == 0:

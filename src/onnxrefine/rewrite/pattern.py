@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.opsets import STANDARD_DOMAINS as _STANDARD_DOMAINS
 
 COMMUTATIVE_OPS = frozenset({"Add", "Mul", "Max", "Min", "And", "Or", "Xor", "Equal"})
-_STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 class Pattern:
