@@ -536,5 +536,3 @@ OP_SPECS: tuple[OpSpec, ...] = (
     OpSpec("ConstantOfShape", ALL_TYPES, (1, 6), build_constant_of_shape, 0.4),
     OpSpec("Pad", ALL_TYPES, (1, 6), build_pad, 0.8),
 ) + NN_SPECS
-
-SPECS_BY_OP = {spec.op: spec for spec in OP_SPECS}

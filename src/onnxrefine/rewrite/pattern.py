@@ -10,7 +10,6 @@ commutative level costs time linear in the pattern size, not exponential in its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
@@ -204,7 +203,3 @@ def match(pattern: Op, node: ir.Node) -> Match | None:
         return None
     bindings, nodes = found
     return Match(node, bindings, nodes)
-
-
-def root_op_types(pattern: Op) -> Iterable[str]:
-    return pattern.op_types
