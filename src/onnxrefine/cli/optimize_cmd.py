@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from onnxrefine import progress
 from onnxrefine.api import optimize_ir
 from onnxrefine.atomic import write_atomic
-from onnxrefine.cli.plain import plain
+from onnxrefine.plain import plain
 from onnxrefine.cli.verify_cmd import (add_input_shape_argument, add_run_settings_arguments, parse_dims,
                                        run_settings_from_args)
 from onnxrefine.errors import BadInputError

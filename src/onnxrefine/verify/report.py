@@ -167,7 +167,7 @@ def _render_outputs(outputs, title: str, console) -> None:
 
 def _plain(name):
     """A name from a model as a plain-text cell: never rich markup (`[/]` is a valid name)."""
-    from onnxrefine.cli.plain import plain
+    from onnxrefine.plain import plain
 
     return plain(name)
 
