@@ -4,7 +4,7 @@
 The runs go to a runner subprocess, one per test process, kept up between cases (isolation: a case
 that crashes or hogs memory kills the runner, which fails that case and is restarted for the next;
 its address space is capped). The full catalogue (~620 runs, about a minute) is marked slow; the
-first case of each family for each command (~40 runs) is not, so CI still runs every family
+first case of each family for each command (35 runs) is not, so CI still runs every family
 through every command."""
 
 from __future__ import annotations
