@@ -93,3 +93,22 @@ def test_staged_folder_appears_whole_or_not_at_all(tmp_path):
     with atomic.staged_folder(target, replace=True) as staging:
         (staging / "other").write_bytes(b"y")
     assert os.listdir(target) == ["other"]
+
+
+def test_temp_file_sits_beside_the_name_not_the_symlink_target(tmp_path):
+    """A rename only replaces atomically within one folder (and one file system): the temp file is
+    made where the name lives, so a symlinked output is replaced by the new file, its target kept."""
+    elsewhere = tmp_path / "elsewhere"
+    here = tmp_path / "here"
+    elsewhere.mkdir()
+    here.mkdir()
+    (elsewhere / "target.json").write_text("old")
+    (here / "out.json").symlink_to(elsewhere / "target.json")
+    fd, temp = atomic.temp_beside(here / "out.json")
+    os.close(fd)
+    assert os.path.dirname(temp) == str(here)
+    os.unlink(temp)
+    atomic.write_atomic(here / "out.json", "new")
+    assert not (here / "out.json").is_symlink() and (here / "out.json").read_text() == "new"
+    assert (elsewhere / "target.json").read_text() == "old"
+    assert sorted(os.listdir(here)) == ["out.json"] and os.listdir(elsewhere) == ["target.json"]

@@ -32,10 +32,11 @@ def publish_mode(path: str | os.PathLike, *, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
 
-def temp_beside(path: str | os.PathLike) -> tuple[int, str]:
-    """An open descriptor and the name of a new temp file in `path`'s folder, named after it."""
-    path = Path(path)
-    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.resolve().parent)
+def temp_beside(path: str | os.PathLike, folder: str | os.PathLike | None = None) -> tuple[int, str]:
+    """An open descriptor and the name of a new temp file named after `path`, in `folder` (by
+    default the folder holding the name `path`, symlink or not: the rename then stays within it)."""
+    folder = os.path.dirname(os.path.abspath(path)) if folder is None else folder
+    return tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=folder)
 
 
 @contextlib.contextmanager

@@ -222,7 +222,7 @@ def _link(source: str, folder: Path, name: str) -> str:
     would change both."""
     import fcntl
 
-    fd, temp = temp_beside(folder / name)
+    fd, temp = temp_beside(name, folder)
     try:
         with open(source, "rb") as src:
             fcntl.ioctl(fd, _FICLONE, src.fileno())
@@ -284,13 +284,13 @@ def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None 
                 layout.notes.append(f"{location} is read by the model being replaced: weights written to {free}")
                 location, data_path = free, folder / free
                 _refuse_overwriting_input(data_path, path, input_path, _references_file)
-        fd, model_tmp = temp_beside(path)
+        fd, model_tmp = temp_beside(path, folder)
         temps.append(model_tmp)
         with os.fdopen(fd, "wb") as model_handle:
             if data_path is None:
                 data_bytes = write(model, model_handle, None, None, external, linked)
             else:
-                fd_data, data_tmp = temp_beside(folder / location)
+                fd_data, data_tmp = temp_beside(location, folder)
                 temps.append(data_tmp)
                 renames.append((data_tmp, data_path))
                 with os.fdopen(fd_data, "wb") as data_handle:
