@@ -182,7 +182,7 @@ def test_input_sets_bind_symbolic_dims_consistently():
 def test_markup_names_print_as_plain_text():
     from rich.console import Console
 
-    from onnxrefine.cli.plain import plain
+    from onnxrefine.plain import plain
 
     console = Console(record=True, width=200)
     console.print(plain("node [/] \x1b[2J [bold]x"))

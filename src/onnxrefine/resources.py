@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 
 from onnxrefine.errors import BadInputError
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 
 DEFAULT_BUDGET_FRACTION = 0.5
 DEFAULT_BUDGET_CAP = 2 << 30
@@ -315,7 +316,7 @@ def _subgraph_reads(node: onnx.NodeProto) -> set:
 def _check_loop(node: onnx.NodeProto, graph: onnx.GraphProto, estimate: PeakEstimate) -> None:
     """A Loop or Scan (its memory and time depend on its trip count): uncertain; a Loop whose
     constant trip count exceeds MAX_LOOP_TRIPS is recorded as huge (never run)."""
-    if node.op_type not in _LOOPS or node.domain not in ("", "ai.onnx"):
+    if node.op_type not in _LOOPS or node.domain not in STANDARD_DOMAINS:
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
                 for inner in sub.node:

@@ -2,6 +2,7 @@
 
     python tests/hostile/hostile_runner.py [--commands optimize,verify] [--cases PATTERN]
         [--families a,b] [--json OUT] [--slow]
+    (test_hostile.py starts it with --serve to run one case per request)
 
 For each (case, command) it checks: the exit code is one the case expects; no exception escapes
 `onnxrefine.cli.main.main` (a traceback) and stderr holds none; a refusal (exit 2) is exactly one
@@ -317,6 +318,24 @@ def run(commands=COMMANDS, pattern=None, families=None, slow=False, workdir: Pat
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def serve(requests_fd: int, rows_fd: int, workdir: Path) -> None:
+    """Run cases one at a time on request, for test_hostile.py's one-test-per-case items: each
+    request is a JSON line {"case", "command"} on `requests_fd`, each answer one JSON row on
+    `rows_fd` (pipes of their own: the commands under test print to stdout and stderr). The
+    process stays up between cases, so onnxruntime is imported once, not once per case."""
+    cases = {case.name: case for case in all_cases()}
+    with os.fdopen(requests_fd, "r") as requests, os.fdopen(rows_fd, "w") as rows:
+        for line in requests:
+            request = json.loads(line)
+            case = cases.get(request["case"])
+            if case is None:
+                row = Row(request["case"], "", request["command"], "", "", problem="no such case")
+            else:
+                row = run_one(case, request["command"], workdir)
+            rows.write(json.dumps(row.__dict__) + "\n")
+            rows.flush()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commands", default=",".join(COMMANDS))
@@ -326,11 +345,17 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--keep", default=None, help="work folder to keep (failed cases stay there)")
     parser.add_argument("--max-gib", type=float, default=8.0, help="address-space cap for this process")
+    parser.add_argument("--serve", default=None, metavar="REQUESTS_FD,ROWS_FD",
+                        help="answer requests for single cases on these pipes (needs --keep)")
     args = parser.parse_args(argv)
     limit_memory(args.max_gib)
     workdir = Path(args.keep) if args.keep else None
     if workdir:
         workdir.mkdir(parents=True, exist_ok=True)
+    if args.serve:
+        requests_fd, rows_fd = (int(fd) for fd in args.serve.split(","))
+        serve(requests_fd, rows_fd, workdir or Path(tempfile.mkdtemp(prefix="hostile-")))
+        return 0
     rows = run(tuple(args.commands.split(",")), args.cases,
                set(args.families.split(",")) if args.families else None, args.slow, workdir, verbose=True)
     print(table(rows))

@@ -68,7 +68,7 @@ def table(command: str, rows: list[dict]) -> Table:
 
 
 def write(folder: str, command: str, rows: list[dict], settings: dict) -> tuple[str, str]:
-    from onnxrefine.verify.report import write_atomic
+    from onnxrefine.atomic import write_atomic
 
     os.makedirs(folder, exist_ok=True)
     data = {"command": command, "settings": settings, "totals": totals(rows), "models": rows}

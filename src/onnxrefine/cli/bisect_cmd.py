@@ -8,7 +8,7 @@ from pathlib import Path
 
 from onnxrefine import progress
 from onnxrefine.cli.checks import bisect_out
-from onnxrefine.cli.plain import plain
+from onnxrefine.plain import plain
 from onnxrefine.cli.verify_cmd import parse_dims
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import io

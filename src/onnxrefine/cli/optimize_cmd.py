@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnxrefine import progress
 from onnxrefine.api import optimize_ir
-from onnxrefine.cli.plain import plain
+from onnxrefine.atomic import write_atomic
+from onnxrefine.plain import plain
 from onnxrefine.cli.verify_cmd import (add_input_shape_argument, add_run_settings_arguments, parse_dims,
                                        run_settings_from_args)
 from onnxrefine.errors import BadInputError
@@ -329,12 +328,4 @@ def write_json_atomically(path: Path, data: dict) -> None:
     folder = path.resolve().parent
     if not folder.is_dir():
         raise BadInputError(f"{path}: folder does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2)
-        io.publish_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(data, indent=2))

@@ -247,7 +247,7 @@ onnxrefine reduce .
 
 def write_bundle(out_dir: str, settings: CampaignSettings, result: dict) -> str:
     """Write case_<n>_seed<s>/ atomically (temp folder, then rename)."""
-    from onnxrefine.triage.bundle import staged_folder
+    from onnxrefine.atomic import staged_folder
     from onnxrefine.verify.inputs import generate_labelled_inputs, save_inputs
 
     name = f"case_{result['index']}_seed{result['seed']}"
@@ -330,7 +330,7 @@ def run_campaign(settings: CampaignSettings | None, out_dir: str, *, jobs: int =
     (`settings` may be None) and the cases already journaled are replayed, not re-run."""
     from onnxrefine.fuzz import journal
     from onnxrefine.fuzz.scheduler import schedule
-    from onnxrefine.verify.report import write_atomic
+    from onnxrefine.atomic import write_atomic
 
     os.makedirs(out_dir, exist_ok=True)
     settings = journal.open_campaign(out_dir, settings, resume)

@@ -25,7 +25,6 @@ FLOATS = frozenset({F32, F16, F64})
 NUMERIC = frozenset({F32, F16, F64, I64})
 ALL_TYPES = frozenset({F32, F16, F64, I64, BOOL})
 NP_TYPES = {F32: np.float32, F16: np.float16, F64: np.float64, I64: np.int64, I32: np.int32, BOOL: np.bool_}
-TYPE_NAMES = {F32: "float32", F16: "float16", F64: "float64", I64: "int64", I32: "int32", BOOL: "bool"}
 
 MAX_NUMEL = 2048
 MAX_RANK = 6

@@ -53,7 +53,7 @@ def count_entries(out_dir: str) -> int:
 def open_campaign(out_dir: str, settings, resume: bool):
     """The campaign's settings: stored ones when resuming (a differing `settings` is an error);
     new ones are stored, refusing a folder that already holds another campaign."""
-    from onnxrefine.verify.report import write_atomic
+    from onnxrefine.atomic import write_atomic
 
     stored = stored_settings(out_dir)
     if resume:

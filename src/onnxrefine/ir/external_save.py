@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -33,6 +32,7 @@ from typing import BinaryIO
 import onnx
 import onnx_ir as ir
 
+from onnxrefine.atomic import publish_mode, temp_beside
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import tensordata, validate, wire
 from onnxrefine.ir.wire import _GRAPH_INITIALIZER, _LEN, _MODEL_GRAPH, _TENSOR_RAW_DATA, _encode_varint
@@ -222,7 +222,7 @@ def _link(source: str, folder: Path, name: str) -> str:
     would change both."""
     import fcntl
 
-    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    fd, temp = temp_beside(name, folder)
     try:
         with open(source, "rb") as src:
             fcntl.ioctl(fd, _FICLONE, src.fileno())
@@ -248,7 +248,7 @@ def _linkable(model: ir.Model, external: dict[str, bool], input_path) -> list[st
 def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None = None) -> int:
     """Write `model` to `path` (+ its data files) through temp files and renames; returns the bytes
     of the files written (model file and data files together)."""
-    from onnxrefine.ir.io import _references_file, publish_mode
+    from onnxrefine.ir.io import _references_file
 
     layout = layout or Layout()
     folder = path.resolve().parent
@@ -284,13 +284,13 @@ def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None 
                 layout.notes.append(f"{location} is read by the model being replaced: weights written to {free}")
                 location, data_path = free, folder / free
                 _refuse_overwriting_input(data_path, path, input_path, _references_file)
-        fd, model_tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        fd, model_tmp = temp_beside(path, folder)
         temps.append(model_tmp)
         with os.fdopen(fd, "wb") as model_handle:
             if data_path is None:
                 data_bytes = write(model, model_handle, None, None, external, linked)
             else:
-                fd_data, data_tmp = tempfile.mkstemp(prefix=f".{location}.", suffix=".tmp", dir=folder)
+                fd_data, data_tmp = temp_beside(location, folder)
                 temps.append(data_tmp)
                 renames.append((data_tmp, data_path))
                 with os.fdopen(fd_data, "wb") as data_handle:

@@ -11,6 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 
 FLOAT_DTYPES = frozenset(
     np.dtype(t)
@@ -44,7 +45,7 @@ def constant_array(value: ir.Value | None) -> np.ndarray | None:
     if value.const_value is not None and (value.is_initializer() or value.producer() is None):
         return value.const_value.numpy()
     producer = value.producer()
-    if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
+    if producer is not None and producer.op_type == "Constant" and producer.domain in STANDARD_DOMAINS:
         return constant_node_array(producer)
     return None
 

@@ -105,18 +105,6 @@ def to_proto(model: ir.Model, *, consume: bool = False) -> onnx.ModelProto:
     return proto
 
 
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
-
-
-def publish_mode(path: str | os.PathLike, *, directory: bool = False) -> None:
-    """Give a file or folder made by mkstemp/mkdtemp (mode 0600/0700) the mode an ordinary
-    open() or mkdir() would have given it, so outputs are readable by whoever may read the folder."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
-
-
 def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
                layout=None) -> int:
     """Write `model` to `path` atomically (temp files in the same folder, then renames); returns the

@@ -49,12 +49,6 @@ class NameAllocator:
         if value is not None and value.name:
             self._taken.add(value.name)
 
-    def reserve(self, name: str) -> None:
-        self._taken.add(name)
-
-    def is_taken(self, name: str) -> bool:
-        return name in self._taken
-
     def fresh(self, hint: str) -> str:
         """A name starting with `hint` that nothing in the model uses; reserved from now on."""
         base = re.sub(r"_\d+$", "", hint) or "v"

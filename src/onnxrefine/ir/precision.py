@@ -12,7 +12,6 @@ from __future__ import annotations
 import onnx_ir as ir
 
 _D = ir.DataType
-_FLOAT8 = (_D.FLOAT8E4M3FN, _D.FLOAT8E4M3FNUZ, _D.FLOAT8E5M2, _D.FLOAT8E5M2FNUZ)
 _INTS = (_D.INT8, _D.INT16, _D.INT32, _D.INT64, _D.UINT8, _D.UINT16, _D.UINT32, _D.UINT64)
 
 # source -> the types that hold each of its values exactly (a float type holds an integer type
@@ -32,7 +31,6 @@ EXACT_WIDENING: dict[ir.DataType, frozenset[ir.DataType]] = {
     _D.UINT32: frozenset({_D.INT64, _D.UINT64, _D.DOUBLE}),
     _D.BOOL: frozenset(_INTS + (_D.FLOAT16, _D.BFLOAT16, _D.FLOAT, _D.DOUBLE)),
 }
-LOW_PRECISION_FLOATS = frozenset({_D.FLOAT16, _D.BFLOAT16, *_FLOAT8})
 
 
 def exact_widening(source: ir.DataType | None, target: ir.DataType | None) -> bool:

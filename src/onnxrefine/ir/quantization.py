@@ -25,8 +25,9 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 
-QUANT_DOMAINS = ("", "ai.onnx", "com.microsoft")
+QUANT_DOMAINS = (*STANDARD_DOMAINS, "com.microsoft")
 # Nodes that set which tensors are quantized and how: never folded, merged or removed as a no-op.
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 QUANTIZING_OPS = QDQ_OPS | frozenset({"DynamicQuantizeLinear"})

@@ -43,9 +43,9 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.opsets import STANDARD_DOMAINS as _STANDARD
 from onnxrefine.ir.quantization import zero_sign_use
 
-_STANDARD = ("", "ai.onnx")
 
 # Every input carries a zero's sign to the outputs (or may: carrying is the conservative choice
 # when an op's treatment of -0 is not pinned down, since it keeps looking for sinks downstream).

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -64,40 +63,6 @@ def external_locations(proto: onnx.ModelProto) -> list[str]:
             entries = {e.key: e.value for e in tensor.external_data}
             locations.append(entries.get("location", ""))
     return locations
-
-
-def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
-    """Every external tensor must live in a readable file inside the model's folder, in bounds."""
-    base_dir = base_dir.resolve()
-    sizes: dict[Path, int] = {}
-    for tensor in _all_tensor_protos(proto):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        entries = {e.key: e.value for e in tensor.external_data}
-        location = entries.get("location", "")
-        if not location:
-            raise BadInputError(f"tensor '{tensor.name}': external data without a location")
-        target = (base_dir / location).resolve()
-        if Path(location).is_absolute() or not target.is_relative_to(base_dir):
-            raise BadInputError(
-                f"tensor '{tensor.name}': external data location '{location}' points outside the model's folder"
-            )
-        if target not in sizes:
-            if not target.is_file():
-                raise BadInputError(f"tensor '{tensor.name}': external data file '{location}' is missing")
-            sizes[target] = target.stat().st_size
-        try:
-            offset = int(entries.get("offset", "0") or 0)
-            length = entries.get("length")
-            length = int(length) if length else None
-        except ValueError:
-            raise BadInputError(f"tensor '{tensor.name}': malformed external data offset/length") from None
-        end = offset + (length if length is not None else 0)
-        if offset < 0 or end > sizes[target]:
-            raise BadInputError(
-                f"tensor '{tensor.name}': external data range [{offset}, {end}) exceeds '{location}' "
-                f"({sizes[target]} bytes)"
-            )
 
 
 def has_nested_sparse_initializers(proto: onnx.ModelProto) -> bool:

@@ -3,12 +3,12 @@
 Protobuf parses and serializes whole messages, so `onnx.load` + `onnx.save` of a 100 MB model
 holds its weights two or three times over. Two small pieces of protobuf wire format avoid that:
 
-- `lazy_model_proto`: parses a model file but leaves each large initializer's `raw_data` where it
-  is, turning the tensor into an external reference to the model file itself at that offset.
-  onnx-ir then memory-maps it, and only weights a rewrite reads are ever paged in.
-- `write_model_embedded`: writes a model with every main-graph initializer embedded, serializing
-  one tensor at a time (a length-prefixed GraphProto field may be written in pieces: repeated
-  fields are concatenated on the wire).
+- `lazy_proto_from_buffer`: parses a model file but leaves each large initializer's `raw_data`
+  where it is, turning the tensor into an external reference to the model file itself at that
+  offset. onnx-ir then memory-maps it, and only weights a rewrite reads are ever paged in.
+- `serialize_skeleton` + `_tensor_chunks`: the model without its main-graph initializers, which
+  a writer (ir/external_save.py) then streams one tensor at a time (a length-prefixed GraphProto
+  field may be written in pieces: repeated fields are concatenated on the wire).
 
 Wire format: tag = field_number << 3 | wire_type; wire type 2 is length-delimited.
 ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.raw_data = 9.
@@ -16,10 +16,7 @@ ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.raw_data = 9.
 
 from __future__ import annotations
 
-import mmap
-import os
 from collections.abc import Iterator
-from typing import BinaryIO
 
 import numpy as np
 import onnx
@@ -83,19 +80,6 @@ def _fields(buffer, start: int, end: int) -> Iterator[tuple[int, int, int, int, 
         if position > end:
             raise WireFormatError("field runs past the end of its message")
         yield field, wire_type, field_start, payload, position
-
-
-def lazy_model_proto(path: str | os.PathLike, threshold: int | None = None) -> onnx.ModelProto:
-    """Parse `path`, turning main-graph initializers' raw_data of at least `threshold` bytes
-    (default LAZY_THRESHOLD_BYTES) into external references to the model file itself."""
-    threshold = LAZY_THRESHOLD_BYTES if threshold is None else threshold
-    location = os.path.basename(os.fspath(path))
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size == 0:
-            return onnx.ModelProto()
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
-            return lazy_proto_from_buffer(buffer, size, location, threshold)
 
 
 def lazy_proto_from_buffer(buffer, size: int, location: str, threshold: int) -> onnx.ModelProto:
@@ -175,14 +159,6 @@ def _tensor_chunks(value: ir.Value) -> list:
     return [header, bytes([_TENSOR_RAW_DATA << 3 | _LEN]) + _encode_varint(nbytes), data]
 
 
-def _chunks_size(value: ir.Value) -> int:
-    tensor = value.const_value
-    if tensor.dtype == ir.DataType.STRING:
-        return sum(len(chunk) for chunk in _tensor_chunks(value))
-    header, nbytes = _tensor_header(value)
-    return len(header) + (1 + len(_encode_varint(nbytes)) + nbytes if nbytes else 0)
-
-
 def embed_external_tensors(model: ir.Model, *, main_graph: bool = True) -> None:
     """Replace external tensors by in-memory copies (in subgraphs always, main graph if asked)."""
     graphs = list(model.graph.subgraphs())
@@ -210,22 +186,3 @@ def serialize_skeleton(model: ir.Model) -> tuple[onnx.ModelProto, bytes, list[ir
     graph_bytes = proto.graph.SerializeToString()
     proto.ClearField("graph")
     return proto, graph_bytes, initializers
-
-
-def write_model_embedded(model: ir.Model, handle: BinaryIO) -> None:
-    """Serialize `model` to `handle` with every tensor embedded, one initializer at a time."""
-    embed_external_tensors(model, main_graph=False)
-    proto, graph_bytes, initializers = serialize_skeleton(model)
-    # Initializers serialized above as value_info would be harmless but redundant; none are.
-    sizes = [_chunks_size(value) for value in initializers]
-    graph_length = len(graph_bytes) + sum(1 + len(_encode_varint(s)) + s for s in sizes)
-    handle.write(proto.SerializeToString())
-    handle.write(bytes([_MODEL_GRAPH << 3 | _LEN]) + _encode_varint(graph_length))
-    handle.write(graph_bytes)
-    for value, size in zip(initializers, sizes):
-        chunks = _tensor_chunks(value)
-        if sum(len(chunk) for chunk in chunks) != size:
-            raise WireFormatError(f"tensor {value.name}: its size changed while writing")
-        handle.write(bytes([_GRAPH_INITIALIZER << 3 | _LEN]) + _encode_varint(size))
-        for chunk in chunks:
-            handle.write(chunk)

@@ -20,6 +20,7 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir import tensordata
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.quantization import merge_refusal
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.folding import RANDOM_OPS
@@ -29,7 +30,7 @@ from onnxrefine.rewrite.rule import EXACT, Replacement, RewriteContext, Rule
 
 # Standard operators have no side effects; an unknown custom operator might (a print, a
 # counter), so dead-code removal leaves those alone.
-_PURE_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
+_PURE_DOMAINS = (*STANDARD_DOMAINS, "ai.onnx.ml")
 _MAX_CHECKED_BYTES = 1 << 30
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import Sym
 from onnxrefine.passes.opargs import (
@@ -191,7 +192,7 @@ def fuse_concats(m: Match, ctx: RewriteContext) -> Replacement | None:
         if (
             inner is None
             or inner.op_type != "Concat"
-            or inner.domain not in ("", "ai.onnx")
+            or inner.domain not in STANDARD_DOMAINS
             or inner.graph is not outer.graph
             or value.is_graph_output()
             or any(use.node is not outer for use in value.uses())
@@ -265,7 +266,7 @@ def _feeds_discrete_op(value: ir.Value, main_graph: ir.Graph) -> bool:
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if node.op_type in _DISCRETE_OPS or node.domain not in ("", "ai.onnx"):
+            if node.op_type in _DISCRETE_OPS or node.domain not in STANDARD_DOMAINS:
                 return True
             if node.op_type == "Cast":
                 to = node.attributes.get("to")

@@ -9,6 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.quantization import refuse_quantized_layer
 from onnxrefine.passes.fusion_chains import _rank
@@ -83,7 +84,7 @@ def _sibling_matmuls(x: ir.Value, graph: ir.Graph) -> list[ir.Node]:
     found = []
     for use in x.uses():
         node = use.node
-        if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or use.idx != 0 or node.graph is not graph:
+        if node.op_type != "MatMul" or node.domain not in STANDARD_DOMAINS or use.idx != 0 or node.graph is not graph:
             continue
         weight = constant_array(node.inputs[1])
         if weight is None or weight.ndim != 2 or node in found:

@@ -13,10 +13,9 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.opsets import STANDARD_DOMAINS, opset_version  # noqa: F401 - passes read graphedit.STANDARD_DOMAINS
 from onnxrefine.passes.registry import PassContext
 from onnxrefine.rewrite.log import node_label
-
-STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 def graphs(model: ir.Model) -> Iterator[tuple[ir.Graph, bool]]:
@@ -107,9 +106,4 @@ def log_refuse(pctx: PassContext, rule: str, graph: ir.Graph, node: ir.Node, rea
 
 
 def opset_of(model: ir.Model, graph: ir.Graph, domain: str = "") -> int:
-    version = graph.opset_imports.get(domain)
-    if version is None:
-        version = model.opset_imports.get(domain)
-    if version is None and domain == "":
-        version = model.opset_imports.get("ai.onnx")
-    return int(version) if version is not None else 0
+    return opset_version(graph.opset_imports, model.opset_imports, domain)

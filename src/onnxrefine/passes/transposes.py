@@ -31,6 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.passes.opargs import attr
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Match, Op, Rest, Var
@@ -71,7 +72,7 @@ def _text(shape) -> str:
 
 def transpose_to_reshape(m: Match, ctx: RewriteContext) -> Replacement:
     node: ir.Node = m["t"]
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain not in STANDARD_DOMAINS:
         return None
     shape = ctx.facts.symbolic_shape(m["x"])
     if shape is None:
@@ -97,7 +98,7 @@ def _static_nonempty(ctx: RewriteContext, value: ir.Value, what: str) -> list[in
 
 def merge_reshape_unit_axes(m: Match, ctx: RewriteContext) -> Replacement:
     outer: ir.Node = m["outer"]
-    if outer.domain not in ("", "ai.onnx"):
+    if outer.domain not in STANDARD_DOMAINS:
         return None
     target = _static_nonempty(ctx, outer.outputs[0], f"{outer.op_type} output")
     shape_value = ctx.constant(np.array(target, dtype=np.int64), hint=f"{outer.name or 'reshape'}_shape")
@@ -129,7 +130,7 @@ def through_transpose(middle: list[int], perm: list[int], target: list[int]) -> 
 def reshape_through_transpose(m: Match, ctx: RewriteContext) -> Replacement:
     transpose: ir.Node = m["t"]
     outer: ir.Node = m["r1"]
-    if any(n.domain not in ("", "ai.onnx") for n in (transpose, outer, m["r0"])):
+    if any(n.domain not in STANDARD_DOMAINS for n in (transpose, outer, m["r0"])):
         return None
     middle = _static_nonempty(ctx, transpose.inputs[0], "Transpose input")
     target = _static_nonempty(ctx, outer.outputs[0], "Reshape output")

@@ -17,6 +17,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.facts import broadcast_dims
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Var
 from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule
@@ -34,7 +35,7 @@ def _same_shape(a: tuple, b: tuple) -> bool:
 
 def select_constant_where(m: Match, ctx: RewriteContext) -> Replacement:
     node: ir.Node = m["where"]
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain not in STANDARD_DOMAINS:
         return None
     condition = m.array("c")
     if condition.dtype != np.bool_ or condition.size == 0:

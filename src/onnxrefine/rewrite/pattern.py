@@ -10,15 +10,14 @@ commutative level costs time linear in the pattern size, not exponential in its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.opsets import STANDARD_DOMAINS as _STANDARD_DOMAINS
 
 COMMUTATIVE_OPS = frozenset({"Add", "Mul", "Max", "Min", "And", "Or", "Xor", "Equal"})
-_STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 class Pattern:
@@ -204,7 +203,3 @@ def match(pattern: Op, node: ir.Node) -> Match | None:
         return None
     bindings, nodes = found
     return Match(node, bindings, nodes)
-
-
-def root_op_types(pattern: Op) -> Iterable[str]:
-    return pattern.op_types

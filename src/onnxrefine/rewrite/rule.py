@@ -22,6 +22,7 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.ir.facts import StaticShapes
+from onnxrefine.ir.opsets import opset_version
 from onnxrefine.rewrite.pattern import Match, Op
 
 EXACT = "exact"
@@ -173,11 +174,8 @@ class RewriteContext:
         return value
 
     def opset(self, domain: str = "") -> int:
-        graph_opsets = self.owner.opset_imports if self.owner is not None else {}
-        version = graph_opsets.get(domain) or self.model.opset_imports.get(domain)
-        if version is None and domain == "":
-            version = self.model.opset_imports.get("ai.onnx")
-        return int(version) if version is not None else 0
+        return opset_version(self.owner.opset_imports if self.owner is not None else None, self.model.opset_imports,
+                             domain)
 
 
 def _attribute(name: str, value: object) -> ir.Attr:

@@ -22,9 +22,14 @@ Step = tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto]]
 
 @dataclass(frozen=True)
 class Adapter:
+    """One peer, declared once: its name, the package it needs, what it does, how to split it into
+    steps, and the shell command that reproduces one step outside onnxrefine."""
+
     name: str
     package: str
     describe: str
+    build: Callable[[Sequence[str] | None], list[Step]]
+    command_template: str
 
     def available(self) -> bool:
         try:
@@ -36,10 +41,10 @@ class Adapter:
     def steps(self, passes: Sequence[str] | None) -> list[Step]:
         if not self.available():
             raise BadInputError(f"optimizer '{self.name}' needs the '{self.package}' package, which is not installed")
-        return _STEP_BUILDERS[self.name](passes)
+        return self.build(passes)
 
     def command(self, step: str) -> str:
-        return _COMMANDS[self.name].format(step=step)
+        return self.command_template.format(step=step)
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -120,40 +125,29 @@ def _onnxrefine_pipeline_steps(passes):
     return [("onnxrefine pipeline", lambda m: optimize(m, chosen, certify=False))]
 
 
-_STEP_BUILDERS = {
-    "onnxrefine": _onnxrefine_steps,
-    "onnxrefine-pipeline": _onnxrefine_pipeline_steps,
-    "onnxoptimizer": _onnxoptimizer_steps,
-    "onnxsim": _onnxsim_steps,
-    "onnxslim": _onnxslim_steps,
-    "onnxscript": _onnxscript_steps,
-    "ort": _ort_steps,
-}
-_COMMANDS = {
-    "onnxrefine": "onnxrefine optimize original.onnx -o optimized.onnx --passes {step} --no-verify --no-certify",
-    "onnxrefine-pipeline": "onnxrefine optimize original.onnx -o optimized.onnx --no-verify --no-certify",
-    "onnxoptimizer": "python -c \"import onnx, onnxoptimizer; onnx.save(onnxoptimizer.optimize("
-    "onnx.load('original.onnx'), ['{step}']), 'optimized.onnx')\"",
-    "onnxsim": "onnxsim original.onnx optimized.onnx",
-    "onnxslim": "onnxslim original.onnx optimized.onnx",
-    "onnxscript": "python -c \"import onnx; from onnxscript import optimizer; "
-    "onnx.save(optimizer.optimize(onnx.load('original.onnx')), 'optimized.onnx')\"",
-    "ort": "python -c \"import onnxruntime as ort; o = ort.SessionOptions(); "
-    "o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC; "
-    "o.optimized_model_filepath = 'optimized.onnx'; ort.InferenceSession('original.onnx', o)\"",
-}
-
-ADAPTERS = {
-    "onnxrefine": Adapter("onnxrefine", "onnxrefine", "onnxrefine's passes, one at a time, then rewrite by rewrite"),
-    "onnxrefine-pipeline": Adapter(
-        "onnxrefine-pipeline", "onnxrefine", "onnxrefine's whole pipeline as one step (passes interacting)"
-    ),
-    "onnxoptimizer": Adapter("onnxoptimizer", "onnxoptimizer", "onnxoptimizer, pass by pass"),
-    "onnxsim": Adapter("onnxsim", "onnxsim", "onnxsim.simplify as one step"),
-    "onnxslim": Adapter("onnxslim", "onnxslim", "onnxslim.slim as one step"),
-    "onnxscript": Adapter("onnxscript", "onnxscript", "onnxscript's optimizer as one step"),
-    "ort": Adapter("ort", "onnxruntime", "onnxruntime's basic offline optimization as one step"),
-}
+_PEERS = (
+    Adapter("onnxrefine", "onnxrefine", "onnxrefine's passes, one at a time, then rewrite by rewrite",
+            _onnxrefine_steps,
+            "onnxrefine optimize original.onnx -o optimized.onnx --passes {step} --no-verify --no-certify"),
+    Adapter("onnxrefine-pipeline", "onnxrefine", "onnxrefine's whole pipeline as one step (passes interacting)",
+            _onnxrefine_pipeline_steps,
+            "onnxrefine optimize original.onnx -o optimized.onnx --no-verify --no-certify"),
+    Adapter("onnxoptimizer", "onnxoptimizer", "onnxoptimizer, pass by pass", _onnxoptimizer_steps,
+            "python -c \"import onnx, onnxoptimizer; onnx.save(onnxoptimizer.optimize("
+            "onnx.load('original.onnx'), ['{step}']), 'optimized.onnx')\""),
+    Adapter("onnxsim", "onnxsim", "onnxsim.simplify as one step", _onnxsim_steps,
+            "onnxsim original.onnx optimized.onnx"),
+    Adapter("onnxslim", "onnxslim", "onnxslim.slim as one step", _onnxslim_steps,
+            "onnxslim original.onnx optimized.onnx"),
+    Adapter("onnxscript", "onnxscript", "onnxscript's optimizer as one step", _onnxscript_steps,
+            "python -c \"import onnx; from onnxscript import optimizer; "
+            "onnx.save(optimizer.optimize(onnx.load('original.onnx')), 'optimized.onnx')\""),
+    Adapter("ort", "onnxruntime", "onnxruntime's basic offline optimization as one step", _ort_steps,
+            "python -c \"import onnxruntime as ort; o = ort.SessionOptions(); "
+            "o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC; "
+            "o.optimized_model_filepath = 'optimized.onnx'; ort.InferenceSession('original.onnx', o)\""),
+)
+ADAPTERS = {adapter.name: adapter for adapter in _PEERS}
 
 
 def get_adapter(name: str) -> Adapter:

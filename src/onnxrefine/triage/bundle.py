@@ -12,46 +12,21 @@ reader never sees half a bundle.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from onnxrefine.errors import BadInputError
-from onnxrefine.ir.io import publish_mode
+from onnxrefine.atomic import staged_folder
 
 ORIGINAL = "original.onnx"
 OPTIMIZED = "optimized.onnx"
 INPUTS = "inputs.npz"
 REPORT = "report.json"
 README = "README.md"
-
-
-@contextlib.contextmanager
-def staged_folder(target: str | os.PathLike, *, replace: bool = False) -> Iterator[Path]:
-    """A temporary folder beside `target` that becomes `target` once the block succeeds (an
-    existing `target` is replaced when `replace`, else refused) and is removed if it fails."""
-    target = Path(target)
-    if target.exists() and not replace:
-        raise BadInputError(f"{target}: already exists; choose another folder")
-    parent = target.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
-    try:
-        yield staging
-        publish_mode(staging, directory=True)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def write_bundle(

@@ -54,6 +54,7 @@ from onnx import helper, numpy_helper
 
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import Sym
+from onnxrefine.ir.opsets import STANDARD_DOMAINS as _STANDARD_DOMAINS
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
 from onnxrefine.verify.certificate_proofs import (
     affine_fold_proof,
@@ -72,7 +73,6 @@ from onnxrefine.verify.certificate_inputs import (
     width_stackable,
 )
 
-_STANDARD_DOMAINS = ("", "ai.onnx")
 # Constants are fed at run time rather than embedded (no copy, and certificates of the same
 # structure share one onnxruntime session); other dtypes are embedded.
 EMBED_BYTES = 0

@@ -21,6 +21,8 @@ import math
 import numpy as np
 import onnx_ir as ir
 
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
+
 SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
     np.uint32, np.uint64, np.bool_))
@@ -165,7 +167,7 @@ def moves_data_only(nodes, float_activations: bool, dtype_of) -> bool:
                 return False
             if kind in "iub":
                 continue
-            if kind != "f" or node.op_type not in _MOVEMENT or node.domain not in ("", "ai.onnx"):
+            if kind != "f" or node.op_type not in _MOVEMENT or node.domain not in STANDARD_DOMAINS:
                 return False
             if index != 0 and node.op_type not in _ALL_INPUTS:
                 return False  # a float where an integer (shape, axes, indices) goes

@@ -43,6 +43,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.signed_zero import for_context
 
 _DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -73,7 +74,7 @@ def _per_channel(array: np.ndarray, rank: int, channels: int) -> np.ndarray | No
 def _tail_step(node: ir.Node, previous: ir.Value, a, d, mag, rank: int, channels: int, dtype, opset: int):
     """(a, d, |d| magnitude) after one tail node, or None if the node is not a per-channel affine
     map of `previous` that this proof reads."""
-    if node.domain not in ("", "ai.onnx") or len(node.outputs) < 1:
+    if node.domain not in STANDARD_DOMAINS or len(node.outputs) < 1:
         return None
     if node.op_type == "BatchNormalization":
         if opset < 9 or node.inputs[0] is not previous or len(node.inputs) != 5:
@@ -184,9 +185,9 @@ def affine_fold_proof(request) -> str | None:
     if len(matched) < 2 or len(replacement) != 1 or len(request.outputs) != 1:
         return None
     conv, folded = matched[0], replacement[0]
-    if conv.op_type != "Conv" or folded.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
+    if conv.op_type != "Conv" or folded.op_type != "Conv" or conv.domain not in STANDARD_DOMAINS:
         return None
-    if folded.domain not in ("", "ai.onnx") or not isinstance(request.owner, ir.Graph):
+    if folded.domain not in STANDARD_DOMAINS or not isinstance(request.owner, ir.Graph):
         return None
     if folded.inputs[0] is not conv.inputs[0] or _attrs(folded) != _attrs(conv):
         return None
@@ -263,7 +264,7 @@ def merged_matmul_proof(request) -> str | None:
     merged, split = new
     if merged.op_type != "MatMul" or split.op_type != "Split" or split.inputs[0] is not merged.outputs[0]:
         return None
-    if any(n.domain not in ("", "ai.onnx") for n in matmuls + new) or not isinstance(request.owner, ir.Graph):
+    if any(n.domain not in STANDARD_DOMAINS for n in matmuls + new) or not isinstance(request.owner, ir.Graph):
         return None
     x = merged.inputs[0]
     if any(n.op_type != "MatMul" or n.inputs[0] is not x for n in matmuls):
@@ -318,7 +319,7 @@ def gemm_from_matmul_add_proof(request) -> str | None:
     gemm = new[0]
     if (matmul.op_type, add.op_type, gemm.op_type) != ("MatMul", "Add", "Gemm"):
         return None
-    if any(n.domain not in ("", "ai.onnx") for n in (matmul, add, gemm)) or not isinstance(request.owner, ir.Graph):
+    if any(n.domain not in STANDARD_DOMAINS for n in (matmul, add, gemm)) or not isinstance(request.owner, ir.Graph):
         return None
     product = matmul.outputs[0]
     others = [v for v in add.inputs if v is not product]

@@ -25,6 +25,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
+from onnxrefine.atomic import atomic_file
 from onnxrefine.errors import BadInputError
 from onnxrefine.verify import graphinfo
 
@@ -75,13 +76,8 @@ def save_inputs(path: str | os.PathLike, input_sets: Sequence[Mapping[str, np.nd
     else:
         arrays = {f"{index}/{name}": value for index, feeds in enumerate(input_sets)
                   for name, value in feeds.items()}
-    temp = f"{path}.tmp-{os.getpid()}.npz"
-    try:
-        np.savez(temp, **arrays)
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+    with atomic_file(path, "wb") as handle:
+        np.savez(handle, **arrays)
 
 
 def _load_pickle(path: str) -> list[InputSet]:

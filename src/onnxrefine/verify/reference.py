@@ -29,6 +29,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnxrefine.errors import OnnxRefineError
+from onnxrefine.ir.opsets import STANDARD_DOMAINS as _STANDARD_DOMAINS
 from onnxrefine.ir.validate import sparse_to_dense
 from onnxrefine.verify import reference_kernels_control  # noqa: F401  (registers its kernels)
 from onnxrefine.verify import reference_kernels_dtype as _dtype
@@ -49,7 +50,6 @@ __all__ = [
     "supported_op_types",
 ]
 
-_STANDARD_DOMAINS = ("", "ai.onnx")
 # Ops whose value is not a deterministic function of the inputs; refusing is more honest than guessing.
 _NONDETERMINISTIC = frozenset(
     {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}

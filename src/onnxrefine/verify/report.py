@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 
-from onnxrefine.ir.io import publish_mode
+from onnxrefine.atomic import write_atomic
 from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
 
 __all__ = ["EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "OutputReport",
@@ -102,22 +100,6 @@ class VerificationReport:
         return verdict
 
 
-def write_atomic(path, text: str) -> None:
-    """Write text to path via a temp file in the same folder and os.replace."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    handle, temp = tempfile.mkstemp(prefix=".onnxrefine-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        publish_mode(temp)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
-
-
 def _json_safe(value):
     if isinstance(value, dict):
         return {str(key): _json_safe(item) for key, item in value.items()}
@@ -185,7 +167,7 @@ def _render_outputs(outputs, title: str, console) -> None:
 
 def _plain(name):
     """A name from a model as a plain-text cell: never rich markup (`[/]` is a valid name)."""
-    from onnxrefine.cli.plain import plain
+    from onnxrefine.plain import plain
 
     return plain(name)
 

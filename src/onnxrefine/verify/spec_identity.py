@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.verify import compare
 from onnxrefine.verify.verdict import MISMATCH, UNSTABLE
 
@@ -52,7 +53,7 @@ def rounding_fully_modelled(model: onnx.ModelProto) -> bool:
     if any(attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
            for node in graph.node for attr in node.attribute):
         return False
-    if any(node.domain not in ("", "ai.onnx") for node in graph.node):
+    if any(node.domain not in STANDARD_DOMAINS for node in graph.node):
         return False
     types = value_types(model)
     if types is None:

@@ -1,6 +1,7 @@
 """Names from a model printed as plain text: never parsed as rich markup (a node named `[/]`
 crashed the summary after the output was written), control characters shown escaped (a name
-holding an ANSI escape must not drive the terminal)."""
+holding an ANSI escape must not drive the terminal). Below cli/: the verification report prints
+names too, and verify/ imports nothing of the CLI."""
 
 from __future__ import annotations
 
