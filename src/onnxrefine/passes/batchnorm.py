@@ -41,9 +41,9 @@ def bn_affine(m: Match, ctx: RewriteContext, channels: int, dtype: np.dtype) -> 
     opset = ctx.opset()
     if _attr(bn, "training_mode", 0) != 0:
         raise RewriteRefused("bn.training_mode", "BatchNormalization is in training mode")
-    if opset and opset < 7 and _attr(bn, "is_test", 0) != 1:
+    if opset < 7 and _attr(bn, "is_test", 0) != 1:
         raise RewriteRefused("bn.is_test", "BatchNormalization (opset < 7) without is_test=1 runs in training mode")
-    if opset and opset < 9 and _attr(bn, "spatial", 1) != 1:
+    if opset < 9 and _attr(bn, "spatial", 1) != 1:
         raise RewriteRefused("bn.spatial", "BatchNormalization with spatial=0 has per-element statistics")
     if any(out.uses() or out.is_graph_output() for out in bn.outputs[1:]):
         raise RewriteRefused("bn.stats_outputs", "BatchNormalization's running statistics outputs are read")
@@ -196,7 +196,7 @@ def fold_conv_add_bn(m: Match, ctx: RewriteContext) -> Replacement:
 def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
     refuse_quantized_layer(m["gemm"], m["bn"].outputs[0])  # quantized units stay as they are
     gemm: ir.Node = m["gemm"]
-    if ctx.opset() and ctx.opset() < 7:
+    if ctx.opset() < 7:
         raise RewriteRefused("bn_gemm.opset", "Gemm before opset 7 has broadcast semantics of its own")
     weight = _float_weight(m)
     if weight.ndim != 2:
@@ -228,7 +228,7 @@ def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
 
 def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
     refuse_quantized_layer(m["matmul"], m["bn"].outputs[0])  # quantized units stay as they are
-    if ctx.opset() and ctx.opset() < 7:
+    if ctx.opset() < 7:
         raise RewriteRefused("bn_matmul.opset", "Gemm before opset 7 has broadcast semantics of its own")
     weight = _float_weight(m)
     if weight.ndim != 2:

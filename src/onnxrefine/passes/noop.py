@@ -76,7 +76,7 @@ CAST_LIKE = Rule("eliminate_nop_cast_like", Op("CastLike", Var("x"), Var("like")
 def drop_inference_dropout(m: Match, ctx: RewriteContext) -> Replacement:
     node: ir.Node = m["node"]
     opset = ctx.opset()
-    if opset and opset < 7 and attr(node, "is_test", 0) != 1:
+    if opset < 7 and attr(node, "is_test", 0) != 1:
         raise RewriteRefused("dropout.is_test", "Dropout before opset 7 without is_test=1 runs in training mode")
     training = m.get("training")
     if training is not None:
