@@ -51,15 +51,19 @@ class GraphSite:
         return self.parent is None
 
 
+_GRAPH = ir.AttributeType.GRAPH
+_GRAPHS = ir.AttributeType.GRAPHS
+
+
 def subgraphs_of(node: ir.Node) -> list[ir.Graph]:
     """The graphs `node` holds directly (GRAPH and GRAPHS attributes, in declaration order)."""
     found = []
     for attr in node.attributes.values():
-        if attr.is_ref():
-            continue
-        if attr.type == ir.AttributeType.GRAPH:
-            found.append(attr.value)
-        elif attr.type == ir.AttributeType.GRAPHS:
+        kind = attr.type  # checked before is_ref(): this runs for every node of every walk
+        if kind is _GRAPH:
+            if not attr.is_ref():
+                found.append(attr.value)
+        elif kind is _GRAPHS and not attr.is_ref():
             found.extend(attr.value)
     return found
 

@@ -75,10 +75,8 @@ def dead_code_in_graph(pctx: PassContext, graph: ir.Graph) -> int:
 
 
 def run_deadend(pctx: PassContext) -> int:
-    changes = dead_code_in_graph(pctx, pctx.model.graph)
-    for function in pctx.model.functions.values():
-        changes += dead_code_in_graph(pctx, function.graph)
-    return changes
+    # From each body down: a subgraph's captures die with the dead code that read them (scope).
+    return sum(dead_code_in_graph(pctx, body.graph) for body in list(traversal.bodies(pctx.model)))
 
 
 # --- eliminate_unused_initializer ----------------------------------------------------------------
@@ -226,10 +224,7 @@ def _merge(pctx: PassContext, graph: ir.Graph, kept: ir.Node, duplicate: ir.Node
 
 
 def run_cse(pctx: PassContext) -> int:
-    changes = cse_in_graph(pctx, pctx.model.graph)
-    for function in pctx.model.functions.values():
-        changes += cse_in_graph(pctx, function.graph)
-    return changes
+    return sum(cse_in_graph(pctx, body.graph) for body in list(traversal.bodies(pctx.model)))
 
 
 # --- eliminate_if_with_const_cond ----------------------------------------------------------------
