@@ -43,7 +43,8 @@ def nested_model(*, fn_subgraph_initializer: bool = False) -> onnx.ModelProto:
         [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
          helper.make_node("If", ["c"], ["acc_out"], then_branch=then_fn, else_branch=else_fn, name="if_fn")],
         "loop_fn",
-        [value_info("i", TensorProto.INT64, []), value_info("cond_in", TensorProto.BOOL, []), value_info("acc", shape=[3])],
+        [value_info("i", TensorProto.INT64, []), value_info("cond_in", TensorProto.BOOL, []),
+         value_info("acc", shape=[3])],
         [value_info("cond_out", TensorProto.BOOL, []), value_info("acc_out", shape=[3])],
     )
     f = helper.make_function(
