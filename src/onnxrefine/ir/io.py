@@ -19,7 +19,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.ir import protoview, validate, wire
+from onnxrefine.ir import protoview, traversal, validate, wire
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto, ir.Model]
 
@@ -128,18 +128,11 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os
 
 def tensor_bytes(model: ir.Model) -> int:
     total = 0
-    for graph in _all_graphs(model):
-        for value in graph.initializers.values():
+    for site in traversal.graphs(model):
+        for value in site.graph.initializers.values():
             if value.const_value is not None:
                 total += value.const_value.nbytes
     return total
-
-
-def _all_graphs(model: ir.Model):
-    yield model.graph
-    yield from model.graph.subgraphs()
-    for function in model.functions.values():
-        yield from function.subgraphs()
 
 
 def _same_file(a: Path, b: Path) -> bool:

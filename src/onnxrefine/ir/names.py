@@ -11,13 +11,7 @@ import re
 
 import onnx_ir as ir
 
-
-def _graphs_and_functions(model: ir.Model):
-    yield model.graph
-    yield from model.graph.subgraphs()
-    for function in model.functions.values():
-        yield function
-        yield from function.subgraphs()
+from onnxrefine.ir import traversal
 
 
 class NameAllocator:
@@ -28,15 +22,17 @@ class NameAllocator:
 
     def absorb(self, model: ir.Model) -> None:
         """Reserve every name the model uses now (after a pass that named things itself)."""
-        for graph in _graphs_and_functions(model):
+        for site in traversal.graphs(model):
+            graph = site.graph
+            if site.owner is not graph and site.owner.name:  # a function body: the function's name
+                self._taken.add(site.owner.name)
             if graph.name:
                 self._taken.add(graph.name)
             for value in graph.inputs:
                 self._reserve_value(value)
             for value in graph.outputs:
                 self._reserve_value(value)
-            if isinstance(graph, ir.Graph):
-                self._taken.update(graph.initializers.keys())
+            self._taken.update(graph.initializers.keys())
             for node in graph:
                 if node.name:
                     self._taken.add(node.name)
@@ -48,6 +44,9 @@ class NameAllocator:
     def _reserve_value(self, value: ir.Value | None) -> None:
         if value is not None and value.name:
             self._taken.add(value.name)
+
+    def is_taken(self, name: str) -> bool:
+        return name in self._taken
 
     def fresh(self, hint: str) -> str:
         """A name starting with `hint` that nothing in the model uses; reserved from now on."""

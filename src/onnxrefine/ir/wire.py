@@ -22,6 +22,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxrefine.ir import traversal
+
 _MODEL_GRAPH = 7
 _GRAPH_INITIALIZER = 5
 _TENSOR_RAW_DATA = 9
@@ -161,11 +163,7 @@ def _tensor_chunks(value: ir.Value) -> list:
 
 def embed_external_tensors(model: ir.Model, *, main_graph: bool = True) -> None:
     """Replace external tensors by in-memory copies (in subgraphs always, main graph if asked)."""
-    graphs = list(model.graph.subgraphs())
-    for function in model.functions.values():
-        graphs.extend(function.subgraphs())
-    if main_graph:
-        graphs.append(model.graph)
+    graphs = [site.graph for site in traversal.graphs(model) if main_graph or site.graph is not model.graph]
     for graph in graphs:
         for value in graph.initializers.values():
             if isinstance(value.const_value, ir.ExternalTensor):

@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
-from onnxrefine.ir import tensordata
+from onnxrefine.ir import edit, tensordata, traversal
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.quantization import merge_refusal
@@ -75,10 +75,8 @@ def dead_code_in_graph(pctx: PassContext, graph: ir.Graph) -> int:
 
 
 def run_deadend(pctx: PassContext) -> int:
-    changes = dead_code_in_graph(pctx, pctx.model.graph)
-    for function in pctx.model.functions.values():
-        changes += dead_code_in_graph(pctx, function.graph)
-    return changes
+    # From each body down: a subgraph's captures die with the dead code that read them (scope).
+    return sum(dead_code_in_graph(pctx, body.graph) for body in list(traversal.bodies(pctx.model)))
 
 
 # --- eliminate_unused_initializer ----------------------------------------------------------------
@@ -226,10 +224,7 @@ def _merge(pctx: PassContext, graph: ir.Graph, kept: ir.Node, duplicate: ir.Node
 
 
 def run_cse(pctx: PassContext) -> int:
-    changes = cse_in_graph(pctx, pctx.model.graph)
-    for function in pctx.model.functions.values():
-        changes += cse_in_graph(pctx, function.graph)
-    return changes
+    return sum(cse_in_graph(pctx, body.graph) for body in list(traversal.bodies(pctx.model)))
 
 
 # --- eliminate_if_with_const_cond ----------------------------------------------------------------
@@ -263,16 +258,10 @@ def inline_if(pctx: PassContext, graph: ir.Graph, in_function: bool, node: ir.No
     for name, value in list(branch.initializers.items()):
         branch.initializers.pop(name)
         value.name = pctx.names.fresh(name)
-        if in_function:
-            array = value.const_value.numpy()
-            replacement = graphedit.new_constant(pctx, graph, True, array, value.name, before=node)
-            new_nodes.insert(0, replacement.producer())
-            branch_outputs = [replacement if b is value else b for b in branch_outputs]
-            value.replace_all_uses_with(replacement)
-            produced_here.add(id(replacement))
-        else:
-            graph.register_initializer(value)
-            produced_here.add(id(value))
+        holder = edit.place_constant(pctx.names, graph, in_function, value, before=node)
+        if holder is not None:  # a Constant node: inside a function
+            new_nodes.insert(0, holder)
+        produced_here.add(id(value))
     if moved:
         graph.insert_before(node, moved)
     claimed: set[int] = set()
@@ -314,14 +303,13 @@ def _inline_ifs(pctx: PassContext, graph: ir.Graph, in_function: bool) -> int:
 
 
 def _inline_all(pctx: PassContext) -> int:
-    changes = _inline_ifs(pctx, pctx.model.graph, False)
-    for function in pctx.model.functions.values():
-        changes += _inline_ifs(pctx, function.graph, True)
-    return changes
+    # From each body down (not over traversal.graphs): inlining an If moves its branch's nested
+    # Ifs into the enclosing graph, where the same walk meets them next.
+    return sum(_inline_ifs(pctx, body.graph, body.in_function) for body in list(traversal.bodies(pctx.model)))
 
 
 def _has_constant_if(model: ir.Model) -> bool:
-    return any(_constant_condition(node) is not None for graph, _ in graphedit.graphs(model) for node in graph)
+    return any(_constant_condition(node) is not None for site in traversal.graphs(model) for node in site.graph)
 
 
 def _strict_inference_error(proto: onnx.ModelProto) -> str | None:

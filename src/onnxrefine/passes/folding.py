@@ -28,6 +28,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir import edit, traversal
 from onnxrefine.ir.foldmath import constant_array, constant_node_array, is_float_dtype
 from onnxrefine.ir.quantization import fold_refusal
 from onnxrefine.passes import graphedit
@@ -271,7 +272,7 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
                         and result.dtype.kind not in "OU":
                     raise RewriteRefused("fold.declared_dtype", f"the result dtype {result.dtype} differs from the declared {output.dtype}")
                 replacements.append((output, result))
-            freed = _freed_bytes(node)
+            freed = edit.freed_bytes([node])
             for _output, result in replacements:
                 graphedit.charge_constant(pctx, result.nbytes, source_bytes, freed)
                 freed = 0
@@ -287,9 +288,9 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
             value = graphedit.new_constant(pctx, graph, in_function, result, f"{hint}_folded", before=node)
             graphedit.replace_value(pctx, graph, output, value)
             added.append(value.name)
-        inputs = [v for v in node.inputs if v is not None]
-        graph.remove(node, safe=True)
-        _drop_unread_constants(inputs)
+        removed, _ = edit.remove_unread(graph, [node])
+        if not removed:  # every output read was replaced just above
+            raise AssertionError(f"fold_constants left {node.name!r} read")
         graphedit.log_apply(pctx, "fold_constants", EXACT, graph, node, added)
         folded += 1
     return folded
@@ -303,28 +304,8 @@ def _refusal_memo(pctx: PassContext) -> dict:
     return memo
 
 
-def _freed_bytes(node: ir.Node) -> int:
-    freed = 0
-    for value in dict.fromkeys(v for v in node.inputs if v is not None):
-        if value.is_initializer() and not value.is_graph_input() and not value.is_graph_output() \
-                and value.const_value is not None and all(use.node is node for use in value.uses()):
-            freed += value.const_value.nbytes
-    return freed
-
-
-def _drop_unread_constants(values) -> None:
-    for value in dict.fromkeys(values):
-        if value.uses() or value.is_graph_output() or value.is_graph_input():
-            continue
-        producer = value.producer()
-        if producer is None and value.is_initializer() and value.graph is not None:
-            value.graph.initializers.pop(value.name, None)
-        elif producer is not None and producer.op_type == "Constant" and producer.graph is not None:
-            producer.graph.remove(producer, safe=True)
-
-
 def run_fold_constants(pctx: PassContext) -> int:
-    return sum(fold_graph(pctx, graph, in_function) for graph, in_function in list(graphedit.graphs(pctx.model)))
+    return sum(fold_graph(pctx, site.graph, site.in_function) for site in list(traversal.graphs(pctx.model)))
 
 
 # --- extract_constant_to_initializer -----------------------------------------------------------
@@ -332,9 +313,10 @@ def run_fold_constants(pctx: PassContext) -> int:
 
 def run_extract_constants(pctx: PassContext) -> int:
     changes = 0
-    for graph, in_function in list(graphedit.graphs(pctx.model)):
-        if in_function:
-            continue  # a function body cannot hold initializers
+    for site in list(traversal.graphs(pctx.model)):
+        if site.in_function:
+            continue  # a function body cannot hold initializers (nor, by ir/edit.py's rule, its subgraphs)
+        graph = site.graph
         for node in list(graph):
             if node.op_type != "Constant" or node.domain not in graphedit.STANDARD_DOMAINS:
                 continue
@@ -347,15 +329,13 @@ def run_extract_constants(pctx: PassContext) -> int:
             # The initializer takes over the Constant's output name, so readers of the file (and
             # subgraphs capturing it) still find it under the name they know.
             original = old.name or pctx.names.fresh("constant")
-            old.name = pctx.names.fresh(f"{original}_constant")
             tensor.name = original
             value = ir.Value(name=original, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape),
                              const_value=tensor)
+            edit.replace_value(pctx.names, graph, old, value)  # a graph output renames `old` itself
+            if old.name == original:
+                old.name = pctx.names.fresh(f"{original}_constant")
             graph.register_initializer(value)
-            for index, output in enumerate(graph.outputs):
-                if output is old:
-                    graph.outputs[index] = value
-            old.replace_all_uses_with(value)
             graph.remove(node, safe=True)
             graphedit.log_apply(pctx, "extract_constant_to_initializer", EXACT, graph, node, [value.name])
             changes += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnx_ir.passes.common import InlinePass
 
+from onnxrefine.ir import traversal
 from onnxrefine.passes.registry import GRAPH, PassContext, PassSpec
 from onnxrefine.rewrite.log import node_label
 from onnxrefine.rewrite.rule import EXACT
@@ -13,10 +14,7 @@ from onnxrefine.rewrite.rule import EXACT
 
 def _local_calls(model: ir.Model) -> list[ir.Node]:
     local = set(model.functions)
-    graphs = [model.graph, *model.graph.subgraphs()]
-    for function in model.functions.values():
-        graphs.extend([function.graph, *function.subgraphs()])
-    return [node for graph in graphs for node in graph if node.op_identifier() in local]
+    return [node for site in traversal.graphs(model) for node in site.graph if node.op_identifier() in local]
 
 
 def inline_functions(pctx: PassContext) -> int:

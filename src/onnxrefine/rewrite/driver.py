@@ -6,17 +6,20 @@ highest benefit first; the first rule that applies rewrites it, and only the nod
 touched (new nodes, readers of replaced values, producers of removed inputs) go back on the
 worklist. No match triggers a rescan of the graph. A final sweep catches rewrites in one graph
 that enable rewrites in another (a subgraph dropping its capture of an outer value).
+
+Graphs are visited in ir/traversal.py's order; every edit goes through ir/edit.py, the same API
+the graph-level passes use.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
-from onnxrefine.ir import signed_zero, tensordata
+from onnxrefine.ir import edit, signed_zero, tensordata, traversal
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.rewrite.log import RewriteLog, node_label
@@ -31,15 +34,6 @@ from onnxrefine.rewrite.rule import (
 )
 
 MAX_SWEEPS = 8
-
-
-def owners(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
-    """Every graph and function of the model that holds nodes, outermost first."""
-    yield model.graph
-    yield from model.graph.subgraphs()
-    for function in model.functions.values():
-        yield function
-        yield from function.subgraphs()
 
 
 class RewriteDriver:
@@ -73,8 +67,8 @@ class RewriteDriver:
     def run(self) -> RewriteLog:
         for _ in range(MAX_SWEEPS):
             before = self.rewrites
-            for owner in list(owners(self.model)):
-                self._run_owner(owner)
+            for site in list(traversal.graphs(self.model)):
+                self._run_owner(site)
                 if self._exhausted():
                     return self.log
             if self.rewrites == before:
@@ -84,8 +78,8 @@ class RewriteDriver:
     def _exhausted(self) -> bool:
         return self.max_rewrites is not None and self.rewrites >= self.max_rewrites
 
-    def _run_owner(self, owner: ir.Graph | ir.Function) -> None:
-        graph = owner.graph if isinstance(owner, ir.Function) else owner
+    def _run_owner(self, site: traversal.GraphSite) -> None:
+        graph = site.graph
         queue: deque[ir.Node] = deque(node for node in graph if node.op_type in self.rules_by_op)
         queued = {id(node) for node in queue}
         processed = 0
@@ -98,7 +92,7 @@ class RewriteDriver:
             if node.graph is not graph:
                 continue  # removed (or moved) since it was queued
             for rule in self.rules_by_op.get(node.op_type, ()):
-                touched = self._try(rule, node, owner, graph)
+                touched = self._try(rule, node, site)
                 if touched is not None:
                     self.rewrites += 1
                     for other in touched:
@@ -107,7 +101,7 @@ class RewriteDriver:
                             queued.add(id(other))
                     break
 
-    def _try(self, rule: Rule, node: ir.Node, owner, graph: ir.Graph) -> list[ir.Node] | None:
+    def _try(self, rule: Rule, node: ir.Node, site: traversal.GraphSite) -> list[ir.Node] | None:
         found = match(rule.pattern, node)
         if found is None:
             return None
@@ -116,11 +110,12 @@ class RewriteDriver:
         # applied rewrite disconnects the matched nodes.)
         weights = [v.const_value for n in found.nodes for v in n.inputs if v is not None and v.const_value is not None]
         try:
-            return self._try_match(rule, node, owner, graph, found)
+            return self._try_match(rule, node, site, found)
         finally:
             tensordata.drop_pages(weights)
 
-    def _try_match(self, rule: Rule, node: ir.Node, owner, graph: ir.Graph, found) -> list[ir.Node] | None:
+    def _try_match(self, rule: Rule, node: ir.Node, site: traversal.GraphSite, found) -> list[ir.Node] | None:
+        owner, graph = site.owner, site.graph
         if any(matched.graph is not graph for matched in found.nodes):
             return None  # part of the match lives in an enclosing graph; rewrite it there, not here
         try:
@@ -132,9 +127,10 @@ class RewriteDriver:
                 return None
             matched = _with_extra_nodes(found.nodes, replacement.also_removed, graph)
             self._check_replacement(replacement, matched, graph)
-            freed = _freed_bytes(matched)
+            freed = edit.freed_bytes(matched)
             new_sizes = [pending.array.nbytes for pending in self.ctx.pending_constants]
-            reason = self.budget.growth_refusal(new_sizes, freed)
+            # The per-tensor cap was checked when the rule made each constant (RewriteContext).
+            reason = edit.over_budget(self.budget, new_sizes, freed)
             if reason is not None:
                 raise RewriteRefused("budget.growth", reason)
             certificate = self._certify(rule, matched, replacement, owner)
@@ -142,7 +138,7 @@ class RewriteDriver:
             self.log.refuse(rule.name, graph.name or "", node_label(node), str(refusal), refusal.guard)
             return None
         self.budget.charge(new_sizes, freed)
-        return self._apply(rule, matched, replacement, owner, graph, certificate)
+        return self._apply(rule, matched, replacement, site, certificate)
 
     def _certify(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, owner) -> str:
         """The certifier's note for the log; raises RewriteRefused when the certificate fails."""
@@ -167,59 +163,29 @@ class RewriteDriver:
         for old, new in replacement.outputs.items():
             if id(old) not in matched_outputs:
                 raise AssertionError(f"rule replaced {old.name!r}, which it did not match")
-            if old.is_graph_output():
-                aliasing = new.is_graph_input() or new.is_graph_output() or new.is_initializer()
-                if aliasing or (new.producer() is None and id(new) not in pending):
-                    raise RewriteRefused("driver.output_alias",
-                        f"graph output '{old.name}' would become an alias of '{new.name}'"
-                    )
-                producer = new.producer()
-                if producer is not None and producer.graph is not None and producer.graph is not graph:
-                    # Renaming it to the output's name would rename a value of the enclosing graph.
-                    raise RewriteRefused("driver.output_outer_scope", f"graph output '{old.name}' would become the outer-scope value '{new.name}'")
+            edit.refuse_output_alias(old, new, graph, fresh=id(new) in pending)
             if old.type is not None and new.type is not None and old.dtype != new.dtype:
                 raise AssertionError(f"rule changed the dtype of {old.name!r}")
 
-    def _apply(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, owner, graph: ir.Graph,
+    def _apply(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, site: traversal.GraphSite,
                certificate: str = ""):
+        graph = site.graph
         root = matched[-1]
-        new_nodes = list(replacement.nodes)
-        for pending in self.ctx.pending_constants:
-            if isinstance(owner, ir.Function):
-                constant = ir.Node(
-                    "", "Constant", [], [ir.AttrTensor("value", pending.value.const_value)],
-                    outputs=[pending.value], name=self.names.fresh(f"{pending.value.name}_constant"),
-                )
-                new_nodes.insert(0, constant)
-            else:
-                graph.register_initializer(pending.value)
-        if new_nodes:
-            graph.insert_before(root, new_nodes)
+        # Constants first, in the form the graph allows (Constant nodes inside a function), then
+        # the new nodes, all before the root: every new node comes after what it reads.
+        new_nodes = [
+            holder
+            for pending in self.ctx.pending_constants
+            if (holder := edit.place_constant(self.names, graph, site.in_function, pending.value, before=root))
+        ]
+        if replacement.nodes:
+            graph.insert_before(root, list(replacement.nodes))
+        new_nodes.extend(replacement.nodes)
         touched: list[ir.Node] = list(new_nodes)
         for old, new in replacement.outputs.items():
-            # The replacement computes the same tensor, so what was declared about it still holds.
-            if new.type is None:
-                new.type = old.type
-            if new.shape is None and old.shape is not None:
-                new.shape = old.shape
-            if old.is_graph_output():
-                output_name = old.name
-                old.name = self.names.fresh(f"{output_name}_replaced")
-                new.name = output_name
-                for index, output in enumerate(graph.outputs):
-                    if output is old:
-                        graph.outputs[index] = new
-            touched.extend(use.node for use in old.uses())
-            old.replace_all_uses_with(new)
-        removed = []
-        for node in reversed(matched):
-            if any(out.uses() or out.is_graph_output() for out in node.outputs):
-                continue
-            inputs = [v for v in node.inputs if v is not None]
-            graph.remove(node, safe=True)
-            removed.append(node)
-            for value in inputs:
-                touched.extend(_release(value))
+            touched.extend(edit.replace_value(self.names, graph, old, new))
+        removed, revisit = edit.remove_unread(graph, reversed(matched))
+        touched.extend(revisit)
         # Values that gained readers (or became outputs): the signed-zero analysis drops its
         # "not observable" answers upstream of them (ir/signed_zero.py).
         signed_zero.note_new_uses(
@@ -270,47 +236,6 @@ def _refuse_shared_intermediates(matched: list[ir.Node]) -> None:
                     raise RewriteRefused("driver.intermediate_shared",
                         f"intermediate '{value.name}' is also read by {node_label(use.node)}{where}"
                     )
-
-
-def _use_count(value: ir.Value) -> int:
-    """len(value.uses()) without the copy: onnx-ir copies a value's whole use list on every
-    uses() call, so asking about a constant read by every node of a long chain made each rewrite
-    O(nodes) and the run quadratic (bench/engine_scaling.py --big-chain)."""
-    uses = getattr(value, "_uses", None)
-    return len(uses) if isinstance(uses, dict) else len(value.uses())
-
-
-def _freed_bytes(matched: list[ir.Node]) -> int:
-    """Bytes of initializers that only the matched nodes read (gone once they are removed)."""
-    inside = {id(n) for n in matched}
-    slots = sum(len(n.inputs) for n in matched)
-    seen: set[int] = set()
-    freed = 0
-    for node in matched:
-        for value in node.inputs:
-            if value is None or id(value) in seen or not value.is_initializer() or value.const_value is None:
-                continue
-            seen.add(id(value))
-            if value.is_graph_input() or value.is_graph_output():
-                continue
-            if _use_count(value) <= slots and all(id(use.node) in inside for use in value.uses()):
-                freed += value.const_value.nbytes
-    return freed
-
-
-def _release(value: ir.Value) -> Iterable[ir.Node]:
-    """Drop an initializer or Constant that lost its last reader; return nodes worth revisiting."""
-    if _use_count(value) or value.is_graph_output() or value.is_graph_input():
-        return ()
-    producer = value.producer()
-    if producer is None:
-        if value.is_initializer() and value.graph is not None:
-            value.graph.initializers.pop(value.name, None)
-        return ()
-    if producer.op_type == "Constant" and producer.graph is not None:
-        producer.graph.remove(producer, safe=True)
-        return ()
-    return (producer,)
 
 
 def run_rules(model: ir.Model, rules: Sequence[Rule], **kwargs) -> RewriteLog:
