@@ -39,7 +39,7 @@ import onnx_ir as ir
 
 from onnxrefine import progress
 from onnxrefine.errors import BadInputError, OnnxRefineError
-from onnxrefine.ir import io
+from onnxrefine.ir import io, traversal
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.rewrite.log import RewriteLog
@@ -213,11 +213,8 @@ def _detach(model: ir.Model, folder: str | None) -> None:
 
 
 def _external_tensors(model: ir.Model):
-    graphs = [model.graph, *model.graph.subgraphs()]
-    for function in model.functions.values():
-        graphs.extend(function.subgraphs())
-    for graph in graphs:
-        for value in graph.initializers.values():
+    for site in traversal.graphs(model):
+        for value in site.graph.initializers.values():
             if isinstance(value.const_value, ir.ExternalTensor):
                 yield value
 

@@ -18,6 +18,8 @@ import onnx
 import onnx_ir as ir
 from onnx_ir._core import TensorBase
 
+from onnxrefine.ir import traversal
+
 
 class ProtoTensorView(TensorBase):
     """A read-only tensor over someone else's TensorProto; name and doc string are its own."""
@@ -69,18 +71,10 @@ def _detached(tensor):
     return ProtoTensorView(proto)
 
 
-def _graphs(model: ir.Model):
-    yield model.graph
-    yield from model.graph.subgraphs()
-    for function in model.functions.values():
-        yield function.graph
-        yield from function.subgraphs()
-
-
 def detach_tensors(model: ir.Model) -> None:
     """Replace every tensor that wraps a TensorProto (initializers, tensor attributes of nodes,
     in every graph and function) by one that cannot write into it."""
-    for graph in _graphs(model):
+    for graph in (site.graph for site in traversal.graphs(model)):
         for value in graph.initializers.values():
             if value.const_value is not None:
                 value.const_value = _detached(value.const_value)
