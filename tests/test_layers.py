@@ -24,8 +24,9 @@ FORBIDDEN = {
     "fuzz": {"batch", "cli"},
     "errors": {"*"},
     "atomic": {"*"},
+    "runtime": {"*"},
 }
-LEAF_IMPORTS = {"errors": set(), "atomic": {"errors"}}
+LEAF_IMPORTS = {"errors": set(), "atomic": {"errors"}, "runtime": set()}
 # The one crossing: verify/certificate.py implements the rule engine's certificate hook, so it
 # reads the hook's request/outcome types (and the EXACT class name) from rewrite/rule.py.
 ALLOWED = {("verify/certificate.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateOutcome", "CertificateRequest"}}

@@ -142,7 +142,8 @@ def random_inputs(model: onnx.ModelProto, input_dims: dict[str, int], seed: int)
 
 
 def _session(model: onnx.ModelProto):
-    import onnxruntime as ort
+    from onnxrefine.runtime import require_onnxruntime
+    ort = require_onnxruntime()
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -85,7 +85,8 @@ def _outer_names(graph: onnx.GraphProto) -> set[str]:
 
 def runtime_types(model: onnx.ModelProto, dims: dict, seed: int) -> dict[str, tuple[int, tuple]]:
     """Element type and concrete shape of every main-graph value, from one onnxruntime run."""
-    import onnxruntime as ort
+    from onnxrefine.runtime import require_onnxruntime
+    ort = require_onnxruntime()
 
     probe = _copy(model)
     declared = {o.name for o in probe.graph.output}

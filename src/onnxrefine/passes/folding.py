@@ -113,7 +113,8 @@ def _inferred_outputs(model: onnx.ModelProto) -> dict[str, tuple[int, tuple | No
 
 
 def _session_options() -> ort.SessionOptions:
-    import onnxruntime as ort  # here, not at module level: the CLI's start-up
+    from onnxrefine.runtime import require_onnxruntime
+    ort = require_onnxruntime()  # here, not at module level: the CLI's start-up
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -87,7 +87,8 @@ def _onnxscript_steps(passes):
 
 
 def _ort_steps(passes):
-    import onnxruntime as ort
+    from onnxrefine.runtime import require_onnxruntime
+    ort = require_onnxruntime()
 
     def basic(model):
         from onnxrefine import resources  # onnxruntime folds constants while it loads (issue 13)

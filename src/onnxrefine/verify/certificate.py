@@ -539,7 +539,8 @@ def _topological(nodes) -> list[ir.Node]:
 
 
 def _make_session(data: bytes):
-    import onnxruntime as ort
+    from onnxrefine.runtime import require_onnxruntime
+    ort = require_onnxruntime()
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -71,7 +71,8 @@ def check_run_settings(settings: RunSettings | None, custom_op_library: str | No
     if custom_op_library is None and (settings is None or settings.providers == ("CPUExecutionProvider",)) \
             and (settings is None or (settings.level in ORT_LEVELS and settings.threads >= 0)):
         return  # nothing to ask onnxruntime (every build has the CPU provider): spare its import
-    import onnxruntime as ort
+    from onnxrefine.runtime import require_onnxruntime
+    ort = require_onnxruntime()
 
     if settings is not None:
         if settings.level not in ORT_LEVELS:
@@ -317,7 +318,8 @@ def _save_linked(model: ir.Model, folder: str, path: str) -> bool:
 def inference_session(model, options, providers=("CPUExecutionProvider",)):
     """An onnxruntime session over a path (used as is), a ModelFile, or an in-memory model (its
     bytes when small, else a temp file removed once the session holds the weights)."""
-    import onnxruntime as ort
+    from onnxrefine.runtime import require_onnxruntime
+    ort = require_onnxruntime()
 
     if isinstance(model, (str, os.PathLike)):
         return ort.InferenceSession(os.fspath(model), options, providers=list(providers))
@@ -330,7 +332,8 @@ def inference_session(model, options, providers=("CPUExecutionProvider",)):
 
 
 def session_options(settings: RunSettings, custom_op_library: str | None = None):
-    import onnxruntime as ort
+    from onnxrefine.runtime import require_onnxruntime
+    ort = require_onnxruntime()
 
     levels = {
         "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -366,7 +369,8 @@ class ModelRunner:
 
     def __init__(self, model, role: str = "model", settings: RunSettings | None = None,
                  custom_op_library: str | None = None):
-        import onnxruntime as ort
+        from onnxrefine.runtime import require_onnxruntime
+        ort = require_onnxruntime()
 
         from onnxrefine import resources
 

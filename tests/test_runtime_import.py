@@ -1,0 +1,70 @@
+"""A Ctrl-C during onnxruntime's first import stays a Ctrl-C (onnxrefine/runtime.py).
+
+pybind11 turns an exception raised while onnxruntime's native module initialises into
+ImportError("initialization failed") with the original as its cause. On CI a SIGINT landed there:
+a certificate's session creation caught the ImportError as "onnxruntime cannot load this", the
+rewrite was refused, and the run exited 0 with a different model."""
+
+from __future__ import annotations
+
+import builtins
+import sys
+
+import pytest
+
+from onnxrefine import runtime
+
+
+def _interrupted_import(monkeypatch):
+    """Make `import onnxruntime` fail the way pybind11 reports a Ctrl-C during initialisation."""
+    real = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name == "onnxruntime":
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as cause:
+                raise ImportError("initialization failed") from cause
+        return real(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
+    monkeypatch.setattr(builtins, "__import__", fake)
+
+
+def test_an_interrupted_import_raises_keyboard_interrupt(monkeypatch):
+    _interrupted_import(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        runtime.require_onnxruntime()
+
+
+def test_another_import_failure_stays_an_import_error(monkeypatch):
+    real = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name == "onnxruntime":
+            raise ImportError("libonnxruntime.so: cannot open shared object file")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(ImportError, match="cannot open shared object"):
+        runtime.require_onnxruntime()
+
+
+def test_the_cli_exits_130_and_writes_nothing(monkeypatch, tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    from onnxrefine.cli.main import main
+
+    # bench/big_model.py's layers hold Shape->Concat->Reshape chains whose rewrite is certified by
+    # a run in onnxruntime: the first import happens inside the certifier, whose session creation
+    # catches every Exception (that is where the interrupt used to be swallowed).
+    spec = importlib.util.spec_from_file_location("big_model", Path(__file__).resolve().parent.parent / "bench" / "big_model.py")
+    big_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(big_model)
+    source = big_model.build(tmp_path / "m.onnx", layers=1, hidden=8)
+    _interrupted_import(monkeypatch)
+    assert main(["optimize", str(source), "-o", str(tmp_path / "out.onnx"), "--no-verify"]) == 130
+    assert not (tmp_path / "out.onnx").exists()
+    assert "interrupted" in capsys.readouterr().err
