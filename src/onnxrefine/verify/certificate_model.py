@@ -132,7 +132,10 @@ def cache_key(request, activations, constants, context) -> bytes | None:
                (produced.get(id(v)) if v is not None else "") for v in node.inputs]
         attrs = sorted((k, repr(a.value)) for k, a in node.attributes.items())
         digest.update(repr((node.op_type, node.domain, ins, [produced[id(o)] for o in node.outputs], attrs)).encode())
-    digest.update(repr([(produced.get(id(o)), produced.get(id(n)) or renames.get(n.name))
+    # Which outputs may change a zero's sign is part of the question: the same structure with
+    # the sign observable must be judged again, not answered from a sign-insensitive sibling.
+    digest.update(repr([(produced.get(id(o)), produced.get(id(n)) or renames.get(n.name),
+                         any(o is v for v in request.sign_insensitive))
                         for o, n in request.outputs]).encode())
     opsets = dict(request.model.opset_imports)
     digest.update(repr(sorted(opsets.items())).encode())
