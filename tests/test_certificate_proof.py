@@ -114,6 +114,48 @@ def test_weights_agree_only_with_one_rounding_of_the_ideal_product(dtype):
     assert not _weights_agree(folded, weight, a[::-1])  # scales applied to the wrong channels
 
 
+def _rounded_fold(shape=(C, 5, 3, 3), seed=0):
+    rng = np.random.default_rng(seed)
+    weight = rng.standard_normal(shape).astype(np.float32)
+    a = rng.uniform(0.2, 3, shape[0]) * rng.choice([-1.0, 1.0], shape[0])
+    folded = (weight.astype(np.float64) * a.reshape((-1,) + (1,) * (len(shape) - 1))).astype(np.float32)
+    return folded, weight, a
+
+
+@pytest.mark.parametrize("shape", [(C, 5, 3, 3), (64, 1, 3, 3), (3, 4000, 1, 1)])  # blocks of many or one row
+def test_the_ratio_check_alone_accepts_one_rounding_and_nothing_a_few_ulps_further(monkeypatch, shape):
+    # The product check disabled: what passes, the float32 ratio check passed on its own.
+    from onnxrefine.verify import certificate_proofs
+
+    monkeypatch.setattr(certificate_proofs, "_products_agree", lambda *args: False)
+    folded, weight, a = _rounded_fold(shape)
+    assert _weights_agree(folded, weight, a)
+    for ulps in (-12, 12):  # one element 12 float32 ulps off: outside the 5.5-ulp implication
+        wrong = folded.copy()
+        flat = wrong.reshape(-1)
+        for _ in range(abs(ulps)):
+            flat[-1] = np.nextafter(flat[-1], np.float32(np.inf if ulps > 0 else -np.inf))
+        assert not _weights_agree(wrong, weight, a)
+    zeroed = folded.copy()
+    zeroed.reshape(-1)[2] = 0.0  # W != 0: a zero here turns x = inf into NaN where W a gives inf
+    assert not _weights_agree(zeroed, weight, a)
+    nan = folded.copy()
+    nan.reshape(-1)[1] = np.nan
+    assert not _weights_agree(nan, weight, a)
+
+
+def test_zero_weights_and_overflowing_products_go_to_the_product_check():
+    folded, weight, a = _rounded_fold()
+    weight.reshape(-1)[4] = 0.0
+    folded.reshape(-1)[4] = 0.0
+    assert _weights_agree(folded, weight, a)  # 0/0 in the ratio: the product check accepts the block
+    folded.reshape(-1)[4] = np.float32(1e-30)  # W = 0 but W' != 0: x = inf gives inf, not NaN
+    assert not _weights_agree(folded, weight, a)
+    # W a overflows float32 (a correct fold is refused by the rule); a finite W' is not W a.
+    big = np.full((1, 1, 1, 1), 2.0 ** 120, np.float32)
+    assert not _weights_agree(np.full_like(big, np.finfo(np.float32).max), big, np.array([2.0 ** 10]))
+
+
 def test_bias_agrees_within_one_rounding_and_the_float64_error_of_its_terms():
     expected = np.array([1.0, -2.5, 3e-8, 0.0])
     folded = expected.astype(np.float32)

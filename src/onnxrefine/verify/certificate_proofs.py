@@ -119,49 +119,81 @@ def _tail_step(node: ir.Node, previous: ir.Value, a, d, mag, rank: int, channels
 
 
 _BLOCK = 1 << 15  # elements per block: the check's temporaries stay in cache
+# The fast check's window around 1 for W' / (W a) computed in float32 (see `_weights_agree`).
+_RATIO_WINDOW = 2.0 ** -21
+_SCALE_RANGE = (2.0 ** -60, 2.0 ** 60)  # |a| where 1/a and the ratio stay normal float32 numbers
 
 
 def _weights_agree(folded: np.ndarray, weight: np.ndarray, a: np.ndarray) -> bool:
     """Every folded weight is W * a rounded once, finite, with its sign and zero-ness.
 
-    Checked in float32 for float32 and float16 weights (float64 for float64), block by block, to
-    read each weight once: p = W * float32(a) is within 2^-23 |W a| of the ideal product (two
-    roundings) and a correct fold within 2^-24 (float32) or 2^-11 (float16) of it, so
-    |folded - p| <= 4 float32 ulps (one float16 ulp) * |p| holds for a correct fold. Relative only: that also forces the
+    Two checks, block by block; a block passes if either holds (the first is cheaper).
+
+    Ratio (float32 weights, |a| in _SCALE_RANGE): q = fl(fl(W' / W) * fl(1 / a)) lies in
+    [1 - 2^-21, 1 + 2^-21]. A correct fold (W' = W a rounded once, relative error <= 2^-24) gives
+    |q - 1| <= 4 * 2^-24 + O(2^-48): it passes with room. Passing implies W'/W was a normal number
+    (a subnormal or infinite ratio times 1/a cannot land near 1), so each of the three roundings
+    is relative (<= 2^-24) and |W' - W a| <= (2^-21 + 3 * 2^-24 + 2^-46) |W a|: within 5.5 float32
+    ulps, the same sign, and W' = 0 only where W a = 0 (here never: W = 0 gives 0/0 = NaN, W'
+    = 0 with W != 0 gives q = 0). NaN anywhere makes min/max NaN and the comparison false.
+    It reads each weight once (a division, a scaling, a min and a max), where the product check
+    below takes seven passes; a block with zero weights or a zero scale falls back to it.
+
+    Product (any float dtype): checked in float32 for float32 and float16 weights (float64 for
+    float64): p = W * float32(a) is within 2^-23 |W a| of the ideal product (two roundings) and a
+    correct fold within 2^-24 (float32) or 2^-11 (float16) of it, so |folded - p| <= 4 float32
+    ulps (one float16 ulp) * |p| holds for a correct fold. Relative only: that also forces the
     sign, and a zero exactly where p is zero (a zero weight's own sign cannot matter: the
-    convolution's sums start at +0 and the output's zero signs are unobserved). A fold whose
-    values fall in the subnormal range fails this and goes to the run-based certificate. A wrong
-    constant (a dropped epsilon, a wrong channel, a flipped sign) is off by far more than 4 ulps.
+    convolution's sums start at +0 and the output's zero signs are unobserved).
+
+    A fold whose values fall in the subnormal range fails both and goes to the run-based
+    certificate. A wrong constant (a dropped epsilon, a wrong channel, a flipped sign) is off by
+    far more than a few ulps.
     """
     if folded.shape != weight.shape or folded.dtype != weight.dtype:
         return False
-    work = np.float64 if weight.dtype == np.float64 else np.float32
-    if weight.dtype == np.float16:  # half an ulp (2^-11) plus p's 2^-23: one float16 ulp
-        limit = work(2.0 ** -10)
-    else:
-        limit = work((4.0 + (_SLACK if work == np.float64 else 0.0)) * float(np.finfo(work).eps) / 2)
     channels = weight.shape[0]
     rows_w = weight.reshape(channels, -1)
     rows_f = folded.reshape(channels, -1)
     with np.errstate(all="ignore"):
-        scale = a.astype(work)
-        if not np.all(np.isfinite(scale)):
+        work = np.float64 if weight.dtype == np.float64 else np.float32
+        if not np.all(np.isfinite(a.astype(work))):
             return False
+        inverse = None
+        magnitude = np.abs(a)
+        if weight.dtype == np.float32 and np.all((magnitude >= _SCALE_RANGE[0]) & (magnitude <= _SCALE_RANGE[1])):
+            inverse = (1.0 / a).astype(np.float32)
         step = max(1, _BLOCK // max(1, rows_w.shape[1]))
-        product = np.empty((min(step, channels), rows_w.shape[1]), work)
-        diff = np.empty_like(product)
+        ratio = np.empty((min(step, channels), rows_w.shape[1]), np.float32) if inverse is not None else None
         for begin in range(0, channels, step):
             end = min(channels, begin + step)
-            p, q = product[: end - begin], diff[: end - begin]
-            np.multiply(rows_w[begin:end], scale[begin:end, None], out=p)
-            np.subtract(rows_f[begin:end], p, out=q)
-            np.abs(q, out=q)
-            np.abs(p, out=p)
-            p *= limit
-            # NaN or inf anywhere makes a comparison false (inf - inf = NaN)
-            if not np.less_equal(q, p).all():
+            if inverse is not None:
+                q = ratio[: end - begin]
+                np.divide(rows_f[begin:end], rows_w[begin:end], out=q)
+                q *= inverse[begin:end, None]
+                if q.min() >= 1.0 - _RATIO_WINDOW and q.max() <= 1.0 + _RATIO_WINDOW:
+                    continue
+            if not _products_agree(rows_f[begin:end], rows_w[begin:end], a[begin:end]):
                 return False
     return True
+
+
+def _products_agree(rows_f: np.ndarray, rows_w: np.ndarray, a: np.ndarray) -> bool:
+    """The product check of `_weights_agree` on one block of rows."""
+    work = np.float64 if rows_w.dtype == np.float64 else np.float32
+    if rows_w.dtype == np.float16:  # half an ulp (2^-11) plus p's 2^-23: one float16 ulp
+        limit = work(2.0 ** -10)
+    else:
+        limit = work((4.0 + (_SLACK if work == np.float64 else 0.0)) * float(np.finfo(work).eps) / 2)
+    p = np.multiply(rows_w, a.astype(work)[:, None], dtype=work)
+    q = np.subtract(rows_f, p, dtype=work)
+    np.abs(q, out=q)
+    np.abs(p, out=p)
+    if not np.all(np.isfinite(p)):
+        return False  # W a overflows: a finite W' would pass |W' - inf| <= inf below
+    p *= limit
+    # NaN anywhere makes a comparison false (inf - inf = NaN)
+    return bool(np.less_equal(q, p).all())
 
 
 def _bias_agrees(folded: np.ndarray, expected: np.ndarray, magnitude: np.ndarray, dtype) -> bool:
@@ -248,6 +280,17 @@ def _split_sizes(split: ir.Node, rank: int | None) -> list[int] | None:
     return None if attr is None else [int(v) for v in attr.value]
 
 
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit-identical arrays of one dtype and shape, compared through an unsigned view of the same
+    width (no copy of a column slice; tobytes copied both sides of a 7 MB merged weight)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.itemsize not in (1, 2, 4, 8) or a.dtype.kind not in "fiub":
+        return a.tobytes() == np.ascontiguousarray(b).tobytes()
+    bits = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(a.view(bits), b.view(bits)))
+
+
 def merged_matmul_proof(request) -> str | None:
     """MatMul(x, W_i) for several i -> Split(MatMul(x, concat(W_i, axis=1)), widths), proved.
 
@@ -289,7 +332,7 @@ def merged_matmul_proof(request) -> str | None:
     start = 0
     for weight in weights:  # bit for bit (NaN payloads and signed zeros included)
         end = start + weight.shape[1]
-        if merged_weight[:, start:end].tobytes() != np.ascontiguousarray(weight).tobytes():
+        if not _same_bits(merged_weight[:, start:end], weight):
             return None
         start = end
     return (f"proved: {len(weights)} MatMuls of one input; the merged weight is their weights' "
