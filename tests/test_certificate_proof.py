@@ -13,7 +13,8 @@ from onnx import helper
 import onnxrefine
 from onnxrefine.passes import batchnorm, registry
 from onnxrefine.passes.registry import PassSpec
-from onnxrefine.rewrite.rule import REASSOCIATING, Rule
+from onnxrefine.rewrite.pattern import Const, Op, Var
+from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, Rule
 from onnxrefine.verify.certificate_proofs import _bias_agrees, _weights_agree
 
 C = 4
@@ -284,3 +285,75 @@ def test_no_gemm_proof_where_a_zero_sign_is_read():
     optimized, report = onnxrefine.optimize_with_report(model, ["fuse_matmul_add_bias_into_gemm"])
     notes = _gemm_notes(report)
     assert notes and not any(note.startswith("certified: proved") for note in notes)
+
+
+# --- x + 0 -> x by definition ---------------------------------------------------------------------
+
+
+def _add_zero_model(op: str, zero: np.ndarray, reader: str = "Relu", constant_first: bool = False, x_shape=(2, 3)):
+    inputs = ["z", "x"] if constant_first else ["x", "z"]
+    nodes = [helper.make_node(op, inputs, ["y"]), helper.make_node(reader, ["y"], ["r"])]
+    return make_model(nodes, [value_info("x", shape=list(x_shape))], [value_info("r", shape=None)], [tensor("z", zero)])
+
+
+def _planted_drop(monkeypatch, op: str, constant_first: bool = False, declare: bool = True):
+    """Removes op(x, zero) (or op(zero, x)) whatever the zero holds or broadcasts; declares the
+    zero sign unread where the signed-zero analysis says so (`declare`), never refuses."""
+    from onnxrefine.ir.signed_zero import for_context
+
+    def drop(m, ctx):
+        old = m.root.outputs[0]
+        unread = declare and not for_context(ctx).observable(old)
+        return Replacement([], {old: m["x"]}, sign_insensitive=[old] if unread else [])
+
+    pattern = Op(op, Const("c"), Var("x")) if constant_first else Op(op, Var("x"), Const("c"))
+    rule = Rule("drop_zero", pattern, drop, kind=REASSOCIATING)
+    registry._load_pass_modules()
+    spec = PassSpec("planted_drop_zero", REASSOCIATING, "test only", rules=(rule,), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    return spec.name
+
+
+def test_float_add_zero_is_proved_by_definition_and_the_outputs_agree():
+    model = _add_zero_model("Add", np.zeros((1, 3), np.float32))
+    optimized, report = onnxrefine.optimize_with_report(model, ["eliminate_float_add_zero"])
+    assert op_types(optimized) == ["Relu"]
+    (entry,) = report.log.applied
+    assert entry.certificate.startswith("certified: proved: x + 0 is x by IEEE 754")
+    x = np.array([[-0.0, 1e-45, -np.inf], [np.nan, 3.0, -2.0]], np.float32)
+    np.testing.assert_array_equal(run(optimized, {"x": x})[0], run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("case", ["sub_from_zero", "nonzero", "broadcast_rank", "broadcast_dim", "sign_read"])
+def test_a_wrong_zero_removal_is_not_proved_and_its_run_refuses_it(monkeypatch, case):
+    # Each model's rule is wrong for one reason the proof must see: 0 - x is -x; one element of
+    # the "zero" is 0.5; the zeros broadcast x up, from [2, 3] to [1, 2, 3] or from [2, 1] to
+    # [2, 3]; x + 0.0 turns -0 into +0 and a Reciprocal reads it (the planted rule does not say so).
+    zero = np.zeros((), np.float32)
+    if case == "sub_from_zero":
+        name = _planted_drop(monkeypatch, "Sub", constant_first=True)
+        model = _add_zero_model("Sub", zero, constant_first=True)
+    elif case == "nonzero":
+        name = _planted_drop(monkeypatch, "Add")
+        model = _add_zero_model("Add", np.array([0.0, 0.0, 0.5], np.float32))
+    elif case == "broadcast_rank":
+        name = _planted_drop(monkeypatch, "Add")
+        model = _add_zero_model("Add", np.zeros((1, 2, 3), np.float32))
+    elif case == "broadcast_dim":
+        name = _planted_drop(monkeypatch, "Add")
+        model = _add_zero_model("Add", np.zeros((1, 3), np.float32), x_shape=(2, 1))
+    else:
+        name = _planted_drop(monkeypatch, "Add", declare=False)
+        model = _add_zero_model("Add", zero, reader="Reciprocal")
+    optimized, report = onnxrefine.optimize_with_report(model, [name])
+    assert not any(e.certificate.startswith("certified: proved") for e in report.log.applied)
+    refused = [r.reason for r in report.log.refused.values() if r.rule == "drop_zero"]
+    assert refused and refused[0].startswith("certificate failed"), report.log.applied
+    assert op_types(optimized)[0] in ("Add", "Sub")
+
+
+def test_a_declared_zero_sign_lets_the_proof_accept_x_plus_zero(monkeypatch):
+    name = _planted_drop(monkeypatch, "Add")
+    optimized, report = onnxrefine.optimize_with_report(_add_zero_model("Add", np.zeros((), np.float32)), [name])
+    (entry,) = report.log.applied
+    assert entry.certificate.startswith("certified: proved") and "declared unread" in entry.certificate
