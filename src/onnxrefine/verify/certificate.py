@@ -34,12 +34,17 @@ reduced_shapes`); all sets stacked in one run, along the batch axis, or side by 
 last axis where every column is computed alone (`width_stackable`: 1x1 convolutions, whose
 weights onnxruntime then reads once instead of once per set). Values get canonical names and
 symbolic dims, so certificates of the same structure share one session whatever their sizes;
-outcomes are cached by structure and constant bytes when the constants are small. Large
+outcomes (skips too) are cached by structure, constant bytes and which outputs are declared
+sign-insensitive when the constants are small. Large
 accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each costs ~100x per
 multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
 A rewrite that only removes Identity nodes is certified by Identity's definition
-(`certificate_model.forwards_through_identity`). Building the model (boundary, canonical
-names, cache key) is `certificate_model.py`.
+(`certificate_model.forwards_through_identity`), one that removes x + 0 or x - 0 by IEEE 754's
+(`certificate_proofs.zero_addition_proof`). Some families are certified by proof
+(`certificate_proofs.py`), once the proof's reading of the ops has been checked against
+onnxruntime in the optimization: by asking onnxruntime for an affine fold's tail map
+(`certificate_reading.py`), or else by running the rule's first rewrite whole. Building the
+model (boundary, canonical names, cache key) is `certificate_model.py`.
 """
 
 from __future__ import annotations
@@ -56,10 +61,12 @@ from onnxrefine.ir.static_shapes import static_oracle
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
 from onnxrefine.verify.certificate_proofs import (
     affine_fold_proof,
+    affine_tail,
     gemm_from_matmul_add_proof,
     merged_matmul_proof,
     zero_addition_proof,
 )
+from onnxrefine.verify.certificate_reading import tail_reading_agrees
 from onnxrefine.verify.certificate_bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate_bound import judge_exact, judge_reassociating, side_model
@@ -165,13 +172,25 @@ class Certifier:
         if definition is not None:
             self.stats.proved += 1
             return CertificateOutcome("certified", definition)
-        proof = None
+        proof = tail = None
         if request.kind != EXACT:
-            proof = (affine_fold_proof(request) or merged_matmul_proof(request)
-                     or gemm_from_matmul_add_proof(request))
+            proof = affine_fold_proof(request)
+            if proof is not None:
+                tail = affine_tail(request)
+            else:
+                proof = merged_matmul_proof(request) or gemm_from_matmul_add_proof(request)
         if proof is not None and request.rule in self._cross_checked:
             self.stats.proved += 1
             return CertificateOutcome("certified", proof)
+        if tail is not None:
+            # An affine fold's proof reads only the tail's per-channel map: onnxruntime is asked
+            # for that map on this model's constants (certificate_reading.py) instead of running
+            # the whole first rewrite; where it disagrees or cannot say, the run decides.
+            reading = tail_reading_agrees(tail, _make_session, _run)
+            if reading is not None:
+                self._cross_checked.add(request.rule)
+                self.stats.proved += 1
+                return CertificateOutcome("certified", f"{proof}; {reading}")
         outcome = self._certify_by_running(request)
         if proof is not None and outcome.status == "certified":
             # Until a rule's proof has agreed with a run in this optimization, it is also run:

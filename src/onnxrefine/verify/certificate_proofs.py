@@ -32,9 +32,10 @@ decides: unusual tails, broadcasting along other axes, dtypes other than float16
 that would underflow or overflow, opset < 9 BatchNormalization, function bodies.
 
 The proof reads each op's meaning itself, so it could share a misreading with the rule. Until a
-rule's proof has agreed with a run in an optimization, its rewrites are also run
-(`certificate.Certifier`): the proof's reading is checked against onnxruntime on that model's own
-constants before any rewrite rests on the proof alone.
+rule's proof has been checked against onnxruntime in an optimization, no rewrite rests on the
+proof alone (`certificate.Certifier`). For these folds the check asks onnxruntime for the tail's
+map on the first rewrite's own constants (`certificate_reading.py`, from `affine_tail`); for the
+other proofs, and wherever that check cannot say, the first rewrite is run whole.
 """
 
 from __future__ import annotations
@@ -265,6 +266,29 @@ def affine_fold_proof(request) -> str | None:
     tail = "->".join(n.op_type for n in matched[1:])
     return (f"proved: Conv->{tail} is per-channel affine and every folded weight and bias is its "
             f"float64 value rounded once ({weight.size + channels} elements)")
+
+
+def affine_tail(request):
+    """For a request `affine_fold_proof` proved: the tail's own map t -> a t + d read from its
+    nodes (a = 1, d = 0 before the first), with what `certificate_reading` needs to ask
+    onnxruntime for the same map: (nodes, the Conv's output, rank, channels, dtype, a, d, m,
+    opsets), m bounding the magnitudes summed into d. None if the tail cannot be read."""
+    matched = list(request.matched)
+    conv, tail = matched[0], matched[1:]
+    weight = constant_array(conv.inputs[1])
+    if weight is None or not tail:
+        return None
+    channels, rank, dtype = weight.shape[0], weight.ndim, weight.dtype
+    a, d, mag = np.ones(channels), np.zeros(channels), np.zeros(channels)
+    previous, opset = conv.outputs[0], request.context.opset()
+    for node in tail:
+        step = _tail_step(node, previous, a, d, mag, rank, channels, dtype, opset)
+        if step is None:
+            return None
+        a, d, mag = step
+        previous = node.outputs[0]
+    opsets = dict(request.model.opset_imports)
+    return tail, conv.outputs[0], rank, channels, dtype, a, d, mag, opsets
 
 
 def _split_sizes(split: ir.Node, rank: int | None) -> list[int] | None:
