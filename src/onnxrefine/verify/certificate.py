@@ -304,7 +304,7 @@ class Certifier:
         generated flat and depend on nothing else: (128, 3072) and (1, 128, 3072) share them),
         reshaped and renamed for this certificate."""
         sizes = [int(np.prod(s.shape, dtype=np.int64)) for s in activations]
-        key = (tuple((str(s.dtype), n) for s, n in zip(activations, sizes)), heavy)
+        key = (tuple((s.dtype, n) for s, n in zip(activations, sizes)), heavy)
         flat = self._set_cache.get(key)
         if flat is None:
             specs = {f"a{i}": (s.dtype, (n,)) for i, (s, n) in enumerate(zip(activations, sizes))}
