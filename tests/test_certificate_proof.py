@@ -243,12 +243,13 @@ def _qkv_notes(report) -> list[str]:
     return [entry.certificate for entry in report.log.applied if entry.rule == "fuse_qkv"]
 
 
-def test_merged_matmuls_after_the_first_are_proved_and_the_outputs_agree():
+def test_merged_matmuls_are_proved_the_first_once_onnxruntime_agrees_with_its_split_reading():
     model = _qkv_layers(3)
     optimized, report = onnxrefine.optimize_with_report(model, ["fuse_qkv"])
     notes = _qkv_notes(report)
-    assert len(notes) == 3 and notes[0].endswith("the proof agrees")
-    assert all(note.startswith("certified: proved: 3 MatMuls of one input") for note in notes[1:])
+    assert len(notes) == 3 and notes[0].endswith("onnxruntime hands each product back where the proof reads it")
+    assert all(note.startswith("certified: proved: 3 MatMuls of one input") for note in notes)
+    assert report.certificates["proved"] == 3
     x = np.random.default_rng(1).standard_normal((2, 5, 8)).astype(np.float32)
     np.testing.assert_allclose(run(optimized, {"h0": x})[0], run(model, {"h0": x})[0], rtol=1e-5, atol=1e-5)
 
@@ -275,10 +276,42 @@ def test_a_merged_weight_that_is_not_the_concatenation_is_not_proved(monkeypatch
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     optimized, report = onnxrefine.optimize_with_report(_qkv_layers(3), ["planted_qkv"])
     notes = _qkv_notes(report)
-    assert sum(note.startswith("certified: proved") for note in notes) == 1
+    assert sum(note.startswith("certified: proved") for note in notes) == 2
     refused = [r.reason for r in report.log.refused.values() if r.rule == "fuse_qkv"]
     assert refused and refused[0].startswith("certificate failed")
     assert op_types(optimized).count("MatMul") == 2 + 3  # two groups merged, the last kept
+
+
+def test_a_split_order_the_proof_misreads_with_the_rule_is_caught_by_onnxruntime(monkeypatch):
+    # The rule hands the products back in reverse (q's output replaced by v's chunk), and the proof
+    # is made to read the Split's outputs in reverse too, so it agrees with the rule. onnxruntime's
+    # Split does not: every merge is run, and every run refuses.
+    from onnxrefine.passes import fusion
+    from onnxrefine.verify import certificate_proofs
+
+    real, real_order = fusion.fuse_sibling_matmuls, certificate_proofs._split_order
+
+    def reversing(m, ctx):
+        replacement = real(m, ctx)
+        if replacement is not None:
+            olds = list(replacement.outputs)
+            news = [replacement.outputs[old] for old in olds]
+            replacement.outputs.clear()
+            replacement.outputs.update(zip(olds, reversed(news)))
+        return replacement
+
+    def misread(split, matmuls, replaced):
+        order = real_order(split, matmuls, replaced)
+        return None if order is None else order[::-1]
+
+    monkeypatch.setattr(certificate_proofs, "_split_order", misread)
+    rule = Rule("fuse_qkv", fusion.QKV.pattern, reversing, kind=REASSOCIATING)
+    registry._load_pass_modules()
+    spec = PassSpec("planted_qkv", REASSOCIATING, "test only", rules=(rule,), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    optimized, report = onnxrefine.optimize_with_report(_qkv_layers(2), ["planted_qkv"])
+    assert report.certificates["proved"] == 0 and report.certificates["refused"] >= 2
+    assert op_types(optimized).count("MatMul") == 6
 
 
 # --- MatMul + Add -> Gemm -------------------------------------------------------------------------

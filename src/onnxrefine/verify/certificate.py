@@ -63,10 +63,11 @@ from onnxrefine.verify.certificate_proofs import (
     affine_fold_proof,
     affine_tail,
     gemm_from_matmul_add_proof,
+    merged_matmul_parts,
     merged_matmul_proof,
     zero_addition_proof,
 )
-from onnxrefine.verify.certificate_reading import tail_reading_agrees
+from onnxrefine.verify.certificate_reading import split_reading_agrees, tail_reading_agrees
 from onnxrefine.verify.certificate_bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate_bound import judge_exact, judge_reassociating, side_model
@@ -144,7 +145,7 @@ class Certifier:
         self._sessions: dict[bytes, object] = {}
         self._results: dict[bytes, CertificateOutcome] = {}
         self._set_cache: dict[tuple, list] = {}
-        self._cross_checked: set[str] = set()  # rules whose proof was also checked by a run
+        self._cross_checked: set[tuple] = set()  # (rule, proof family) whose reading onnxruntime confirmed
 
     def __call__(self, request: CertificateRequest) -> CertificateOutcome:
         started = time.perf_counter()
@@ -172,30 +173,37 @@ class Certifier:
         if definition is not None:
             self.stats.proved += 1
             return CertificateOutcome("certified", definition)
-        proof = tail = None
+        proof = reading = None
         if request.kind != EXACT:
-            proof = affine_fold_proof(request)
-            if proof is not None:
-                tail = affine_tail(request)
-            else:
-                proof = merged_matmul_proof(request) or gemm_from_matmul_add_proof(request)
-        if proof is not None and request.rule in self._cross_checked:
+            proof, reading = affine_fold_proof(request), "tail"
+            if proof is None:
+                proof, reading = merged_matmul_proof(request), "split"
+            if proof is None:
+                proof, reading = gemm_from_matmul_add_proof(request), "gemm"
+        family = (request.rule, reading)  # a proof's reading is cross-checked per rule and family
+        if proof is not None and family in self._cross_checked:
             self.stats.proved += 1
             return CertificateOutcome("certified", proof)
-        if tail is not None:
-            # An affine fold's proof reads only the tail's per-channel map: onnxruntime is asked
-            # for that map on this model's constants (certificate_reading.py) instead of running
+        if proof is not None and reading in ("tail", "split"):
+            # What the proof reads of the ops (an affine tail's map, a Split's order) is asked of
+            # onnxruntime on this model's constants (certificate_reading.py) instead of running
             # the whole first rewrite; where it disagrees or cannot say, the run decides.
-            reading = tail_reading_agrees(tail, _make_session, _run)
+            if reading == "tail":
+                tail = affine_tail(request)
+                reading = None if tail is None else tail_reading_agrees(tail, _make_session, _run)
+            else:
+                parts = merged_matmul_parts(request)
+                reading = None if parts is None else split_reading_agrees(
+                    parts, request.outputs, dict(request.model.opset_imports), _make_session, _run)
             if reading is not None:
-                self._cross_checked.add(request.rule)
+                self._cross_checked.add(family)
                 self.stats.proved += 1
                 return CertificateOutcome("certified", f"{proof}; {reading}")
         outcome = self._certify_by_running(request)
         if proof is not None and outcome.status == "certified":
             # Until a rule's proof has agreed with a run in this optimization, it is also run:
             # the proof's reading of the ops is checked against onnxruntime on real constants.
-            self._cross_checked.add(request.rule)
+            self._cross_checked.add(family)
             outcome = CertificateOutcome("certified", f"{outcome.detail}; the proof agrees")
         return outcome
 

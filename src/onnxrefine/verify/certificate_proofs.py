@@ -315,15 +315,20 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(a.view(bits), b.view(bits)))
 
 
-def merged_matmul_proof(request) -> str | None:
-    """MatMul(x, W_i) for several i -> Split(MatMul(x, concat(W_i, axis=1)), widths), proved.
+def _split_order(split: ir.Node, matmuls: list, replaced: dict) -> list | None:
+    """The original MatMuls in the order of the Split's outputs (which one each output replaces)."""
+    order = []
+    for value in split.outputs:
+        owner = [n for n in matmuls if replaced.get(id(n.outputs[0])) is value]
+        if len(owner) != 1:
+            return None
+        order.append(owner[0])
+    return order
 
-    Each output element of the merged product is the dot product of the same row of x with the
-    same column of the same W_i, so the outputs equal the originals' up to the order onnxruntime
-    accumulates in (the reassociating class; signed zeros and inf/NaN meet the same terms). Proved:
-    the same x, 2-D weights of one dtype, the merged weight bit-identical to their concatenation in
-    the order the Split hands the outputs back, and the Split's sizes the weights' widths.
-    """
+
+def merged_matmul_parts(request):
+    """(MatMuls in Split order, their weights, merged node, merged weight, Split node, rank) for
+    a sibling-MatMul merge whose shapes and sizes agree, else None (weights not compared yet)."""
     matmuls = [n for n in request.matched]
     new = [n for n in request.replacement if n.op_type != "Constant"]
     if len(matmuls) < 2 or len(new) != 2 or len(request.outputs) != len(matmuls):
@@ -336,13 +341,9 @@ def merged_matmul_proof(request) -> str | None:
     x = merged.inputs[0]
     if any(n.op_type != "MatMul" or n.inputs[0] is not x for n in matmuls):
         return None
-    replaced = {id(old): new_value for old, new_value in request.outputs}
-    order = []  # the original MatMuls in the order of the Split's outputs
-    for index, value in enumerate(split.outputs):
-        owner = [n for n in matmuls if replaced.get(id(n.outputs[0])) is value]
-        if len(owner) != 1:
-            return None
-        order.append(owner[0])
+    order = _split_order(split, matmuls, {id(old): new_value for old, new_value in request.outputs})
+    if order is None:
+        return None
     weights = [constant_array(n.inputs[1]) for n in order]
     merged_weight = constant_array(merged.inputs[1])
     if merged_weight is None or any(w is None or w.ndim != 2 or w.dtype != merged_weight.dtype for w in weights):
@@ -353,6 +354,22 @@ def merged_matmul_proof(request) -> str | None:
     rank = len(product.shape) if product.shape is not None else static_oracle(request.context).rank(product)
     if _split_sizes(split, rank) != [w.shape[1] for w in weights]:
         return None
+    return order, weights, merged, merged_weight, split, rank
+
+
+def merged_matmul_proof(request) -> str | None:
+    """MatMul(x, W_i) for several i -> Split(MatMul(x, concat(W_i, axis=1)), widths), proved.
+
+    Each output element of the merged product is the dot product of the same row of x with the
+    same column of the same W_i, so the outputs equal the originals' up to the order onnxruntime
+    accumulates in (the reassociating class; signed zeros and inf/NaN meet the same terms). Proved:
+    the same x, 2-D weights of one dtype, the merged weight bit-identical to their concatenation in
+    the order the Split hands the outputs back, and the Split's sizes the weights' widths.
+    """
+    parts = merged_matmul_parts(request)
+    if parts is None:
+        return None
+    _, weights, _, merged_weight, _, _ = parts
     start = 0
     for weight in weights:  # bit for bit (NaN payloads and signed zeros included)
         end = start + weight.shape[1]
