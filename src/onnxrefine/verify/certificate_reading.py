@@ -73,9 +73,18 @@ def tail_model(nodes: list[ir.Node], data: ir.Value, rank: int, channels: int, o
     shape = [2, channels] + [1] * (rank - 2)
     graph = helper.make_graph(protos, "tail", [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, shape)],
                               [onnx.ValueInfoProto(name="y")], initializers)
-    version = int(opsets.get("", opsets.get("ai.onnx", 13)))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)])
-    model.ir_version = min(onnx.IR_VERSION, 8)
+    return _model(graph, opsets)
+
+
+def _model(graph: onnx.GraphProto, opsets: dict) -> onnx.ModelProto:
+    """A model of the standard domain at the rewritten model's opset, at the lowest IR version
+    that opset needs (onnxruntime may not know the installed onnx's newest)."""
+    opset = helper.make_opsetid("", int(opsets.get("", opsets.get("ai.onnx", 13))))
+    model = helper.make_model(graph, opset_imports=[opset])
+    try:
+        model.ir_version = helper.find_min_ir_version_for([opset])
+    except Exception:  # noqa: BLE001 - an opset newer than onnx's table: its own newest
+        model.ir_version = onnx.IR_VERSION
     return model
 
 
@@ -151,8 +160,7 @@ def split_reading_agrees(parts, outputs, opsets: dict, make_session, run) -> str
     nodes = [helper.make_node("MatMul", ["x", "m"], ["p"]), proto]
     graph = helper.make_graph(nodes, "split", [helper.make_tensor_value_info("x", elem, [1] * rank)],
                               [onnx.ValueInfoProto(name=f"s{i}") for i in range(len(split.outputs))], initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", int(opsets.get("", opsets.get("ai.onnx", 13))))])
-    model.ir_version = min(onnx.IR_VERSION, 8)
+    model = _model(graph, opsets)
     try:
         session = make_session(model.SerializeToString())
     except Exception:  # noqa: BLE001
