@@ -196,6 +196,9 @@ def test_a_dropped_epsilon_sized_error_is_refused_by_the_float64_meaning_check(m
     # 1e-5 relative (an epsilon of 1e-5 dropped against a variance of 0.5) is within the a priori
     # bound of 16*9 float32 roundings, so float32 runs alone cannot tell it from reassociation;
     # the replacement evaluated in float64 can.
+    from onnxrefine.verify import certificate
+
+    monkeypatch.setattr(certificate, "affine_fold_proof", lambda request: None)  # the run is under test
     registry._load_pass_modules()
     pad = kernel // 2
     spec = PassSpec("planted_scale_conv", "test only", rules=(_scale_conv(error, pad),), default=False)
@@ -406,3 +409,28 @@ def test_reduced_sizes_keep_every_window_pattern():
     add = ir.Node("", "Add", [x, w])
     assert reduced_shapes([[add]], {"x": (2, 3, 8, 9)}, [Side("w", np.zeros((8, 1), np.float32))]) == {"x": (1, 3, 8, 4)}
     assert reduced_shapes([[add]], {"x": (2, 3, 8, 8)}, [Side("w", np.zeros((2, 1, 1, 1), np.float32))]) is None
+
+
+def test_a_cached_certificate_is_not_reused_where_the_zero_sign_becomes_observable(monkeypatch):
+    # Two identical x + 0.0 windows: one read by Relu (the rule declares the zero sign unread),
+    # one by Reciprocal (a wrong rule that removes it anyway, undeclared). Cached by structure and
+    # constants alone, the second would inherit the first's certificate; it must be judged again.
+    from onnxrefine.ir.signed_zero import for_context
+
+    def drop(m, ctx):
+        old = m.root.outputs[0]
+        unread = not for_context(ctx).observable(old)
+        return Replacement([], {old: m["x"]}, sign_insensitive=[old] if unread else [])
+
+    rule = Rule("drop_add_zero", Op("Add", Var("x"), Const("zero")), drop, kind=REASSOCIATING)
+    registry._load_pass_modules()
+    spec = PassSpec("planted_drop_add_zero", "test only", rules=(rule,), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    nodes = [helper.make_node("Add", ["x1", "z"], ["y1"]), helper.make_node("Relu", ["y1"], ["r1"]),
+             helper.make_node("Add", ["x2", "z"], ["y2"]), helper.make_node("Reciprocal", ["y2"], ["r2"])]
+    model = make_model(nodes, [value_info("x1", shape=[2, 3]), value_info("x2", shape=[2, 3])],
+                       [value_info("r1", shape=[2, 3]), value_info("r2", shape=[2, 3])],
+                       [tensor("z", np.zeros((), np.float32))])
+    optimized, report = onnxrefine.optimize_with_report(model, [spec.name])
+    assert [n.input[0] for n in optimized.graph.node if n.op_type == "Add"] == ["x2"]
+    assert "flips the sign of an exact zero" in _refusals(report)["drop_add_zero"]

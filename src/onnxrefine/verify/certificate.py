@@ -34,11 +34,17 @@ reduced_shapes`); all sets stacked in one run, along the batch axis, or side by 
 last axis where every column is computed alone (`width_stackable`: 1x1 convolutions, whose
 weights onnxruntime then reads once instead of once per set). Values get canonical names and
 symbolic dims, so certificates of the same structure share one session whatever their sizes;
-outcomes are cached by structure and constant bytes when the constants are small. Large
+outcomes (skips too) are cached by structure, constant bytes and which outputs are declared
+sign-insensitive when the constants are small. Large
 accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each costs ~100x per
 multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
 A rewrite that only removes Identity nodes is certified by Identity's definition
-(`_forwards_through_identity`).
+(`certificate_model.forwards_through_identity`), one that removes x + 0 or x - 0 by IEEE 754's
+(`certificate_proofs.zero_addition_proof`). Some families are certified by proof
+(`certificate_proofs.py`), once the proof's reading of the ops has been checked against
+onnxruntime in the optimization: by asking onnxruntime for an affine fold's tail map
+(`certificate_reading.py`), or else by running the rule's first rewrite whole. Building the
+model (boundary, canonical names, cache key) is `certificate_model.py`.
 """
 
 from __future__ import annotations
@@ -50,22 +56,29 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx import helper, numpy_helper
 
-from onnxrefine.ir.foldmath import constant_array
-from onnxrefine.ir.facts import Sym
-from onnxrefine.ir.opsets import STANDARD_DOMAINS as _STANDARD_DOMAINS
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
 from onnxrefine.verify.certificate_proofs import (
     affine_fold_proof,
+    affine_tail,
     gemm_from_matmul_add_proof,
+    merged_matmul_parts,
     merged_matmul_proof,
+    zero_addition_proof,
 )
+from onnxrefine.verify.certificate_reading import split_reading_agrees, tail_reading_agrees
 from onnxrefine.verify.certificate_bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate_bound import judge_exact, judge_reassociating, side_model
+from onnxrefine.verify.certificate_model import (
+    STANDARD_DOMAINS,
+    Side,
+    boundary,
+    build,
+    cache_key,
+    forwards_through_identity,
+)
 from onnxrefine.verify.certificate_inputs import (
-    SUPPORTED_DTYPES,
     adversarial_sets,
     distinct_set,
     moves_data_only,
@@ -73,13 +86,7 @@ from onnxrefine.verify.certificate_inputs import (
     width_stackable,
 )
 
-# Constants are fed at run time rather than embedded (no copy, and certificates of the same
-# structure share one onnxruntime session); other dtypes are embedded.
-EMBED_BYTES = 0
 HEAVY_BYTES = 1 << 16
-CACHE_CONSTANT_BYTES = 1 << 16  # certificates whose constants are this small are cached by content
-SYM_DIM = 3  # what a dimension nobody can tell us counts as
-MAX_CONTEXT = 16  # producer nodes pulled in to compute integer boundary values
 MAX_SESSIONS = 256
 
 
@@ -96,17 +103,6 @@ class CertificateStats:
     def to_dict(self) -> dict:
         return {"certified": self.certified, "skipped": self.skipped, "refused": self.refused,
                 "cache_hits": self.cache_hits, "proved": self.proved, "seconds": round(self.seconds, 4)}
-
-
-@dataclass
-class _Side:
-    """One boundary value: a constant (array) or an activation (dtype and concrete shape)."""
-
-    value: ir.Value
-    name: str
-    array: np.ndarray | None = None
-    dtype: np.dtype | None = None
-    shape: tuple | None = None
 
 
 # Operators whose output can be far larger than their inputs: a window holding one is checked
@@ -148,7 +144,7 @@ class Certifier:
         self._sessions: dict[bytes, object] = {}
         self._results: dict[bytes, CertificateOutcome] = {}
         self._set_cache: dict[tuple, list] = {}
-        self._cross_checked: set[str] = set()  # rules whose proof was also checked by a run
+        self._cross_checked: set[tuple] = set()  # (rule, proof family) whose reading onnxruntime confirmed
 
     def __call__(self, request: CertificateRequest) -> CertificateOutcome:
         started = time.perf_counter()
@@ -172,38 +168,61 @@ class Certifier:
     # -- building -----------------------------------------------------------------------------
 
     def _certify(self, request: CertificateRequest) -> CertificateOutcome:
-        proof = None
+        definition = zero_addition_proof(request)  # by IEEE 754's definition: nothing to cross-check
+        if definition is not None:
+            self.stats.proved += 1
+            return CertificateOutcome("certified", definition)
+        proof = reading = None
         if request.kind != EXACT:
-            proof = (affine_fold_proof(request) or merged_matmul_proof(request)
-                     or gemm_from_matmul_add_proof(request))
-        if proof is not None and request.rule in self._cross_checked:
+            proof, reading = affine_fold_proof(request), "tail"
+            if proof is None:
+                proof, reading = merged_matmul_proof(request), "split"
+            if proof is None:
+                proof, reading = gemm_from_matmul_add_proof(request), "gemm"
+        family = (request.rule, reading)  # a proof's reading is cross-checked per rule and family
+        if proof is not None and family in self._cross_checked:
             self.stats.proved += 1
             return CertificateOutcome("certified", proof)
+        if proof is not None and reading in ("tail", "split"):
+            # What the proof reads of the ops (an affine tail's map, a Split's order) is asked of
+            # onnxruntime on this model's constants (certificate_reading.py) instead of running
+            # the whole first rewrite; where it disagrees or cannot say, the run decides.
+            if reading == "tail":
+                tail = affine_tail(request)
+                reading = None if tail is None else tail_reading_agrees(tail, _make_session, _run)
+            else:
+                parts = merged_matmul_parts(request)
+                reading = None if parts is None else split_reading_agrees(
+                    parts, request.outputs, dict(request.model.opset_imports), _make_session, _run)
+            if reading is not None:
+                self._cross_checked.add(family)
+                self.stats.proved += 1
+                return CertificateOutcome("certified", f"{proof}; {reading}")
         outcome = self._certify_by_running(request)
         if proof is not None and outcome.status == "certified":
             # Until a rule's proof has agreed with a run in this optimization, it is also run:
             # the proof's reading of the ops is checked against onnxruntime on real constants.
-            self._cross_checked.add(request.rule)
+            self._cross_checked.add(family)
             outcome = CertificateOutcome("certified", f"{outcome.detail}; the proof agrees")
         return outcome
 
     def _certify_by_running(self, request: CertificateRequest) -> CertificateOutcome:
-        if _forwards_through_identity(request):
+        if forwards_through_identity(request):
             return CertificateOutcome("certified", "bit-identical: forwards a value through Identity")
         nodes = list(request.matched) + list(request.replacement)
         for node in nodes:
-            if node.domain not in _STANDARD_DOMAINS:
+            if node.domain not in STANDARD_DOMAINS:
                 raise _Skip(f"{node.op_type} is in custom domain '{node.domain}'")
             if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()):
                 raise _Skip(f"{node.op_type} carries a subgraph")
             if any(attr.is_ref() for attr in node.attributes.values()):
                 raise _Skip(f"{node.op_type} has an attribute reference (function body)")
-        sides, context = self._boundary(request)
+        sides, context = boundary(request)
         unresolved = [s.name for s in sides if s.array is None and s.shape is None]
         if unresolved:
             raise _Skip(f"the shape of '{unresolved[0]}' is not known")
         constants = [s for s in sides if s.array is not None] + [
-            _Side(v, v.name, array=v.const_value.numpy()) for v in request.new_constants]
+            Side(v, v.name, array=v.const_value.numpy()) for v in request.new_constants]
         activations = [s for s in sides if s.array is None]
         reduced = reduced_shapes([list(context) + list(request.matched), list(request.replacement)],
                                  {s.name: s.shape for s in activations}, constants)
@@ -218,25 +237,30 @@ class Certifier:
         wanted = sum(int(np.prod(s.shape, dtype=object)) * np.dtype(s.dtype).itemsize for s in activations)
         if wanted > generation_limit_bytes():
             raise _Skip(f"its inputs would take {wanted / 2**30:.3g} GiB")
-        key = self._cache_key(request, activations, constants, context)
+        key = cache_key(request, activations, constants, context)
         if key is not None and key in self._results:
             self.stats.cache_hits += 1
             cached = self._results[key]
             if cached.status == "refused":
                 raise _Refuse(cached.detail)
+            if cached.status == "skipped":
+                raise _Skip(cached.detail)
             return cached
         try:
             outcome = self._check(request, activations, constants, context, reduced, note)
-        except _Refuse as refusal:
-            if key is not None:  # the same structure and constants fail the same way
-                self._results[key] = CertificateOutcome("refused", str(refusal))
+        except (_Refuse, _Skip) as failure:
+            # The same structure and constants fail the same way, and a model the original does
+            # not run on (gpt2: 24 shape-arithmetic windows, ~6 ms each) is not built again.
+            if key is not None:
+                status = "refused" if isinstance(failure, _Refuse) else "skipped"
+                self._results[key] = CertificateOutcome(status, str(failure))
             raise
         if key is not None:
             self._results[key] = outcome
         return outcome
 
     def _check(self, request, activations, constants, context, reduced, note) -> CertificateOutcome:
-        proto, fed, outputs = self._build(request, activations, constants, context, reduced is not None)
+        proto, fed, outputs = build(request, activations, constants, context, reduced is not None)
         _check_budget(proto, activations, fed)
         session = self._session(proto, request)
         # Large constants: a large accumulation, where subnormals are slow and float64 dominates.
@@ -287,7 +311,7 @@ class Certifier:
         generated flat and depend on nothing else: (128, 3072) and (1, 128, 3072) share them),
         reshaped and renamed for this certificate."""
         sizes = [int(np.prod(s.shape, dtype=np.int64)) for s in activations]
-        key = (tuple((str(s.dtype), n) for s, n in zip(activations, sizes)), heavy)
+        key = (tuple((s.dtype, n) for s, n in zip(activations, sizes)), heavy)
         flat = self._set_cache.get(key)
         if flat is None:
             specs = {f"a{i}": (s.dtype, (n,)) for i, (s, n) in enumerate(zip(activations, sizes))}
@@ -316,154 +340,6 @@ class Certifier:
                  {k: np.ascontiguousarray(np.take(v, [i], axis=axis)) for k, v in result.items()})
                 for i, (label, feeds) in enumerate(sets)]
 
-    def _boundary(self, request: CertificateRequest) -> tuple[list[_Side], list[ir.Node]]:
-        """The boundary values, and the context nodes pulled in to compute integer ones.
-
-        An integer value the matched subgraph reads (a shape, a dim) must agree with the data it
-        describes: where nothing vouches for its value, its producers (shape arithmetic back to
-        the activations, at most MAX_CONTEXT nodes) join the certificate model, so it is computed
-        from the same adversarial data instead of being made up.
-        """
-        oracle = request.context.facts
-        body = list(request.matched) + list(request.replacement)
-        context: list[ir.Node] = []
-        while True:
-            produced = {id(v) for n in body + context for v in n.outputs}
-            produced |= {id(v) for v in request.new_constants}
-            values: dict[int, ir.Value] = {}
-            for node in body + context:
-                for value in node.inputs:
-                    if value is not None and id(value) not in produced:
-                        values.setdefault(id(value), value)
-            for _, new in request.outputs:  # a value forwarded as it is (no replacement node)
-                if id(new) not in produced:
-                    values.setdefault(id(new), new)
-            sides, grow = [], []
-            for value in values.values():
-                side = self._side(value, oracle)
-                producer = value.producer()
-                if (side.array is None and side.dtype.kind in "iu" and producer is not None
-                        and producer.domain in _STANDARD_DOMAINS and len(context) < MAX_CONTEXT
-                        and not any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-                                    for a in producer.attributes.values())):
-                    grow.append(producer)
-                sides.append(side)
-            if not grow:
-                return sides, context
-            context = list(dict.fromkeys(grow + context))
-
-    def _side(self, value: ir.Value, oracle) -> _Side:
-        if not value.name:
-            raise _Skip("a boundary value has no name")
-        array = constant_array(value)
-        if array is None:
-            elements = oracle.elements(value)
-            if elements is not None and elements.known():
-                array = elements.array()  # a trusted fact about a computed shape value
-        if array is not None:
-            return _Side(value, value.name, array=np.asarray(array))
-        dtype = oracle.dtype(value) or value.dtype
-        if dtype is None:
-            raise _Skip(f"the element type of '{value.name}' is not known")
-        np_dtype = np.dtype(dtype.numpy())
-        if np_dtype not in SUPPORTED_DTYPES:
-            raise _Skip(f"'{value.name}' is {np_dtype}, which the certificate does not generate")
-        shape = oracle.symbolic_shape(value)
-        if shape is None and value.shape is not None:
-            shape = tuple(d if isinstance(d, int) else Sym() for d in value.shape)
-        if shape is None:
-            if np_dtype.kind in "iu" and value.producer() is not None:
-                return _Side(value, value.name, dtype=np_dtype)  # computed from context, if any
-            raise _Skip(f"the shape of '{value.name}' is not known")
-        concrete = tuple(d if isinstance(d, int) and d >= 0 else SYM_DIM for d in shape)
-        return _Side(value, value.name, dtype=np_dtype, shape=concrete)
-
-    def _cache_key(self, request, activations, constants, context) -> bytes | None:
-        if sum(c.array.nbytes for c in constants) > CACHE_CONSTANT_BYTES:
-            return None
-        digest = hashlib.sha1(request.rule.encode())
-        renames = {}
-        for side in activations:
-            renames[side.name] = f"a{len(renames)}"
-            digest.update(f"{renames[side.name]}:{side.dtype}:{side.shape};".encode())
-        for side in constants:
-            renames[side.name] = f"k{len(renames)}"
-            digest.update(f"{renames[side.name]}:{side.array.dtype}:{side.array.shape};".encode())
-            digest.update(np.ascontiguousarray(side.array).tobytes())
-        produced = {}
-        for node in list(context) + ["|"] + list(request.matched) + ["|"] + list(request.replacement):
-            if node == "|":
-                digest.update(b"|")
-                continue
-            for out in node.outputs:
-                produced[id(out)] = f"v{len(produced)}"
-            ins = [renames.get(v.name) if v is not None and id(v) not in produced else
-                   (produced.get(id(v)) if v is not None else "") for v in node.inputs]
-            attrs = sorted((k, repr(a.value)) for k, a in node.attributes.items())
-            digest.update(repr((node.op_type, node.domain, ins, [produced[id(o)] for o in node.outputs], attrs)).encode())
-        digest.update(repr([(produced.get(id(o)), produced.get(id(n)) or renames.get(n.name))
-                            for o, n in request.outputs]).encode())
-        opsets = dict(request.model.opset_imports)
-        digest.update(repr(sorted(opsets.items())).encode())
-        return digest.digest()
-
-    def _build(self, request: CertificateRequest, activations, constants, context, batch_free: bool):
-        """The two-sided model, the constants fed at run time, and (original, candidate) output names.
-
-        Values get canonical names (a<i> activations, k<i> constants, v<i> the rest, no node
-        names), so that certificates of the same structure have the same bytes and share a session.
-        """
-        rename = {side.name: f"a{i}" for i, side in enumerate(activations)}
-        rename.update({side.name: f"k{i}" for i, side in enumerate(constants)})
-        inputs, initializers, fed = [], [], {}
-        for side in activations:
-            elem = helper.np_dtype_to_tensor_dtype(side.dtype)
-            # Symbolic dims (the rank is kept): certificates of the same structure over other
-            # sizes (channel counts) share one session; the kernels and bits are the same.
-            dims = ["batch" if batch_free and axis == 0 else f"{rename[side.name]}_{axis}"
-                    for axis in range(len(side.shape))]
-            inputs.append(helper.make_tensor_value_info(rename[side.name], elem, dims))
-        for side in constants:
-            array = np.require(side.array, requirements="C")  # ascontiguousarray makes a scalar 1-D
-            name = rename[side.name]
-            if array.nbytes > EMBED_BYTES and array.dtype in SUPPORTED_DTYPES:
-                inputs.append(helper.make_tensor_value_info(
-                    name, helper.np_dtype_to_tensor_dtype(array.dtype), [f"{name}_{axis}" for axis in range(array.ndim)]))
-                fed[name] = array
-            else:
-                initializers.append(numpy_helper.from_array(array, name))
-        nodes = []
-        for node in _topological(context) + _topological(request.matched) + _topological(request.replacement):
-            proto_node = ir.serde.serialize_node(node)
-            proto_node.name = ""
-            for index, name in enumerate(proto_node.input):
-                if name:
-                    proto_node.input[index] = rename.setdefault(name, f"v{len(rename)}")
-            for index, name in enumerate(proto_node.output):
-                if name:
-                    proto_node.output[index] = rename.setdefault(name, f"v{len(rename)}")
-            nodes.append(proto_node)
-        outputs, graph_outputs = [], []
-        for index, (old, new) in enumerate(request.outputs):
-            pair = []
-            for side, value in (("original", old), ("candidate", new)):
-                name = f"__certificate_{side}_{index}"
-                nodes.append(helper.make_node("Identity", [rename[value.name]], [name]))
-                graph_outputs.append(onnx.ValueInfoProto(name=name))
-                pair.append(name)
-            outputs.append(tuple(pair))
-        graph = helper.make_graph(nodes, "certificate", inputs, graph_outputs, initializers)
-        opsets = dict(request.model.opset_imports)
-        owner_opsets = getattr(request.owner, "opset_imports", None) or {}
-        opsets.update(owner_opsets)
-        if "" not in opsets:
-            opsets[""] = opsets.pop("ai.onnx", 13)
-        opset_ids = [helper.make_opsetid(domain, int(version)) for domain, version in opsets.items()
-                     if domain in _STANDARD_DOMAINS and domain != "ai.onnx"]
-        proto = helper.make_model(graph, opset_imports=opset_ids)
-        proto.ir_version = min(int(request.model.ir_version or 8), onnx.IR_VERSION)
-        return proto, fed, outputs
-
     def _session(self, proto: onnx.ModelProto, request: CertificateRequest):
         data = proto.SerializeToString()
         key = hashlib.sha1(data).digest()
@@ -491,51 +367,6 @@ class Certifier:
             return True
         names = {i.name for i in original.graph.input}
         return isinstance(_run(session, {k: v for k, v in feeds.items() if k in names}), str)
-
-
-def _forwards_through_identity(request: CertificateRequest) -> bool:
-    """An exact rewrite that removes Identity nodes only, each exposed output replaced by the
-    value the Identity chain copies. Identity's output is its input by definition (ONNX: "Identity
-    operator", same type and element bits), so the certificate is that definition; running it
-    would only measure onnxruntime's copy. Anything else (a new node, another op, an output
-    replaced by some other value) is certified the ordinary way."""
-    if request.kind != EXACT or request.replacement or not request.matched:
-        return False
-    if any(n.op_type != "Identity" or n.domain not in _STANDARD_DOMAINS or len(n.inputs) != 1
-           for n in request.matched):
-        return False
-    matched = {id(n) for n in request.matched}
-    for old, new in request.outputs:
-        value = old
-        for _ in range(len(request.matched)):
-            producer = value.producer()
-            if producer is None or id(producer) not in matched:
-                break
-            value = producer.inputs[0]
-            if value is new:
-                break
-        if value is not new or value is None:
-            return False
-    return True
-
-
-def _topological(nodes) -> list[ir.Node]:
-    nodes = list(dict.fromkeys(nodes))
-    produced = {id(v): n for n in nodes for v in n.outputs}
-    order, done = [], set()
-
-    def visit(node, depth=0):
-        if id(node) in done or depth > len(nodes):
-            return
-        done.add(id(node))
-        for value in node.inputs:
-            if value is not None and id(value) in produced:
-                visit(produced[id(value)], depth + 1)
-        order.append(node)
-
-    for node in nodes:
-        visit(node)
-    return order
 
 
 def _make_session(data: bytes):

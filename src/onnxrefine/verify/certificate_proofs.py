@@ -32,9 +32,10 @@ decides: unusual tails, broadcasting along other axes, dtypes other than float16
 that would underflow or overflow, opset < 9 BatchNormalization, function bodies.
 
 The proof reads each op's meaning itself, so it could share a misreading with the rule. Until a
-rule's proof has agreed with a run in an optimization, its rewrites are also run
-(`certificate.Certifier`): the proof's reading is checked against onnxruntime on that model's own
-constants before any rewrite rests on the proof alone.
+rule's proof has been checked against onnxruntime in an optimization, no rewrite rests on the
+proof alone (`certificate.Certifier`). For these folds the check asks onnxruntime for the tail's
+map on the first rewrite's own constants (`certificate_reading.py`, from `affine_tail`); for the
+other proofs, and wherever that check cannot say, the first rewrite is run whole.
 """
 
 from __future__ import annotations
@@ -119,49 +120,81 @@ def _tail_step(node: ir.Node, previous: ir.Value, a, d, mag, rank: int, channels
 
 
 _BLOCK = 1 << 15  # elements per block: the check's temporaries stay in cache
+# The fast check's window around 1 for W' / (W a) computed in float32 (see `_weights_agree`).
+_RATIO_WINDOW = 2.0 ** -21
+_SCALE_RANGE = (2.0 ** -60, 2.0 ** 60)  # |a| where 1/a and the ratio stay normal float32 numbers
 
 
 def _weights_agree(folded: np.ndarray, weight: np.ndarray, a: np.ndarray) -> bool:
     """Every folded weight is W * a rounded once, finite, with its sign and zero-ness.
 
-    Checked in float32 for float32 and float16 weights (float64 for float64), block by block, to
-    read each weight once: p = W * float32(a) is within 2^-23 |W a| of the ideal product (two
-    roundings) and a correct fold within 2^-24 (float32) or 2^-11 (float16) of it, so
-    |folded - p| <= 4 float32 ulps (one float16 ulp) * |p| holds for a correct fold. Relative only: that also forces the
+    Two checks, block by block; a block passes if either holds (the first is cheaper).
+
+    Ratio (float32 weights, |a| in _SCALE_RANGE): q = fl(fl(W' / W) * fl(1 / a)) lies in
+    [1 - 2^-21, 1 + 2^-21]. A correct fold (W' = W a rounded once, relative error <= 2^-24) gives
+    |q - 1| <= 4 * 2^-24 + O(2^-48): it passes with room. Passing implies W'/W was a normal number
+    (a subnormal or infinite ratio times 1/a cannot land near 1), so each of the three roundings
+    is relative (<= 2^-24) and |W' - W a| <= (2^-21 + 3 * 2^-24 + 2^-46) |W a|: within 5.5 float32
+    ulps, the same sign, and W' = 0 only where W a = 0 (here never: W = 0 gives 0/0 = NaN, W'
+    = 0 with W != 0 gives q = 0). NaN anywhere makes min/max NaN and the comparison false.
+    It reads each weight once (a division, a scaling, a min and a max), where the product check
+    below takes seven passes; a block with zero weights or a zero scale falls back to it.
+
+    Product (any float dtype): checked in float32 for float32 and float16 weights (float64 for
+    float64): p = W * float32(a) is within 2^-23 |W a| of the ideal product (two roundings) and a
+    correct fold within 2^-24 (float32) or 2^-11 (float16) of it, so |folded - p| <= 4 float32
+    ulps (one float16 ulp) * |p| holds for a correct fold. Relative only: that also forces the
     sign, and a zero exactly where p is zero (a zero weight's own sign cannot matter: the
-    convolution's sums start at +0 and the output's zero signs are unobserved). A fold whose
-    values fall in the subnormal range fails this and goes to the run-based certificate. A wrong
-    constant (a dropped epsilon, a wrong channel, a flipped sign) is off by far more than 4 ulps.
+    convolution's sums start at +0 and the output's zero signs are unobserved).
+
+    A fold whose values fall in the subnormal range fails both and goes to the run-based
+    certificate. A wrong constant (a dropped epsilon, a wrong channel, a flipped sign) is off by
+    far more than a few ulps.
     """
     if folded.shape != weight.shape or folded.dtype != weight.dtype:
         return False
-    work = np.float64 if weight.dtype == np.float64 else np.float32
-    if weight.dtype == np.float16:  # half an ulp (2^-11) plus p's 2^-23: one float16 ulp
-        limit = work(2.0 ** -10)
-    else:
-        limit = work((4.0 + (_SLACK if work == np.float64 else 0.0)) * float(np.finfo(work).eps) / 2)
     channels = weight.shape[0]
     rows_w = weight.reshape(channels, -1)
     rows_f = folded.reshape(channels, -1)
     with np.errstate(all="ignore"):
-        scale = a.astype(work)
-        if not np.all(np.isfinite(scale)):
+        work = np.float64 if weight.dtype == np.float64 else np.float32
+        if not np.all(np.isfinite(a.astype(work))):
             return False
+        inverse = None
+        magnitude = np.abs(a)
+        if weight.dtype == np.float32 and np.all((magnitude >= _SCALE_RANGE[0]) & (magnitude <= _SCALE_RANGE[1])):
+            inverse = (1.0 / a).astype(np.float32)
         step = max(1, _BLOCK // max(1, rows_w.shape[1]))
-        product = np.empty((min(step, channels), rows_w.shape[1]), work)
-        diff = np.empty_like(product)
+        ratio = np.empty((min(step, channels), rows_w.shape[1]), np.float32) if inverse is not None else None
         for begin in range(0, channels, step):
             end = min(channels, begin + step)
-            p, q = product[: end - begin], diff[: end - begin]
-            np.multiply(rows_w[begin:end], scale[begin:end, None], out=p)
-            np.subtract(rows_f[begin:end], p, out=q)
-            np.abs(q, out=q)
-            np.abs(p, out=p)
-            p *= limit
-            # NaN or inf anywhere makes a comparison false (inf - inf = NaN)
-            if not np.less_equal(q, p).all():
+            if inverse is not None:
+                q = ratio[: end - begin]
+                np.divide(rows_f[begin:end], rows_w[begin:end], out=q)
+                q *= inverse[begin:end, None]
+                if q.min() >= 1.0 - _RATIO_WINDOW and q.max() <= 1.0 + _RATIO_WINDOW:
+                    continue
+            if not _products_agree(rows_f[begin:end], rows_w[begin:end], a[begin:end]):
                 return False
     return True
+
+
+def _products_agree(rows_f: np.ndarray, rows_w: np.ndarray, a: np.ndarray) -> bool:
+    """The product check of `_weights_agree` on one block of rows."""
+    work = np.float64 if rows_w.dtype == np.float64 else np.float32
+    if rows_w.dtype == np.float16:  # half an ulp (2^-11) plus p's 2^-23: one float16 ulp
+        limit = work(2.0 ** -10)
+    else:
+        limit = work((4.0 + (_SLACK if work == np.float64 else 0.0)) * float(np.finfo(work).eps) / 2)
+    p = np.multiply(rows_w, a.astype(work)[:, None], dtype=work)
+    q = np.subtract(rows_f, p, dtype=work)
+    np.abs(q, out=q)
+    np.abs(p, out=p)
+    if not np.all(np.isfinite(p)):
+        return False  # W a overflows: a finite W' would pass |W' - inf| <= inf below
+    p *= limit
+    # NaN anywhere makes a comparison false (inf - inf = NaN)
+    return bool(np.less_equal(q, p).all())
 
 
 def _bias_agrees(folded: np.ndarray, expected: np.ndarray, magnitude: np.ndarray, dtype) -> bool:
@@ -235,6 +268,29 @@ def affine_fold_proof(request) -> str | None:
             f"float64 value rounded once ({weight.size + channels} elements)")
 
 
+def affine_tail(request):
+    """For a request `affine_fold_proof` proved: the tail's own map t -> a t + d read from its
+    nodes (a = 1, d = 0 before the first), with what `certificate_reading` needs to ask
+    onnxruntime for the same map: (nodes, the Conv's output, rank, channels, dtype, a, d, m,
+    opsets), m bounding the magnitudes summed into d. None if the tail cannot be read."""
+    matched = list(request.matched)
+    conv, tail = matched[0], matched[1:]
+    weight = constant_array(conv.inputs[1])
+    if weight is None or not tail:
+        return None
+    channels, rank, dtype = weight.shape[0], weight.ndim, weight.dtype
+    a, d, mag = np.ones(channels), np.zeros(channels), np.zeros(channels)
+    previous, opset = conv.outputs[0], request.context.opset()
+    for node in tail:
+        step = _tail_step(node, previous, a, d, mag, rank, channels, dtype, opset)
+        if step is None:
+            return None
+        a, d, mag = step
+        previous = node.outputs[0]
+    opsets = dict(request.model.opset_imports)
+    return tail, conv.outputs[0], rank, channels, dtype, a, d, mag, opsets
+
+
 def _split_sizes(split: ir.Node, rank: int | None) -> list[int] | None:
     """The Split's sizes if it splits the last axis (of a rank-`rank` value), or None."""
     axis = split.attributes.get("axis")
@@ -248,15 +304,31 @@ def _split_sizes(split: ir.Node, rank: int | None) -> list[int] | None:
     return None if attr is None else [int(v) for v in attr.value]
 
 
-def merged_matmul_proof(request) -> str | None:
-    """MatMul(x, W_i) for several i -> Split(MatMul(x, concat(W_i, axis=1)), widths), proved.
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit-identical arrays of one dtype and shape, compared through an unsigned view of the same
+    width (no copy of a column slice; tobytes copied both sides of a 7 MB merged weight)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.itemsize not in (1, 2, 4, 8) or a.dtype.kind not in "fiub":
+        return a.tobytes() == np.ascontiguousarray(b).tobytes()
+    bits = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(a.view(bits), b.view(bits)))
 
-    Each output element of the merged product is the dot product of the same row of x with the
-    same column of the same W_i, so the outputs equal the originals' up to the order onnxruntime
-    accumulates in (the reassociating class; signed zeros and inf/NaN meet the same terms). Proved:
-    the same x, 2-D weights of one dtype, the merged weight bit-identical to their concatenation in
-    the order the Split hands the outputs back, and the Split's sizes the weights' widths.
-    """
+
+def _split_order(split: ir.Node, matmuls: list, replaced: dict) -> list | None:
+    """The original MatMuls in the order of the Split's outputs (which one each output replaces)."""
+    order = []
+    for value in split.outputs:
+        owner = [n for n in matmuls if replaced.get(id(n.outputs[0])) is value]
+        if len(owner) != 1:
+            return None
+        order.append(owner[0])
+    return order
+
+
+def merged_matmul_parts(request):
+    """(MatMuls in Split order, their weights, merged node, merged weight, Split node, rank) for
+    a sibling-MatMul merge whose shapes and sizes agree, else None (weights not compared yet)."""
     matmuls = [n for n in request.matched]
     new = [n for n in request.replacement if n.op_type != "Constant"]
     if len(matmuls) < 2 or len(new) != 2 or len(request.outputs) != len(matmuls):
@@ -269,13 +341,9 @@ def merged_matmul_proof(request) -> str | None:
     x = merged.inputs[0]
     if any(n.op_type != "MatMul" or n.inputs[0] is not x for n in matmuls):
         return None
-    replaced = {id(old): new_value for old, new_value in request.outputs}
-    order = []  # the original MatMuls in the order of the Split's outputs
-    for index, value in enumerate(split.outputs):
-        owner = [n for n in matmuls if replaced.get(id(n.outputs[0])) is value]
-        if len(owner) != 1:
-            return None
-        order.append(owner[0])
+    order = _split_order(split, matmuls, {id(old): new_value for old, new_value in request.outputs})
+    if order is None:
+        return None
     weights = [constant_array(n.inputs[1]) for n in order]
     merged_weight = constant_array(merged.inputs[1])
     if merged_weight is None or any(w is None or w.ndim != 2 or w.dtype != merged_weight.dtype for w in weights):
@@ -286,10 +354,26 @@ def merged_matmul_proof(request) -> str | None:
     rank = len(product.shape) if product.shape is not None else request.context.facts.rank(product)
     if _split_sizes(split, rank) != [w.shape[1] for w in weights]:
         return None
+    return order, weights, merged, merged_weight, split, rank
+
+
+def merged_matmul_proof(request) -> str | None:
+    """MatMul(x, W_i) for several i -> Split(MatMul(x, concat(W_i, axis=1)), widths), proved.
+
+    Each output element of the merged product is the dot product of the same row of x with the
+    same column of the same W_i, so the outputs equal the originals' up to the order onnxruntime
+    accumulates in (the reassociating class; signed zeros and inf/NaN meet the same terms). Proved:
+    the same x, 2-D weights of one dtype, the merged weight bit-identical to their concatenation in
+    the order the Split hands the outputs back, and the Split's sizes the weights' widths.
+    """
+    parts = merged_matmul_parts(request)
+    if parts is None:
+        return None
+    _, weights, _, merged_weight, _, _ = parts
     start = 0
     for weight in weights:  # bit for bit (NaN payloads and signed zeros included)
         end = start + weight.shape[1]
-        if merged_weight[:, start:end].tobytes() != np.ascontiguousarray(weight).tobytes():
+        if not _same_bits(merged_weight[:, start:end], weight):
             return None
         start = end
     return (f"proved: {len(weights)} MatMuls of one input; the merged weight is their weights' "
@@ -346,3 +430,56 @@ def gemm_from_matmul_add_proof(request) -> str | None:
     if for_context(request.context).observable(old):
         return None
     return "proved: Gemm(a, b, c) with alpha = beta = 1 and no transposes reads the MatMul's and the Add's own values"
+
+
+def zero_addition_proof(request) -> str | None:
+    """x + c -> x and x - c -> x where every element of c is a zero, by IEEE 754's definition.
+
+    For every float x other than a zero, x + (+-0) and x - (+-0) are x itself (x is
+    representable: nothing rounds), +-inf and NaN included (NaN payloads aside, as everywhere in
+    the certificates); subnormals too (ONNX has no flush-to-zero; onnxruntime's is off unless a
+    session asks). For x = +-0: x + (-0) and x - (+0) are x; x + (+0) and x - (-0) are +0, so
+    x = -0 gives +0 where the candidate keeps -0. The rewrite is therefore bit-exact except for
+    the sign of a zero where c holds a +0 (Add) or a -0 (Sub), which is accepted only on an
+    output the rule declared sign-insensitive: the same condition the run-based judges apply.
+
+    Declined (the run decides): c first in a Sub (0 - x is -x), any nonzero or NaN element of c,
+    a c that broadcasts x up (a higher rank, a dim x does not provably have), a dtype that is not
+    x's own, an unknown rank, a replacement that forwards anything but x, function bodies.
+    This is a definition, like Identity's: there is no reading of an op to cross-check by a run.
+    """
+    matched = list(request.matched)
+    if len(matched) != 1 or request.replacement or len(request.outputs) != 1 or not isinstance(request.owner, ir.Graph):
+        return None
+    node = matched[0]
+    if (node.op_type not in ("Add", "Sub") or node.domain not in STANDARD_DOMAINS or len(node.inputs) != 2
+            or len(node.outputs) != 1):
+        return None
+    old, new = request.outputs[0]
+    if old is not node.outputs[0] or node.inputs[0] is node.inputs[1]:
+        return None
+    if new is node.inputs[0]:
+        other = node.inputs[1]
+    elif new is node.inputs[1] and node.op_type == "Add":  # 0 + x; never 0 - x
+        other = node.inputs[0]
+    else:
+        return None
+    zero = constant_array(other)
+    if zero is None or zero.dtype.kind != "f" or np.any(zero != 0):  # NaN != 0 too
+        return None
+    oracle = request.context.facts
+    dtype = oracle.dtype(new) or new.dtype
+    if dtype is None or np.dtype(dtype.numpy()) != zero.dtype:
+        return None
+    shape = oracle.symbolic_shape(new)
+    if shape is None or zero.ndim > len(shape):
+        return None
+    for d_zero, d_x in zip(zero.shape, shape[len(shape) - zero.ndim:]):
+        if d_zero != 1 and not (isinstance(d_x, int) and d_x == d_zero):
+            return None
+    flips = ~np.signbit(zero) if node.op_type == "Add" else np.signbit(zero)
+    if np.any(flips) and not any(old is v for v in request.sign_insensitive):
+        return None
+    what = "+ 0" if node.op_type == "Add" else "- 0"
+    return (f"proved: x {what} is x by IEEE 754 (zeros of c: {zero.size}, no broadcast of x)"
+            + ("; the zero sign it may flip is declared unread" if np.any(flips) else ""))
