@@ -14,7 +14,7 @@ import onnx_ir as ir
 from onnxrefine import __version__
 from onnxrefine.errors import BadInputError
 from onnxrefine.input_shapes import apply as fix_input_shapes
-from onnxrefine.ir import io
+from onnxrefine.ir import heap, io
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES, ConstantBudget
 from onnxrefine.passes.pipeline import run_passes
 from onnxrefine.passes.registry import default_pass_names, get_pass
@@ -116,6 +116,7 @@ def optimize_ir(
     else:
         log = run_passes(model, names, budget=budget, fixed_point=fixed_point, on_progress=on_progress,
                          on_event=on_event, certifier=certifier)
+    heap.release_freed()  # the rewrites' freed temporaries, before the caller builds on this model
     report = OptimizationReport(
         names, nodes_before, count_nodes(model), time.perf_counter() - started, log, rolled_back, verification,
         certifier.stats.to_dict() if certifier is not None else None,
