@@ -136,7 +136,7 @@ def _step(kind: str, source: str, target: str, passes: str | None) -> dict:
         return {"seconds": time.perf_counter() - started, "load": loaded - started, "optimize": optimized - loaded,
                 "save": time.perf_counter() - optimized, "nodes_before": report.nodes_before,
                 "nodes_after": report.nodes_after, "rewrites": sum(report.log.counts().values()),
-                "import_seconds": import_seconds, "peak_rss": peak_rss_bytes()}
+                "import_seconds": import_seconds, "peak_rss": peak_rss_bytes(), "rss_file": rss_file_bytes()}
     else:
         model = io.load_model(source)
         model, _ = optimize_ir(model, passes.split(",") if passes else None)
@@ -153,6 +153,15 @@ def peak_rss_bytes() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def rss_file_bytes() -> int:
+    """Resident pages of mapped files at the end (RssFile): weights read through memory maps."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssFile:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def measure(kind: str, source: Path, target: Path, passes: str | None = None) -> dict:
@@ -183,7 +192,7 @@ def big_table(title: str, build, sizes, passes: str | None) -> Table:
     1000 nodes (flat when linear), ratio of optimize time to the previous row's, peak RSS."""
     table = Table(title=title)
     for column in ("size", "nodes", "nodes after", "rewrites", "load s", "optimize s", "save s",
-                   "optimize s / 1k nodes", "ratio", "nodes ratio", "peak RSS (MB)"):
+                   "optimize s / 1k nodes", "ratio", "nodes ratio", "peak RSS (MB)", "mapped at end (MB)"):
         table.add_column(column, justify="right")
     previous = None
     with tempfile.TemporaryDirectory() as tmp:
@@ -198,7 +207,7 @@ def big_table(title: str, build, sizes, passes: str | None) -> Table:
             table.add_row(str(size), str(r["nodes_before"]), str(r["nodes_after"]), str(r["rewrites"]),
                           f"{r['load']:.2f}", f"{r['optimize']:.2f}", f"{r['save']:.2f}",
                           f"{1000 * r['optimize'] / r['nodes_before']:.3f}", ratio, nodes_ratio,
-                          f"{r['peak_rss'] / 1e6:.0f}")
+                          f"{r['peak_rss'] / 1e6:.0f}", f"{r.get('rss_file', 0) / 1e6:.0f}")
             previous = r
             source.unlink()
     return table
