@@ -70,3 +70,33 @@ def test_releasing_one_tensor_leaves_the_others_readable(tmp_path, lazy):
     np.testing.assert_array_equal(held, weights[1])  # the array stays valid (pages fault in again)
     np.testing.assert_array_equal(first.numpy(), weights[0])  # and the released one reloads
     assert second.tobytes() == weights[1].tobytes()
+
+
+def _mapped_rss_kib(path) -> int:
+    """Resident KiB of this process's maps of `path` (/proc/self/smaps)."""
+    real, total, inside = os.path.realpath(path), 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5 and not line.startswith(("Rss", "Pss")):
+                inside = line.rstrip().endswith(real)
+            elif inside and line.startswith("Rss:"):
+                total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_a_dropped_tensor_takes_its_pages_out_of_the_shared_map(tmp_path, lazy):
+    """A tensor a rewrite replaced used to close its own map, and its pages left with it; the shared
+    map stays open for the other tensors, so the dropped tensor gives its pages back itself."""
+    path = tmp_path / "m.onnx"
+    _model(path, layers=4)
+    model = load.load_model(path)
+    keep = model.graph.initializers["w0"].const_value  # holds the shared map open, never read
+    for name in ("w1", "w2", "w3"):
+        float(model.graph.initializers[name].const_value.numpy().sum())  # faults the pages in
+    assert _mapped_rss_kib(path) > 0
+    for name in ("w1", "w2", "w3"):
+        model.graph.initializers[name].const_value = None
+    assert keep.source.shared_map() is not None and not keep.source.shared_map().closed
+    assert _mapped_rss_kib(path) == 0
