@@ -9,7 +9,9 @@
 --decoder and --big-chain (bench/_big_graphs.py) run the default pipeline without verification and
 without per-rewrite certificates (`optimize --no-verify --no-certify`: the certificates run one
 small onnxruntime session per rewrite, linear too, but they dominate at 100k rewrites); the table
-gives seconds per 1000 nodes, which stays flat when optimize is linear, and the peak RSS.
+gives seconds per 1000 nodes, which stays flat when optimize is linear, the peak RSS, the mapped
+file pages at the end, and the rewrites the constant budget refused (a chain of more than ~524k nodes
+outgrows its 1 MiB allowance: report.constant_budget).
 
 Each measurement runs in a fresh subprocess so peak RSS (VmHWM) belongs to that step alone.
 """
@@ -136,7 +138,8 @@ def _step(kind: str, source: str, target: str, passes: str | None) -> dict:
         return {"seconds": time.perf_counter() - started, "load": loaded - started, "optimize": optimized - loaded,
                 "save": time.perf_counter() - optimized, "nodes_before": report.nodes_before,
                 "nodes_after": report.nodes_after, "rewrites": sum(report.log.counts().values()),
-                "import_seconds": import_seconds, "peak_rss": peak_rss_bytes()}
+                "budget_refused": (report.constant_budget or {}).get("refused", 0),
+                "import_seconds": import_seconds, "peak_rss": peak_rss_bytes(), "rss_file": rss_file_bytes()}
     else:
         model = io.load_model(source)
         model, _ = optimize_ir(model, passes.split(",") if passes else None)
@@ -153,6 +156,15 @@ def peak_rss_bytes() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def rss_file_bytes() -> int:
+    """Resident pages of mapped files at the end (RssFile): weights read through memory maps."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssFile:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def measure(kind: str, source: Path, target: Path, passes: str | None = None) -> dict:
@@ -183,7 +195,8 @@ def big_table(title: str, build, sizes, passes: str | None) -> Table:
     1000 nodes (flat when linear), ratio of optimize time to the previous row's, peak RSS."""
     table = Table(title=title)
     for column in ("size", "nodes", "nodes after", "rewrites", "load s", "optimize s", "save s",
-                   "optimize s / 1k nodes", "ratio", "nodes ratio", "peak RSS (MB)"):
+                   "optimize s / 1k nodes", "ratio", "nodes ratio", "peak RSS (MB)", "mapped at end (MB)",
+                   "budget refusals"):
         table.add_column(column, justify="right")
     previous = None
     with tempfile.TemporaryDirectory() as tmp:
@@ -198,7 +211,8 @@ def big_table(title: str, build, sizes, passes: str | None) -> Table:
             table.add_row(str(size), str(r["nodes_before"]), str(r["nodes_after"]), str(r["rewrites"]),
                           f"{r['load']:.2f}", f"{r['optimize']:.2f}", f"{r['save']:.2f}",
                           f"{1000 * r['optimize'] / r['nodes_before']:.3f}", ratio, nodes_ratio,
-                          f"{r['peak_rss'] / 1e6:.0f}")
+                          f"{r['peak_rss'] / 1e6:.0f}", f"{r.get('rss_file', 0) / 1e6:.0f}",
+                          str(r.get("budget_refused", 0)))
             previous = r
             source.unlink()
     return table

@@ -14,7 +14,7 @@ import onnx_ir as ir
 from onnxrefine import __version__
 from onnxrefine.errors import BadInputError
 from onnxrefine.input_shapes import apply as fix_input_shapes
-from onnxrefine.ir import io
+from onnxrefine.ir import heap, io
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES, ConstantBudget
 from onnxrefine.passes.pipeline import run_passes
 from onnxrefine.passes.registry import default_pass_names, get_pass
@@ -34,6 +34,9 @@ class OptimizationReport:
     verification: dict | None = None
     certificates: dict | None = None  # per-rewrite certificates: counts and seconds (None: off)
     input_shapes: dict | None = None  # the input-shape override and what folded after it (None: none)
+    # The constant budget (ir/budget.py): rewrites it refused, growth used and allowed. A run it
+    # stopped short (a 1M-node chain: each Transpose -> Reshape adds a 16-byte shape) says so here.
+    constant_budget: dict | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -47,6 +50,7 @@ class OptimizationReport:
             "verification": self.verification,
             "certificates": self.certificates,
             "input_shapes": self.input_shapes,
+            "constant_budget": self.constant_budget,
             **self.log.to_dict(),
         }
 
@@ -116,10 +120,12 @@ def optimize_ir(
     else:
         log = run_passes(model, names, budget=budget, fixed_point=fixed_point, on_progress=on_progress,
                          on_event=on_event, certifier=certifier)
+    heap.release_freed()  # the rewrites' freed temporaries, before the caller builds on this model
     report = OptimizationReport(
         names, nodes_before, count_nodes(model), time.perf_counter() - started, log, rolled_back, verification,
         certifier.stats.to_dict() if certifier is not None else None,
     )
+    report.constant_budget = budget.summary()
     if shape_changes is not None:
         report.input_shapes = shape_override_summary(shape_changes, log)
     stamp_metadata(model, report)

@@ -288,6 +288,9 @@ def summary_table(report, size_before: int, size_after: int, seconds: float, ext
         text += " (external data included)"
     table.add_row("file size", text, "")
     table.add_row("seconds", f"{seconds:.2f}", "")
+    budget = getattr(report, "constant_budget", None) or {}
+    if budget.get("refused"):  # the run stopped short of what the rules could do: say so (issue 12)
+        table.add_row("constant budget", plain(budget_text(budget)), str(budget["refused"]))
     verification = report.verification or {"status": "off"}
     if verification.get("status") == "verified" and verification.get("verifications") == 0:
         text = "exact (unchanged: no rewrite applied)"
@@ -302,6 +305,12 @@ def summary_table(report, size_before: int, size_after: int, seconds: float, ext
         text = "off (--no-verify)"
     table.add_row("verification", plain(text), "")
     return table
+
+
+def budget_text(budget: dict) -> str:
+    return (f"{budget['refused']} rewrite(s) refused: new constants may add "
+            f"{_size(budget['allowed_growth_bytes'])} in all (--growth-ratio; used {_size(max(0, budget['growth_bytes']))}) "
+            f"and {_size(budget['per_tensor_bytes'])} each (--max-tensor-bytes)")
 
 
 def refusals_table(report) -> Table:

@@ -25,6 +25,9 @@ class ConstantBudget:
     slack_bytes: int = DEFAULT_SLACK_BYTES
     added_bytes: int = field(default=0, init=False)
     freed_bytes: int = field(default=0, init=False)
+    # Rewrites refused by either limit: a refusal is often forgotten by the log (the node goes
+    # another way), so without this count a run stopped by the budget looked finished.
+    refusals: int = field(default=0, init=False)
 
     @property
     def allowed_growth(self) -> float:
@@ -35,6 +38,7 @@ class ConstantBudget:
         `source_bytes` bytes, is too large, or None when it fits."""
         cap = max(self.per_tensor_bytes, source_bytes)
         if size > cap:
+            self.refusals += 1
             return f"a generated constant of {size} bytes exceeds the per-tensor cap of {cap} bytes"
         return None
 
@@ -43,6 +47,7 @@ class ConstantBudget:
         total growth allowed, or None when it fits."""
         growth = self.added_bytes + sum(new_sizes) - self.freed_bytes - freed
         if growth > self.allowed_growth:
+            self.refusals += 1
             return (
                 f"total constant growth of {growth} bytes would exceed the budget of "
                 f"{int(self.allowed_growth)} bytes (growth ratio {self.growth_ratio})"
@@ -52,3 +57,8 @@ class ConstantBudget:
     def charge(self, new_sizes: list[int], freed: int) -> None:
         self.added_bytes += sum(new_sizes)
         self.freed_bytes += freed
+
+    def summary(self) -> dict:
+        """What the report and the CLI summary say about the budget."""
+        return {"refused": self.refusals, "growth_bytes": self.added_bytes - self.freed_bytes,
+                "allowed_growth_bytes": int(self.allowed_growth), "per_tensor_bytes": self.per_tensor_bytes}

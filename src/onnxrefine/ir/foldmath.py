@@ -89,3 +89,28 @@ def round_folded(result: np.ndarray, dtype, what: str) -> np.ndarray:
     if np.any((back == 0) & (result != 0)):
         raise RewriteRefused("foldmath.underflow", f"{what}: a folded value underflows to zero in {dtype.name}")
     return rounded
+
+
+# --- Folding a weight by a per-output-channel factor in bounded memory (issue 12) ---------------
+FOLD_BLOCK_ELEMENTS = 1 << 17  # 1 MiB of float64 a block
+
+
+def scale_rounded(weight: np.ndarray, factors: np.ndarray, dtype, what: str) -> np.ndarray:
+    """`round_folded(to_float64(weight) * factors, dtype, what)`, computed a block of output
+    channels (axis 0) at a time: the whole-weight float64 product and its rounding temporaries
+    (about 6x the weight, the API path's peak on resnet50) become one block's.
+
+    Every element is computed exactly as in the whole-array form; should any block be refused, the
+    whole-array form runs again so the refusal (and its message) is the one it always gave."""
+    rows = weight.shape[0] if weight.ndim else 0
+    step = max(1, FOLD_BLOCK_ELEMENTS // max(1, weight.size // max(1, rows)))
+    if rows <= step or factors.ndim != weight.ndim or factors.shape[0] not in (1, rows):
+        return round_folded(to_float64(weight) * factors, dtype, what)
+    out = np.empty(np.broadcast_shapes(weight.shape, factors.shape), dtype=np.dtype(dtype))
+    try:
+        for start in range(0, rows, step):
+            block = factors if factors.shape[0] == 1 else factors[start:start + step]
+            out[start:start + step] = round_folded(to_float64(weight[start:start + step]) * block, dtype, what)
+    except RewriteRefused:
+        return round_folded(to_float64(weight) * factors, dtype, what)
+    return out

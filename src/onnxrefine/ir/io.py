@@ -19,7 +19,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.ir import protoview, traversal, validate, wire
+from onnxrefine.ir import heap, protoview, traversal, validate, wire
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto, ir.Model]
 
@@ -100,8 +100,21 @@ def to_proto(model: ir.Model, *, consume: bool = False) -> onnx.ModelProto:
     proto = ir.serde.serialize_model(model)
     for value in initializers:
         tensor = proto.graph.initializer.add()
-        tensor.ParseFromString(b"".join(wire._tensor_chunks(value)))  # noqa: SLF001 - same package
-        value.const_value = None  # the model's copy (a folded array, a mapped page) can go now
+        if protoview.copy_to(value.const_value, tensor, value.name):  # the caller's unchanged weight
+            value.const_value = None
+            continue
+        serialized = b"".join(wire._tensor_chunks(value))  # noqa: SLF001 - same package
+        big = len(serialized) >= heap.RELEASE_AFTER_BYTES
+        # The model's copy (a folded array, a mapped page) goes before the proto's comes: one
+        # extra copy of the weight at a time, not two. Freed memory sits in the heap between live
+        # weights until released (ir/heap.py).
+        value.const_value = None
+        if big:
+            heap.release_freed()
+        tensor.ParseFromString(serialized)
+        del serialized
+        if big:
+            heap.release_freed()
     return proto
 
 

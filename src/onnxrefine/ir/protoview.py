@@ -11,6 +11,7 @@ TensorProto form).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -24,13 +25,14 @@ from onnxrefine.ir import traversal
 class ProtoTensorView(TensorBase):
     """A read-only tensor over someone else's TensorProto; name and doc string are its own."""
 
-    __slots__ = ("_inner",)
+    __slots__ = ("_inner", "_array")
 
     def __init__(self, proto: onnx.TensorProto) -> None:
         inner = ir.serde.TensorProtoTensor(proto)
         super().__init__(name=proto.name or None, doc_string=proto.doc_string or None,
                          metadata_props=dict(inner.metadata_props))
         self._inner = inner
+        self._array = None
 
     @property
     def dtype(self) -> ir.DataType:
@@ -41,10 +43,19 @@ class ProtoTensorView(TensorBase):
         return self._inner.shape
 
     def numpy(self) -> np.ndarray:
-        return self._inner.numpy()
+        """The values, read-only. Protobuf hands out raw_data as a fresh copy on every access, so
+        the array is shared (weakly) while someone holds it: a rule that reads a weight twice (a
+        check, then the fold) holds one copy, not two; nothing is kept once every reader let go."""
+        array = self._array() if self._array is not None else None
+        if array is None:
+            array = self._inner.numpy()
+            if array.flags.writeable:  # string and typed-field tensors come back writable: no sharing
+                return array
+            self._array = weakref.ref(array)
+        return array
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        array = self._inner.numpy()
+        array = self.numpy()
         return array if dtype is None else array.astype(dtype)
 
     def __dlpack__(self, *, stream: Any = None) -> Any:
@@ -58,6 +69,29 @@ class ProtoTensorView(TensorBase):
 
     def __repr__(self) -> str:
         return f"{self._repr_base()}(name={self.name!r})"
+
+
+def copy_to(tensor, target: onnx.TensorProto, name: str) -> bool:
+    """Write a ProtoTensorView with raw data into `target` proto to proto (protobuf copies the bytes
+    once, in C), as `name`; False for anything else. Going through numpy and serialized bytes
+    instead held the weight three times at once (resnet50's unchanged 8 MiB fc weight: +16 MiB
+    at the API path's peak)."""
+    if not isinstance(tensor, ProtoTensorView):
+        return False
+    source = tensor._inner.raw  # noqa: SLF001 - this module's own class (never external: _detached)
+    if not source.HasField("raw_data"):  # typed fields: onnx-ir writes them as raw_data; so do we
+        return False
+    target.CopyFrom(source)
+    target.name = name
+    if tensor.doc_string:
+        target.doc_string = tensor.doc_string
+    else:
+        target.ClearField("doc_string")
+    del target.metadata_props[:]
+    for key, value in tensor.metadata_props.items():
+        entry = target.metadata_props.add()
+        entry.key, entry.value = key, value
+    return True
 
 
 def _detached(tensor):

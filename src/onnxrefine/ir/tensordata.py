@@ -193,8 +193,9 @@ def drop_pages(tensors) -> None:
         if raw is None or raw.closed:
             continue
         # Beyond the tensor's bytes to the enclosing 2 MiB blocks: a fault maps neighbouring pages
-        # too (fault-around, a large folio of at most a PMD), and nothing else reads through this
-        # tensor's own map. (The whole map would cost a page-table walk of the whole file.)
+        # too (fault-around, a large folio of at most a PMD). The map is shared by the file's
+        # tensors (ir/load.py): a neighbour's pages dropped here fault in again when next read.
+        # (The whole map would cost a page-table walk of the whole file.)
         start = int(tensor.offset or 0)
         start -= start % _NEIGHBOURHOOD
         end = min(len(raw), start + tensor.nbytes + 2 * _NEIGHBOURHOOD)

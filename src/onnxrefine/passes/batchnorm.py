@@ -12,7 +12,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
-from onnxrefine.ir.foldmath import is_float_dtype, round_folded, to_float64
+from onnxrefine.ir.foldmath import is_float_dtype, round_folded, scale_rounded, to_float64
 from onnxrefine.ir.quantization import refuse_quantized_layer
 from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
@@ -140,7 +140,7 @@ def _conv_affine(m: Match, ctx: RewriteContext, scale64: np.ndarray, add64: np.n
     weight = _float_weight(m)
     channels = weight.shape[0]
     bias = _bias64(m, "b", channels, weight.dtype)
-    new_weight = round_folded(to_float64(weight) * _channel_axis(scale64, weight.ndim, 0), weight.dtype, "folded weight")
+    new_weight = scale_rounded(weight, _channel_axis(scale64, weight.ndim, 0), weight.dtype, "folded weight")
     if add64 is None and m.get("b") is None:
         return _new_conv(m, ctx, new_weight, None)
     new_bias = round_folded(bias * scale64 + (0.0 if add64 is None else add64), weight.dtype, "folded bias")
