@@ -34,7 +34,7 @@ import onnx_ir as ir
 
 from onnxrefine.atomic import publish_mode, temp_beside
 from onnxrefine.errors import BadInputError
-from onnxrefine.ir import tensordata, validate, wire
+from onnxrefine.ir import tensordata, traversal, validate, wire
 from onnxrefine.ir.wire import _GRAPH_INITIALIZER, _LEN, _MODEL_GRAPH, _TENSOR_RAW_DATA, _encode_varint
 
 # onnx's own default for save_as_external_data: smaller tensors stay in the model file.
@@ -139,10 +139,7 @@ def _limit() -> int:
 def _embed_attribute_tensors(model: ir.Model) -> None:
     """Constant nodes whose tensor lives in the input's data file get it embedded: the output's data
     file holds initializers only (such tensors are rare and small)."""
-    graphs = [model.graph, *model.graph.subgraphs()]
-    for function in model.functions.values():
-        graphs += [function.graph, *function.subgraphs()]
-    for graph in graphs:
+    for graph in (site.graph for site in traversal.graphs(model)):
         for node in graph:
             for attr in node.attributes.values():
                 if not attr.is_ref() and attr.type == ir.AttributeType.TENSOR \

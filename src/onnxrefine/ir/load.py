@@ -24,7 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.ir import load_checks, wire
+from onnxrefine.ir import load_checks, traversal, wire
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 
@@ -223,7 +223,7 @@ def pin_external_tensors(model: ir.Model, files: dict[str, OpenFile]) -> None:
             return PinnedExternalTensor(tensor, source)
         return tensor
 
-    for graph in _graphs(model):
+    for graph in (site.graph for site in traversal.graphs(model)):
         for value in graph.initializers.values():
             value.const_value = pinned(value.const_value)
         for node in graph:
@@ -239,13 +239,6 @@ def _pin_attributes(node: ir.Node, pinned) -> None:
             node.attributes[name] = ir.AttrTensor(name, pinned(attr.value))
         elif attr.type == ir.AttributeType.TENSORS and any(isinstance(t, ir.ExternalTensor) for t in attr.value):
             node.attributes[name] = ir.AttrTensors(name, [pinned(t) for t in attr.value])
-
-
-def _graphs(model: ir.Model):
-    yield model.graph
-    yield from model.graph.subgraphs()
-    for function in model.functions.values():
-        yield from function.subgraphs()
 
 
 def load_full_proto(path: str | os.PathLike) -> onnx.ModelProto:
