@@ -339,8 +339,10 @@ def test_matmul_add_to_gemm_after_the_first_is_proved_and_the_outputs_agree():
     optimized, report = onnxrefine.optimize_with_report(model, ["fuse_matmul_add_bias_into_gemm"])
     notes = _gemm_notes(report)
     assert op_types(optimized).count("Gemm") == 3 and len(notes) == 3
-    assert notes[0].endswith("the proof agrees")
-    assert all(note.startswith("certified: proved: Gemm(a, b, c)") for note in notes[1:])
+    # The first is proved too: the proof's reading of Gemm is asked of onnxruntime on a miniature
+    # with the rewrite's own nodes instead of running the rewrite over its real weight.
+    assert notes[0].endswith("its reading of Gemm agrees with onnxruntime on a miniature with the rewrite's own nodes")
+    assert all(note.startswith("certified: proved: Gemm(a, b, c)") for note in notes)
     x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
     np.testing.assert_allclose(run(optimized, {"x": x})[0], run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
@@ -362,10 +364,36 @@ def test_a_gemm_with_a_transposed_weight_is_not_proved_and_its_run_refuses_it(mo
     spec = PassSpec("planted_gemm", "test only", rules=(rule,), default=False)
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     optimized, report = onnxrefine.optimize_with_report(_linear_layers(), ["planted_gemm"])
-    assert sum(note.startswith("certified: proved") for note in _gemm_notes(report)) == 1
+    # the two untransposed layers are proved (the first with the miniature's check), the last is not
+    assert sum(note.startswith("certified: proved") for note in _gemm_notes(report)) == 2
     refused = [r.reason for r in report.log.refused.values() if r.rule == "fuse_matmul_add_bias_into_gemm"]
     assert refused and refused[0].startswith("certificate failed")
     assert op_types(optimized).count("Gemm") == 2
+
+
+def test_a_proof_that_misreads_beta_is_caught_by_the_miniature_and_the_run_refuses(monkeypatch):
+    # A proof that reads beta as 1 whatever the node says (the planted misreading) would certify
+    # Gemm(beta=2); the miniature runs the real node, disagrees, and the run refuses each rewrite.
+    from onnxrefine.passes import fusion
+    from onnxrefine.verify import certificate_proofs
+
+    real_rule, real_attribute = fusion.fuse_matmul_add, certificate_proofs._attribute
+
+    def doubling(m, ctx):
+        replacement = real_rule(m, ctx)
+        replacement.nodes[0].attributes["beta"] = ir.AttrFloat32("beta", 2.0)
+        return replacement
+
+    monkeypatch.setattr(certificate_proofs, "_attribute",
+                        lambda node, name, default: default if name == "beta" else real_attribute(node, name, default))
+    rule = Rule("fuse_matmul_add_bias_into_gemm", fusion.MATMUL_ADD.pattern, doubling, kind=REASSOCIATING)
+    registry._load_pass_modules()
+    spec = PassSpec("planted_gemm_beta", "test only", rules=(rule,), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    optimized, report = onnxrefine.optimize_with_report(_linear_layers(), ["planted_gemm_beta"])
+    refused = [r.reason for r in report.log.refused.values() if r.rule == "fuse_matmul_add_bias_into_gemm"]
+    assert refused and all(reason.startswith("certificate failed") for reason in refused)
+    assert "Gemm" not in op_types(optimized)
 
 
 def test_no_gemm_proof_where_a_zero_sign_is_read():

@@ -62,11 +62,12 @@ from onnxrefine.verify.certificate_proofs import (
     affine_fold_proof,
     affine_tail,
     gemm_from_matmul_add_proof,
+    gemm_parts,
     merged_matmul_parts,
     merged_matmul_proof,
     zero_addition_proof,
 )
-from onnxrefine.verify.certificate_reading import split_reading_agrees, tail_reading_agrees
+from onnxrefine.verify.certificate_reading import gemm_reading_agrees, split_reading_agrees, tail_reading_agrees
 from onnxrefine.verify.certificate_bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate_bound import judge_exact, judge_reassociating, side_model
@@ -183,17 +184,21 @@ class Certifier:
         if proof is not None and family in self._cross_checked:
             self.stats.proved += 1
             return CertificateOutcome("certified", proof)
-        if proof is not None and reading in ("tail", "split"):
+        if proof is not None and reading in ("tail", "split", "gemm"):
             # What the proof reads of the ops (an affine tail's map, a Split's order) is asked of
             # onnxruntime on this model's constants (certificate_reading.py) instead of running
             # the whole first rewrite; where it disagrees or cannot say, the run decides.
             if reading == "tail":
                 tail = affine_tail(request)
                 reading = None if tail is None else tail_reading_agrees(tail, _make_session, _run)
-            else:
+            elif reading == "split":
                 parts = merged_matmul_parts(request)
                 reading = None if parts is None else split_reading_agrees(
                     parts, request.outputs, dict(request.model.opset_imports), _make_session, _run)
+            else:
+                dtype = request.context.facts.dtype(request.outputs[0][0]) or request.outputs[0][0].dtype
+                reading = None if dtype is None else gemm_reading_agrees(
+                    gemm_parts(request), dtype.numpy(), dict(request.model.opset_imports), _make_session, _run)
             if reading is not None:
                 self._cross_checked.add(family)
                 self.stats.proved += 1

@@ -432,6 +432,21 @@ def gemm_from_matmul_add_proof(request) -> str | None:
     return "proved: Gemm(a, b, c) with alpha = beta = 1 and no transposes reads the MatMul's and the Add's own values"
 
 
+def gemm_parts(request):
+    """(matmul, add, gemm, rank of c, c broadcast over rows, c broadcast over columns) for the
+    Gemm reading check (certificate_reading.gemm_reading_agrees), or None; called only once
+    `gemm_from_matmul_add_proof` has proved the request."""
+    matmul, add = list(request.matched)
+    gemm = next(n for n in request.replacement if n.op_type == "Gemm")
+    c = next(v for v in add.inputs if v is not matmul.outputs[0])
+    c_shape = request.context.facts.static_shape(c)
+    b_shape = request.context.facts.static_shape(matmul.inputs[1])
+    if c_shape is None or b_shape is None or len(c_shape) > 2:
+        return None
+    aligned = (1,) * (2 - len(c_shape)) + tuple(c_shape)
+    return matmul, add, gemm, len(c_shape), aligned[0] == 1, aligned[1] == 1 and b_shape[1] != 1
+
+
 def zero_addition_proof(request) -> str | None:
     """x + c -> x and x - c -> x where every element of c is a zero, by IEEE 754's definition.
 
