@@ -148,6 +148,20 @@ def cache_key(request, activations, constants, context) -> bytes | None:
     return digest.digest()
 
 
+
+def canonical_node(node: ir.Node, rename: dict) -> onnx.NodeProto:
+    """`node` as a NodeProto without its name, every value named through `rename` (a value not in
+    it yet gets the next v<i>), so that the same structure always gives the same bytes."""
+    proto = ir.serde.serialize_node(node)
+    proto.name = ""
+    for index, name in enumerate(proto.input):
+        if name:
+            proto.input[index] = rename.setdefault(name, f"v{len(rename)}")
+    for index, name in enumerate(proto.output):
+        if name:
+            proto.output[index] = rename.setdefault(name, f"v{len(rename)}")
+    return proto
+
 def build(request: CertificateRequest, activations, constants, context, batch_free: bool):
     """The two-sided model, the constants fed at run time, and (original, candidate) output names.
 
@@ -173,17 +187,8 @@ def build(request: CertificateRequest, activations, constants, context, batch_fr
             fed[name] = array
         else:
             initializers.append(numpy_helper.from_array(array, name))
-    nodes = []
-    for node in topological(context) + topological(request.matched) + topological(request.replacement):
-        proto_node = ir.serde.serialize_node(node)
-        proto_node.name = ""
-        for index, name in enumerate(proto_node.input):
-            if name:
-                proto_node.input[index] = rename.setdefault(name, f"v{len(rename)}")
-        for index, name in enumerate(proto_node.output):
-            if name:
-                proto_node.output[index] = rename.setdefault(name, f"v{len(rename)}")
-        nodes.append(proto_node)
+    nodes = [canonical_node(node, rename) for node in
+             topological(context) + topological(request.matched) + topological(request.replacement)]
     outputs, graph_outputs = [], []
     for index, (old, new) in enumerate(request.outputs):
         pair = []

@@ -46,6 +46,7 @@ import onnx_ir as ir
 from onnx import helper, numpy_helper
 
 from onnxrefine.ir.foldmath import constant_array
+from onnxrefine.verify.certificate_model import canonical_node
 
 PROBE = 2.0 ** 20
 _EPS32 = 2.0 ** -23
@@ -66,16 +67,7 @@ def tail_model(nodes: list[ir.Node], data: ir.Value, rank: int, channels: int, o
                 return None  # the tail reads something that is neither t nor a constant
             rename[value.name] = f"k{len(rename)}"
             initializers.append(numpy_helper.from_array(np.require(array, requirements="C"), rename[value.name]))
-    for node in nodes:
-        proto = ir.serde.serialize_node(node)
-        proto.name = ""
-        for index, name in enumerate(proto.input):
-            if name:
-                proto.input[index] = rename.setdefault(name, f"v{len(rename)}")
-        for index, name in enumerate(proto.output):
-            if name:
-                proto.output[index] = rename.setdefault(name, f"v{len(rename)}")
-        protos.append(proto)
+    protos.extend(canonical_node(node, rename) for node in nodes)
     protos.append(helper.make_node("Identity", [rename[nodes[-1].outputs[0].name]], ["y"]))
     shape = [2, channels] + [1] * (rank - 2)
     graph = helper.make_graph(protos, "tail", [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, shape)],
