@@ -113,9 +113,9 @@ def bomb_cases(target_bytes: int = 4 << 30) -> list[tuple[str, onnx.ModelProto, 
     return cases
 
 
-def loop_case(trips: int = 10**9) -> tuple[str, onnx.ModelProto, dict]:
-    """A Loop of `trips` iterations adding 1 to a scalar: cheap per iteration, endless in total."""
-    body = helper.make_graph(
+def _counting_body() -> onnx.GraphProto:
+    """A Loop body adding 1 to a float accumulator each iteration, never stopping on its own."""
+    return helper.make_graph(
         [helper.make_node("Add", ["acc_in", "one_b"], ["acc_out"], name="body_add"),
          helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
         "body",
@@ -125,6 +125,11 @@ def loop_case(trips: int = 10**9) -> tuple[str, onnx.ModelProto, dict]:
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
          helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [])],
         initializer=[numpy_helper.from_array(np.array(1.0, np.float32), "one_b")])
+
+
+def loop_case(trips: int = 10**9) -> tuple[str, onnx.ModelProto, dict]:
+    """A Loop of `trips` iterations adding 1 to a scalar: cheap per iteration, endless in total."""
+    body = _counting_body()
     nodes = [helper.make_node("Loop", ["trips", "cond", "acc0"], ["acc"], body=body, name="loop"),
              helper.make_node("Identity", ["x"], ["x_id"], name="id"),
              helper.make_node("Add", ["x_id", "acc"], ["y"], name="add")]
@@ -173,16 +178,7 @@ def loop_scan_case(trips: int = 1_000_000, row: int = 1024) -> tuple[str, onnx.M
 def loop_dynamic_case(per_element: int = 10**8) -> tuple[str, onnx.ModelProto, dict]:
     """A Loop whose trip count is computed from the input's size (Size(x) * per_element, x of
     shape [N, 3]): no constant tells it, so only the wall clock of a watched run can stop it."""
-    body = helper.make_graph(
-        [helper.make_node("Add", ["acc_in", "one_b"], ["acc_out"], name="body_add"),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
-        "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [])],
-        initializer=[numpy_helper.from_array(np.array(1.0, np.float32), "one_b")])
+    body = _counting_body()
     nodes = [helper.make_node("Size", ["x"], ["size"], name="size"),
              helper.make_node("Mul", ["size", "per"], ["trips"], name="trips"),
              helper.make_node("Loop", ["trips", "cond", "acc0"], ["acc"], body=body, name="loop"),

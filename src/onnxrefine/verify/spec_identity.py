@@ -22,6 +22,7 @@ import onnx
 
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.verify import compare
+from onnxrefine.verify.reference_kernels_dtype import inferred_types
 from onnxrefine.verify.verdict import MISMATCH, UNSTABLE
 
 # Ops whose float32 outputs are copies of float32 input elements (or constants): exact in the
@@ -36,14 +37,6 @@ _ROUNDED = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
 MAX_EVALUATIONS = 8  # reference evaluations of each model per verification (a localisation can ask many)
 
 
-def value_types(model: onnx.ModelProto) -> dict[str, int] | None:
-    """Element type of every value the main graph produces, by onnx's inference (declared
-    value_info dropped); None when inference fails."""
-    from onnxrefine.verify.reference_kernels_dtype import inferred_types
-
-    return inferred_types(model)
-
-
 def rounding_fully_modelled(model: onnx.ModelProto) -> bool:
     """Does the reference model every rounding this model's float arithmetic makes? True for graphs
     whose float arithmetic is all float16/bfloat16 (or float64), float32 values only moved."""
@@ -55,7 +48,7 @@ def rounding_fully_modelled(model: onnx.ModelProto) -> bool:
         return False
     if any(node.domain not in STANDARD_DOMAINS for node in graph.node):
         return False
-    types = value_types(model)
+    types = inferred_types(model)
     if types is None:
         return False
     narrow = False
