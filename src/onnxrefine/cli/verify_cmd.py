@@ -163,10 +163,13 @@ def run(args: argparse.Namespace) -> int:
     report = verify_models(original, args.candidate, inputs=inputs, trials=args.trials,
                            seed=args.seed, dims=dims, stress=not args.no_stress,
                            time_budget_s=args.time_budget, localize=not args.no_localize, **run_settings)
-    if args.json:
-        report.write_json(args.json)
-    if args.html:
-        report.write_html(args.html)
+    from onnxrefine import atomic
+
+    with atomic.staging():  # both reports become visible together, or neither replaces anything
+        if args.json:
+            report.write_json(args.json)
+        if args.html:
+            report.write_html(args.html)
     console = Console(file=sys.stdout, width=max(120, Console().width))
     render_table(report, console)
     sys.stdout.flush()

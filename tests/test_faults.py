@@ -1,0 +1,263 @@
+"""Faults lose nothing: a full disk, a permission, a closed pipe, a signal, a name too long, a locale
+that cannot encode the summary, an internal error. Each ends in one line and a documented exit code
+(cli/main.py), never a traceback, never a half-written output, never a lost earlier output.
+
+A full disk is simulated by a fault-injecting shim on `os.fsync` (every staged file is fsync-ed before
+it is renamed): the named file's write fails with ENOSPC exactly as a full file system makes it fail.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+from onnxrefine.cli.main import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _fd_path(fd: int) -> str:
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+@pytest.fixture
+def full_disk_for(monkeypatch):
+    """full_disk_for(name): every later fsync of a temp file staged for the output `name` fails with
+    ENOSPC (the temp file is `.<name>.<random>.tmp`)."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd to tell which file an fsync is for")
+    real_fsync = os.fsync
+
+    def arm(name: str) -> None:
+        def fsync(fd):
+            if os.path.basename(_fd_path(fd)).startswith(f".{name}."):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+    return arm
+
+
+def _run(*argv) -> int:
+    return main([str(a) for a in argv])
+
+
+def _folder_names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_full_report_folder_keeps_the_existing_output(example, tmp_path, full_disk_for, capsys):
+    """The report cannot be written: the new model must not replace the old one (it used to, and
+    then was deleted, so the earlier output was lost)."""
+    out = tmp_path / "out.onnx"
+    assert _run("optimize", example, "-o", out, "--no-verify") == 0
+    before = _digest(out)
+    report = tmp_path / "report.json"
+    report.write_text('{"old": true}')
+    capsys.readouterr()
+    full_disk_for("report.json")
+    code = _run("optimize", example, "-o", out, "--no-verify", "--report", report)
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "report.json" in err and "No space left on device" in err
+    assert _digest(out) == before and report.read_text() == '{"old": true}'
+    assert _folder_names(tmp_path) == sorted(["out.onnx", "report.json", example.name])
+
+
+def test_full_output_folder_is_one_line_and_leaves_nothing(example, tmp_path, full_disk_for, capsys):
+    out = tmp_path / "out.onnx"
+    full_disk_for("out.onnx")
+    code = _run("optimize", example, "-o", out, "--no-verify")
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and err.count("\n") == 1
+    assert "out.onnx" in err and "No space left on device" in err
+    assert _folder_names(tmp_path) == [example.name]
+
+
+def test_full_disk_for_a_verify_report(example, tmp_path, full_disk_for, capsys):
+    """verify's reports: the JSON cannot be written, so neither report replaces anything, and the
+    exit code says 'environment' (2), not 'the models differ' (1)."""
+    html = tmp_path / "r.html"
+    html.write_text("old page")
+    full_disk_for("r.json")
+    code = _run("verify", example, example, "--json", tmp_path / "r.json", "--html", html, "--trials", "1")
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and "No space left on device" in err
+    assert html.read_text() == "old page" and not (tmp_path / "r.json").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith((".tmp", ".old"))]
+
+
+def test_an_output_that_cannot_be_replaced_loses_nothing(example, tmp_path, monkeypatch, capsys):
+    """An immutable existing report (chattr +i: neither linked nor replaced): one line, and the model
+    already written in the same run is not left in place of the old one."""
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    out.write_bytes(b"previous model")
+    report.write_text("previous report")
+    real_link = os.link
+
+    def link(src, dst, *args, **kwargs):
+        if os.path.basename(src) == "report.json":
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), src)
+        return real_link(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "link", link)
+    code = _run("optimize", example, "-o", out, "--no-verify", "--report", report)
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and err.count("\n") == 1 and "report.json" in err
+    assert out.read_bytes() == b"previous model" and report.read_text() == "previous report"
+    assert _folder_names(tmp_path) == sorted(["out.onnx", "report.json", example.name])
+
+
+def test_a_failed_rename_restores_the_outputs_already_replaced(tmp_path, monkeypatch):
+    """The second of two renames fails: the first target gets its old content back."""
+    from onnxrefine import atomic
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("old a")
+    b.write_text("old b")
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if os.path.basename(dst) == "b.txt":
+            raise OSError(errno.EIO, os.strerror(errno.EIO), dst)
+        return real_replace(src, dst)
+
+    with pytest.raises(OSError):
+        with atomic.staging():
+            atomic.write_atomic(a, "new a")
+            atomic.write_atomic(b, "new b")
+            monkeypatch.setattr(os, "replace", replace)
+    assert a.read_text() == "old a" and b.read_text() == "old b"
+    assert _folder_names(tmp_path) == ["a.txt", "b.txt"]
+
+
+def test_nothing_is_visible_before_the_commit(tmp_path):
+    from onnxrefine import atomic
+
+    with atomic.staging() as stage:
+        atomic.write_atomic(tmp_path / "r.json", "{}")
+        assert not (tmp_path / "r.json").exists()
+        stage.commit()
+        assert (tmp_path / "r.json").read_text() == "{}"
+
+
+def test_long_output_names(example, tmp_path, capsys):
+    """A 250-byte name is valid and works (the temp name is short whatever the target's); a
+    256-byte one is refused in one line before any work."""
+    ok = tmp_path / ("m" * 245 + ".onnx")
+    assert _run("optimize", example, "-o", ok, "--no-verify") == 0
+    assert ok.exists()
+    too_long = tmp_path / ("m" * 251 + ".onnx")
+    capsys.readouterr()
+    code = _run("optimize", example, "-o", too_long, "--no-verify")
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and err.count("\n") == 1 and "file name too long" in err
+
+
+def _subprocess(args, tmp_path, **env_changes):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env.update(env_changes)
+    return [sys.executable, "-m", "onnxrefine", *map(str, args)], env
+
+
+def test_closed_pipe_keeps_the_output_and_exits_quietly(example, tmp_path):
+    """`onnxrefine optimize ... | head -1`: the output is complete and stays, stderr says nothing,
+    the exit code is 141 (the reader went away)."""
+    out = tmp_path / "out.onnx"
+    command, env = _subprocess(["optimize", example, "-o", out, "--no-verify", "--explain"], tmp_path,
+                               ONNXREFINE_PROGRESS="off", COLUMNS="80")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.readline()
+    process.stdout.close()  # as `head -1` does once it has its line
+    code = process.wait(timeout=120)
+    err = process.stderr.read().decode()
+    assert code in (0, EXIT_BROKEN_PIPE), err
+    assert "Traceback" not in err and err.strip() == "", err
+    onnx.checker.check_model(onnx.load(out))
+
+
+def test_posix_locale_cannot_break_the_summary(example, tmp_path):
+    """Under LC_ALL=POSIX without UTF-8 mode stdout is ASCII: the table's box characters and
+    ellipses are escaped, not a UnicodeEncodeError."""
+    out = tmp_path / "out.onnx"
+    command, env = _subprocess(["optimize", example, "-o", out, "--no-verify", "--explain"], tmp_path,
+                               LC_ALL="POSIX", LANG="POSIX", PYTHONUTF8="0", PYTHONIOENCODING="",
+                               ONNXREFINE_PROGRESS="off", COLUMNS="40")
+    result = subprocess.run(command, env=env, capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"Traceback" not in result.stderr and out.exists()
+
+
+def test_internal_error_is_one_line_exit_3_and_debug_shows_it(example, tmp_path, monkeypatch, capsys):
+    import onnxrefine.cli.optimize_cmd as optimize_cmd
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(optimize_cmd, "optimize_ir", broken)
+    code = _run("optimize", example, "-o", tmp_path / "o.onnx", "--no-verify")
+    err = capsys.readouterr().err
+    assert code == EXIT_INTERNAL and err.count("\n") == 1
+    assert "internal error: RuntimeError: a bug" in err and "--debug" in err
+    with pytest.raises(RuntimeError, match="a bug"):
+        _run("--debug", "optimize", example, "-o", tmp_path / "o.onnx", "--no-verify")
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_verify_internal_error_is_not_a_mismatch(example, monkeypatch, capsys):
+    import onnxrefine.verify as verify
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug in verification")
+
+    monkeypatch.setattr(verify, "verify_models", broken)
+    assert _run("verify", example, example) == EXIT_INTERNAL
+    assert "internal error" in capsys.readouterr().err
+
+
+def test_memory_error_names_the_phase(example, tmp_path, monkeypatch, capsys):
+    import onnxrefine.cli.optimize_cmd as optimize_cmd
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(optimize_cmd, "optimize_ir", exhausted)
+    code = _run("optimize", example, "-o", tmp_path / "o.onnx", "--no-verify")
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and err.count("\n") == 1
+    assert "not enough memory during optimize tiny.onnx" in err
+
+
+def test_onnxruntime_that_cannot_be_mapped_is_one_line(monkeypatch):
+    """Under a tight address-space limit the dynamic loader fails to map onnxruntime's library:
+    a one-line 'not enough memory to load onnxruntime', not an ImportError traceback."""
+    import builtins
+
+    from onnxrefine import runtime
+    from onnxrefine.errors import BadInputError
+
+    real_import = builtins.__import__
+
+    def failing(name, *args, **kwargs):
+        if name == "onnxruntime":
+            raise ImportError("libonnxruntime.so: failed to map segment from shared object")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
+    monkeypatch.setattr(builtins, "__import__", failing)
+    with pytest.raises(BadInputError, match="not enough memory to load onnxruntime"):
+        runtime.require_onnxruntime()
