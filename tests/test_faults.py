@@ -261,3 +261,65 @@ def test_onnxruntime_that_cannot_be_mapped_is_one_line(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", failing)
     with pytest.raises(BadInputError, match="not enough memory to load onnxruntime"):
         runtime.require_onnxruntime()
+
+
+def test_graph_input_of_undefined_type_is_bad_input(tmp_path, capsys):
+    """A flipped byte can zero an input's element type; verification then failed with KeyError: 0
+    deep inside generating inputs. It is a one-line refusal when the model is loaded."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.UNDEFINED
+    path = tmp_path / "undefined.onnx"
+    path.write_bytes(model.SerializeToString())
+    for argv in (["optimize", path, "-o", tmp_path / "o.onnx"], ["verify", path, path]):
+        assert _run(*argv) == EXIT_BAD_INPUT
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "element type is UNDEFINED" in err, err
+
+
+def test_training_info_is_not_dropped_silently(example, tmp_path, capsys):
+    """onnx-ir holds no training_info: the output is an inference model, and the summary and the
+    report say the training part is not kept. Metadata and doc strings are kept."""
+    import json
+
+    model = onnx.load(example)
+    info = model.training_info.add()
+    info.algorithm.name = "train"
+    model.metadata_props.add(key="author", value="someone")
+    model.doc_string = "what it is"
+    path = tmp_path / "with_training.onnx"
+    onnx.save(model, path)
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    assert _run("optimize", path, "-o", out, "--no-verify", "--report", report) == 0
+    printed = capsys.readouterr().out
+    assert "not kept: training_info (1 entry)" in printed
+    assert json.loads(report.read_text())["dropped"][0].startswith("training_info (1 entry)")
+    saved = onnx.load(out)
+    assert {p.key: p.value for p in saved.metadata_props}["author"] == "someone"
+    assert saved.doc_string == "what it is"
+
+
+def _relu_model(output: str, path: Path) -> Path:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], [output])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info(output, TensorProto.FLOAT, [4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_verify_outputs_named_differently_are_an_interface_mismatch(tmp_path, capsys):
+    """y in one model and z in the other used to be matched by position and called exact; a
+    consumer reading `y` finds nothing. By name it is a mismatch; --match-outputs position pairs
+    them on purpose."""
+    a, b = _relu_model("y", tmp_path / "a.onnx"), _relu_model("z", tmp_path / "b.onnx")
+    assert _run("verify", a, b, "--trials", "1") == 1
+    out = capsys.readouterr().out
+    assert "verdict: mismatch" in out and "interface mismatch" in out
+    assert _run("verify", a, b, "--trials", "1", "--match-outputs", "position") == 0
+    assert "verdict: exact" in capsys.readouterr().out

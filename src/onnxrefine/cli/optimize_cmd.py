@@ -216,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(refusals_table(report))
     for rollback in report.rolled_back:
         console.print(plain(f"rolled back {describe_rollback(rollback)}"))
+    for part in report.dropped:
+        console.print(plain(f"note: not kept: {part}"), highlight=False)
     for note in layout.notes:
         console.print(plain(f"note: {note}"), highlight=False)
     console.print(plain(f"wrote {output}"))
