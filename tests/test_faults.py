@@ -323,3 +323,54 @@ def test_verify_outputs_named_differently_are_an_interface_mismatch(tmp_path, ca
     assert "verdict: mismatch" in out and "interface mismatch" in out
     assert _run("verify", a, b, "--trials", "1", "--match-outputs", "position") == 0
     assert "verdict: exact" in capsys.readouterr().out
+
+
+def _pool_then_strided_slice(path: Path) -> Path:
+    """A model whose pool has a 3x3 window: with H or W at 1 its output would have a negative size,
+    and onnx's C++ shape inference then asserts in a strided Slice (SIGABRT, no handler runs)."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3]),
+             helper.make_node("Transpose", ["p"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Slice", ["t", "st", "en", "ax", "sp"], ["y"])]
+    inits = [helper.make_tensor(name, TensorProto.INT64, [1], [value])
+             for name, value in (("st", 0), ("en", 2), ("ax", 1), ("sp", 2))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_an_abort_in_shape_inference_is_contained(tmp_path):
+    """Estimates pin symbolic dims (to 1 where --dims does not say): onnx's inference aborted on the
+    impossible shapes and took optimize and verify with it (exit 134). It runs contained now: the
+    estimate is only less certain, and both commands finish."""
+    model = _pool_then_strided_slice(tmp_path / "pool.onnx")
+    for args in (["verify", model, model, "--trials", "1"], ["optimize", model, "-o", tmp_path / "o.onnx"]):
+        command, env = _subprocess(args, tmp_path, ONNXREFINE_PROGRESS="off")
+        result = subprocess.run(command, env=env, capture_output=True, timeout=300)
+        assert result.returncode == 0, result.stderr.decode()[-500:]
+        assert b"Assertion" not in result.stderr
+
+
+def test_contained_inference_reports_the_crash_and_passes_errors_through():
+    from onnx import TensorProto, helper
+
+    from onnxrefine.ir import contained
+
+    crash = helper.make_model(helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3]),
+         helper.make_node("Slice", ["p", "st", "en", "ax", "sp"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("st", 0), ("en", 2), ("ax", 2), ("sp", 2))]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(contained.NativeCrash, match="SIGABRT"):
+        contained.infer_shapes(crash, strict_mode=False)
+    mixed = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["x", "i"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]), opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(onnx.shape_inference.InferenceError):  # the same exception the onnx call raises
+        contained.infer_shapes(mixed, check_type=True, strict_mode=True)
