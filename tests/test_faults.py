@@ -374,3 +374,27 @@ def test_contained_inference_reports_the_crash_and_passes_errors_through():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]), opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(onnx.shape_inference.InferenceError):  # the same exception the onnx call raises
         contained.infer_shapes(mixed, check_type=True, strict_mode=True)
+
+
+def test_start_up_without_memory_for_native_libraries_is_one_line(tmp_path):
+    """Under an address-space limit the loader cannot map ml_dtypes' or numpy's extension while the
+    package starts: the command says so in one line and exits 2 (an ImportError traceback before).
+    Simulated: the start-up import fails as it does there, under a (generous) finite limit."""
+    script = tmp_path / "start.py"
+    script.write_text(
+        "import resource, sys, types\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_AS)\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (64 << 30, hard))\n"
+        "fake = types.ModuleType('onnxrefine._deferred')\n"
+        "def import_onnx_ir():\n"
+        "    raise ImportError('_multiarray_umath.so: failed to map segment from shared object')\n"
+        "fake.import_onnx_ir = import_onnx_ir\n"
+        "sys.modules['onnxrefine._deferred'] = fake\n"
+        "from onnxrefine.__main__ import run\n"
+        "sys.exit(run())\n")
+    command, env = _subprocess([], tmp_path)
+    result = subprocess.run([sys.executable, str(script), "optimize", "m.onnx"], env=env, capture_output=True,
+                            timeout=120)
+    err = result.stderr.decode()
+    assert result.returncode == EXIT_BAD_INPUT, err
+    assert err.count("\n") == 1 and "not enough memory to load" in err and "Traceback" not in err

@@ -118,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"onnxrefine {__version__}")
         return 0
     _safe_streams()
+    from onnxrefine import STARTUP_FAILURE
+
+    if STARTUP_FAILURE is not None:
+        print(f"onnxrefine: error: {STARTUP_FAILURE}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     _install_signal_handlers()
     debug = "--debug" in argv[:1] or os.environ.get("ONNXREFINE_DEBUG", "") not in ("", "0")
     try:
