@@ -26,12 +26,8 @@ from onnx import helper
 from onnxrefine.errors import BadInputError
 from onnxrefine.fuzz.generator import random_inputs
 from onnxrefine.atomic import staged_folder
-<<<<<<< HEAD
-from onnxrefine.verify.ort import inference_session
 from onnxrefine.ir import contained
-=======
 from onnxrefine.verify.ort.runner import inference_session
->>>>>>> main
 
 Step = Callable[[onnx.ModelProto], onnx.ModelProto]
 

@@ -92,14 +92,10 @@ def verify_models(original, candidate, *,
     one float64 evaluation of the original, 3 onnxruntime runs and the judging of every paired
     value per input set: about 3x the time of verification without it on resnet50.
 
-<<<<<<< HEAD
     `match_outputs`: "name" (default: a candidate whose outputs differ from the original's by name
     or count is a mismatch of interfaces) or "position" (outputs paired in order, counts equal).
 
-    `reference`: the float64 evaluator (session.ReferenceEvaluator; default: reference.py's);
-=======
     `reference`: the float64 evaluator (session.ReferenceEvaluator; default: reference/evaluator.py's);
->>>>>>> main
     None: the default. DECLINING_REFERENCE declines every model, so the no-reference fallback judges.
     """
     scoped = _SCOPED.get()
