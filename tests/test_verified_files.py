@@ -123,7 +123,10 @@ def temp_folders() -> set[str]:
     return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("onnxrefine-session-")}
 
 
-def test_a_proto_is_written_once_to_a_temp_folder_that_is_removed(spies):
+def test_a_proto_is_written_once_to_a_temp_folder_that_is_removed(spies, tmp_path, monkeypatch):
+    # A temp folder of this test's own: another test process writes session folders into the
+    # shared one at any moment.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     model = conv_bn_residual()
     before = temp_folders()
     optimized, report = onnxrefine.optimize_with_report(model, verify=VerifySettings(enabled=True))

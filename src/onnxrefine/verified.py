@@ -48,7 +48,6 @@ from onnxrefine.verify.judge.verdict import Verdict
 
 DEFAULT_VERIFY_BUDGET_S = 120.0  # the most auto mode spends unless --verify-budget says otherwise
 AUTO_BUDGET_FACTOR = 3.0
-MIN_AUTO_BUDGET_S = 5.0
 MAX_ROLLBACKS = 4
 ACCEPTED = tuple(verdict for verdict in Verdict if verdict.accepted)  # exact, rounding
 
@@ -233,13 +232,13 @@ def _unmap(model: ir.Model) -> None:
 
 def _budget(settings: VerifySettings, schedule_s: float) -> tuple[float, str]:
     """Seconds auto mode may spend verifying: the user's --verify-budget, else a multiple of what
-    the schedule itself took (verification should not dwarf the optimization it checks), at
-    least MIN_AUTO_BUDGET_S and at most DEFAULT_VERIFY_BUDGET_S."""
+    the schedule itself took (verification should not dwarf the optimization it checks), at most
+    DEFAULT_VERIFY_BUDGET_S. No floor in seconds: a small model's verification costs what the
+    model costs; what every auto run keeps is a number of input sets (verify/plan.py: MIN_AUTO_SETS)."""
     if settings.budget_s is not None:
         return settings.budget_s, f"{settings.budget_s:g} s"
-    budget = min(DEFAULT_VERIFY_BUDGET_S, max(MIN_AUTO_BUDGET_S, AUTO_BUDGET_FACTOR * schedule_s))
-    return budget, f"{budget:.1f} s ({AUTO_BUDGET_FACTOR:g}x the optimization's {schedule_s:.1f} s, at least " \
-        f"{MIN_AUTO_BUDGET_S:g} s)"
+    budget = min(DEFAULT_VERIFY_BUDGET_S, AUTO_BUDGET_FACTOR * schedule_s)
+    return budget, f"{budget:.1f} s ({AUTO_BUDGET_FACTOR:g}x the optimization's {schedule_s:.1f} s)"
 
 
 def _check_resources(original, dims=None) -> None:

@@ -61,7 +61,7 @@ def register(subparsers) -> None:
                         help="do not check each rewrite on its own matched subgraph (on by default)")
     parser.add_argument("--verify-budget", type=float, default=None,
                         help="seconds verification may take in auto mode (default: 3x the optimization's own "
-                        f"time, at least 5, at most {DEFAULT_VERIFY_BUDGET_S:g}); input sets are left out, or "
+                        f"time, at most {DEFAULT_VERIFY_BUDGET_S:g}; a random and an inf/NaN set always run); input sets are left out, or "
                         "verification skipped, by an estimate made before it runs")
     parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")

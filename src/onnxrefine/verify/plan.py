@@ -227,6 +227,9 @@ def _attr_int(node: onnx.NodeProto, name: str) -> int:
 # Stress sets by what they add to a random set: inf/NaN propagation and signed zeros/subnormals
 # are where exact rewrites go wrong; large magnitudes find overflow; negatives find sign slips.
 STRESS_PRIORITY = ("stress:inf_nan", "stress:zeros_tiny", "stress:large", "stress:negative")
+# What an automatic budget never cuts: random0 and the first stress set (inf/NaN), the two that
+# find most broken rewrites; the rest of the sets run as the budget allows.
+MIN_AUTO_SETS = 2
 
 
 def choose_sets(labelled: Sequence[tuple[str, dict]], trials: int) -> list[tuple[str, dict]]:
@@ -243,7 +246,7 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
               weight_bytes: int, budget_text: str = "", limit_s: float | None = None,
               limit_text: str = "", differs: bool = True) -> VerifyPlan:
     """What verification will do, decided before it runs: as many input sets as fit `budget_s`,
-    at least one; skipped when even that one would exceed `limit_s` (default: `budget_s`).
+    at least MIN_AUTO_SETS (as many as there are, if fewer); skipped when even that one would exceed `limit_s` (default: `budget_s`).
     `forced` (--verify) runs every set whatever the estimate; given `inputs` all run (the user
     chose them) unless their estimate exceeds the limit in auto mode, which skips. `differs`:
     see estimate_cost (False when only exact rewrites were applied: bit-identical outputs expected)."""
@@ -264,7 +267,7 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
                          differs=differs)
     count = len(sets)
     if not forced and inputs is None:
-        while count > 1 and cost.seconds(count) > budget_s:
+        while count > MIN_AUTO_SETS and cost.seconds(count) > budget_s:
             count -= 1
     estimate = cost.seconds(count)
     work = f"{cost.flops / 1e9:.1f} GFLOP a run, {weight_bytes / 2**20:.0f} MiB of weights"
@@ -272,7 +275,8 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
         work += f", machine load x{cost.slowdown:.1f}"
     budget_text = budget_text or f"{budget_s:g} s"
     if not forced and estimate > limit_s:
-        what = "one verification on one input set" if count == 1 else f"verification on {count} given input sets"
+        what = ("one verification on one input set" if count == 1 else
+                f"verification on {count} {'given ' if inputs is not None else ''}input sets")
         reason = (f"{what} would take ~{estimate:.0f} s (estimated: {work}), over the limit of "
                   f"{limit_text or f'{limit_s:g} s'} (--verify-budget)")
         return VerifyPlan(False, f"skipped: {reason}", estimate_s=estimate, reason=reason)
