@@ -209,7 +209,7 @@ def test_matmul_chain_fold_on_inf_inputs_is_rounding():
 
 def test_nonfinite_cone_is_measured_per_element():
     from onnxrefine.verify.evidence import add_nonfinite_cones as _add_nonfinite_cones
-    from onnxrefine.verify.ort.runner import ModelRunner
+    from onnxrefine.verify.ort import ModelRunner
 
     original, _, feeds = _cube_overflow_models()
     runner = ModelRunner(original, "original")

@@ -4,7 +4,7 @@ load that file; no whole-model ModelProto is built; the plan reads no weights.
 
 A model over protobuf's 2 GiB limit is simulated by lowering the sizes that send tensors to
 external data (io.EXTERNAL_DATA_THRESHOLD_BYTES) and models to temp files
-(runner.IN_MEMORY_SESSION_MAX_BYTES)."""
+(files.IN_MEMORY_SESSION_MAX_BYTES)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from onnxrefine.api import optimize_ir
 from onnxrefine.cli.main import main
 from onnxrefine.ir import io
 from onnxrefine.verified import VerifySettings
-from onnxrefine.verify.ort import runner
-from onnxrefine.verify.ort.runner import light_proto
+from onnxrefine.verify.ort import files
+from onnxrefine.verify.ort import light_proto
 
 ROOT = Path(__file__).resolve().parent.parent
 THRESHOLD = 256  # bytes: conv_bn_residual's weights (W1, W2, G: 576-1536 bytes) go external
@@ -38,7 +38,7 @@ THRESHOLD = 256  # bytes: conv_bn_residual's weights (W1, W2, G: 576-1536 bytes)
 @pytest.fixture(autouse=True)
 def big_model_sizes(monkeypatch):
     monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD_BYTES", THRESHOLD)
-    monkeypatch.setattr(runner, "IN_MEMORY_SESSION_MAX_BYTES", THRESHOLD)
+    monkeypatch.setattr(files, "IN_MEMORY_SESSION_MAX_BYTES", THRESHOLD)
     monkeypatch.setattr(verify_plan, "machine_slowdown", lambda: 1.0)
 
 
@@ -211,7 +211,7 @@ def test_a_real_model_over_2_gib_is_optimized_and_verified(tmp_path, monkeypatch
     # No lowered sizes here: 33 layers of bench/big_model.py are 2.1 GB of weights, over protobuf's
     # limit; `optimize --verify` optimizes and verifies it (measured: 62 s, 2.3 GiB peak RSS).
     monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD_BYTES", 1_800_000_000)
-    monkeypatch.setattr(runner, "IN_MEMORY_SESSION_MAX_BYTES", 16 * 1024 * 1024)
+    monkeypatch.setattr(files, "IN_MEMORY_SESSION_MAX_BYTES", 16 * 1024 * 1024)
     try:
         path = load_big_model_builder().build(tmp_path / "big.onnx", layers=33, hidden=4096)
         assert (tmp_path / "big.onnx.data").stat().st_size > 2**31

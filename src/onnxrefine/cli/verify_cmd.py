@@ -86,7 +86,7 @@ def add_run_settings_arguments(parser) -> None:
 def run_settings_from_args(args) -> dict:
     """verify_models' keyword arguments from the flags above; BadInputError (one line) for an
     unknown level or provider, an unavailable provider or a missing custom-op library."""
-    from onnxrefine.verify.ort.runner import RunSettings, check_run_settings
+    from onnxrefine.verify.ort import RunSettings, check_run_settings
 
     providers = tuple(part.strip() for part in args.providers.split(",") if part.strip())
     deployment = None if args.no_deployment_check else RunSettings(level=args.ort_level, providers=providers)

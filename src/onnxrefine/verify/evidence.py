@@ -16,7 +16,7 @@ from onnxrefine.verify import graphinfo
 from onnxrefine.verify.judge import compare
 from onnxrefine.verify.judge import verdict as verdict_rules
 from onnxrefine.verify.report.report import OutputReport
-from onnxrefine.verify.ort.runner import RunFailedError, RunSettings
+from onnxrefine.verify.ort import RunFailedError, RunSettings
 from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE
 
 
@@ -91,7 +91,7 @@ def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:
 def reference_refusal(model_file, feeds) -> str | None:
     """Why the float64 reference must not evaluate the model on `feeds` (resources.py), or None."""
     from onnxrefine import resources
-    from onnxrefine.verify.ort.runner import peak_estimate
+    from onnxrefine.verify.ort import peak_estimate
 
     return resources.reference_refusal(peak_estimate(model_file, feeds))
 

@@ -39,7 +39,7 @@ from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
 from onnxrefine.verify.reference.base import UnsupportedOperatorError
 from onnxrefine.verify.judge.spec_identity import excuse_float16_runtime
 from onnxrefine.verify.report.report import VerificationReport
-from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model
+from onnxrefine.verify.ort import ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model
 
 __all__ = ["DECLINING_REFERENCE", "DecliningReference", "ReferenceEvaluator", "VerificationSession",
            "float64_reference"]

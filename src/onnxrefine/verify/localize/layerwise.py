@@ -47,7 +47,7 @@ from onnxrefine.verify import graphinfo
 from onnxrefine.verify.judge import compare
 from onnxrefine.verify.localize.correspond import Pair, find_pairs  # noqa: F401 - find_pairs re-exported
 from onnxrefine.verify.judge import verdict as verdict_rules
-from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError
+from onnxrefine.verify.ort import ModelRunner, RunFailedError
 from onnxrefine.verify.judge.runtime_artefacts import ArtefactCheck
 from onnxrefine.resources import ResourceLimitError
 
