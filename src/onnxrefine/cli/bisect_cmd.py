@@ -9,7 +9,7 @@ from pathlib import Path
 from onnxrefine import progress
 from onnxrefine.cli.checks import bisect_out
 from onnxrefine.plain import plain
-from onnxrefine.cli.verify_cmd import parse_dims
+from onnxrefine.cli.arguments import parse_dims
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import io
 from onnxrefine.triage.adapters import ADAPTERS

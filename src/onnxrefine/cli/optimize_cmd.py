@@ -12,8 +12,8 @@ from onnxrefine import progress
 from onnxrefine.api import optimize_ir
 from onnxrefine.atomic import write_atomic
 from onnxrefine.plain import plain
-from onnxrefine.cli.verify_cmd import (add_input_shape_argument, add_run_settings_arguments, parse_dims,
-                                       run_settings_from_args)
+from onnxrefine.cli.arguments import (add_input_shape_argument, add_run_settings_arguments, default_output_path,
+                                      parse_dims, run_settings_from_args)
 from onnxrefine.errors import BadInputError
 from onnxrefine.input_shapes import describe as describe_input_shapes
 from onnxrefine.input_shapes import parse_input_shapes
@@ -139,12 +139,6 @@ def passes_markdown() -> str:
         fuzz = f"`{fuzz}`" if fuzz != "none" else fuzz
         lines.append(f"| `{name}` | {phase} | {kind} | {default} | {fuzz} | {summary} |")
     return "\n".join(lines) + "\n"
-
-
-def default_output_path(model_path: Path) -> Path:
-    name = model_path.name
-    stem = name[: -len(".onnx")] if name.endswith(".onnx") else name
-    return model_path.with_name(f"{stem}.opt.onnx")
 
 
 def run(args: argparse.Namespace) -> int:

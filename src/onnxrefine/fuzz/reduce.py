@@ -373,10 +373,10 @@ def _optimize_command(meta: dict) -> str:
 def reduce_bundle(bundle: str, *, out_dir: str | None = None, max_checks: int = 300,
                   time_budget_s: float | None = None, progress=None) -> tuple[ReduceResult, str]:
     """Reduce a `onnxrefine fuzz` bundle; writes <bundle>/reduced/ (atomically) and returns it."""
-    from onnxrefine.fuzz.campaign import _steps
+    from onnxrefine.fuzz.campaign import optimizer_steps
 
     model, meta = _load_bundle(bundle)
-    steps = dict(_steps(meta["optimizer"], tuple(meta.get("passes") or ()) or None))
+    steps = dict(optimizer_steps(meta["optimizer"], tuple(meta.get("passes") or ()) or None))
     if meta["step"] not in steps:
         raise BadInputError(f"{meta['optimizer']} has no step {meta['step']!r}")
     result = reduce_model(model, steps[meta["step"]], dims=meta.get("input_dims") or {},
