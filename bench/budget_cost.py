@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--corpus", default=os.environ.get("ONNXREFINE_CORPUS", "bench/corpus"))
     args = parser.parse_args()
     from onnxrefine import resources
+    from onnxrefine.ir import peak
     from onnxrefine.verify import verify_models
     from onnxrefine.verify.ort import light_proto
 
@@ -33,7 +34,7 @@ def main() -> None:
         path = os.path.join(args.corpus, f"{name}.onnx")
         feeds = dict(np.load(os.path.join(args.corpus, f"{name}.inputs.npz")))
         started = time.perf_counter()
-        estimate = resources.estimate_peak(light_proto(path), feeds)
+        estimate = peak.estimate_peak(light_proto(path), feeds)
         estimate_s = time.perf_counter() - started
         times = {}
         for mode in ("never", "auto", "always"):

@@ -4,11 +4,13 @@ path arguments (a readable input, a writable output file or folder) that run bef
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from onnxrefine.errors import BadInputError
+from onnxrefine.resources import DEFAULT_BUDGET_CAP, format_bytes, limits, parse_bytes
 
 
 def add_input_shape_argument(parser) -> None:
@@ -143,3 +145,23 @@ def writable_folder(path: str | os.PathLike, label: str, *, must_not_exist: bool
         raise BadInputError(f"{label}: cannot create {path}: {ancestor} is not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise BadInputError(f"{label}: cannot create {path}: {ancestor} is not writable")
+
+
+def add_memory_budget_argument(parser) -> None:
+    """--memory-budget for a subcommand that runs models (optimize, verify, bisect, reduce)."""
+    parser.add_argument("--memory-budget", metavar="SIZE", default=None,
+                        help="most memory one model evaluation may take, e.g. 500MB or 4GiB (default: half "
+                        f"the available memory, at most {format_bytes(DEFAULT_BUDGET_CAP)}); a model whose "
+                        "estimate is over it is not run, one that exceeds it while running is stopped")
+
+
+@contextlib.contextmanager
+def from_args(args):
+    """The run's limits from parsed arguments (a subcommand without --memory-budget: the defaults).
+    A subcommand's --time-budget (verify, reduce) also bounds each watched run: no single run may
+    take longer than the whole command is allowed to."""
+    text = getattr(args, "memory_budget", None)
+    seconds = getattr(args, "time_budget", None)
+    with limits(memory_budget=parse_bytes(text) if text is not None else None,
+                time_limit_s=seconds if isinstance(seconds, (int, float)) and seconds > 0 else None):
+        yield

@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trials", type=int, default=2)
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     parser.set_defaults(func=run)
 

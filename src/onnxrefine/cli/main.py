@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args)  # output folders, inputs files: fail before any work, not after it
         # Progress on stderr (live on a terminal, log lines otherwise) for every phase the
         # library reports; the display is closed before the error or result lines below.
-        from onnxrefine import resources
+        from onnxrefine.cli.arguments import from_args
 
-        with progress.showing(progress.display_for_stderr()), resources.from_args(args):
+        with progress.showing(progress.display_for_stderr()), from_args(args):
             return int(args.func(args) or 0)
     except OnnxRefineError as exc:
         # One line whatever the message quotes (a name from the model may hold a newline).

@@ -80,7 +80,7 @@ def register(subparsers) -> None:
     parser.add_argument("--link-data", action="store_true",
                         help="clone the input's external-data files copy-on-write (reflink: btrfs, XFS) instead "
                         "of copying their weights; copied where the file system cannot")
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     # -- batch mode (onnxrefine.batch): several models, folders, list files -------------------
     from onnxrefine.batch.cli import add_batch_arguments

@@ -51,7 +51,7 @@ def register(subparsers) -> None:
     parser.add_argument("--json", metavar="OUT", help="write the full report as JSON")
     parser.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     add_run_settings_arguments(parser)
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     # -- batch mode (onnxrefine.batch): each model against its optimized X.opt.onnx ------------
     from onnxrefine.batch.cli import add_batch_arguments

@@ -100,8 +100,9 @@ def runtime_types(model: onnx.ModelProto, dims: dict, seed: int) -> dict[str, tu
     options.log_severity_level = 4
     feeds = random_inputs(model, dims, seed)
     from onnxrefine import resources  # every value is an output here: all of them held at once
+    from onnxrefine.ir import peak
 
-    resources.check_runnable(resources.estimate_peak(probe, feeds), "the bundle's model")
+    resources.check_runnable(peak.estimate_peak(probe, feeds), "the bundle's model")
     session = inference_session(probe, options)
     names = [o.name for o in session.get_outputs()]
     values = dict(zip(names, session.run(None, feeds)))

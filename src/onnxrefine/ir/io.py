@@ -40,9 +40,9 @@ def load_model(path: str | os.PathLike) -> ir.Model:
 def proto_to_ir(proto: onnx.ModelProto, *, base_dir: str = "") -> ir.Model:
     """Validate a ModelProto and convert it to onnx-ir (the proto is not modified)."""
     if proto.graph.sparse_initializer or validate.has_nested_sparse_initializers(proto):
-        from onnxrefine import resources  # densifying must fit the memory budget (issue 13)
+        from onnxrefine.ir import peak  # densifying must fit the memory budget
 
-        resources.check_sparse(proto)
+        peak.check_sparse(proto)
         densified = onnx.ModelProto()
         densified.CopyFrom(proto)
         validate.densify_sparse_initializers(densified)

@@ -92,8 +92,9 @@ def _ort_steps(passes):
 
     def basic(model):
         from onnxrefine import resources  # onnxruntime folds constants while it loads (issue 13)
+        from onnxrefine.ir import peak
 
-        resources.check_runnable(resources.estimate_peak(model), "onnxruntime's offline optimization")
+        resources.check_runnable(peak.estimate_peak(model), "onnxruntime's offline optimization")
         with tempfile.TemporaryDirectory() as folder:
             target = os.path.join(folder, "optimized.onnx")
             options = ort.SessionOptions()

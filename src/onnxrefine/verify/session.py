@@ -382,8 +382,9 @@ class VerificationSession:
             return
         used = [(label, feeds) for label, feeds in labelled if label in report.input_sets]
         from onnxrefine import resources  # the float64 evaluation of every value must fit the budget
+        from onnxrefine.ir import peak
 
-        refusal = resources.reference_refusal(resources.estimate_peak(original_model, used[0][1])) if used else None
+        refusal = resources.reference_refusal(peak.estimate_peak(original_model, used[0][1])) if used else None
         if refusal is not None:
             report.localisation = {"status": f"not run: {refusal}"}
             return

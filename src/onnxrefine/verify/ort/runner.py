@@ -143,16 +143,16 @@ class ModelRunner:
 
 
 def peak_estimate(model_file: ModelFile, feeds):
-    """resources.estimate_peak for the model with the inputs' shapes (symbolic dims as 1 when
+    """ir.peak.estimate_peak for the model with the inputs' shapes (symbolic dims as 1 when
     `feeds` is None), cached on the ModelFile per input shapes."""
-    from onnxrefine import resources
+    from onnxrefine.ir import peak
 
     if feeds is None:
         feeds = _unit_feeds(model_file.proto)
     key = tuple(sorted((name, tuple(np.shape(value))) for name, value in feeds.items()))
     cache = model_file.__dict__.setdefault("_peak_estimates", {})
     if key not in cache:
-        cache[key] = resources.estimate_peak(model_file.proto, feeds)
+        cache[key] = peak.estimate_peak(model_file.proto, feeds)
     return cache[key]
 
 
