@@ -1,7 +1,7 @@
 """Sessions are created from model files, never from the bytes of a whole large model; the float64
 reference reads weights memory-mapped and frees values after their last use.
 
-">2 GB" is simulated by lowering io.EXTERNAL_DATA_THRESHOLD_BYTES (the size above which a model must
+">2 GB" is simulated by lowering sizes.EXTERNAL_DATA_THRESHOLD_BYTES (the size above which a model must
 go through a file and its saver writes external data); one real 2.1 GB case is marked slow.
 """
 
@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxrefine.ir import io
+from onnxrefine.ir import io, sizes
 from onnxrefine.verify import verify_models
 from onnxrefine.verify.ort import ModelRunner, files
 from onnxrefine.verify.reference.evaluator import _Evaluator, evaluate_float64
@@ -51,7 +51,7 @@ def ort_outputs(model: onnx.ModelProto, feeds) -> list:
 @pytest.fixture
 def small_limit(monkeypatch, tmp_path):
     """Simulate the protobuf limit with a 1 KiB threshold; temp folders go under tmp_path/tmp."""
-    monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD_BYTES", 1024)
+    monkeypatch.setattr(sizes, "EXTERNAL_DATA_THRESHOLD_BYTES", 1024)
     temp_root = tmp_path / "tmp"
     temp_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp_root))
@@ -149,7 +149,7 @@ def test_a_path_stays_a_path_and_its_weights_stay_on_disk(tmp_path):
 
 
 def test_large_embedded_file_is_read_lazily(tmp_path, monkeypatch):
-    monkeypatch.setattr(io, "LAZY_LOAD_THRESHOLD_BYTES", 0)
+    monkeypatch.setattr(sizes, "LAZY_LOAD_THRESHOLD_BYTES", 0)
     path = tmp_path / "m.onnx"
     onnx.save_model(mlp(), str(path))
     proto = files.light_proto(str(path))

@@ -67,9 +67,9 @@ def _dims(args: argparse.Namespace) -> None:
 
 def _references(model: str, data_file: str) -> bool:
     """Whether the model's external data lives in `data_file` (only asked when that file exists)."""
-    from onnxrefine.ir.io import _references_file
+    from onnxrefine.ir.external_save import references_file
 
-    return _references_file(model, Path(data_file))
+    return references_file(model, Path(data_file))
 
 
 def _is_external_data_of(model: str, output: str) -> bool:

@@ -5,7 +5,7 @@ a whole model: protobuf cannot serialize a message over 2 GiB, and the bytes wou
 weight a second time. A path stays a path (its weights stay on disk); an in-memory model is
 written to a temp folder by the project's streaming saver (large tensors as external data) unless
 it is small enough that serializing it costs nothing (`IN_MEMORY_SESSION_MAX_BYTES`; never above
-`io.EXTERNAL_DATA_THRESHOLD_BYTES`, the size that simulates the protobuf limit and that tests lower).
+`sizes.EXTERNAL_DATA_THRESHOLD_BYTES`, the size that simulates the protobuf limit and that tests lower).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxrefine.errors import BadInputError
+from onnxrefine.ir import sizes
 
 # Tensors up to this many bytes in all may be handed to onnxruntime as serialized bytes; above
 # it the model goes through a temp file. Measured here (session creation, best of 3; a one-MatMul
@@ -168,9 +169,7 @@ def _node_tensor_bytes(node: onnx.NodeProto, graphs: list) -> int:
 
 
 def _fits_in_memory(tensor_bytes: int) -> bool:
-    from onnxrefine.ir import io
-
-    return tensor_bytes <= min(IN_MEMORY_SESSION_MAX_BYTES, io.EXTERNAL_DATA_THRESHOLD_BYTES)
+    return tensor_bytes <= min(IN_MEMORY_SESSION_MAX_BYTES, sizes.EXTERNAL_DATA_THRESHOLD_BYTES)
 
 
 def _proto_as_ir(model: onnx.ModelProto) -> ir.Model:
