@@ -44,7 +44,7 @@ from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.rewrite.log import RewriteLog
 from onnxrefine.rewrite.rule import EXACT
-from onnxrefine.verify.judge.verdict import Verdict
+from onnxrefine.verify.judge import Verdict
 
 DEFAULT_VERIFY_BUDGET_S = 120.0  # the most auto mode spends unless --verify-budget says otherwise
 AUTO_BUDGET_FACTOR = 3.0

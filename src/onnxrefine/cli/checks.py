@@ -144,9 +144,9 @@ CHECKS: dict[str, Callable[[argparse.Namespace], None]] = {
 def check_args(args: argparse.Namespace) -> None:
     """Raise BadInputError for arguments that would make the command fail after its work."""
     check = CHECKS.get(getattr(args, "command", None) or "")
-    # -- batch mode: its own checks (onnxrefine.batch.cli) -----------------------------------
+    # -- batch mode: its own checks (onnxrefine.cli.batch) -----------------------------------
     if getattr(args, "command", None) in ("optimize", "verify"):
-        from onnxrefine.batch import cli as batch
+        from onnxrefine.cli import batch
 
         if batch.is_batch(args.command, args):
             batch.check(args.command, args)

@@ -12,7 +12,8 @@ import argparse
 import importlib
 import sys
 
-from onnxrefine import __version__, progress
+from onnxrefine import progress
+from onnxrefine.version import __version__
 from onnxrefine.cli.checks import check_args
 from onnxrefine.errors import OnnxRefineError
 

@@ -83,7 +83,7 @@ def register(subparsers) -> None:
     from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     # -- batch mode (onnxrefine.batch): several models, folders, list files -------------------
-    from onnxrefine.batch.cli import add_batch_arguments
+    from onnxrefine.cli.batch import add_batch_arguments
 
     add_batch_arguments(parser)
     parser.set_defaults(func=run)
@@ -142,7 +142,7 @@ def passes_markdown() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnxrefine.batch import cli as batch
+    from onnxrefine.cli import batch
 
     if batch.is_batch("optimize", args):
         return batch.run("optimize", args)

@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     # -- batch mode (onnxrefine.batch): each model against its optimized X.opt.onnx ------------
-    from onnxrefine.batch.cli import add_batch_arguments
+    from onnxrefine.cli.batch import add_batch_arguments
 
     add_batch_arguments(parser)
     parser.set_defaults(func=run)
@@ -86,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
 
     from onnxrefine.verify import verify_models
     from onnxrefine.verify.inputs import load_inputs
-    from onnxrefine.verify.report.report import render_table
+    from onnxrefine.verify.report import render_table
 
-    from onnxrefine.batch import cli as batch
+    from onnxrefine.cli import batch
 
     if batch.is_batch("verify", args):
         return batch.run("verify", args)

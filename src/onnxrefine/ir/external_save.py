@@ -35,7 +35,7 @@ import onnx_ir as ir
 from onnxrefine.atomic import publish_mode, temp_beside
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import sizes, tensordata, traversal, validate, wire
-from onnxrefine.ir.wire import _GRAPH_INITIALIZER, _LEN, _MODEL_GRAPH, _TENSOR_RAW_DATA, _encode_varint
+from onnxrefine.ir.wire import GRAPH_INITIALIZER, LEN, MODEL_GRAPH, TENSOR_RAW_DATA, encode_varint
 
 # onnx's own default for save_as_external_data: smaller tensors stay in the model file.
 EXTERNAL_MIN_BYTES = 1024
@@ -159,7 +159,7 @@ def _external_header(value: ir.Value, location: str, offset: int) -> bytes:
 
 
 def _field(number: int, size: int) -> bytes:
-    return bytes([number << 3 | _LEN]) + _encode_varint(size)
+    return bytes([number << 3 | LEN]) + encode_varint(size)
 
 
 def write(model: ir.Model, model_handle: BinaryIO, data_handle: BinaryIO | None, location: str | None,
@@ -188,15 +188,15 @@ def write(model: ir.Model, model_handle: BinaryIO, data_handle: BinaryIO | None,
             whole.name = value.name
             plan.append((value, whole.SerializeToString(), 0, None))
         else:
-            header, nbytes = wire._tensor_header(value)
-            plan.append((value, header + _field(_TENSOR_RAW_DATA, nbytes), nbytes, None))
+            header, nbytes = wire.tensor_header(value)
+            plan.append((value, header + _field(TENSOR_RAW_DATA, nbytes), nbytes, None))
     sizes = [len(header) + nbytes for _, header, nbytes, _ in plan]
-    graph_length = len(graph_bytes) + sum(len(_field(_GRAPH_INITIALIZER, s)) + s for s in sizes)
+    graph_length = len(graph_bytes) + sum(len(_field(GRAPH_INITIALIZER, s)) + s for s in sizes)
     model_handle.write(proto.SerializeToString())
-    model_handle.write(_field(_MODEL_GRAPH, graph_length))
+    model_handle.write(_field(MODEL_GRAPH, graph_length))
     model_handle.write(graph_bytes)
     for (value, header, nbytes, data_offset), size in zip(plan, sizes):
-        model_handle.write(_field(_GRAPH_INITIALIZER, size))
+        model_handle.write(_field(GRAPH_INITIALIZER, size))
         model_handle.write(header)
         if nbytes:
             tensordata.write_tensor(value.const_value, model_handle)

@@ -108,7 +108,7 @@ def to_proto(model: ir.Model, *, consume: bool = False) -> onnx.ModelProto:
         if protoview.copy_to(value.const_value, tensor, value.name):  # the caller's unchanged weight
             value.const_value = None
             continue
-        serialized = b"".join(wire._tensor_chunks(value))  # noqa: SLF001 - same package
+        serialized = b"".join(wire.tensor_chunks(value))
         big = len(serialized) >= heap.RELEASE_AFTER_BYTES
         # The model's copy (a folded array, a mapped page) goes before the proto's comes: one
         # extra copy of the weight at a time, not two. Freed memory sits in the heap between live

@@ -152,13 +152,13 @@ def _graphs_with_places(proto: onnx.ModelProto):
     stack = [(proto.graph, f"graph '{one_line(proto.graph.name)}'")]
     for function in proto.functions:
         for node in function.node:
-            stack.extend((g, f"function '{one_line(function.name)}' subgraph") for g in validate._subgraphs_of(node))
+            stack.extend((g, f"function '{one_line(function.name)}' subgraph") for g in validate.subgraphs_of(node))
     while stack:
         graph, where = stack.pop()
         yield graph, where
         for node in graph.node:
             stack.extend((g, f"subgraph '{one_line(g.name)}' of node '{one_line(node.name or node.op_type)}'")
-                         for g in validate._subgraphs_of(node))
+                         for g in validate.subgraphs_of(node))
 
 
 def sparse_tensors(proto: onnx.ModelProto):

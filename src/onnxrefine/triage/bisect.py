@@ -29,7 +29,7 @@ from onnxrefine.passes.registry import get_pass
 from onnxrefine.resources import ResourceLimitError
 from onnxrefine.triage.adapters import get_adapter
 from onnxrefine.triage.bundle import write_bundle
-from onnxrefine.verify.judge.verdict import Verdict
+from onnxrefine.verify.judge import Verdict
 
 
 @dataclass

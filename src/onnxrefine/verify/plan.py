@@ -212,7 +212,7 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
     chose them) unless their estimate exceeds the limit in auto mode, which skips. `differs`:
     see estimate_cost (False when only exact rewrites were applied: bit-identical outputs expected)."""
     limit_s = budget_s if limit_s is None else limit_s
-    from onnxrefine.verify.judge import verdict as verdict_rules
+    from onnxrefine.verify import judge
     from onnxrefine.verify.inputs import generate_labelled_inputs
 
     light = light_model(model)
@@ -223,7 +223,7 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
                            trials)
     if not sets:
         return VerifyPlan(False, "skipped: no input sets", reason="no input sets")
-    perturb = verdict_rules.perturbation_runs(trials, graphinfo.has_discrete_ops(light))
+    perturb = judge.perturbation_runs(trials, graphinfo.has_discrete_ops(light))
     cost = estimate_cost(light, sets[0][1], weight_bytes, perturb, slowdown=machine_slowdown(),
                          differs=differs)
     count = len(sets)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from onnxrefine.verify.judge.verdict import VERDICTS
+from onnxrefine.verify.judge import VERDICTS
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}

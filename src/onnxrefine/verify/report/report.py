@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from onnxrefine.atomic import write_atomic
-from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
+from onnxrefine.verify.judge import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
 from onnxrefine.verify.report.html import render_html, worst_values
 
 __all__ = ["EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "OutputReport",
