@@ -6,7 +6,7 @@ onnxruntime in a child process: the estimate is uncertain or close to the budget
 in this process), auto (the default) and always (every session in a watched child). Prints a
 markdown table.
 
-    python bench/budget_cost.py --corpus /work/corpus resnet18 resnet50 bert-base gpt2-small
+    python bench/budget_cost.py --corpus bench/corpus resnet18 resnet50 bert-base gpt2-small
 """
 
 from __future__ import annotations

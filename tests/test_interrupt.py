@@ -1,4 +1,4 @@
-"""Interrupted runs (issue 13, item 6): SIGKILL and SIGINT at random points of `optimize`, and two
+"""Interrupted runs: SIGKILL and SIGINT at random points of `optimize`, and two
 processes writing the same output. The output is absent or complete (a previous complete output,
 or the new one), never partial; SIGINT leaves no temp file (output folder, temp folder); SIGKILL
 may leave only the writer's own `.NAME.*.tmp` (nothing can remove it), never a partial output.

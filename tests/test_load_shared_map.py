@@ -1,4 +1,4 @@
-"""Issue 12 item 2: every tensor memory-mapped from one file reads through ONE map of it.
+"""Every tensor memory-mapped from one file reads through ONE map of it.
 
 A map per tensor (onnx-ir's ExternalTensor) made each small weight's read fault in a neighbourhood
 of up to 2 MiB in its own map: a decoder of 4 KiB weights grew 3.3 GB at 800 layers. The RSS itself

@@ -1,5 +1,5 @@
 """The named verdict rules (verify/judge/verdict.py RULES): each exemption's legitimate case, and the
-counterexamples of issue 9 that it must not excuse (each of these passed as `rounding` or
+counterexamples it must not excuse (each of these passed as `rounding` or
 `unstable` before the rules were narrowed).
 
 Models are built by hand, two per test (original and candidate); nothing here runs a pass.

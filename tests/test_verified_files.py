@@ -1,4 +1,4 @@
-"""Optimization with verification keeps the original as a FILE (issue 10 item 1 for `optimize`):
+"""Optimization with verification keeps the original as a FILE (for `optimize` as for `verify`):
 the user's path, else the in-memory model written once to a temp folder that goes away. Replays
 load that file; no whole-model ModelProto is built; the plan reads no weights.
 

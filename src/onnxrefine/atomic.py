@@ -1,6 +1,6 @@
 """Writing files and folders atomically: a reader sees the old version or the complete new one.
 
-The one place that knows how (issue 14): a temp file in the target's own folder (a rename only
+The one place that knows how: a temp file in the target's own folder (a rename only
 replaces atomically within one file system), written, flushed and fsync-ed, given the mode an
 ordinary open() would have (mkstemp makes it 0600), then renamed over the target. A failure
 removes the temp file and leaves the target as it was. A leaf module: it imports nothing of

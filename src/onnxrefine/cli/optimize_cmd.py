@@ -283,7 +283,7 @@ def summary_table(report, size_before: int, size_after: int, seconds: float, ext
     table.add_row("file size", text, "")
     table.add_row("seconds", f"{seconds:.2f}", "")
     budget = getattr(report, "constant_budget", None) or {}
-    if budget.get("refused"):  # the run stopped short of what the rules could do: say so (issue 12)
+    if budget.get("refused"):  # the run stopped short of what the rules could do: say so
         table.add_row("constant budget", plain(budget_text(budget)), str(budget["refused"]))
     verification = report.verification or {"status": "off"}
     if verification.get("status") == "verified" and verification.get("verifications") == 0:

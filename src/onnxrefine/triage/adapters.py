@@ -91,7 +91,7 @@ def _ort_steps(passes):
     ort = require_onnxruntime()
 
     def basic(model):
-        from onnxrefine import resources  # onnxruntime folds constants while it loads (issue 13)
+        from onnxrefine import resources  # onnxruntime folds constants while it loads
         from onnxrefine.ir import peak
 
         resources.check_runnable(peak.estimate_peak(model), "onnxruntime's offline optimization")

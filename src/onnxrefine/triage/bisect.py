@@ -135,7 +135,7 @@ def bisect(
         try:
             candidate = apply(current)
         except ResourceLimitError:
-            raise  # over the memory budget: the bisection cannot say anything (issue 13)
+            raise  # over the memory budget: the bisection cannot say anything
         except Exception as exc:  # a peer crashing is worth reporting, not fatal to the bisection
             result.steps.append({"step": name, "status": f"optimizer failed: {type(exc).__name__}: {exc}"})
             continue

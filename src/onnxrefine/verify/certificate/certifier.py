@@ -107,7 +107,7 @@ class CertificateStats:
 
 
 # Operators whose output can be far larger than their inputs: a window holding one is checked
-# against the memory budget whatever its inputs' size (issue 13's bombs next to a rewrite).
+# against the memory budget whatever its inputs' size (a resource bomb next to a rewrite is in its window).
 _EXPANDING = frozenset("ConstantOfShape Expand Tile Pad Resize Upsample OneHot Range Concat MatMul Gemm "
                        "Loop Scan".split())
 
