@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnxrefine.ir import contained
 from onnxrefine.ir.protofacts import np_dtype, pin_input_shapes
 
 # Ops whose result jumps when an input moves by one ulp: they make a graph "discrete".
@@ -152,7 +153,7 @@ def static_shapes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None
     if feeds:
         pin_input_shapes(pinned, feeds)
     try:
-        inferred = onnx.shape_inference.infer_shapes(pinned, strict_mode=False)
+        inferred = contained.infer_shapes(pinned, strict_mode=False)  # pinned shapes may be impossible
     except Exception:  # shape inference is a help here, never a requirement
         inferred = pinned
     shapes: dict[str, tuple] = {}

@@ -142,13 +142,13 @@ class ModelRunner:
         self.close()
 
 
-def peak_estimate(model_file: ModelFile, feeds):
-    """ir.peak.estimate_peak for the model with the inputs' shapes (symbolic dims as 1 when
-    `feeds` is None), cached on the ModelFile per input shapes."""
+def peak_estimate(model_file: ModelFile, feeds, dims=None):
+    """ir.peak.estimate_peak for the model with the inputs' shapes (when `feeds` is None:
+    symbolic dims at `dims`, else 1), cached on the ModelFile per input shapes."""
     from onnxrefine.ir import peak
 
     if feeds is None:
-        feeds = _unit_feeds(model_file.proto)
+        feeds = _unit_feeds(model_file.proto, dims or {})
     key = tuple(sorted((name, tuple(np.shape(value))) for name, value in feeds.items()))
     cache = model_file.__dict__.setdefault("_peak_estimates", {})
     if key not in cache:
@@ -156,8 +156,10 @@ def peak_estimate(model_file: ModelFile, feeds):
     return cache[key]
 
 
-def _unit_feeds(model: onnx.ModelProto) -> dict:
-    """Shape-only stand-ins for the graph inputs (no data), symbolic or unknown dims as 1."""
+def _unit_feeds(model: onnx.ModelProto, dims=None) -> dict:
+    """Shape-only stand-ins for the graph inputs (no data), symbolic dims at `dims` (the user's
+    --dims), other symbolic or unknown dims as 1."""
+    dims = dims or {}
     initializers = {init.name for init in model.graph.initializer}
     feeds = {}
     for value in model.graph.input:
@@ -166,7 +168,8 @@ def _unit_feeds(model: onnx.ModelProto) -> dict:
         tensor_type = value.type.tensor_type
         if not tensor_type.HasField("shape"):
             continue
-        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
+        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0
+                      else int(dims.get(d.dim_param, 1)) if d.HasField("dim_param") else 1
                       for d in tensor_type.shape.dim)
         feeds[value.name] = np.broadcast_to(np.zeros((), np.uint8), shape)
     return feeds
