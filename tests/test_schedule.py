@@ -29,7 +29,7 @@ from onnxrefine.rewrite.rule import EXACT, Replacement, Rule
 from onnxrefine.verified import VerifySettings
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(os.environ.get("ONNXREFINE_CORPUS", "/work/corpus"))
+CORPUS = Path(os.environ.get("ONNXREFINE_CORPUS", ROOT / "bench" / "corpus"))  # bench/build_corpus.py writes it
 CORPUS_MODELS = ["resnet18", "mobilenet_v2", "squeezenet1_0"]
 
 
@@ -152,8 +152,8 @@ def test_same_rewrites_on_the_example():
 @pytest.mark.parametrize("name", CORPUS_MODELS)
 def test_same_rewrites_on_corpus_models(name):
     path = CORPUS / f"{name}.onnx"
-    if not path.is_file():
-        pytest.skip(f"corpus model {path} not exported")
+    if not path.is_file() or not (CORPUS / f"{name}.inputs.npz").is_file():
+        pytest.skip(f"corpus model {name} not built (bench/build_corpus.py; or set ONNXREFINE_CORPUS)")
     inputs = verify_package.load_inputs(CORPUS / f"{name}.inputs.npz")
     # One given input set keeps the forced verification short; verification still runs.
     counts = assert_same_rewrites(onnx.load(path), VerifySettings(enabled=True, inputs=inputs[:1]))

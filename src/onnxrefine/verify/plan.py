@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from onnxrefine.ir.protofacts import light_model
 from onnxrefine.verify import graphinfo
 
 # Fitted constants (seconds per unit); see the module docstring.
@@ -47,7 +48,6 @@ SESSIONS = 4
 PER_SET_S = 0.03  # Python-side work per input set (comparisons, verdict)
 FIXED_S = 0.05
 MAX_SLOWDOWN = 8.0
-SMALL_INITIALIZER_BYTES = 1024  # kept with their data for shape inference (Reshape targets)
 
 
 @dataclass
@@ -73,42 +73,6 @@ class VerifyPlan:
     trials: int = 1
     estimate_s: float = 0.0
     reason: str = ""
-
-
-def light_model(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model without its large initializers' bytes (dims and types kept): shape inference
-    and input generation need no weights, and copying them is what costs on big models."""
-    light = onnx.ModelProto()
-    _copy_fields(model, light, skip="graph")
-    _copy_fields(model.graph, light.graph, skip="initializer")
-    for init in model.graph.initializer:
-        if _tensor_bytes(init) <= SMALL_INITIALIZER_BYTES:
-            light.graph.initializer.append(init)
-        else:
-            stub = light.graph.initializer.add()
-            stub.name, stub.data_type = init.name, init.data_type
-            stub.dims.extend(init.dims)
-    return light
-
-
-def _copy_fields(source, target, *, skip: str) -> None:
-    for descriptor, value in source.ListFields():
-        if descriptor.name == skip:
-            continue
-        if descriptor.is_repeated:
-            getattr(target, descriptor.name).extend(value)
-        elif descriptor.type == descriptor.TYPE_MESSAGE:
-            getattr(target, descriptor.name).CopyFrom(value)
-        else:
-            setattr(target, descriptor.name, value)
-
-
-def _tensor_bytes(init: onnx.TensorProto) -> int:
-    try:
-        itemsize = np.dtype(graphinfo.np_dtype(init.data_type)).itemsize
-    except Exception:
-        itemsize = 4
-    return math.prod(init.dims) * itemsize
 
 
 def machine_slowdown() -> float:
@@ -163,7 +127,7 @@ def _shapes(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str
     pinned.CopyFrom(light)  # light: no large weights' bytes, cheap to copy
     graphinfo.pin_input_shapes(pinned, feeds)
     try:
-        from onnxrefine.resources import infer_shapes_bounded  # data propagation bounded (issue 13)
+        from onnxrefine.ir.peak import infer_shapes_bounded  # data propagation bounded
 
         inferred = infer_shapes_bounded(pinned)
     except Exception:
@@ -251,7 +215,7 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
     chose them) unless their estimate exceeds the limit in auto mode, which skips. `differs`:
     see estimate_cost (False when only exact rewrites were applied: bit-identical outputs expected)."""
     limit_s = budget_s if limit_s is None else limit_s
-    from onnxrefine.verify.judge import verdict as verdict_rules
+    from onnxrefine.verify import judge
     from onnxrefine.verify.inputs import generate_labelled_inputs
 
     light = light_model(model)
@@ -262,7 +226,7 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
                            trials)
     if not sets:
         return VerifyPlan(False, "skipped: no input sets", reason="no input sets")
-    perturb = verdict_rules.perturbation_runs(trials, graphinfo.has_discrete_ops(light))
+    perturb = judge.perturbation_runs(trials, graphinfo.has_discrete_ops(light))
     cost = estimate_cost(light, sets[0][1], weight_bytes, perturb, slowdown=machine_slowdown(),
                          differs=differs)
     count = len(sets)
