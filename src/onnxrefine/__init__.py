@@ -1,6 +1,6 @@
 """onnxrefine: an ONNX optimizer whose rewrites never change what a model computes."""
 
-__version__ = "0.1.0"
+from onnxrefine._version import __version__  # one source: pyproject.toml reads it too
 
 import importlib.util as _importlib_util
 
@@ -8,8 +8,8 @@ import importlib.util as _importlib_util
 # install rather than fail deep inside an import chain. Looked up, not imported: importing it is
 # most of the CLI's start-up, paid only where a model runs.
 if _importlib_util.find_spec("onnxruntime") is None:  # pragma: no cover - depends on the environment
-    raise ImportError("onnxrefine needs onnxruntime: pip install 'onnxrefine[cpu]' (or 'onnxrefine[gpu]', "
-                      "or any onnxruntime build you already use)")
+    raise ImportError("onnxrefine needs onnxruntime: pip install onnxruntime (or onnxruntime-gpu, or any "
+                      "onnxruntime build you already use; from a clone: pip install '.[cpu]')")
 
 from onnxrefine._deferred import import_onnx_ir  # noqa: E402
 
