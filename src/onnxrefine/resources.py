@@ -25,7 +25,6 @@ import contextlib
 import math
 import os
 import re
-import resource
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -130,21 +129,14 @@ def available_memory() -> int | None:
                 found.append(max(0, int(limit) - int(handle.read().strip())))
     except (OSError, ValueError):
         pass
-    for which in (resource.RLIMIT_AS, getattr(resource, "RLIMIT_DATA", None)):
-        if which is None:
-            continue
-        soft, _ = resource.getrlimit(which)
-        if soft != resource.RLIM_INFINITY:
-            found.append(max(0, soft - _virtual_size()))
+    from onnxrefine import portable
+
+    found.extend(portable.rlimit_headroom())
+    if not found:  # no /proc (macOS, Windows): the system's own figure where psutil is installed
+        psutil = portable._psutil()
+        if psutil is not None:
+            found.append(int(psutil.virtual_memory().available))
     return min(found) if found else None
-
-
-def _virtual_size() -> int:
-    try:
-        with open("/proc/self/statm") as handle:
-            return int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return 0
 
 
 def default_memory_budget() -> int:

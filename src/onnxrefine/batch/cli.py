@@ -93,6 +93,12 @@ def check(command: str, args: argparse.Namespace) -> list:
         value = getattr(args, name)
         if value is not None and not value > 0:
             raise BadInputError(f"--{name.replace('_', '-')} must be a positive number")
+    if args.memory_limit is not None:
+        from onnxrefine import portable
+
+        if not portable.can_measure_memory():
+            raise BadInputError("--memory-limit: resident memory cannot be measured here (no /proc, "
+                                "psutil or ps); the limit would never fire")
     models = collect_models(paths_of(command, args))
     if args.out_dir:
         writable_folder(args.out_dir, "--out-dir")

@@ -6,8 +6,8 @@ limit and resident-memory cap, so one model that hangs, runs out of memory or cr
 costs that model only. Children run on local threads (`jobs`) or as Ray tasks (`ray ADDRESS`; the
 model paths must then be visible to the workers, e.g. a shared filesystem).
 
-The isolation helper here (`run_isolated`) is deliberately small: polling /proc for the child
-tree's RSS, killing the process group past either limit.
+The isolation helper here (`run_isolated`) is deliberately small: polling the child tree's
+RSS (onnxrefine.portable: /proc, psutil or ps), killing the process group past either limit.
 """
 
 from __future__ import annotations
@@ -93,17 +93,9 @@ def report_name(index: int, model: Path) -> str:
 # -- one model in its own process ----------------------------------------------------------------
 def _tree_rss_mb(pid: int) -> float:
     """Resident memory of `pid` and its descendants (a verification may start helpers)."""
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            with open(f"/proc/{current}/statm") as handle:
-                total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            with open(f"/proc/{current}/task/{current}/children") as handle:
-                todo.extend(int(child) for child in handle.read().split())
-        except (OSError, ValueError):
-            continue
-    return total / 2**20
+    from onnxrefine import portable
+
+    return (portable.tree_rss(pid) or 0) / 2**20
 
 
 def run_isolated(argv: list[str], time_limit_s: float | None, memory_limit_mb: float | None) -> dict:

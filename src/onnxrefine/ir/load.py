@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxrefine import portable
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import load_checks, traversal, wire
 
@@ -70,7 +71,7 @@ class OpenFile:
     def read_all(self) -> bytes:
         chunks, remaining = [], self.size
         while remaining > 0:
-            chunk = os.pread(self.fd, min(remaining, 1 << 26), self.size - remaining)
+            chunk = portable.pread(self.fd, min(remaining, 1 << 26), self.size - remaining)
             if not chunk:
                 break
             chunks.append(chunk)
@@ -253,7 +254,7 @@ def load_full_proto(path: str | os.PathLike) -> onnx.ModelProto:
         source = files[os.path.normpath(entries["location"])]
         offset = int(entries.get("offset") or 0)
         _, nbytes = load_checks.expected_bytes(tensor, tensor.name)
-        tensor.raw_data = os.pread(source.fd, nbytes, offset)
+        tensor.raw_data = portable.pread(source.fd, nbytes, offset)
         tensor.data_location = onnx.TensorProto.DEFAULT
         del tensor.external_data[:]
     return proto
