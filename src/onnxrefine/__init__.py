@@ -3,6 +3,11 @@
 from onnxrefine._version import __version__  # one source: pyproject.toml reads it too
 
 import importlib.util as _importlib_util
+import logging as _logging
+
+# The library's notes and warnings go to the "onnxrefine" logger; an application decides where
+# (the CLI prints them on stderr as "onnxrefine: warning: ...").
+_logging.getLogger("onnxrefine").addHandler(_logging.NullHandler())
 
 # onnxruntime is an extra (any build provides the module: CPU, GPU, OpenVINO...); say which to
 # install rather than fail deep inside an import chain. Looked up, not imported: importing it is

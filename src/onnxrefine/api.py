@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,8 @@ from onnxrefine.passes.registry import default_pass_names, get_pass
 from onnxrefine.rewrite.log import RewriteLog
 from onnxrefine.verified import VerifySettings, optimize_verified
 from onnxrefine.verify.certificate import Certifier
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -67,7 +70,11 @@ def resolve_passes(passes: Sequence[str] | None, disable: Sequence[str] = ()) ->
         at = names.index("default")
         names[at:at + 1] = [n for n in default_pass_names() if n not in names]
     for name in list(names) + list(disable):
-        get_pass(name)  # unknown names fail here, before any work
+        spec = get_pass(name)  # unknown names fail here, before any work
+        if spec.name != name and len(spec.rules) > 1:
+            others = ", ".join(rule.name for rule in spec.rules if rule.name != name)
+            logger.warning("%s is a rule of pass %s, which is chosen (or left out) whole: its other rules "
+                           "are %s", name, spec.name, others)
     disabled = {get_pass(n).name for n in disable}
     return [get_pass(n).name for n in names if get_pass(n).name not in disabled]
 

@@ -4,8 +4,9 @@
     onnxrefine verify models/ --out-dir out/ --jobs 4      # each X.onnx against out/X.opt.onnx
 
 A folder stands for every .onnx model under it (optimized *.opt.onnx outputs excluded), a .txt
-file for the paths it lists. Batch mode starts when a folder or list file is given, several models
-are given to optimize, or any of --batch, --jobs, --ray, --out-dir is. Each model runs the
+file for the paths it lists, a quoted glob ('models/*.onnx', ** for any depth) for the models it
+matches. Batch mode starts when a folder, list file or glob is given, or any of --batch, --jobs,
+--ray, --out-dir is; two model paths without them are `optimize IN OUT` (as onnxsim is called). Each model runs the
 single-model command in its own process (batch/run.py); the exit code is 0 when every model
 succeeded (optimize: written; verify: exact or rounding), 1 otherwise, 2 for bad input.
 """
@@ -17,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+from onnxrefine.batch.run import LIST_SUFFIXES, is_glob
 from onnxrefine.errors import BadInputError
 
 # (dest, child flag, kind): options of the single-model commands passed on to each child.
@@ -41,8 +43,12 @@ SINGLE_ONLY = {"optimize": (("output", "-o/--output"), ("report", "--report"), (
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "batch mode", "many models at once (folders, list files, several paths), each in its own process")
-    group.add_argument("more_models", nargs="*", metavar="MORE", help=argparse.SUPPRESS)
-    group.add_argument("--batch", action="store_true", help="treat every path as a model, folder or list file")
+    group.add_argument("more_models", nargs="*", metavar="OUT",
+                       help="optimize: the output file, as onnxsim takes it (IN OUT; or give -o); in "
+                       "batch mode: more models, folders, list files or globs")
+    group.add_argument("--batch", action="store_true",
+                       help="treat every path as a model, folder, list file or glob (several model files "
+                       "need it: two paths alone are IN OUT)")
     group.add_argument("--jobs", type=int, default=None, metavar="N", help="models run in parallel (default 1)")
     group.add_argument("--ray", default=None, metavar="ADDRESS",
                        help="run the models on a Ray cluster (auto, HOST:PORT, ray://..., local); "
@@ -64,15 +70,16 @@ def paths_of(command: str, args: argparse.Namespace) -> list[str]:
     return [p for p in first + list(args.more_models or []) if p]
 
 
+def batch_options_given(args: argparse.Namespace) -> bool:
+    return bool(args.batch or args.jobs is not None or args.ray or args.out_dir)
+
+
 def is_batch(command: str, args: argparse.Namespace) -> bool:
     if command == "optimize" and getattr(args, "list_passes", False):
         return False
-    paths = paths_of(command, args)
-    if args.batch or args.jobs is not None or args.ray or args.out_dir:
+    if batch_options_given(args):
         return True
-    if command == "optimize" and len(paths) > 1:
-        return True
-    return any(os.path.isdir(p) or Path(p).suffix in (".txt", ".lst", ".list") for p in paths)
+    return any(os.path.isdir(p) or Path(p).suffix in LIST_SUFFIXES or is_glob(p) for p in paths_of(command, args))
 
 
 def check(command: str, args: argparse.Namespace) -> list:

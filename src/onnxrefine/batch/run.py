@@ -12,6 +12,7 @@ RSS (onnxrefine.portable: /proc, psutil or ps), killing the process group past e
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -39,18 +40,29 @@ class Job:
 
 
 # -- which models ----------------------------------------------------------------------------------
+def is_glob(path: str) -> bool:
+    """A pattern to expand (the shell left it quoted), not a file whose name holds * ? or [."""
+    return any(c in path for c in "*?[") and not os.path.exists(path)
+
+
 def _is_model(path: Path) -> bool:
     return path.suffix == ".onnx" and not path.name.endswith(".opt.onnx")
 
 
 def collect_models(paths: list[str]) -> list[tuple[Path, Path]]:
     """(model, root) for each model named by `paths`: .onnx files, folders (every .onnx under
-    them, optimized outputs *.opt.onnx excluded) or list files (one path per line, # comments).
+    them, optimized outputs *.opt.onnx excluded), globs (the .onnx files they match, outputs
+    excluded) or list files (one path per line, # comments).
     `root` is the folder a model was found under (for --out-dir's layout), else its own folder."""
     found: list[tuple[Path, Path]] = []
     for text in paths:
         path = Path(text)
-        if path.is_dir():
+        if is_glob(text):
+            matches = sorted(Path(p) for p in glob.glob(text, recursive=True) if _is_model(Path(p)))
+            if not matches:
+                raise BadInputError(f"{text}: no .onnx model matches this pattern")
+            found.extend((model, model.parent) for model in matches)
+        elif path.is_dir():
             models = sorted(p for p in path.rglob("*.onnx") if _is_model(p))
             if not models:
                 raise BadInputError(f"{path}: no .onnx model in this folder")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 from onnxrefine import __version__, progress
@@ -37,11 +38,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrLines(logging.Handler):
+    """The library's log records as one line each on the stderr of the moment (looked up per
+    record, so a caller that swaps sys.stderr sees them)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from onnxrefine.ir.load_checks import one_line
+
+        print(f"onnxrefine: {record.levelname.lower()}: {one_line(record.getMessage())}", file=sys.stderr)
+
+
+def _log_to_stderr() -> None:
+    logger = logging.getLogger("onnxrefine")
+    if not any(isinstance(handler, _StderrLines) for handler in logger.handlers):
+        logger.addHandler(_StderrLines(logging.WARNING))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv == ["--version"]:  # answered before the subcommands (and the optimizer) are imported
         print(f"onnxrefine {__version__}")
         return 0
+    _log_to_stderr()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

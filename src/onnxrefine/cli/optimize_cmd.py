@@ -33,8 +33,10 @@ def register(subparsers) -> None:
         help="optimize a model without changing what it computes",
         description="Optimize an ONNX model. Every rewrite is guarded; refusals are listed with --explain.",
     )
-    parser.add_argument("model", nargs="?", help="input .onnx file")
-    parser.add_argument("-o", "--output", help="output path (default: <input>.opt.onnx beside the input)")
+    parser.add_argument("model", nargs="?", metavar="IN",
+                        help="the model (.onnx); in batch mode also a folder, a list file or a quoted glob")
+    parser.add_argument("-o", "--output", help="output path, or give it as OUT after IN (default: "
+                        "<input>.opt.onnx beside the input)")
     parser.add_argument("--passes", help="comma-separated pass names (default: the whole default pipeline; "
                         "'default' stands for it, e.g. default,inline_functions)")
     parser.add_argument("--disable", default="", help="comma-separated pass names to leave out")
@@ -163,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(list_passes_table())
         return 0
     if not args.model:
-        raise BadInputError("no input model given (usage: onnxrefine optimize MODEL [-o OUT])")
+        raise BadInputError("no input model given (usage: onnxrefine optimize IN [OUT])")
     if args.growth_ratio < 1.0:
         raise BadInputError("--growth-ratio must be at least 1.0")
     if args.report and not Path(args.report).resolve().parent.is_dir():
