@@ -40,6 +40,11 @@ class OptimizationReport:
     # The constant budget (ir/budget.py): rewrites it refused, growth used and allowed. A run it
     # stopped short (a 1M-node chain: each Transpose -> Reshape adds a 16-byte shape) says so here.
     constant_budget: dict | None = None
+    # Nodes per operator ("Conv", "com.microsoft.FusedMatMul"), subgraphs and functions included.
+    operators_before: dict[str, int] = field(default_factory=dict)
+    operators_after: dict[str, int] = field(default_factory=dict)
+    # Bytes on disk (external data included), set by whoever saved the model (the CLI).
+    file_sizes: dict | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -54,8 +59,27 @@ class OptimizationReport:
             "certificates": self.certificates,
             "input_shapes": self.input_shapes,
             "constant_budget": self.constant_budget,
+            "operators": operator_table(self.operators_before, self.operators_after),
+            "file_sizes": self.file_sizes,
             **self.log.to_dict(),
         }
+
+
+def operator_table(before: Mapping[str, int], after: Mapping[str, int]) -> list[dict]:
+    """One row per operator in either model, by name: {"op", "before", "after"}."""
+    return [{"op": op, "before": before.get(op, 0), "after": after.get(op, 0)}
+            for op in sorted(set(before) | set(after))]
+
+
+def count_operators(model: ir.Model) -> dict[str, int]:
+    """Nodes per operator, in the graph, its subgraphs and the model's functions; an operator
+    outside the standard domain is named with its domain."""
+    counts: dict[str, int] = {}
+    nodes = list(model.graph.all_nodes()) + [n for f in model.functions.values() for n in f.all_nodes()]
+    for node in nodes:
+        name = f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+        counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def count_nodes(model: ir.Model) -> int:
@@ -116,6 +140,7 @@ def optimize_ir(
             verify = dataclasses.replace(verify, dims={**symbols, **dict(verify.dims or {})})
     budget = ConstantBudget(io.tensor_bytes(model), per_tensor_bytes=per_tensor_bytes, growth_ratio=growth_ratio)
     nodes_before = count_nodes(model)
+    operators_before = count_operators(model)
     rolled_back, verification = [], None
     certifier = Certifier() if certify else None  # each rule rewrite checked on its own subgraph
     if verify is not None and verify.enabled is not False:
@@ -133,6 +158,7 @@ def optimize_ir(
         certifier.stats.to_dict() if certifier is not None else None,
     )
     report.constant_budget = budget.summary()
+    report.operators_before, report.operators_after = operators_before, count_operators(model)
     if shape_changes is not None:
         report.input_shapes = shape_override_summary(shape_changes, log)
     stamp_metadata(model, report)

@@ -28,7 +28,7 @@ FORWARDED = {
                  ("certify", "--no-certify", "false"), ("no_fixed_point", "--no-fixed-point", "true"),
                  ("verify_budget", "--verify-budget", "value"), ("seed", "--seed", "value"),
                  ("dims", "--dims", "value"), ("max_tensor_bytes", "--max-tensor-bytes", "value"),
-                 ("growth_ratio", "--growth-ratio", "value")],
+                 ("growth_ratio", "--growth-ratio", "value"), ("shape_info", "--no-shape-info", "false")],
     "verify": [("trials", "--trials", "value"), ("seed", "--seed", "value"), ("dims", "--dims", "value"),
                ("no_stress", "--no-stress", "true"), ("time_budget", "--time-budget", "value"),
                ("no_localize", "--no-localize", "true")],

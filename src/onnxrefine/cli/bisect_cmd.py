@@ -30,8 +30,9 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default=None, help="bundle folder (default: <model>.bisect beside the model)")
     parser.add_argument("--inputs", help="input sets (.npz) instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    parser.add_argument("--trials", type=int, default=2, metavar="N",
+                        help="random input sets per verification (default 2)")
     from onnxrefine.resources import add_memory_budget_argument  # issue 13
     add_memory_budget_argument(parser)
     parser.set_defaults(func=run)

@@ -32,8 +32,10 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="fuzz-out", metavar="DIR", help="campaign folder (bundles, journal)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the interrupted campaign in --out with its stored settings")
-    parser.add_argument("--max-nodes", type=int, default=None, metavar="K")
-    parser.add_argument("--opset", type=int, default=None)
+    parser.add_argument("--max-nodes", type=int, default=None, metavar="K",
+                        help="most nodes in a generated graph (default: the generator's, at least 2)")
+    parser.add_argument("--opset", type=int, default=None, metavar="N",
+                        help="opset of the generated models (default: the generator's)")
     parser.add_argument("--trials", type=int, default=None, metavar="N",
                         help="random input sets per verification (default 2)")
     parser.add_argument("--targeted", type=float, default=None, metavar="F",
