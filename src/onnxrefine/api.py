@@ -25,6 +25,8 @@ from onnxrefine.verify.certificate import Certifier
 
 logger = logging.getLogger(__name__)
 
+REPORT_SCHEMA_VERSION = 1
+
 
 @dataclass
 class OptimizationReport:
@@ -48,6 +50,10 @@ class OptimizationReport:
 
     def to_dict(self) -> dict:
         return {
+            # Documented in onnxrefine/schemas/optimize-report.schema.json: a new field goes there
+            # too; REPORT_SCHEMA_VERSION is raised only when a field is removed or changes meaning.
+            "schema": "onnxrefine-optimize-report",
+            "schema_version": REPORT_SCHEMA_VERSION,
             "onnxrefine_version": __version__,
             "passes": self.passes,
             "nodes_before": self.nodes_before,
