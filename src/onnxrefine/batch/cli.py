@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from onnxrefine.batch.run import LIST_SUFFIXES, is_glob
@@ -145,8 +144,6 @@ _DEFAULTS = {("optimize", "seed"): 0, ("verify", "seed"): 0, ("verify", "trials"
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from onnxrefine import progress
     from onnxrefine.batch import summary
     from onnxrefine.batch.run import Job, output_path, report_name, run_jobs
@@ -179,8 +176,9 @@ def run(command: str, args: argparse.Namespace) -> int:
     settings = {"paths": paths_of(command, args), "jobs": args.jobs, "ray": args.ray, "out_dir": args.out_dir,
                 "time_limit_s": args.time_limit, "memory_limit_mb": args.memory_limit, "options": options}
     json_path, html_path = summary.write(folder, command, rows, settings)
-    console = Console(file=sys.stdout, width=max(120, Console().width))
-    console.print(summary.table(command, rows))
+    from onnxrefine.cli.output import stdout_console
+
+    stdout_console().print(summary.table(command, rows))
     total = summary.totals(rows)
     print(f"{total['models']} models: {total['ok']} ok, {total['failed']} failed")
     print(f"summary: {json_path} and {html_path}")

@@ -39,12 +39,13 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from onnxrefine.verify.inputs import check_inputs, load_inputs
 
-    console = Console()
+    from onnxrefine.cli.output import stdout_console
+
+    console = stdout_console()
     if not ADAPTERS[args.optimizer].available():
         raise BadInputError(f"optimizer '{args.optimizer}' is not installed (pip install {ADAPTERS[args.optimizer].package})")
     with progress.phase(f"load {Path(args.model).name}"):
@@ -71,5 +72,11 @@ def run(args: argparse.Namespace) -> int:
         console.print(plain(f"repro bundle: {result.bundle}"))
         print("verdict: mismatch")
         return 1
-    print("verdict: clean")
+    # No step turns the verdict to mismatch: the verdict is the worst any step had (one of the four
+    # verdict words, as verify prints them).
+    from onnxrefine.verify.verdict import VERDICTS, worst
+
+    final = worst(step["status"] for step in result.steps if step["status"] in VERDICTS)
+    print("no step turns the verdict to mismatch")
+    print(f"verdict: {final}")
     return 0
