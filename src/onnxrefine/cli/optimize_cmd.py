@@ -17,6 +17,7 @@ from onnxrefine.cli.verify_cmd import (add_input_shape_argument, add_run_setting
 from onnxrefine.cli.optimize_summary import (describe_rollback, input_shapes_line, refusals_table,  # noqa: F401
                                              summary_table)
 from onnxrefine.errors import BadInputError
+from onnxrefine.ir.maps import MapTypesError
 from onnxrefine.input_shapes import parse_input_shapes
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES
@@ -178,9 +179,18 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.model)
     output = Path(args.output) if args.output else default_output_path(source)
     started = time.perf_counter()
+    around = None  # a model with maps: the tensor part optimized, the rest put back (optimize_maps.py)
     with progress.phase(f"load {source.name}"):
-        model = io.load_model(source)
-    size_before = _stored_size(source, model)
+        try:
+            model = io.load_model(source)
+        except MapTypesError:
+            from onnxrefine.cli import optimize_maps
+
+            try:
+                model, around = optimize_maps.load_core(source)
+            except optimize_maps.PassThrough as why:
+                return _pass_through(args, source, output, str(why), console)
+    size_before = source.stat().st_size if around else _stored_size(source, model)
     settings = VerifySettings(
         enabled=args.verify, budget_s=args.verify_budget, seed=args.seed, dims=parse_dims(args.dims),
         inputs=_checked_inputs(args.inputs, model) if args.inputs else None,
@@ -200,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
             verify=settings,
             on_event=on_event,
             certify=args.certify,
-            source_path=source,  # the original stays on disk: verification reads it from there
+            # The original stays on disk: verification reads it from there (not the core of a map model).
+            source_path=None if around else source,
             input_shapes=input_shapes,
         )
     from onnxrefine.ir import shape_info
@@ -209,9 +220,20 @@ def run(args: argparse.Namespace) -> int:
         shape_info.annotate(model)
     else:
         shape_info.strip(model)
-    layout = output_layout(args)
     with progress.phase(f"save {output.name}"):
-        size_after = io.save_model(model, output, input_path=source, layout=layout)
+        if around is not None:
+            from onnxrefine.cli import optimize_maps
+
+            try:
+                size_after = optimize_maps.save(model, around, output, seed=args.seed, dims=parse_dims(args.dims))
+            except optimize_maps.PassThrough as why:
+                return _pass_through(args, source, output, str(why), console)
+            notes = [around.note()]
+            around.count_into(report)
+        else:
+            layout = output_layout(args)
+            size_after = io.save_model(model, output, input_path=source, layout=layout)
+            notes = layout.notes
     seconds = time.perf_counter() - started
     try:
         external = size_before != source.stat().st_size or size_after != output.stat().st_size
@@ -226,11 +248,23 @@ def run(args: argparse.Namespace) -> int:
             console.print(refusals_table(report, console))
         for rollback in report.rolled_back:
             console.print(plain(f"rolled back {describe_rollback(rollback)}"))
-        for note in layout.notes:
+        for note in notes:
             console.print(plain(f"note: {note}"), highlight=False)
     except BaseException:
         output.unlink(missing_ok=True)  # a run that fails (or is interrupted) leaves no output
         raise
+    console.print(plain(f"wrote {output}"))
+    return 0
+
+
+def _pass_through(args: argparse.Namespace, source: Path, output: Path, reason: str, console: Console) -> int:
+    """Write the model unchanged (a valid model this optimizer cannot hold), saying why."""
+    from onnxrefine.cli import optimize_maps
+
+    size = optimize_maps.pass_through(source, output)
+    if args.report:
+        write_json_atomically(Path(args.report), optimize_maps.unchanged_report(source, reason, size))
+    console.print(plain(f"note: written unchanged: {reason}"), highlight=False)
     console.print(plain(f"wrote {output}"))
     return 0
 
