@@ -128,7 +128,7 @@ def test_link_data_without_fcntl_copies_and_says_so(tmp_path, monkeypatch, capsy
 
 
 def test_reference_without_onnx_private_op_list(monkeypatch):
-    from onnxrefine.verify import reference
+    from onnxrefine.verify.reference import evaluator as reference
 
     monkeypatch.setitem(sys.modules, "onnx.reference.ops._op_list", None)
     monkeypatch.setattr(reference, "_FALLBACK_CACHE", None)

@@ -88,19 +88,18 @@ def test_no_shape_info_writes_none(tmp_path):
 @given(kernel=st.integers(1, 4), stride=st.integers(1, 3), dilation=st.integers(1, 2), group=st.sampled_from([1, 2]),
        pads=st.tuples(*[st.integers(0, 2)] * 4), extra=st.integers(0, 2), size=st.tuples(st.integers(1, 6), st.integers(1, 6)))
 def test_conv_transpose_shape_rule_is_what_onnxruntime_computes(kernel, stride, dilation, group, pads, extra, size):
-    extra = min(extra, max(stride, dilation) - 1)  # output_padding must be below stride or dilation
     model = _deconv_model(kernel, stride, pads, (extra, extra), dilation, group, size=size)
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("d", TensorProto.FLOAT, None))
     del model.graph.node[2:]
     ir_model = io.proto_to_ir(model)
     facts = StaticShapes(ir_model)
-    value = next(n for n in ir_model.graph if n.op_type == "ConvTranspose").outputs[0]
+    known = facts.shape(next(n for n in ir_model.graph if n.op_type == "ConvTranspose").outputs[0])
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         actual = session.run(None, {"x": np.zeros((2, 3, *size), np.float32)})[0].shape
-    except Exception:  # noqa: BLE001 - a configuration onnxruntime refuses (an empty output)
-        assert not all(isinstance(d, int) for d in facts.shape(value)[2:])
+    except Exception:  # noqa: BLE001 - a configuration onnxruntime refuses: the facts must not vouch for it
+        assert known is None or not all(isinstance(d, int) for d in known[2:])
         return
-    assert facts.shape(value) == (None, 2 * group, *actual[2:])
+    assert known is None if extra >= stride else known == (None, 2 * group, *actual[2:])

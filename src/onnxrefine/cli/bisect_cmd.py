@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     # No step turns the verdict to mismatch: the verdict is the worst any step had (one of the four
     # verdict words, as verify prints them).
-    from onnxrefine.verify.verdict import VERDICTS, worst
+    from onnxrefine.verify.judge.verdict import VERDICTS, worst
 
     final = worst(step["status"] for step in result.steps if step["status"] in VERDICTS)
     print("no step turns the verdict to mismatch")

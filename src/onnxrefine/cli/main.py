@@ -50,8 +50,11 @@ class _StderrLines(logging.Handler):
 
 def _log_to_stderr() -> None:
     logger = logging.getLogger("onnxrefine")
-    if not any(isinstance(handler, _StderrLines) for handler in logger.handlers):
-        logger.addHandler(_StderrLines(logging.WARNING))
+    # Found by name, not class: a re-imported cli.main (tests do) defines the class anew.
+    if not any(handler.get_name() == _StderrLines.__name__ for handler in logger.handlers):
+        handler = _StderrLines(logging.WARNING)
+        handler.set_name(_StderrLines.__name__)
+        logger.addHandler(handler)
 
 
 def main(argv: list[str] | None = None) -> int:

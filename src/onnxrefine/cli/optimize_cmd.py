@@ -308,6 +308,6 @@ def write_json_atomically(path: Path, data: dict) -> None:
     folder = path.resolve().parent
     if not folder.is_dir():
         raise BadInputError(f"{path}: folder does not exist")
-    from onnxrefine.verify.report import _json_safe  # non-finite numbers as documented strings
+    from onnxrefine.verify.report.report import _json_safe  # non-finite numbers as documented strings
 
     write_atomic(path, json.dumps(_json_safe(data), indent=2, allow_nan=False) + "\n")

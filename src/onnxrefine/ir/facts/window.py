@@ -21,7 +21,8 @@ def conv_shape(site: Site):
 def conv_transpose_shape(site: Site):
     """ONNX's formula without output_shape and with explicit pads: stride * (in - 1) +
     output_padding + dilation * (kernel - 1) + 1 - pad_begin - pad_end; channels: the weight's
-    second dim times group. Other forms (output_shape, auto_pad) are left unknown."""
+    second dim times group. Other forms (output_shape, auto_pad, an output_padding not below its
+    stride) are left unknown."""
     node, shape, weight = site.node, site.shape(0), site.shape(1)
     if shape is None or len(shape) < 3 or weight is None or len(weight) != len(shape):
         return None
@@ -38,6 +39,8 @@ def conv_transpose_shape(site: Site):
         return None
     if not all(isinstance(k, int) and k > 0 for k in kernel) or not isinstance(weight[1], int):
         return None
+    if any(pad >= stride for pad, stride in zip(extra, strides)):
+        return None  # onnxruntime refuses output_padding of a stride or more: no shape to vouch for
     out = []
     for i, size in enumerate(shape[2:]):
         if not isinstance(size, int) or strides[i] < 1 or dilations[i] < 1:
