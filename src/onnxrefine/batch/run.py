@@ -149,9 +149,11 @@ def run_job(job: Job) -> dict:
     if job.command == "optimize":
         argv += [job.model, "-o", job.output, "--report", job.report]
     else:
-        argv += [job.model, job.output, "--json", job.report]
+        argv += [job.model, job.output, "--json", job.report, "--html", html_report_of(job)]
     run = run_isolated(argv + list(job.argv), job.time_limit_s, job.memory_limit_mb)
     row = {"model": job.model, "output": job.output, "report": job.report, **run}
+    if job.command == "verify" and os.path.isfile(html_report_of(job)):
+        row["html"] = html_report_of(job)
     try:
         row["size_before"] = os.path.getsize(job.model)
     except OSError:
@@ -165,6 +167,11 @@ def run_job(job: Job) -> dict:
     else:
         row.update(_from_report(job, run["exit_code"]))
     return row
+
+
+def html_report_of(job: Job) -> str:
+    """verify's page of one model, beside its JSON report (the batch summary links it)."""
+    return job.report[: -len(".json")] + ".html" if job.report.endswith(".json") else job.report + ".html"
 
 
 def _from_report(job: Job, code: int) -> dict:

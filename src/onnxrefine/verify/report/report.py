@@ -31,6 +31,7 @@ class OutputReport:
     reference: str = "none"  # "float64", "no float64 reference", "not needed"
     bound: dict = field(default_factory=dict)
     scatter: dict = field(default_factory=dict)
+    worst_elements: list = field(default_factory=list)  # judge.verdict.Judgement.worst_elements
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
