@@ -80,12 +80,23 @@ def operator_table(before: Mapping[str, int], after: Mapping[str, int]) -> list[
 def count_operators(model: ir.Model) -> dict[str, int]:
     """Nodes per operator, in the graph, its subgraphs and the model's functions; an operator
     outside the standard domain is named with its domain."""
-    counts: dict[str, int] = {}
     nodes = list(model.graph.all_nodes()) + [n for f in model.functions.values() for n in f.all_nodes()]
+    return count_by_operator(nodes)
+
+
+def count_by_operator(nodes) -> dict[str, int]:
+    """Nodes (onnx-ir nodes or NodeProtos) per operator_name."""
+    counts: dict[str, int] = {}
     for node in nodes:
-        name = f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+        name = operator_name(node.domain, node.op_type)
         counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def operator_name(domain: str, op_type: str) -> str:
+    """How the summary and the report name an operator: the op_type, with its domain outside the
+    standard one ("com.microsoft.FusedConv")."""
+    return f"{domain}.{op_type}" if domain not in ("", "ai.onnx") else op_type
 
 
 def count_nodes(model: ir.Model) -> int:

@@ -32,10 +32,11 @@ class AroundMaps:
 
     def count_into(self, report) -> None:
         """The set-aside nodes, unchanged, in the report's node and operator counts."""
-        for node in self.aside.nodes:
-            name = f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+        from onnxrefine.api import count_by_operator
+
+        for name, count in count_by_operator(self.aside.nodes).items():
             for counts in (report.operators_before, report.operators_after):
-                counts[name] = counts.get(name, 0) + 1
+                counts[name] = counts.get(name, 0) + count
         report.nodes_before += len(self.aside.nodes)
         report.nodes_after += len(self.aside.nodes)
 
@@ -162,15 +163,12 @@ def _same(before, after, aside: maps.SetAside, name: str) -> bool:
 
 def unchanged_report(source: Path, reason: str, size: int) -> dict:
     """The report of a model written unchanged: no pass ran, nothing to verify."""
-    from onnxrefine.api import OptimizationReport
+    from onnxrefine.api import OptimizationReport, count_by_operator
     from onnxrefine.ir import load
     from onnxrefine.rewrite.log import RewriteLog
 
     graph = load.load_full_proto(source).graph
-    counts: dict[str, int] = {}
-    for node in graph.node:
-        name = f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
-        counts[name] = counts.get(name, 0) + 1
+    counts = count_by_operator(graph.node)
     report = OptimizationReport([], len(graph.node), len(graph.node), 0.0, RewriteLog(),
                                 verification={"status": "skipped", "reason": f"written unchanged: {reason}"})
     report.constant_budget = {"refused": 0, "growth_bytes": 0, "allowed_growth_bytes": 0, "per_tensor_bytes": 0}

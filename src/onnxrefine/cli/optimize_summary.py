@@ -112,8 +112,10 @@ def budget_text(budget: dict) -> str:
 
 
 def refusals_table(report, console: Console | None = None) -> Table:
-    rows = [(plain(r.rule), plain(r.node), plain(r.reason)) for r in report.log.refused.values()]
-    columns = [Col("rule", name=True), Col("node", name=True, drop=1), Col("reason", wrap=True)]
+    rows = [(plain(r.rule), plain(r.node), plain(getattr(r, "guard", None) or "-"), plain(r.reason))
+            for r in report.log.refused.values()]
+    columns = [Col("rule", name=True), Col("node", name=True, drop=2), Col("guard", name=True, drop=1),
+               Col("reason", wrap=True)]
     return fitted_table(console or _wide_console(), "refused rewrites", columns, rows)
 
 
