@@ -91,15 +91,16 @@ _UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 1000**2, "MB":
           "TIB": 1024**4}
 
 
-def parse_bytes(text: str) -> int:
-    """'50MB', '1.5GiB', '200M', '1048576' -> bytes; BadInputError (one line) otherwise."""
+def parse_bytes(text: str, option: str = "--memory-budget", bare_unit: str = "B") -> int:
+    """'50MB', '1.5GiB', '200M', '1048576' -> bytes; BadInputError (one line) otherwise. A number
+    without a unit is in `bare_unit`."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
-    unit = match.group(2).upper() if match else None
+    unit = (match.group(2).upper() or bare_unit.upper()) if match else None
     if not match or unit not in _UNITS:
-        raise BadInputError(f"--memory-budget: not a size: {text!r} (e.g. 500MB, 2GiB)")
+        raise BadInputError(f"{option}: not a size: {text!r} (e.g. 500MB, 2GiB)")
     size = int(float(match.group(1)) * _UNITS[unit])
     if size <= 0:
-        raise BadInputError(f"--memory-budget: must be positive, got {text!r}")
+        raise BadInputError(f"{option}: must be positive, got {text!r}")
     return size
 
 

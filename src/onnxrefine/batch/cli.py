@@ -60,8 +60,9 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
                        "(default: --out-dir, else ./onnxrefine-COMMAND-batch)")
     group.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                        help="wall-clock limit per model; past it the model's process is killed")
-    group.add_argument("--memory-limit", type=float, default=None, metavar="MIB",
-                       help="resident-memory limit per model (its process tree); past it the process is killed")
+    group.add_argument("--memory-limit", default=None, metavar="SIZE",
+                       help="resident-memory limit per model (its process tree), a size as --memory-budget "
+                       "takes (500MB, 2GiB; a bare number is MiB); past it the process is killed")
 
 
 def paths_of(command: str, args: argparse.Namespace) -> list[str]:
@@ -95,11 +96,13 @@ def check(command: str, args: argparse.Namespace) -> list:
         raise BadInputError("--jobs runs models in local processes and --ray on the cluster: give one of them")
     if args.jobs is not None and args.jobs < 1:
         raise BadInputError("--jobs must be at least 1")
-    for name in ("time_limit", "memory_limit"):
-        value = getattr(args, name)
-        if value is not None and not value > 0:
-            raise BadInputError(f"--{name.replace('_', '-')} must be a positive number")
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise BadInputError("--time-limit must be a positive number")
     if args.memory_limit is not None:
+        from onnxrefine.resources import parse_bytes
+
+        if not isinstance(args.memory_limit, float):  # parsed once (check runs before run)
+            args.memory_limit = parse_bytes(args.memory_limit, "--memory-limit", bare_unit="MiB") / 2**20
         from onnxrefine import portable
 
         if not portable.can_measure_memory():
