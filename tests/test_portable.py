@@ -134,3 +134,12 @@ def test_reference_without_onnx_private_op_list(monkeypatch):
     monkeypatch.setattr(reference, "_FALLBACK_CACHE", None)
     assert reference.fallback_op_types() == frozenset()  # those ops are refused, not guessed
     assert reference.native_op_types() <= reference.supported_op_types()
+
+
+def test_kill_group_without_killpg_kills_the_child(monkeypatch):
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    monkeypatch.delattr(os, "killpg")
+    portable.kill_group(child)
+    assert child.wait(timeout=10) != 0

@@ -10,13 +10,16 @@ the service is missing:
   else psutil where it is installed (not a dependency: nothing else needs it), else `ps` (POSIX:
   macOS, the BSDs); None where none answers, so a caller can say a limit cannot be watched
   instead of watching a constant zero;
-- `rlimit_headroom`: the address-space limit's headroom where `resource` exists.
+- `rlimit_headroom`: the address-space limit's headroom where `resource` exists;
+- `kill_group`: a child started with start_new_session and everything it started (a process
+  group; without os.killpg, Windows, the child alone).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import threading
 
@@ -162,3 +165,16 @@ def rlimit_headroom() -> list[int]:
         if soft != resource.RLIM_INFINITY:
             found.append(max(0, soft - virtual_size()))
     return found
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    killpg = getattr(os, "killpg", None)
+    try:
+        if killpg is not None:
+            killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+    except ProcessLookupError:
+        pass
+    except OSError:
+        process.kill()

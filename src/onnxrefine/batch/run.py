@@ -15,7 +15,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -129,10 +128,9 @@ def run_isolated(argv: list[str], time_limit_s: float | None, memory_limit_mb: f
         elif time_limit_s is not None and time.perf_counter() - started > time_limit_s:
             limit_hit = "time"
         if limit_hit:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            from onnxrefine import portable
+
+            portable.kill_group(process)
             process.wait()
             break
         time.sleep(POLL_S)

@@ -172,10 +172,9 @@ class _Worker:
         if process is None:
             return
         if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except OSError:
-                process.kill()
+            from onnxrefine import portable
+
+            portable.kill_group(process)
         process.wait()
         for stream in (process.stdin, process.stdout):
             try:
