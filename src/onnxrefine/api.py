@@ -47,6 +47,9 @@ class OptimizationReport:
     operators_after: dict[str, int] = field(default_factory=dict)
     # Bytes on disk (external data included), set by whoever saved the model (the CLI).
     file_sizes: dict | None = None
+    # Parts of the input the output does not carry (io.note_unkept_parts: training_info), each a
+    # sentence: said in the summary and the report, never dropped silently.
+    dropped: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -67,6 +70,7 @@ class OptimizationReport:
             "constant_budget": self.constant_budget,
             "operators": operator_table(self.operators_before, self.operators_after),
             "file_sizes": self.file_sizes,
+            "dropped": list(self.dropped),
             **self.log.to_dict(),
         }
 
@@ -176,6 +180,7 @@ def optimize_ir(
     )
     report.constant_budget = budget.summary()
     report.operators_before, report.operators_after = operators_before, count_operators(model)
+    report.dropped = io.dropped_parts(model)
     if shape_changes is not None:
         report.input_shapes = shape_override_summary(shape_changes, log)
     stamp_metadata(model, report)

@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onnxrefine import progress
+from onnxrefine import atomic, progress
 from onnxrefine.api import optimize_ir
-from onnxrefine.atomic import write_atomic
 from onnxrefine.plain import plain
 from onnxrefine.cli.verify_cmd import (add_input_shape_argument, add_run_settings_arguments, parse_dims,
                                        run_settings_from_args)
@@ -220,39 +219,48 @@ def run(args: argparse.Namespace) -> int:
         shape_info.annotate(model)
     else:
         shape_info.strip(model)
-    with progress.phase(f"save {output.name}"):
-        if around is not None:
-            from onnxrefine.cli import optimize_maps
+    notes, unchanged = [], None
+    # Every output of the run (the model, its data files, the report) is written to temp files and
+    # made visible together once all are complete: a report that cannot be written replaces
+    # nothing, and a reader that goes away (`| head`) finds the outputs already committed.
+    with atomic.staging() as stage:
+        with progress.phase(f"save {output.name}"):
+            if around is not None:
+                from onnxrefine.cli import optimize_maps
 
-            try:
-                size_after = optimize_maps.save(model, around, output, seed=args.seed, dims=parse_dims(args.dims))
-            except optimize_maps.PassThrough as why:
-                return _pass_through(args, source, output, str(why), console)
-            notes = [around.note()]
-            around.count_into(report)
-        else:
-            layout = output_layout(args)
-            size_after = io.save_model(model, output, input_path=source, layout=layout)
-            notes = layout.notes
+                try:  # assembled and checked before anything is written
+                    size_after = optimize_maps.save(model, around, output, seed=args.seed, dims=parse_dims(args.dims))
+                    notes.append(around.note())
+                    around.count_into(report)
+                except optimize_maps.PassThrough as why:
+                    unchanged = str(why)
+            else:
+                layout = output_layout(args)
+                size_after = io.save_model(model, output, input_path=source, layout=layout)
+                notes += layout.notes
+        if unchanged is None:
+            # Weights outside the model file, in the input or now staged beside the output.
+            external = size_before != source.stat().st_size or any(
+                target.resolve() != output.resolve() for target in stage.targets())
+            report.file_sizes = {"before_bytes": size_before, "after_bytes": size_after,
+                                 "external_data_included": external}
+            if args.report:
+                write_json_atomically(Path(args.report), report.to_dict())
+            stage.commit()
+    if unchanged is not None:
+        return _pass_through(args, source, output, unchanged, console)
     seconds = time.perf_counter() - started
-    try:
-        external = size_before != source.stat().st_size or size_after != output.stat().st_size
-        report.file_sizes = {"before_bytes": size_before, "after_bytes": size_after,
-                             "external_data_included": external}
-        if args.report:
-            write_json_atomically(Path(args.report), report.to_dict())
-        if report.input_shapes:
-            console.print(input_shapes_line(report.input_shapes), highlight=False, markup=False)
-        console.print(summary_table(report, size_before, size_after, seconds, external, console))
-        if args.explain:
-            console.print(refusals_table(report, console))
-        for rollback in report.rolled_back:
-            console.print(plain(f"rolled back {describe_rollback(rollback)}"))
-        for note in notes:
-            console.print(plain(f"note: {note}"), highlight=False)
-    except BaseException:
-        output.unlink(missing_ok=True)  # a run that fails (or is interrupted) leaves no output
-        raise
+    if report.input_shapes:
+        console.print(input_shapes_line(report.input_shapes), highlight=False, markup=False)
+    console.print(summary_table(report, size_before, size_after, seconds, external, console))
+    if args.explain:
+        console.print(refusals_table(report, console))
+    for rollback in report.rolled_back:
+        console.print(plain(f"rolled back {describe_rollback(rollback)}"))
+    for part in report.dropped:
+        console.print(plain(f"note: not kept: {part}"), highlight=False)
+    for note in notes:
+        console.print(plain(f"note: {note}"), highlight=False)
     console.print(plain(f"wrote {output}"))
     return 0
 
@@ -261,9 +269,10 @@ def _pass_through(args: argparse.Namespace, source: Path, output: Path, reason: 
     """Write the model unchanged (a valid model this optimizer cannot hold), saying why."""
     from onnxrefine.cli import optimize_maps
 
-    size = optimize_maps.pass_through(source, output)
-    if args.report:
-        write_json_atomically(Path(args.report), optimize_maps.unchanged_report(source, reason, size))
+    with atomic.staging():  # the model and its report made visible together
+        size = optimize_maps.pass_through(source, output)
+        if args.report:
+            write_json_atomically(Path(args.report), optimize_maps.unchanged_report(source, reason, size))
     console.print(plain(f"note: written unchanged: {reason}"), highlight=False)
     console.print(plain(f"wrote {output}"))
     return 0
@@ -293,6 +302,16 @@ def _event_printer(console: Console):
     live display shows the phases themselves)."""
 
     def on_event(kind: str, **info) -> None:
+        try:
+            _print_event(kind, **info)
+        except (BrokenPipeError, SystemExit) as exc:  # the reader went away: the work goes on
+            from onnxrefine.cli.main import closed_pipe
+
+            if not closed_pipe(exc):
+                raise
+            console.quiet = True
+
+    def _print_event(kind: str, **info) -> None:
         if kind == "verify_plan":
             console.print(plain(f"verification: {info['text']}"), highlight=False)
         elif kind == "bisect":
@@ -310,4 +329,4 @@ def write_json_atomically(path: Path, data: dict) -> None:
         raise BadInputError(f"{path}: folder does not exist")
     from onnxrefine.verify.report.report import _json_safe  # non-finite numbers as documented strings
 
-    write_atomic(path, json.dumps(_json_safe(data), indent=2, allow_nan=False) + "\n")
+    atomic.write_atomic(path, json.dumps(_json_safe(data), indent=2, allow_nan=False) + "\n")
