@@ -21,7 +21,7 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src" / "onnxrefine"
 
 # Lowest first; a layer imports only layers before it. "__init__" is the package root (its face).
-LAYERS = ["errors", "version", "runtime", "progress", "_deferred", "atomic", "resources", "input_shapes", "ir",
+LAYERS = ["errors", "version", "runtime", "portable", "progress", "_deferred", "atomic", "resources", "input_shapes", "ir",
           "plain", "verify", "rewrite", "passes", "verified", "api", "triage", "fuzz", "batch", "cli", "__main__",
           "__init__"]
 # The one crossing: verify/certificate/certifier.py implements the rule engine's certificate hook, so

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import resource
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -82,15 +81,16 @@ _UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 1000**2, "MB":
           "TIB": 1024**4}
 
 
-def parse_bytes(text: str) -> int:
-    """'50MB', '1.5GiB', '200M', '1048576' -> bytes; BadInputError (one line) otherwise."""
+def parse_bytes(text: str, option: str = "--memory-budget", bare_unit: str = "B") -> int:
+    """'50MB', '1.5GiB', '200M', '1048576' -> bytes; BadInputError (one line) otherwise. A number
+    without a unit is in `bare_unit`."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
-    unit = match.group(2).upper() if match else None
+    unit = (match.group(2).upper() or bare_unit.upper()) if match else None
     if not match or unit not in _UNITS:
-        raise BadInputError(f"--memory-budget: not a size: {text!r} (e.g. 500MB, 2GiB)")
+        raise BadInputError(f"{option}: not a size: {text!r} (e.g. 500MB, 2GiB)")
     size = int(float(match.group(1)) * _UNITS[unit])
     if size <= 0:
-        raise BadInputError(f"--memory-budget: must be positive, got {text!r}")
+        raise BadInputError(f"{option}: must be positive, got {text!r}")
     return size
 
 
@@ -120,21 +120,14 @@ def available_memory() -> int | None:
                 found.append(max(0, int(limit) - int(handle.read().strip())))
     except (OSError, ValueError):
         pass
-    for which in (resource.RLIMIT_AS, getattr(resource, "RLIMIT_DATA", None)):
-        if which is None:
-            continue
-        soft, _ = resource.getrlimit(which)
-        if soft != resource.RLIM_INFINITY:
-            found.append(max(0, soft - _virtual_size()))
+    from onnxrefine import portable
+
+    found.extend(portable.rlimit_headroom())
+    if not found:  # no /proc (macOS, Windows): the system's own figure where psutil is installed
+        psutil = portable._psutil()
+        if psutil is not None:
+            found.append(int(psutil.virtual_memory().available))
     return min(found) if found else None
-
-
-def _virtual_size() -> int:
-    try:
-        with open("/proc/self/statm") as handle:
-            return int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return 0
 
 
 def default_memory_budget() -> int:

@@ -30,6 +30,34 @@ def _distinct_outputs(pairs: Sequence[tuple[str, str | None]]) -> None:
                 raise BadInputError(f"{label} and {other_label} name the same file: {path}")
 
 
+def refuse_folder_as_output(args: argparse.Namespace) -> None:
+    """`optimize MODEL FOLDER` reads as IN OUT (OUT a folder) and as a batch of the model and the
+    folder's models: ambiguous, so refused unless a batch option says which."""
+    from onnxrefine.cli import batch
+    from onnxrefine.batch.run import LIST_SUFFIXES
+
+    paths = batch.paths_of("optimize", args)
+    if (len(paths) == 2 and not batch.batch_options_given(args) and os.path.isfile(paths[0])
+            and Path(paths[0]).suffix not in LIST_SUFFIXES and os.path.isdir(paths[1])):
+        raise BadInputError(f"{paths[1]} is a folder: give an output file name (IN OUT), --out-dir {paths[1]} "
+                            "to write the optimized model there, or --batch to optimize the models in it too")
+
+
+def output_from_positionals(args: argparse.Namespace) -> None:
+    """`onnxrefine optimize IN OUT`, as onnxsim and onnxslim are called: a second path (outside
+    batch mode) is the output, moved to `args.output`; anything else is ambiguous, and refused."""
+    more = list(getattr(args, "more_models", None) or [])
+    if not more:
+        return
+    if len(more) > 1:
+        raise BadInputError(f"{len(more) + 1} paths given, but optimize takes IN [OUT]; to optimize several "
+                            "models give --batch (or a folder, a list file or a quoted glob)")
+    out = more[0]
+    if args.output:
+        raise BadInputError(f"the output is given twice ({out} and -o {args.output}); give one of them")
+    args.output, args.more_models, args.output_label = out, [], "OUT"
+
+
 def check_optimize(args: argparse.Namespace) -> None:
     if getattr(args, "list_passes", False) or not getattr(args, "model", None):
         return  # the command itself answers these
@@ -42,7 +70,8 @@ def check_optimize(args: argparse.Namespace) -> None:
 
     output = args.output or str(default_output_path(Path(model)))
     sources = [model] + ([args.inputs] if getattr(args, "inputs", None) else [])
-    writable_file(output, "-o/--output" if args.output else "output", sources)
+    label = getattr(args, "output_label", None) or ("-o/--output" if args.output else "output")
+    writable_file(output, label, sources)
     data = _external_data_of(os.fspath(output))
     location = getattr(args, "external_data", None)
     if location:  # --external-data LOCATION: a file name beside the output
@@ -148,9 +177,13 @@ def check_args(args: argparse.Namespace) -> None:
     if getattr(args, "command", None) in ("optimize", "verify"):
         from onnxrefine.cli import batch
 
+        if args.command == "optimize":
+            refuse_folder_as_output(args)
         if batch.is_batch(args.command, args):
             batch.check(args.command, args)
             return
+        if args.command == "optimize":
+            output_from_positionals(args)
         if args.command == "verify" and not args.candidate:
             raise BadInputError("verify needs ORIGINAL and CANDIDATE (or a folder, a list file or "
                                 "--batch for batch mode)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -91,6 +92,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrLines(logging.Handler):
+    """The library's log records as one line each on the stderr of the moment (looked up per
+    record, so a caller that swaps sys.stderr sees them)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from onnxrefine.ir.load_checks import one_line
+
+        print(f"onnxrefine: {record.levelname.lower()}: {one_line(record.getMessage())}", file=sys.stderr)
+
+
+def _log_to_stderr() -> None:
+    logger = logging.getLogger("onnxrefine")
+    # Found by name, not class: a re-imported cli.main (tests do) defines the class anew.
+    if not any(handler.get_name() == _StderrLines.__name__ for handler in logger.handlers):
+        handler = _StderrLines(logging.WARNING)
+        handler.set_name(_StderrLines.__name__)
+        logger.addHandler(handler)
+
+
 def _error(text: str) -> None:
     from onnxrefine.ir.load_checks import one_line  # one line whatever the message quotes
 
@@ -118,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--version"]:  # answered before the subcommands (and the optimizer) are imported
         print(f"onnxrefine {__version__}")
         return 0
+    _log_to_stderr()
     _safe_streams()
     from onnxrefine import STARTUP_FAILURE
 

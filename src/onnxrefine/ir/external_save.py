@@ -24,6 +24,7 @@ are copied as usual and `Layout.notes` says so.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,8 +216,10 @@ def _link(source: str, folder: Path, name: str) -> str:
     (ext4, another file system). Hard links are not offered: onnx and onnx-ir refuse to read a data
     file with several links (the input's too, once linked), and a tool that rewrites one in place
     would change both."""
-    import fcntl
-
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        raise OSError(errno.EOPNOTSUPP, "no ioctl on this platform") from None
     fd, temp = temp_beside(name, folder)
     try:
         with open(source, "rb") as src:

@@ -57,6 +57,9 @@ def proto_to_ir(proto: onnx.ModelProto, *, base_dir: str = "") -> ir.Model:
         try:
             model = ir.serde.deserialize_model(proto)
         except Exception as exc:  # onnx-ir raises several types on malformed input
+            from onnxrefine.ir import maps
+
+            maps.check_no_maps(proto)  # a valid model with maps: say so (the CLI optimizes around them)
             raise BadInputError(f"model cannot be read: {_first_line(exc)}") from None
     if base_dir:
         ir.external_data.set_base_dir(model.graph, base_dir)

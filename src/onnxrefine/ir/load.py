@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxrefine import portable
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import load_checks, sizes, traversal, wire
 from onnxrefine.ir.openfile import OpenFile
@@ -175,7 +176,7 @@ def load_full_proto(path: str | os.PathLike) -> onnx.ModelProto:
         source = files[os.path.normpath(entries["location"])]
         offset = int(entries.get("offset") or 0)
         _, nbytes = load_checks.expected_bytes(tensor, tensor.name)
-        tensor.raw_data = os.pread(source.fd, nbytes, offset)
+        tensor.raw_data = portable.pread(source.fd, nbytes, offset)
         tensor.data_location = onnx.TensorProto.DEFAULT
         del tensor.external_data[:]
     return proto

@@ -7,6 +7,7 @@ import mmap
 import os
 import stat
 
+from onnxrefine import portable
 from onnxrefine.errors import BadInputError
 
 
@@ -54,7 +55,7 @@ class OpenFile:
     def read_all(self) -> bytes:
         chunks, remaining = [], self.size
         while remaining > 0:
-            chunk = os.pread(self.fd, min(remaining, 1 << 26), self.size - remaining)
+            chunk = portable.pread(self.fd, min(remaining, 1 << 26), self.size - remaining)
             if not chunk:
                 break
             chunks.append(chunk)

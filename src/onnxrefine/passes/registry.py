@@ -97,6 +97,7 @@ class PassSpec:
 
 
 _REGISTRY: dict[str, PassSpec] = {}
+_RULE_OWNERS: dict[str, str] = {}  # rule name -> the pass that holds it
 _loaded = False
 # The modules that declare passes, in module order. passes/__init__.py lists them and hands them over
 # here once imported: the registry cannot import them itself, each of them imports its types.
@@ -125,10 +126,20 @@ def declared_passes() -> list[PassSpec]:
 
 
 def get_pass(name: str) -> PassSpec:
+    """The pass of that name, or the pass that holds the rule of that name (the summary and the
+    report name rules: each of those names works wherever a pass name does)."""
     _load_pass_modules()
-    if name not in _REGISTRY:
-        raise BadInputError(f"unknown pass '{name}' (see `onnxrefine optimize --list-passes`)")
-    return _REGISTRY[name]
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if name in _RULE_OWNERS:
+        return _REGISTRY[_RULE_OWNERS[name]]
+    raise BadInputError(f"unknown pass '{name}' (a pass or rule name: see `onnxrefine optimize --list-passes`)")
+
+
+def pass_of_rule(rule: str) -> str | None:
+    """The name of the pass whose rules include `rule`; None for a name that is no rule."""
+    _load_pass_modules()
+    return _RULE_OWNERS.get(rule)
 
 
 def all_passes() -> list[PassSpec]:
@@ -149,4 +160,5 @@ def _load_pass_modules() -> None:
     global _loaded
     if not _loaded:
         _REGISTRY.update((spec.name, spec) for spec in declared_passes())
+        _RULE_OWNERS.update((rule.name, spec.name) for spec in _REGISTRY.values() for rule in spec.rules)
         _loaded = True

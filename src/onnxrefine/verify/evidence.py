@@ -248,6 +248,7 @@ def output_report(name, sets, comps, bound, candidate_name, candidate_failure, r
         unstable_positions=judgement.unstable_positions, orig_err_max=judgement.orig_err_max,
         cand_err_max=judgement.cand_err_max, reference=reference, bound=bound.to_dict(),
         scatter=judgement.scatter if judgement.used_reference else {}, notes=notes,
+        worst_elements=judgement.worst_elements,
     )
 
 

@@ -32,10 +32,11 @@ class OutputReport:
     reference: str = "none"  # "float64", "no float64 reference", "not needed"
     bound: dict = field(default_factory=dict)
     scatter: dict = field(default_factory=dict)
+    worst_elements: list = field(default_factory=list)  # judge.verdict.Judgement.worst_elements
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return _json_safe(dict(self.__dict__))
+        return json_safe(dict(self.__dict__))
 
 
 @dataclass
@@ -63,7 +64,7 @@ class VerificationReport:
                           if out.verdict in (UNSTABLE, MISMATCH) and out.name not in failing]
 
     def to_dict(self) -> dict:
-        return _json_safe({
+        return json_safe({
             "verdict": self.verdict,
             "exit_code": self.exit_code,
             "outputs": [out.to_dict() for out in self.outputs],
@@ -99,11 +100,11 @@ class VerificationReport:
         return verdict
 
 
-def _json_safe(value):
+def json_safe(value):
     if isinstance(value, dict):
-        return {str(key): _json_safe(item) for key, item in value.items()}
+        return {str(key): json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
+        return [json_safe(item) for item in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
     if isinstance(value, float):
