@@ -8,6 +8,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+from guardutil import expect_guard
 from helpers import make_model, op_types, run, tensor, value_info
 from onnx import helper
 
@@ -333,18 +334,35 @@ def test_report_and_explain_show_the_refusal(planted, tmp_path, capsys):
     assert json.loads(report_path.read_text())["certificates"] is None
 
 
-def test_a_skipped_certificate_is_recorded_with_its_reason(planted):
-    # Inside a model-local function nothing vouches for the input shapes: applied, marked skipped.
+def _mul_by_two_in_a_function() -> onnx.ModelProto:
     body = [helper.make_node("Constant", [], ["two"], value=tensor("v", np.array(2, np.float32))),
             helper.make_node("Mul", ["a", "two"], ["t"]), helper.make_node("Relu", ["t"], ["b"])]
     function = helper.make_function("local", "f", ["a"], ["b"], body, [helper.make_opsetid("", 17)])
     model = make_model([helper.make_node("f", ["x"], ["y"], domain="local")], [value_info("x", shape=[2])],
                        [value_info("y", shape=[2])], functions=[function])
     model.opset_import.append(helper.make_opsetid("local", 1))
-    optimized, report = onnxrefine.optimize_with_report(model, [planted("double_to_add")])
+    return model
+
+
+def test_a_rewrite_no_certificate_can_be_made_for_is_refused_without_verification(planted):
+    # Inside a model-local function nothing vouches for the input shapes: no certificate, and no
+    # end-to-end verdict to judge the rewrite either, so it is refused with the reason.
+    optimized, report = expect_guard(_mul_by_two_in_a_function(), [planted("double_to_add")],
+                                     "certificate.uncertifiable", rule="double_to_add")
+    assert not report.log.applied and report.certificates["skipped"] == 1
+    (refusal,) = report.log.refused.values()
+    assert refusal.reason.startswith("no certificate: the ")  # element type or shape of the body input
+    assert report.certificates["coverage"]["refused"] == 1
+    assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Mul", "Relu"]
+
+
+def test_a_rewrite_no_certificate_can_be_made_for_is_left_to_end_to_end_verification(planted):
+    optimized, report = onnxrefine.optimize_with_report(_mul_by_two_in_a_function(), [planted("double_to_add")],
+                                                        verify=True)
     (applied,) = report.log.applied
-    assert applied.certificate.startswith("skipped: ")
-    assert report.certificates["skipped"] == 1
+    assert applied.evidence == "deferred" and applied.certificate.startswith("deferred: the ")
+    assert report.certificates["coverage"]["deferred"] == 1
+    assert report.verification["status"] == "verified" and report.verification["verdict"] == "exact"
     assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Add", "Relu"]
 
 

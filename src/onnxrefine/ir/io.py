@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
-from onnxrefine.errors import BadInputError
+from onnxrefine.errors import BadInputError, OnnxRefineError
 from onnxrefine.ir import heap, protoview, traversal, validate, wire
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto, ir.Model]
@@ -60,9 +60,14 @@ def proto_to_ir(proto: onnx.ModelProto, *, base_dir: str = "") -> ir.Model:
 
 def to_ir(model: ModelLike) -> tuple[ir.Model, str]:
     """Return (ir model, kind) where kind tells `from_ir` which type to give back."""
+    from onnxrefine.ir import load_checks  # the checks a file gets (ir/load.py), on every kind of model
+
     if isinstance(model, ir.Model):
+        load_checks.check_ir_model(model)
         return model, "ir"
     if isinstance(model, onnx.ModelProto):
+        # External tensors of an in-memory proto are read relative to the working folder.
+        load_checks.check_model(model, Path.cwd())
         # onnx-ir wraps tensors of the proto without copying, and renaming a value renames its
         # tensor: the wrappers are swapped for read-only views (ir/protoview.py), so the caller's
         # proto is never modified and its weights are not copied (they used to be, whole).
@@ -92,12 +97,12 @@ def to_proto(model: ir.Model, *, consume: bool = False) -> onnx.ModelProto:
     without its main-graph initializers."""
     if not consume:
         wire.embed_external_tensors(model)
-        return ir.serde.serialize_model(model)
+        return wire.serialize_model(model)
     wire.embed_external_tensors(model, main_graph=False)
     initializers = list(model.graph.initializers.values())
     for value in initializers:
         model.graph.initializers.pop(value.name)
-    proto = ir.serde.serialize_model(model)
+    proto = wire.serialize_model(model)
     for value in initializers:
         tensor = proto.graph.initializer.add()
         if protoview.copy_to(value.const_value, tensor, value.name):  # the caller's unchanged weight
@@ -137,6 +142,48 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os
     if not folder.is_dir():
         raise BadInputError(f"{path}: output folder does not exist")
     return external_save.save(model, path, input_path=input_path, layout=layout)
+
+
+class WrittenModelInvalid(OnnxRefineError):
+    """The model just written does not load (onnx's checker or an onnxruntime session refuses it
+    where they accept the input): it is removed, and the run is an error, never a success."""
+
+
+def check_written(path: str | os.PathLike, input_path: str | os.PathLike | None = None) -> None:
+    """Check the model just written at `path`: onnx's checker, then an onnxruntime session of the
+    main graph (built, nothing run). A check the input itself fails (a model onnxruntime has no
+    kernel for, an output without a shape for the checker) does not count against the output.
+    Raises WrittenModelInvalid, the file removed."""
+    for name, check in (("onnx's checker", _checker), ("onnxruntime", _session)):
+        problem = check(path)
+        if problem is not None and (input_path is None or check(input_path) is None):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise WrittenModelInvalid(f"{path}: the optimized model does not load ({name}: {problem}); "
+                                      "it was removed")
+
+
+def _checker(path) -> str | None:
+    try:
+        onnx.checker.check_model(os.fspath(path))
+    except Exception as exc:  # noqa: BLE001 - the checker raises several types
+        return _first_line(exc)
+    return None
+
+
+def _session(path) -> str | None:
+    from onnxrefine.runtime import require_onnxruntime
+
+    ort = require_onnxruntime()
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    options.add_session_config_entry("session.disable_prepacking", "1")  # a load check: no weights repacked
+    try:
+        ort.InferenceSession(os.fspath(path), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises many types
+        return _first_line(exc)
+    return None
 
 
 def tensor_bytes(model: ir.Model) -> int:

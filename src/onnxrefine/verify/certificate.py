@@ -57,6 +57,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxrefine.errors import RewriteRefused
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
 from onnxrefine.verify.certificate_proofs import (
     affine_fold_proof,
@@ -139,8 +140,11 @@ def _check_budget(proto: onnx.ModelProto, activations, fed) -> None:
 class Certifier:
     """Callable given to the rule driver; keeps caches and counts for one optimization run."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, defer_uncertified: bool = False):
         self.seed = seed
+        # A rewrite no certificate can be made for: "deferred" to the end-to-end verdict of a run
+        # that verifies (True), else "skipped", which the driver refuses (certificate.uncertifiable).
+        self.defer_uncertified = defer_uncertified
         self.stats = CertificateStats()
         self._sessions: dict[bytes, object] = {}
         self._results: dict[bytes, CertificateOutcome] = {}
@@ -153,6 +157,8 @@ class Certifier:
             outcome = self._certify(request)
         except _Skip as skip:
             outcome = CertificateOutcome("skipped", str(skip))
+        except RewriteRefused as unknown:  # an attribute reference read by a proof (ir/attrs.py)
+            outcome = CertificateOutcome("skipped", str(unknown))
         except _Refuse as refusal:
             outcome = CertificateOutcome("refused", str(refusal))
         finally:
@@ -161,6 +167,8 @@ class Certifier:
             self.stats.certified += 1
         elif outcome.status == "skipped":
             self.stats.skipped += 1
+            if self.defer_uncertified:
+                outcome = CertificateOutcome("deferred", outcome.detail)
         else:
             self.stats.refused += 1
             self.stats.refusals.append((request.rule, outcome.detail))
@@ -172,7 +180,7 @@ class Certifier:
         definition = zero_addition_proof(request)  # by IEEE 754's definition: nothing to cross-check
         if definition is not None:
             self.stats.proved += 1
-            return CertificateOutcome("certified", definition)
+            return CertificateOutcome("certified", definition, proved=True)
         proof = reading = None
         if request.kind != EXACT:
             proof, reading = affine_fold_proof(request), "tail"
@@ -183,7 +191,7 @@ class Certifier:
         family = (request.rule, reading)  # a proof's reading is cross-checked per rule and family
         if proof is not None and family in self._cross_checked:
             self.stats.proved += 1
-            return CertificateOutcome("certified", proof)
+            return CertificateOutcome("certified", proof, proved=True)
         if proof is not None and reading in ("tail", "split", "gemm"):
             # What the proof reads of the ops (an affine tail's map, a Split's order) is asked of
             # onnxruntime on this model's constants (certificate_reading.py) instead of running
@@ -202,7 +210,7 @@ class Certifier:
             if reading is not None:
                 self._cross_checked.add(family)
                 self.stats.proved += 1
-                return CertificateOutcome("certified", f"{proof}; {reading}")
+                return CertificateOutcome("certified", f"{proof}; {reading}", proved=True)
         outcome = self._certify_by_running(request)
         if proof is not None and outcome.status == "certified":
             # Until a rule's proof has agreed with a run in this optimization, it is also run:
@@ -213,7 +221,7 @@ class Certifier:
 
     def _certify_by_running(self, request: CertificateRequest) -> CertificateOutcome:
         if forwards_through_identity(request):
-            return CertificateOutcome("certified", "bit-identical: forwards a value through Identity")
+            return CertificateOutcome("certified", "bit-identical: forwards a value through Identity", proved=True)
         nodes = list(request.matched) + list(request.replacement)
         for node in nodes:
             if node.domain not in STANDARD_DOMAINS:
