@@ -167,7 +167,8 @@ def test_reshape_target_reads_allowzero_reference_as_unknown():
 
 
 def test_certificate_window_and_split_readers_refuse_a_reference():
-    from onnxrefine.verify import certificate_inputs, certificate_proofs
+    from onnxrefine.verify.certificate import inputs as certificate_inputs
+    from onnxrefine.verify.certificate import proofs as certificate_proofs
 
     x = ir.Value(name="x")
     pool = _node_with_reference("MaxPool", [x], "kernel_shape", ir.AttributeType.INTS)
@@ -186,7 +187,7 @@ def test_signed_zero_and_constant_readers_take_a_reference_as_unknown():
 
 
 def test_the_plan_counts_a_gemm_with_a_transa_reference_at_the_larger_depth():
-    from onnxrefine import verify_plan
+    from onnxrefine.verify import plan as verify_plan
 
     gemm = _ref(helper.make_node("Gemm", ["a", "b"], ["y"]), "transA", AttributeProto.INT)
     flops = verify_plan._flops(gemm, {"a": [64, 8], "b": [64, 4]}, out_count=32)
