@@ -20,12 +20,13 @@ A rule that proved no reader can observe the sign of a zero in an output says so
 (`Replacement.sign_insensitive`); there +0 and -0 count as equal.
 
 A set on which the ORIGINAL fails to run is dropped; a set on which only the candidate fails
-refuses the rewrite. The certificate is skipped, with its reason recorded in the rewrite log
-(`--report`: applied[].certificate), when it cannot be made concrete: an input whose shape or
-element type nothing vouches for (inside functions and control-flow bodies, mostly), a
-custom-domain or control-flow node, a dtype the sets do not cover (bfloat16, float8, strings), no
-set on which the original runs, or no float64 reference for an operator. Skipping rather than
-refusing keeps the optimizer useful there; the end-to-end verification still covers those rewrites.
+refuses the rewrite. No certificate can be made (outcome "skipped", with the reason) when the
+window cannot be made concrete: an input whose shape or element type nothing vouches for (inside
+functions and control-flow bodies, mostly), a custom-domain or control-flow node, a dtype the sets
+do not cover (bfloat16, float8, strings), no set on which the original runs, or no float64
+reference for an operator. The driver then refuses the rewrite (certificate.uncertifiable), unless
+the run verifies end to end (`defer_uncertified`): the outcome is then "deferred", the rewrite
+applied and left to that verdict (bisected and rolled back when it fails).
 
 Cost: position-wise subgraphs (elementwise ops, convolutions and pools over per-channel
 constants, products by a constant matrix) run on reduced sizes: batch 1, and along a window's axis
