@@ -200,3 +200,12 @@ def test_the_reader_reads_values_and_defaults():
     node = ir.Node("", "Transpose", [ir.Value(name="x")], [ir.AttrInt64s("perm", [1, 0])])
     assert list(attr(node, "perm")) == [1, 0] and attr(node, "missing", 7) == 7
     assert proto_attr(helper.make_node("Gemm", ["a", "b"], ["y"], transA=1), "transA", 0) == 1
+
+
+def test_an_if_whose_branch_is_a_reference_is_not_inlined():
+    # passes/cleanup.py: a constant condition, but then_branch=@b is each caller's graph.
+    from onnxrefine.passes import cleanup
+
+    cond = ir.Value(name="c", const_value=ir.Tensor(np.array(True)))
+    node = _node_with_reference("If", [cond], "then_branch", ir.AttributeType.GRAPH)
+    assert cleanup._constant_condition(node) is None
