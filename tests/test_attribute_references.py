@@ -175,6 +175,9 @@ def test_certificate_window_and_split_readers_refuse_a_reference():
     expect_refused("attr.reference", certificate_inputs._window, pool, 0, {})
     split = _node_with_reference("Split", [x], "axis", ir.AttributeType.INT)
     expect_refused("attr.reference", certificate_proofs._split_sizes, split, 2)
+    # Two convolutions with strides=@a and strides=@b must not compare equal (both values unknown).
+    conv = _node_with_reference("Conv", [x], "strides", ir.AttributeType.INTS)
+    expect_refused("attr.reference", certificate_proofs._attrs, conv)
 
 
 def test_signed_zero_and_constant_readers_take_a_reference_as_unknown():

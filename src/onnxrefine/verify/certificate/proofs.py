@@ -54,7 +54,8 @@ _SLACK = 64.0  # float64 ulps allowed between two derivations of a and d (a few 
 
 
 def _attrs(node: ir.Node) -> dict:
-    return {name: (attr.type, _hashable(attr.value)) for name, attr in node.attributes.items()}
+    """Comparable attributes (a reference refuses: two of them may hold different callers' values)."""
+    return {name: (found.type, _hashable(attr(node, name))) for name, found in node.attributes.items()}
 
 
 def _hashable(value):
