@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from helpers import run, session
 from onnx import TensorProto, helper
 
@@ -43,19 +44,21 @@ def test_a_function_call_keeps_its_trailing_empty_output_in_the_written_file(tmp
     assert "exact (unchanged: no rewrite applied)" in capsys.readouterr().out
 
 
-def test_a_written_model_that_does_not_load_is_an_error_and_removed(tmp_path, capsys, monkeypatch):
-    # The writer's old fault, planted back: trailing "" outputs dropped. The run must fail (exit 2,
-    # one line), leave no output, and never print a verdict.
+def test_a_written_model_that_does_not_load_is_an_error_and_nothing_is_written(tmp_path, capsys, monkeypatch):
+    # The writer's old fault, planted back: trailing "" outputs dropped. The run must fail (exit 3,
+    # onnxrefine's own fault, one line), replace nothing, and never print a verdict.
     from onnxrefine.ir import wire
 
     monkeypatch.setattr(wire, "_restore_trailing_outputs", lambda graph, node_protos: None)
     source, output = tmp_path / "m.onnx", tmp_path / "out.onnx"
     onnx.save(_call_with_a_trailing_unread_output(), source)
-    assert main(["optimize", str(source), "-o", str(output)]) == 2
+    output.write_bytes(b"the previous output")
+    assert main(["optimize", str(source), "-o", str(output), "--report", str(tmp_path / "r.json")]) == 3
     captured = capsys.readouterr()
     (line,) = captured.err.strip().splitlines()
-    assert "the optimized model does not load (onnxruntime: " in line and "it was removed" in line
-    assert not output.exists() and "exact" not in captured.out
+    assert "the optimized model does not load (onnxruntime: " in line and "nothing written" in line
+    assert output.read_bytes() == b"the previous output" and not (tmp_path / "r.json").exists()
+    assert "exact" not in captured.out and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out.onnx"]
 
 
 def test_a_check_the_input_fails_too_does_not_count_against_the_output(tmp_path):
@@ -69,5 +72,21 @@ def test_a_check_the_input_fails_too_does_not_count_against_the_output(tmp_path)
     source, output = tmp_path / "m.onnx", tmp_path / "out.onnx"
     onnx.save(model, source)
     onnx.save(model, output)
-    io.check_written(output, input_path=source)
-    assert output.exists()
+    io.check_loads(output, input_path=source)
+    with pytest.raises(io.WrittenModelInvalid, match="onnx's checker"):
+        io.check_loads(output)
+
+
+def test_a_model_with_external_data_is_checked_with_its_staged_data_file(tmp_path):
+    from helpers import make_model, tensor, value_info
+
+    weight = np.arange(512, dtype=np.float32)
+    model = make_model([helper.make_node("Identity", ["x"], ["t"]), helper.make_node("Add", ["t", "w"], ["y"])],
+                       [value_info("x", shape=[512])], [value_info("y", shape=[512])], [tensor("w", weight)])
+    source, output = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(model, source)
+    assert main(["optimize", str(source), "-o", str(output), "--no-verify", "--external-data", "w.bin"]) == 0
+    assert (tmp_path / "w.bin").stat().st_size >= weight.nbytes
+    x = np.ones(512, np.float32)
+    np.testing.assert_array_equal(run(onnx.load(output), {"x": x})[0], x + weight)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no scratch folder left

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Union
 
@@ -18,7 +20,7 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
-from onnxrefine.errors import BadInputError, OnnxRefineError
+from onnxrefine.errors import BadInputError
 from onnxrefine.ir import heap, protoview, traversal, validate, wire
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto, ir.Model]
@@ -55,7 +57,29 @@ def proto_to_ir(proto: onnx.ModelProto, *, base_dir: str = "") -> ir.Model:
             raise BadInputError(f"model cannot be read: {_first_line(exc)}") from None
     if base_dir:
         ir.external_data.set_base_dir(model.graph, base_dir)
+    note_unkept_parts(proto, model)
     return model
+
+
+DROPPED_KEY = "onnxrefine.dropped"
+
+
+def note_unkept_parts(proto: onnx.ModelProto, model: ir.Model) -> None:
+    """Record in the model's metadata what of the file the IR does not hold, so the run says so
+    (the summary's notes, the report's "dropped") instead of losing it silently."""
+    dropped = []
+    if len(proto.training_info):
+        # onnx-ir has no training_info; the optimized graph's initializers would not match the
+        # training algorithm's bindings anyway (folds rename and replace weights).
+        dropped.append(f"training_info ({len(proto.training_info)} entr{'y' if len(proto.training_info) == 1 else 'ies'}): "
+                       "the optimized model is for inference; its initializers no longer match the training "
+                       "algorithm's bindings")
+    if dropped:
+        model.meta[DROPPED_KEY] = dropped
+
+
+def dropped_parts(model: ir.Model) -> list[str]:
+    return list(model.meta.get(DROPPED_KEY) or [])
 
 
 def to_ir(model: ModelLike) -> tuple[ir.Model, str]:
@@ -144,25 +168,45 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, input_path: str | os
     return external_save.save(model, path, input_path=input_path, layout=layout)
 
 
-class WrittenModelInvalid(OnnxRefineError):
-    """The model just written does not load (onnx's checker or an onnxruntime session refuses it
-    where they accept the input): it is removed, and the run is an error, never a success."""
+class WrittenModelInvalid(Exception):
+    """The optimized model, written, does not load (onnxrefine's load checks, onnx's checker or an
+    onnxruntime session refuse it where they accept the input): a fault of onnxrefine's, so not an
+    OnnxRefineError (the CLI's exit code 3); nothing is written."""
 
 
-def check_written(path: str | os.PathLike, input_path: str | os.PathLike | None = None) -> None:
-    """Check that the model just written at `path` loads: onnxrefine's own load checks, onnx's
-    checker, and an onnxruntime session of the main graph (built, nothing run). A check the input
+def check_staged(stage, path: str | os.PathLike, input_path: str | os.PathLike | None = None) -> None:
+    """Before `stage` (atomic.staging) commits: check that the model staged for `path` loads with
+    its staged data files. They are moved under their final names into a scratch folder beside
+    them for the check and back after it (the final names may still hold the previous outputs;
+    a hard link would not do: onnx's checker refuses external data with more than one link)."""
+    path = Path(path)
+    folder = path.resolve().parent
+    scratch = tempfile.mkdtemp(prefix=".check.", dir=folder)
+    moved: list[tuple[str, str]] = []
+    try:
+        for temp, target in stage.staged_files():
+            if target.resolve().parent == folder:
+                os.replace(temp, os.path.join(scratch, target.name))
+                moved.append((temp, os.path.join(scratch, target.name)))
+        check_loads(os.path.join(scratch, path.name), input_path)
+    finally:
+        for temp, checked in moved:
+            os.replace(checked, temp)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def check_loads(path: str | os.PathLike, input_path: str | os.PathLike | None = None) -> None:
+    """WrittenModelInvalid unless the model at `path` passes onnxrefine's own load checks, onnx's
+    checker, and builds an onnxruntime session of its main graph (nothing run). A check the input
     model fails as well (a model onnxruntime has no kernel for, an output without a shape for the
-    checker) does not count against the output. Raises WrittenModelInvalid, the file removed."""
+    checker) does not count against the output."""
     problems = load_problems(path)
     if problems and input_path is not None:
         known = load_problems(input_path)
         problems = {name: problem for name, problem in problems.items() if name not in known}
     if problems:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
         name, problem = next(iter(problems.items()))
-        raise WrittenModelInvalid(f"{path}: the optimized model does not load ({name}: {problem}); it was removed")
+        raise WrittenModelInvalid(f"the optimized model does not load ({name}: {problem}); nothing written")
 
 
 def load_problems(path: str | os.PathLike) -> dict[str, str]:
