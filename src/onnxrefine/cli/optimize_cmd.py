@@ -233,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
                 size_after = io.save_model(model, output, input_path=source, layout=layout)
                 notes += layout.notes
         if unchanged is None:
+            with progress.phase(f"check {output.name}"):  # it loads, or nothing is written
+                io.check_staged(stage, output, input_path=source)
             # Weights outside the model file, in the input or now staged beside the output.
             external = size_before != source.stat().st_size or any(
                 target.resolve() != output.resolve() for target in stage.targets())

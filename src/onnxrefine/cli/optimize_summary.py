@@ -76,7 +76,22 @@ def summary_lines(report, size_before: int, size_after: int, seconds: float, ext
     if budget.get("refused"):  # the run stopped short of what the rules could do: say so
         lines.append(f"constant budget: {budget_text(budget)}")
     lines.append(f"verification: {verification_text(report)}")
+    lines.append(f"certificates: {coverage_text(report.certificates)}")
     return lines
+
+
+def coverage_text(certificates: dict | None) -> str:
+    """What stands behind the applied rewrites (rewrite/log.py EVIDENCE), and how many were
+    refused for want of a certificate."""
+    if certificates is None:
+        return "off (--no-certify): rewrites applied unchecked"
+    c = certificates["coverage"]
+    text = f"{c['certified']} certified, {c['proved']} proved, {c['refused']} refused"
+    if c["deferred"]:
+        text += f", {c['deferred']} left to end-to-end verification"
+    if c["unchecked"]:
+        text += f", {c['unchecked']} unchecked"
+    return text
 
 
 def verification_text(report) -> str:

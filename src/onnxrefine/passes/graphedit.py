@@ -16,7 +16,7 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir import edit, traversal
 from onnxrefine.ir.opsets import STANDARD_DOMAINS, opset_version  # noqa: F401 - passes read graphedit.STANDARD_DOMAINS
 from onnxrefine.passes.registry import PassContext
-from onnxrefine.rewrite.log import node_label
+from onnxrefine.rewrite.log import UNCHECKED, node_label
 
 subgraphs_of = traversal.subgraphs_of
 
@@ -51,9 +51,11 @@ def replace_value(pctx: PassContext, graph: ir.Graph, old: ir.Value, new: ir.Val
 is_dead = edit.is_unread
 
 
-def log_apply(pctx: PassContext, rule: str, kind: str, graph: ir.Graph, node: ir.Node, added=()) -> None:
+def log_apply(pctx: PassContext, rule: str, kind: str, graph: ir.Graph, node: ir.Node, added=(), *,
+              evidence: str = UNCHECKED, certificate: str = "") -> None:
+    """Log a graph-level rewrite with what stands behind it (rewrite/log.py EVIDENCE) and its note."""
     pctx.log.apply(rule=rule, kind=kind, graph=graph.name or "", root=node_label(node),
-                   removed=[node_label(node)], added=list(added))
+                   removed=[node_label(node)], added=list(added), evidence=evidence, certificate=certificate)
 
 
 def log_refuse(pctx: PassContext, rule: str, graph: ir.Graph, node: ir.Node, reason: str | RewriteRefused,

@@ -12,6 +12,14 @@ def node_label(node: ir.Node) -> str:
     return f"{node.name or '<unnamed>'} ({node.op_type})"
 
 
+# What stands behind an applied rewrite (`AppliedRewrite.evidence`, the report's applied[].evidence):
+CERTIFIED = "certified"  # checked on its own subgraph in onnxruntime (or cross-checked against it)
+PROVED = "proved"        # a proof, no run for this rewrite (its reading checked once in the run)
+DEFERRED = "deferred"    # no certificate could be made; the run's end-to-end verdict judges it
+UNCHECKED = "unchecked"  # certificates off (--no-certify), or a pass that records no evidence
+EVIDENCE = (CERTIFIED, PROVED, DEFERRED, UNCHECKED)
+
+
 @dataclass(frozen=True)
 class AppliedRewrite:
     rule: str
@@ -20,8 +28,14 @@ class AppliedRewrite:
     root: str
     removed: list[str]
     added: list[str]
-    # The per-rewrite certificate's note ("certified: ...", "skipped: why"); "" when not run.
+    # The certificate's or proof's note ("certified: bit-identical on 6 input sets", "deferred:
+    # why no certificate"); "" when none was asked for.
     certificate: str = ""
+    evidence: str = UNCHECKED
+
+    def __post_init__(self):
+        if self.evidence not in EVIDENCE:
+            raise ValueError(f"rewrite {self.rule}: unknown evidence {self.evidence!r}")
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,14 @@ class RewriteLog:
 
     def counts(self) -> Counter:
         return Counter(entry.rule for entry in self.applied)
+
+    def coverage(self) -> dict[str, int]:
+        """Applied rewrites by evidence, and the standing refusals of rewrites no certificate
+        vouched for (failed, or none could be made): the report's certificates.coverage."""
+        counts = Counter(entry.evidence for entry in self.applied)
+        result = {name: counts.get(name, 0) for name in EVIDENCE}
+        result["refused"] = sum(1 for r in self.refused.values() if r.guard.startswith("certificate."))
+        return result
 
     def refusal_guards(self, rule: str | None = None) -> set[str]:
         """The guard ids of the recorded refusals (of `rule` only, when given)."""
