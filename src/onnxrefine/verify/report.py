@@ -32,6 +32,8 @@ class OutputReport:
     bound: dict = field(default_factory=dict)
     scatter: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    # rule name (rules.RULES) -> differing elements it explained, over all input sets
+    excused: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return _json_safe(dict(self.__dict__))
