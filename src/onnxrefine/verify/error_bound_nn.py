@@ -120,7 +120,7 @@ def _dot_rule(product_of, terms_of, extra_of=None):
             if rounding:
                 if exact is not None:
                     carried = np.where(exact, 0.0, carried)
-                carried = ctx.finish(0, carried, None)
+                carried = ctx.finish(0, carried, None, underflows=0 if exact is not None and exact.all() else n)
             results.append(carried)
         return [tuple(results)]
     return rule
@@ -199,7 +199,8 @@ def _summing(mean: bool):
                 if exact is not None:
                     carried = np.where(exact, 0.0, carried)
                 divided = mean and bool(n & (n - 1))
-                carried = ctx.finish(0, carried, 1.0 if divided else None)
+                carried = ctx.finish(0, carried, 1.0 if divided else None,
+                                     underflows=0 if exact is not None and exact.all() else n)
             results.append(carried)
         return [tuple(results)]
     return rule
@@ -247,7 +248,7 @@ def _softmax(log: bool):
             else:
                 carried = y * np.expm1(spread) + (u * y if rounding else 0.0)
             carried = np.asarray(carried + np.zeros(x.shape)).reshape(ctx.outputs[0].shape)
-            results.append(ctx.finish(0, carried, None) if rounding else carried)
+            results.append(ctx.finish(0, carried, None, underflows=n + 2) if rounding else carried)
         return [tuple(results)]
     return rule
 
@@ -273,7 +274,7 @@ def _batch_norm(ctx):
     # s and the shift are computed once per channel: their rounding (and a fold's) errs alike on the channel
     k_x = 0.0 if ctx.k[0] is None else materialize(ctx.k[0], ctx.inputs[0])
     coherent = k_x * np.abs(s) + (gamma(6, u) + sum(c or 0.0 for c in ctx.k[1:5])) * terms
-    return [(ctx.finish(0, bound, None), coherent)]
+    return [(ctx.finish(0, bound, None, underflows=6), coherent)]
 
 
 def _layer_norm(ctx):
@@ -312,7 +313,7 @@ def _layer_norm(ctx):
         if rounding:
             carried = carried + gamma(3, u) * (np.abs(d * r * scale) + np.abs(shift) + carried)
         carried = np.where(np.isnan(carried), np.inf, carried)
-        results.append(ctx.finish(0, carried, None) if rounding else carried)
+        results.append(ctx.finish(0, carried, None, underflows=n + 6) if rounding else carried)
     return [tuple(results)] + [(NOT_DERIVED, NOT_DERIVED)] * (len(ctx.outputs) - 1)
 
 
