@@ -20,7 +20,7 @@ import onnx
 
 import onnxrefine
 from onnxrefine.verify import verify_models
-from onnxrefine.verify.reference import evaluate_float64
+from onnxrefine.verify.reference.evaluator import evaluate_float64
 
 
 def without_bounds(model, feeds, **kwargs):

@@ -1,4 +1,4 @@
-"""The per-element error bound (verify/error_bound*.py), family by family: sound and tight.
+"""The per-element error bound (verify/reference/bound*.py), family by family: sound and tight.
 
 Sound: on sampled inputs (about 10^6 elements over the whole file, vectorised: each onnxruntime run
 evaluates a whole batch), the float32 run's distance from float64 never exceeds its element's bound.
@@ -15,8 +15,8 @@ import pytest
 from helpers import make_model, run, tensor, value_info
 from onnx import TensorProto, helper
 
-from onnxrefine.verify.error_bound import bound_of, coherent_of
-from onnxrefine.verify.reference import evaluate_float64
+from onnxrefine.verify.reference.bound import bound_of, coherent_of
+from onnxrefine.verify.reference.evaluator import evaluate_float64
 
 F = TensorProto.FLOAT
 U = 2.0 ** -24

@@ -1,4 +1,4 @@
-"""The verdict with the per-element derived bound (verify/error_bound.py): real bugs that a bound shared
+"""The verdict with the per-element derived bound (verify/reference/bound.py): real bugs that a bound shared
 across elements excused, the systematic test, and legitimate rewrites that stay `rounding`.
 
 Each of the three bug pairs below was judged `rounding` before the bound was per element: one large
