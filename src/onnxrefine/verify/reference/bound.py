@@ -24,11 +24,18 @@ from __future__ import annotations
 import numpy as np
 
 from onnxrefine.verify.reference.kernels import dtype as _dtype
-from onnxrefine.verify.reference.bound_nn import STRUCTURAL
-from onnxrefine.verify.reference.bound_ops import ELEMENTWISE, NOT_DERIVED, OpContext, dtype_of, materialize
+from onnxrefine.verify.reference.bound_nn import MOVERS, STRUCTURAL
+from onnxrefine.verify.reference.bound_ops import (ELEMENTWISE, NOT_DERIVED, UNBOUNDED, OpContext, dtype_of,
+                                                   materialize)
 
 # op type -> its rule (bound_ops.py: elementwise; reference/bound_nn.py: the rest)
 BOUND_RULES = {**ELEMENTWISE, **STRUCTURAL}
+# Rules that move or pick elements: an unbounded input leaves the others' elements bounded
+_CARRIERS = frozenset(MOVERS) | {"Shape", "Size"}
+# Rules whose bound costs a product or reduction: skipped (the bound is +inf) when an input's is +inf
+# everywhere, so that a worst-case bound that has grown useless deep in a network costs no more
+_COSTLY = frozenset({"MatMul", "Gemm", "Conv", "ReduceSum", "ReduceMean", "AveragePool", "GlobalAveragePool",
+                     "Softmax", "LogSoftmax", "LayerNormalization"})
 
 __all__ = ["BoundedReference", "BoundTracker", "bound_of", "coherent_of", "derived_op_types"]
 
@@ -104,9 +111,15 @@ class BoundTracker:
             ctx = OpContext(node, inputs, attrs, opset, outputs, [r[0] for r in reprs], [r[1] for r in reprs],
                             [dtype_of(self.types.get(name)) for name in names], self.evaluator, scope,
                             [name in getattr(self.evaluator, "narrow_types", {}) for name in names])
+            unbounded = [any(isinstance(c, float) and c == UNBOUNDED for c in compacts) for compacts in (ctx.b, ctx.k)]
+            ctx.only_coherent = node.op_type in _COSTLY and unbounded[0]
+            if all(unbounded) and node.op_type not in _CARRIERS:
+                rule = _unbounded
             try:
                 with np.errstate(all="ignore"):
                     results = rule(ctx)
+                if ctx.only_coherent and results is not None:
+                    results = [(UNBOUNDED, result[-1]) for result in results]
             except Exception:  # noqa: BLE001 - a rule that cannot read this node derives nothing
                 results = None
         for index, name in enumerate(names):
@@ -122,7 +135,7 @@ class BoundTracker:
                 dtype = dtype_of(self.types.get(name))
                 coherent = float(np.finfo(dtype).eps) / 2 if dtype is not None and dtype.kind == "f" else None
                 bound = None
-            self.bounds[name] = (bound, coherent)
+            self.bounds[name] = (_compact(bound), _compact(coherent))
 
     def attach(self, name: str, value):
         """`value` as a BoundedReference carrying its bounds (unchanged if it is no numeric array)."""
@@ -134,3 +147,14 @@ class BoundTracker:
         view.coherent_bound = materialize(coherent, value)
         return view
 
+
+def _unbounded(ctx):
+    return [(UNBOUNDED, UNBOUNDED)] * len(ctx.outputs)
+
+
+def _compact(bound):
+    """A bound infinite on most of a value becomes infinite on all of it (larger, so still a bound):
+    a worst-case bound grown useless deep in a network then costs nothing downstream."""
+    if isinstance(bound, np.ndarray) and bound.size and np.count_nonzero(np.isposinf(bound)) * 2 > bound.size:
+        return UNBOUNDED
+    return bound

@@ -62,6 +62,13 @@ def _shape(ctx):
     return [(None, None)] * len(ctx.outputs)
 
 
+def _exact_of_exact(ctx):
+    """Ops computing a fixed function of exact inputs exactly (a filled shape, a range, positions)."""
+    if all(bound is None for bound in ctx.b):
+        return [(None, None)] * len(ctx.outputs)
+    return None
+
+
 # ------------------------------------------------------------------------------------ dot products
 
 def _abs(value):
@@ -74,6 +81,8 @@ def _bilinear(product, a, b_a, w, b_w, g: float, magnitude=None):
     abs_a, abs_w = _abs(a), _abs(w)
     if b_a is None and b_w is None:
         return g * (magnitude if magnitude is not None else product(abs_a, abs_w))
+    if b_a is None and magnitude is not None and (isinstance(b_w, float) or b_w is None):
+        return ((1.0 + g) * (1.0 + (b_w or 0.0)) - 1.0) * magnitude
     if isinstance(b_w, float) or b_w is None:
         scale = (1.0 + g) * (1.0 + (b_w or 0.0))
         left = (scale - 1.0) * abs_a + (0.0 if b_a is None else scale * materialize(b_a, a))
@@ -84,6 +93,14 @@ def _bilinear(product, a, b_a, w, b_w, g: float, magnitude=None):
         return product(abs_a, right)
     if magnitude is None:
         magnitude = product(abs_a, abs_w)
+    if product is np.matmul and abs_a.ndim >= 2 and abs_w.ndim >= 2:
+        # both sides carry bounds (attention's products): each cross term by its largest bound times
+        # the other side's sum, sum_k |a_ik| b_kj <= (sum_k |a_ik|) max_k b_kj; terms of the
+        # element's own row and column, one product (the magnitude) instead of three
+        b_a, b_w = materialize(b_a, a), materialize(b_w, w)
+        cross = np.max(b_a, axis=-1, keepdims=True) * np.sum(abs_w + b_w, axis=-2, keepdims=True) \
+            + np.sum(abs_a, axis=-1, keepdims=True) * np.max(b_w, axis=-2, keepdims=True)
+        return (1.0 + g) * cross + g * magnitude
     return (1.0 + g) * product(abs_a + materialize(b_a, a), abs_w + materialize(b_w, w)) - magnitude
 
 
@@ -100,8 +117,36 @@ def _exact_sum(ctx, magnitude, *values) -> np.ndarray | None:
     return magnitude <= limit
 
 
-def _dot_rule(product_of, terms_of, extra_of=None):
-    """A dot-product rule: product_of(ctx) -> bilinear function; terms_of(ctx) -> n (terms per element)."""
+_U32 = 2.0 ** -24
+
+
+def _stacked_nonnegative(product, lefts, right, n: int):
+    """product(left, right) for each of `lefts` (all >= 0, as is `right`), in one float32 call, made an
+    upper bound again: the float32 rounding of the operands and of the n-term sums is at most
+    (1 + u)^2 / (1 - n u) relative for nonnegative terms, and an underflow at most n * tiny. None
+    when float32 cannot hold the operands (the float64 path then runs)."""
+    with np.errstate(all="ignore"):
+        stacked = np.stack(lefts).astype(np.float32)
+        if not (np.all(np.isfinite(stacked)) and np.all(np.isfinite(right.astype(np.float32)))):
+            return None
+        if n * _U32 >= 0.5:
+            return None
+        results = product(stacked, right.astype(np.float32))
+    inflate = (1.0 + _U32) ** 2 / (1.0 - n * _U32)
+    tiny = float(np.finfo(np.float32).tiny) * n
+    return [np.asarray(result, dtype=np.float64) * inflate + tiny for result in results]
+
+
+def _left_operand(a, b_a, b_w, g: float):
+    """P with product(P, |w|) the bound of _bilinear when the right side's bound is 0 or relative."""
+    scale = (1.0 + g) * (1.0 + (b_w or 0.0))
+    return (scale - 1.0) * _abs(a) + (0.0 if b_a is None else scale * materialize(b_a, a))
+
+
+def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
+    """A dot-product rule: product_of(ctx) -> bilinear function; terms_of(ctx) -> n (terms per element).
+    `stack(product)`: the product of a stack of left operands (one call for the bound and the
+    coherent bound, in float32, see _stacked_nonnegative)."""
     def rule(ctx):
         product, (a, w) = product_of(ctx)
         n = terms_of(ctx)
@@ -111,10 +156,19 @@ def _dot_rule(product_of, terms_of, extra_of=None):
         if _reprs_all_none(ctx.b):
             magnitude = product(_abs(a), _abs(w))
             exact = _exact_sum(ctx, magnitude, a, w)
+        carried_by_channel = None
+        right_relative = all(c[1] is None or isinstance(c[1], float) for c in (ctx.b, ctx.k))
+        if stack is not None and magnitude is None and right_relative:
+            lefts = [_left_operand(a, compacts[0], compacts[1], gamma(n, u) if rounding else 0.0)
+                     for compacts, rounding in ctx.channels()]
+            carried_by_channel = _stacked_nonnegative(stack(product), lefts, _abs(w), n)
         results = []
-        for compacts, rounding in ctx.channels():
+        for index, (compacts, rounding) in enumerate(ctx.channels()):
             g = gamma(n, u) if rounding else 0.0
-            carried = _bilinear(product, a, compacts[0], w, compacts[1], g, magnitude)
+            if carried_by_channel is not None:
+                carried = carried_by_channel[index]
+            else:
+                carried = _bilinear(product, a, compacts[0], w, compacts[1], g, magnitude)
             if extra_of is not None:
                 carried = carried + extra_of(ctx, compacts, g)
             if rounding:
@@ -124,6 +178,26 @@ def _dot_rule(product_of, terms_of, extra_of=None):
             results.append(carried)
         return [tuple(results)]
     return rule
+
+
+def _matmul_stack(product):
+    """The stack as more rows of one 2-D product when the right side is a matrix (numpy's batched
+    matmul is slower than one BLAS call on the same numbers)."""
+    def run(stacked, right):
+        if right.ndim == 2 and stacked.ndim >= 2:
+            flat = product(stacked.reshape(-1, stacked.shape[-1]), right)
+            return flat.reshape(stacked.shape[:-1] + (right.shape[-1],))
+        return product(stacked, right)  # matmul broadcasts the stack axis
+    return run
+
+
+def _conv_stack(product):
+    """The stack along the batch axis: one convolution of twice the batch."""
+    def run(stacked, right):
+        count, batch = stacked.shape[0], stacked.shape[1]
+        out = product(stacked.reshape((count * batch,) + stacked.shape[2:]), right)
+        return out.reshape((count, batch) + out.shape[1:])
+    return run
 
 
 def _matmul_product(ctx):
@@ -246,7 +320,14 @@ def _softmax(log: bool):
             if log:
                 carried = spread + (u * (np.abs(y) + spread) if rounding else 0.0)
             else:
-                carried = y * np.expm1(spread) + (u * y if rounding else 0.0)
+                # y * (exp(spread) - 1), in log space where the spread is large (a masked logit at
+                # -FLT_MAX has y = 0 and a huge spread: its bound is exp(t + spread), t = log y);
+                # a probability never moves by more than 1
+                log_y = (x - top) - np.log(np.sum(np.exp(x - top), axis=axes, keepdims=True))
+                spread = spread + np.zeros(x.shape)
+                grown = np.where(spread < 1.0, y * np.expm1(np.minimum(spread, 1.0)),
+                                 np.exp(np.minimum(log_y + spread, 1.0)) - y)
+                carried = np.minimum(grown, 1.0) + (u * y if rounding else 0.0)
             carried = np.asarray(carried + np.zeros(x.shape)).reshape(ctx.outputs[0].shape)
             results.append(ctx.finish(0, carried, None, underflows=n + 2) if rounding else carried)
         return [tuple(results)]
@@ -321,13 +402,16 @@ STRUCTURAL = {
     **{op: _movement(positions, True) for op, positions in _MOVERS.items()},
     **{op: _movement(positions, False) for op, positions in _PICKERS.items()},
     **{op: _shape for op in _SHAPES},
-    "MatMul": _dot_rule(_matmul_product, lambda ctx: ctx.inputs[0].shape[-1]),
-    "Gemm": _dot_rule(_gemm_product, _gemm_terms, _gemm_extra),
-    "Conv": _dot_rule(_conv_product, _conv_terms, _conv_extra),
+    **{op: _exact_of_exact for op in ("ConstantOfShape", "Range", "NonZero", "OneHot", "EyeLike")},
+    "MatMul": _dot_rule(_matmul_product, lambda ctx: ctx.inputs[0].shape[-1], stack=_matmul_stack),
+    "Gemm": _dot_rule(_gemm_product, _gemm_terms, _gemm_extra, stack=_matmul_stack),
+    "Conv": _dot_rule(_conv_product, _conv_terms, _conv_extra, stack=_conv_stack),
     "ReduceSum": _summing(False), "ReduceMean": _summing(True), "AveragePool": _summing(True),
     "GlobalAveragePool": _summing(True),
     "Softmax": _softmax(False), "LogSoftmax": _softmax(True),
     "BatchNormalization": _batch_norm, "LayerNormalization": _layer_norm,
 }
 
-__all__ = ["STRUCTURAL", "math"]
+MOVERS = frozenset(_MOVERS) | frozenset(_PICKERS)
+
+__all__ = ["MOVERS", "STRUCTURAL", "math"]
