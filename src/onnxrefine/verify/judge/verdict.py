@@ -202,7 +202,7 @@ class SetEvidence:
 
     def attach_reference(self, value) -> None:
         """`reference` (and its bounds, when the evaluator derived them) from a float64 evaluation."""
-        from onnxrefine.verify.reference.bound import bound_of, coherent_of
+        from onnxrefine.verify.reference import bound_of, coherent_of
 
         self.reference = np.asarray(value, dtype=np.float64)
         bound, coherent = bound_of(value), coherent_of(value)

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from onnxrefine.verify.reference.bound_ops import (LIBRARY_ULPS, NOT_DERIVED, _is_float, _reprs_all_none, gamma,
+from onnxrefine.verify.reference.bound_ops import (LIBRARY_ULPS, NOT_DERIVED, is_float, all_exact, gamma,
                                                materialize)
 
 # op type -> the input positions that are data (moved); every other input must be exact
@@ -111,7 +111,7 @@ def _integral(*values) -> bool:
 def _exact_sum(ctx, magnitude, *values) -> np.ndarray | None:
     """Where a dot product or sum of exact integers stays below 2^precision, it is exact in any order."""
     dtype = ctx.out_dtypes[0]
-    if not _reprs_all_none(ctx.b) or not _integral(*values) or not _is_float(dtype):
+    if not all_exact(ctx.b) or not _integral(*values) or not is_float(dtype):
         return None
     limit = 2.0 ** (np.finfo(dtype).nmant + 1) if dtype.kind == "f" else 2.0 ** 8
     return magnitude <= limit
@@ -153,7 +153,7 @@ def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
         u = ctx.u()
         magnitude = None
         exact = None
-        if _reprs_all_none(ctx.b):
+        if all_exact(ctx.b):
             magnitude = product(_abs(a), _abs(w))
             exact = _exact_sum(ctx, magnitude, a, w)
         carried_by_channel = None
@@ -256,7 +256,7 @@ def _summing(mean: bool):
         n = max(1, _window(ctx) if ctx.node.op_type == "AveragePool" else (x.size // y.size if y.size else 1))
         u = ctx.u()
         exact = None
-        if _reprs_all_none(ctx.b) and _integral(x):
+        if all_exact(ctx.b) and _integral(x):
             magnitude = _kernel_on(ctx, _abs(x)) * (n if mean else 1)
             exact = _exact_sum(ctx, magnitude, x)
             if mean and n & (n - 1):

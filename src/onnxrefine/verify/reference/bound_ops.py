@@ -41,7 +41,7 @@ def dtype_of(elem_type) -> np.dtype | None:
         return None
 
 
-def _is_float(dtype) -> bool:
+def is_float(dtype) -> bool:
     return dtype is not None and (dtype.kind == "f" or dtype.name in ("bfloat16",))
 
 
@@ -82,7 +82,7 @@ class OpContext:
 
     def u(self, index: int = 0) -> float:
         dtype = self.out_dtypes[index] if index < len(self.out_dtypes) else None
-        return float(ml_dtypes.finfo(dtype).eps) / 2.0 if _is_float(dtype) else 0.0
+        return float(ml_dtypes.finfo(dtype).eps) / 2.0 if is_float(dtype) else 0.0
 
     def kernel(self, inputs) -> list:
         return list(KERNELS[self.node.op_type](NodeCall(self.node, inputs, self.attrs, self.opset, self.evaluator,
@@ -109,7 +109,7 @@ class OpContext:
         (the smallest normal; float16's smallest subnormal), beyond what its `prop` covers."""
         y = self.y(index)
         dtype = self.out_dtypes[index] if index < len(self.out_dtypes) else None
-        if not _is_float(dtype):
+        if not is_float(dtype):
             if prop is None:
                 return None
             info = np.iinfo(dtype) if dtype is not None and dtype.kind in "iu" else None
@@ -146,7 +146,7 @@ class OpContext:
         return 2.0 ** (np.finfo(dtype).nmant + 1) if dtype is not None and dtype.kind == "f" else 2.0 ** 8
 
 
-def _reprs_all_none(compacts) -> bool:
+def all_exact(compacts) -> bool:
     return all(compact is None for compact in compacts)
 
 
@@ -159,7 +159,7 @@ def _elementwise(prop, ulps: float | None = 0.5, exactness=None, scale=None):
     def rule(ctx):
         results = []
         for compacts, rounding in ctx.channels():
-            carried = None if _reprs_all_none(compacts) else prop(ctx, ctx.arrays(compacts))
+            carried = None if all_exact(compacts) else prop(ctx, ctx.arrays(compacts))
             if rounding:
                 op_ulps = LIBRARY_ULPS.get(ctx.node.op_type, ulps) if ulps is not None else None
                 exact = exactness(ctx) if exactness is not None and op_ulps is not None else None
@@ -172,7 +172,7 @@ def _elementwise(prop, ulps: float | None = 0.5, exactness=None, scale=None):
                 results.append(bound)
             else:
                 library = LIBRARY_ULPS.get(ctx.node.op_type)
-                if library is not None and _is_float(ctx.out_dtypes[0]):
+                if library is not None and is_float(ctx.out_dtypes[0]):
                     # an approximating kernel may err alike on every element: coherent, not random
                     carried = (0.0 if carried is None else carried) + 2.0 * library * ctx.u() * np.abs(ctx.y()) \
                         + LIBRARY_ABSOLUTE_U.get(ctx.node.op_type, 0.0) * ctx.u()
@@ -316,7 +316,7 @@ def _softplus(t):
 def _cast(ctx, b):
     width = _zero(b[0])
     dtype = ctx.out_dtypes[0]
-    if _is_float(dtype) or not np.any(width):
+    if is_float(dtype) or not np.any(width):
         return width + np.zeros(ctx.y().shape)
     x = ctx.r(0)
     if dtype == np.bool_:
