@@ -1,6 +1,8 @@
 """A verify report's JSON, pinned: the refactor of verify_models into VerificationSession must leave every key and value of the report as it was, with and without the float64
 reference. The golden files were written by the code before that refactor
 (tests/data/verify_report_golden_*.json); only timings are left out (they vary run to run).
+One deliberate change since: every output row and localised value gained `excused` (which rule
+explained how many differing elements), added to the files and nothing else changed.
 
 The model is elementwise IEEE arithmetic only (Mul, Add, Div, Relu, Greater: each correctly rounded
 in every onnxruntime build), so the figures do not depend on the machine's SIMD paths.

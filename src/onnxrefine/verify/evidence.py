@@ -176,6 +176,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
     if reference_state["status"] == "unavailable":
         return
     from onnxrefine.verify.judge import DECISION_OPS, DecisionEvidence
+    from onnxrefine.verify.reference import bound_of
 
     model = model_file.proto
     producers = {out: node for node in model.graph.node for out in node.output}
@@ -202,7 +203,8 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
             continue
         attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
         set_evidence[name].decision = DecisionEvidence(
-            node.op_type, [array.astype(np.float64) for array in arrays], attrs)
+            node.op_type, [array.astype(np.float64) for array in arrays], attrs,
+            bounds=[bound_of(values[value]) for value in data])
 
 
 def output_report(name, sets, comps, bound, candidate_name, candidate_failure, reference_state):
@@ -236,6 +238,9 @@ def output_report(name, sets, comps, bound, candidate_name, candidate_failure, r
     if judgement.nonfinite_excused:
         notes.append(f"{judgement.nonfinite_excused} inf<->NaN or inf<->largest-finite difference(s) on "
                      "inf/NaN inputs (order of inf arithmetic, saturation) not blamed")
+    if judgement.beyond_own_bound:
+        notes.append(f"the original exceeds its own derived bound at {judgement.beyond_own_bound} differing "
+                     "element(s): judged there by the accumulation allowance")
     if judgement.verdict == UNSTABLE:
         notes.append(f"the original itself is unstable at {judgement.unstable_positions} element(s); "
                      "the candidate's differences there are not blamed on it")
@@ -249,6 +254,7 @@ def output_report(name, sets, comps, bound, candidate_name, candidate_failure, r
         cand_err_max=judgement.cand_err_max, reference=reference, bound=bound.to_dict(),
         scatter=judgement.scatter if judgement.used_reference else {}, notes=notes,
         worst_elements=judgement.worst_elements,
+        excused=dict(judgement.excused),
     )
 
 

@@ -297,7 +297,7 @@ class VerificationSession:
                 value = values.get(name)
                 item = set_evidence.get(name)
                 if item is not None and value is not None and np.shape(value) == item.original.shape:
-                    item.reference = np.asarray(value, dtype=np.float64)
+                    item.attach_reference(value)
 
     def add_controls(self, run: _Run) -> None:
         """The controls on the original (few-ulp perturbation runs) only add excuses (sensitivity,

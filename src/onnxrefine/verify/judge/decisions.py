@@ -37,6 +37,8 @@ class DecisionEvidence:
     op_type: str
     values: list  # float64 arrays: the op's data input (two for comparisons)
     attrs: dict = field(default_factory=dict)  # axis, keepdims, select_last_index
+    # per value, its per-element error bound (bound.bound_of; None: not derived)
+    bounds: list | None = None
 
     def usable(self, output_shape) -> bool:
         try:

@@ -90,6 +90,7 @@ import numpy as np
 from onnxrefine.verify import graphinfo
 from onnxrefine.verify.judge.compare import ValueClass, bit_identical, ordered_int
 from onnxrefine.verify.judge.decisions import DecisionEvidence
+from onnxrefine.verify.judge.systematic import systematic_error
 from onnxrefine.verify.judge.rules import (CONTROLS, JUMP, PERTURB_ULPS, RULES, Control, ControlFacts, DiscreteFacts,
                                      OutputFacts, Rule)
 
@@ -194,6 +195,21 @@ class SetEvidence:
     # bool per element: depends on the non-finite input elements (None: unknown, all assumed to)
     nonfinite_cone: np.ndarray | None = None
     decision: DecisionEvidence | None = None  # float64 values feeding a discrete output's op
+    # per element, beside `reference` (bound.py): an upper bound on |original run - reference|
+    # (NaN: not derived there), and the part of it a legitimate candidate may err by coherently
+    error_bound: np.ndarray | None = None
+    coherent_bound: np.ndarray | None = None
+
+    def attach_reference(self, value) -> None:
+        """`reference` (and its bounds, when the evaluator derived them) from a float64 evaluation."""
+        from onnxrefine.verify.reference import bound_of, coherent_of
+
+        self.reference = np.asarray(value, dtype=np.float64)
+        bound, coherent = bound_of(value), coherent_of(value)
+        shape = self.reference.shape
+        self.error_bound = None if bound is None or bound.shape != shape else np.asarray(bound, np.float64)
+        self.coherent_bound = None if coherent is None or coherent.shape != shape else np.asarray(coherent,
+                                                                                                 np.float64)
 
 
 @dataclass
@@ -213,6 +229,8 @@ class Judgement:
     # The differing elements that weigh most, unexplained ones first, then by |candidate -
     # original|: {"set", "index", "original", "candidate", "reference", "explained"} (_record_worst).
     worst_elements: list = field(default_factory=list)
+    beyond_own_bound: int = 0  # elements where the ORIGINAL exceeds its derived bound (judged by the old rules)
+    systematic: str = ""  # why the candidate's mean error is no rounding ("" when it is)
 
 
 def nonfinite_replaced(feeds, value: float) -> dict:
@@ -308,6 +326,7 @@ def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.n
     unstable &= ~vetoed  # a veto also overrides the original's instability (a pole at 0, say)
     if has_reference:
         _record_errors(facts, judgement)
+        judgement.beyond_own_bound += int(np.count_nonzero(facts.beyond_own_bound & differ))
     return explained
 
 
@@ -362,7 +381,9 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
         unexplained = differ & ~explained
         judgement.unexplained += int(np.count_nonzero(unexplained))
         _record_worst(judgement, set_index, evidence, differ, unexplained)
-        if not unexplained.any():
+        if not unexplained.any() and graphinfo.is_float_dtype(original.dtype) and systematic_error(evidence, judgement):
+            per_set.append(MISMATCH)
+        elif not unexplained.any():
             per_set.append(ROUNDING)
         elif not (unexplained & ~unstable).any():
             per_set.append(UNSTABLE)

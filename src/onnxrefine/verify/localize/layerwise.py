@@ -77,6 +77,7 @@ class ValueResult:
     mismatch_sets: list = field(default_factory=list)  # labels of the input sets judged mismatch
     runtime_artefact: str = ""  # why a mismatch is onnxruntime's doing (runtime_artefacts.py)
     stats_from_extreme: bool = False  # the figures above come from extreme-magnitude sets only
+    excused: dict = field(default_factory=dict)  # rule name -> differing elements it explained
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -274,7 +275,7 @@ class Localizer:
             ref = reference.pop(pair.name, None)
             item = judge.SetEvidence(a, rerun, c, extreme=extreme, nonfinite_inputs=nonfinite)
             if ref is not None and graphinfo.is_float_dtype(a.dtype) and np.shape(ref) == a.shape:
-                item.reference = np.asarray(ref, dtype=np.float64)
+                item.attach_reference(ref)
             judgement = judge.judge_output([item], pair.bound)
             if judgement.verdict in (judge.EXACT, judge.ROUNDING):
                 self._record(pair, item, label, judgement)
@@ -314,6 +315,8 @@ class Localizer:
         result.verdict = judge.worst([result.verdict, judgement.verdict])
         result.differing += judgement.differing
         result.unexplained += judgement.unexplained
+        for rule, count in judgement.excused.items():
+            result.excused[rule] = result.excused.get(rule, 0) + count
         if judgement.verdict == judge.MISMATCH:
             result.mismatch_sets.append(label)
         # The figures summarize one ordinary input set (the first where the value differs) plus

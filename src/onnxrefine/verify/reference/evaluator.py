@@ -112,6 +112,7 @@ def evaluate_float64(
     outputs: Sequence[str] | None = None,
     base_dir: str | None = None,
     observe: Any = None,
+    error_bounds: bool = True,
 ) -> dict[str, np.ndarray]:
     """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all).
 
@@ -120,6 +121,9 @@ def evaluate_float64(
 
     ``observe(name, value)``, when given, is called with each main-graph node output as soon as it is
     computed (in node order), so a caller can compare intermediates without this evaluator keeping them.
+
+    ``error_bounds``: every main-graph value returned or observed also carries its per-element error
+    bound and coherent bound (bound.py; read them with bound.bound_of / coherent_of).
     """
     opsets = {op.domain or "": op.version for op in model.opset_import}
     if "ai.onnx" in opsets and "" not in opsets:
@@ -129,10 +133,16 @@ def evaluate_float64(
     evaluator.narrow_types = _dtype.narrow_value_types(model)
     evaluator.base_dir = base_dir
     evaluator.observe = observe
+    if error_bounds:
+        from onnxrefine.verify.reference.bound import BoundTracker
+
+        evaluator.bounds = BoundTracker(model, evaluator)
     graph = model.graph
     wanted = list(outputs) if outputs is not None else [o.name for o in graph.output]
     env = evaluator.bind_graph_inputs(graph, feeds)
     results = evaluator.run_graph(graph, env, parent_scope=None, wanted=wanted)
+    if evaluator.bounds is not None:
+        return {name: evaluator.bounds.attach(name, results[name]) for name in wanted}
     return {name: results[name] for name in wanted}
 
 
@@ -181,6 +191,8 @@ class _Evaluator:
         self.peak_live = 0  # most computed values held at once by one graph (freed after last use)
         self._last_uses: dict[int, tuple] = {}
         self.observe = None  # see evaluate_float64
+        self.bounds = None  # error_bound.BoundTracker of the main graph, when bounds are wanted
+        self._node_seen = None  # (node, inputs, attrs, opset) of the native kernel run last (for the bounds)
 
     # -- graphs -------------------------------------------------------------------------------------------
     def bind_graph_inputs(self, graph: onnx.GraphProto, feeds: Mapping[str, np.ndarray]) -> _Scope:
@@ -208,19 +220,28 @@ class _Evaluator:
         keep = set(wanted)
         live = sum(1 for value in dict.values(env) if not isinstance(value, _Initializer))
         for index, node in enumerate(nodes):
+            main = parent_scope is None
+            self._node_seen = None
             self.run_node(node, env, self.opsets)
             for out in node.output:
                 if out in self.narrow_types:
                     env[out] = _dtype.round_to(env[out], self.narrow_types[out])
-            if self.observe is not None and parent_scope is None:  # main graph only (localisation)
+            if self.bounds is not None and main:
+                seen = self._node_seen if self._node_seen is not None and self._node_seen[0] is node else None
+                self.bounds.after_node(node, seen and seen[1:],
+                                       [dict.get(env, name) if name else None for name in node.output], env)
+            if self.observe is not None and main:  # main graph only (localisation)
                 for name in node.output:
                     if name:
-                        self.observe(name, dict.get(env, name))
+                        value = dict.get(env, name)
+                        self.observe(name, value if self.bounds is None else self.bounds.attach(name, value))
             live += sum(1 for name in node.output if name)
             self.peak_live = max(self.peak_live, live)
             for name in last_use.get(index, ()):
                 if name not in keep and dict.__contains__(env, name):
                     live -= not isinstance(dict.pop(env, name), _Initializer)
+                    if self.bounds is not None and main:
+                        self.bounds.forget(name)
         result = {}
         for name in wanted:
             try:
@@ -295,6 +316,8 @@ class _Evaluator:
         opset = opsets.get("", opsets.get("ai.onnx", onnx.defs.onnx_opset_version()))
         handler = _NATIVE.get(node.op_type)
         call = NodeCall(node, inputs, attrs, opset, self, env)
+        if handler is not None:
+            self._node_seen = (node, inputs, attrs, opset)
         if handler is not None:
             return handler(call)
         return self._run_fallback(call)

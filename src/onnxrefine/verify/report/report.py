@@ -34,6 +34,8 @@ class OutputReport:
     scatter: dict = field(default_factory=dict)
     worst_elements: list = field(default_factory=list)  # judge.verdict.Judgement.worst_elements
     notes: list = field(default_factory=list)
+    # rule name (rules.RULES) -> differing elements it explained, over all input sets
+    excused: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return json_safe(dict(self.__dict__))

@@ -1,0 +1,160 @@
+"""A per-element forward error bound, computed beside the float64 reference (running error analysis).
+
+For every value of the main graph the reference evaluator computes (reference.evaluate_float64), the
+BoundTracker also propagates, element by element, an upper bound on |v_run - v_ref|: how far a run of
+the graph in its own precision (each op's result rounded to its declared dtype, sums in any order,
+onnxruntime's accuracy for transcendental kernels) can lie from the float64 value. Inputs and weights
+are exact (bound 0); each op adds its own rounding and carries its inputs' bounds forward by its
+derivative (bound_ops.py holds one rule per op type; docs/verification.md the formulas).
+
+Alongside it runs a second quantity, the coherent bound: what a *legitimate* candidate may err by in
+the same direction on many elements at once, the rounding of every constant it may have folded
+(each rounded once to its dtype), carried forward the same way with no per-op rounding. The
+verdict's systematic test (verdict.py) allows a mean error that large, and no larger.
+
+A bound is stored compactly while the graph runs: None (all zero: the value is exact), a float c
+(c * |v|, e.g. a weight's coherent bound u*|w|) or an array. NaN marks elements whose bound is not
+derived (an op without a rule, a subgraph op); +inf an unbounded one (a possible overflow, a
+division by an interval holding 0). Results reach callers as BoundedReference arrays, which carry
+both bounds as attributes; bound_of / coherent_of read them (None on any other array).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxrefine.verify.reference.kernels import dtype as _dtype
+from onnxrefine.verify.reference.bound_nn import MOVERS, STRUCTURAL
+from onnxrefine.verify.reference.bound_ops import (ELEMENTWISE, NOT_DERIVED, UNBOUNDED, OpContext, dtype_of,
+                                                   materialize)
+
+# op type -> its rule (bound_ops.py: elementwise; reference/bound_nn.py: the rest)
+BOUND_RULES = {**ELEMENTWISE, **STRUCTURAL}
+# Rules that move or pick elements: an unbounded input leaves the others' elements bounded
+_CARRIERS = frozenset(MOVERS) | {"Shape", "Size"}
+# Rules whose bound costs a product or reduction: skipped (the bound is +inf) when an input's is +inf
+# everywhere, so that a worst-case bound that has grown useless deep in a network costs no more
+_COSTLY = frozenset({"MatMul", "Gemm", "Conv", "ReduceSum", "ReduceMean", "AveragePool", "GlobalAveragePool",
+                     "Softmax", "LogSoftmax", "LayerNormalization"})
+
+__all__ = ["BoundedReference", "BoundTracker", "bound_of", "coherent_of", "derived_op_types"]
+
+
+class BoundedReference(np.ndarray):
+    """A float64 reference value carrying its per-element error bound and coherent bound."""
+
+    error_bound = None
+    coherent_bound = None
+
+
+def bound_of(value) -> np.ndarray | None:
+    """The per-element error bound of a value the reference evaluator returned (None: not computed)."""
+    return getattr(value, "error_bound", None)
+
+
+def coherent_of(value) -> np.ndarray | None:
+    """The per-element coherent bound of a value the reference evaluator returned (None: not computed)."""
+    return getattr(value, "coherent_bound", None)
+
+
+def derived_op_types() -> frozenset[str]:
+    """Op types whose results get a derived bound (any other op's results are NOT_DERIVED)."""
+    return frozenset(BOUND_RULES)
+
+
+class BoundTracker:
+    """Bounds of the main graph's values while the reference evaluator runs it."""
+
+    def __init__(self, model, evaluator):
+        self.evaluator = evaluator
+        self.types = _dtype.inferred_types(model) or {}
+        graph = model.graph
+        for value in list(graph.input):
+            elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
+            if elem:
+                self.types[value.name] = elem
+        for init in graph.initializer:
+            self.types[init.name] = init.data_type
+        self.graph_inputs = {value.name for value in graph.input}
+        self.constants = {init.name for init in graph.initializer} - self.graph_inputs
+        self.bounds: dict[str, tuple] = {}  # name -> (bound, coherent), compact forms
+
+    def forget(self, name: str) -> None:
+        self.bounds.pop(name, None)
+
+    def _of_input(self, name: str, value) -> tuple:
+        if name in self.bounds:
+            return self.bounds[name]
+        dtype = dtype_of(self.types.get(name))
+        if name in self.constants and dtype is not None and dtype.kind == "f" and isinstance(value, np.ndarray):
+            # a weight is exact in the original; a candidate may hold it folded and rounded once
+            return None, float(np.finfo(dtype).eps) / 2 if dtype.itemsize <= 8 else 0.0
+        if name in self.constants or name in self.graph_inputs:
+            return None, None  # a graph input or an exact constant
+        return NOT_DERIVED, NOT_DERIVED  # produced where no bound was derived
+
+    def after_node(self, node, seen, outputs, scope) -> None:
+        """Bounds of `node`'s outputs from its inputs' (called once the node has run); `seen`: the
+        (inputs, attrs, opset) its native kernel ran with, None when no native kernel ran it."""
+        names = [name for name in node.output]
+        inputs, attrs, opset = seen if seen is not None else ([None] * len(node.input), {}, 0)
+        rule = BOUND_RULES.get(node.op_type) if (node.domain or "") in ("", "ai.onnx") else None
+        in_names = list(node.input)
+        reprs = [self._of_input(name, value) if name else (None, None) for name, value in zip(in_names, inputs)]
+        constant = bool(in_names) and all(not name or name in self.constants for name in in_names)
+        if node.op_type == "Constant":
+            constant = True
+        if constant:
+            self.constants.update(name for name in names if name)
+        results = None
+        if rule is not None and seen is not None and all(isinstance(v, np.ndarray) or v is None for v in inputs):
+            ctx = OpContext(node, inputs, attrs, opset, outputs, [r[0] for r in reprs], [r[1] for r in reprs],
+                            [dtype_of(self.types.get(name)) for name in names], self.evaluator, scope,
+                            [name in getattr(self.evaluator, "narrow_types", {}) for name in names])
+            unbounded = [any(isinstance(c, float) and c == UNBOUNDED for c in compacts) for compacts in (ctx.b, ctx.k)]
+            ctx.only_coherent = node.op_type in _COSTLY and unbounded[0]
+            if all(unbounded) and node.op_type not in _CARRIERS:
+                rule = _unbounded
+            try:
+                with np.errstate(all="ignore"):
+                    results = rule(ctx)
+                if ctx.only_coherent and results is not None:
+                    results = [(UNBOUNDED, result[-1]) for result in results]
+            except Exception:  # noqa: BLE001 - a rule that cannot read this node derives nothing
+                results = None
+        for index, name in enumerate(names):
+            if not name:
+                continue
+            bound, coherent = (NOT_DERIVED, NOT_DERIVED) if results is None or index >= len(results) \
+                else results[index]
+            if constant and node.op_type != "Constant" and bound is not None and index < len(outputs):
+                # a constant computed at run time errs alike on every input set and element that reads it
+                out = outputs[index]
+                coherent = materialize(coherent, out) + materialize(bound, out)
+            if node.op_type == "Constant":
+                dtype = dtype_of(self.types.get(name))
+                coherent = float(np.finfo(dtype).eps) / 2 if dtype is not None and dtype.kind == "f" else None
+                bound = None
+            self.bounds[name] = (_compact(bound), _compact(coherent))
+
+    def attach(self, name: str, value):
+        """`value` as a BoundedReference carrying its bounds (unchanged if it is no numeric array)."""
+        if not isinstance(value, np.ndarray) or value.dtype == object or isinstance(value, BoundedReference):
+            return value
+        bound, coherent = self._of_input(name, value)
+        view = value.view(BoundedReference)
+        view.error_bound = materialize(bound, value)
+        view.coherent_bound = materialize(coherent, value)
+        return view
+
+
+def _unbounded(ctx):
+    return [(UNBOUNDED, UNBOUNDED)] * len(ctx.outputs)
+
+
+def _compact(bound):
+    """A bound infinite on most of a value becomes infinite on all of it (larger, so still a bound):
+    a worst-case bound grown useless deep in a network then costs nothing downstream."""
+    if isinstance(bound, np.ndarray) and bound.size and np.count_nonzero(np.isposinf(bound)) * 2 > bound.size:
+        return UNBOUNDED
+    return bound

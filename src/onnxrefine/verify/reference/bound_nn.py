@@ -1,0 +1,417 @@
+"""Error-bound rules for data movement, dot products, reductions and normalizations (bound.py).
+
+Data movement reuses the op's own float64 kernel on the bound arrays (a Transpose of the bounds is the
+bound of the Transpose). Dot products (MatMul, Gemm, Conv) and sums use the running error bound
+gamma(n) * sum |a_i * b_i| on a magnitude evaluation of the same op, with the inputs' bounds carried as
+(|a| + b_a)(|b| + b_b) - |a||b|; docs/verification.md gives the formulas.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onnxrefine.verify.reference.bound_ops import (LIBRARY_ULPS, NOT_DERIVED, is_float, all_exact, gamma,
+                                               materialize)
+
+# op type -> the input positions that are data (moved); every other input must be exact
+_MOVERS = {
+    "Identity": (0,), "Reshape": (0,), "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Flatten": (0,),
+    "Slice": (0,), "Gather": (0,), "GatherElements": (0,), "GatherND": (0,), "Expand": (0,), "Tile": (0,),
+    "DepthToSpace": (0,), "SpaceToDepth": (0,), "Pad": (0,), "Trilu": (0,), "Compress": (0,), "Split": (0,),
+    "Dropout": (0,), "Concat": None,  # None: every input is data
+}
+# the same, but picking among data elements by value: a relative bound c*|x| is no c*|y| there
+_PICKERS = {"MaxPool": (0,), "ReduceMax": (0,), "ReduceMin": (0,)}
+# outputs that are exact whatever the inputs' bounds (shapes and sizes are exact)
+_SHAPES = frozenset({"Shape", "Size"})
+
+
+def _movement(positions, relative_passes: bool):
+    def rule(ctx):
+        data = range(len(ctx.inputs)) if positions is None else positions
+        data = [i for i in data if i < len(ctx.inputs) and ctx.inputs[i] is not None]
+        others_exact = all(ctx.b[i] is None for i in range(len(ctx.inputs)) if i not in data)
+        outputs = []
+        for compacts, _ in ctx.channels():
+            chosen = [compacts[i] for i in data]
+            if not others_exact and compacts is ctx.b:
+                outputs.append([NOT_DERIVED] * len(ctx.outputs))
+            elif all(c is None for c in chosen):
+                outputs.append([None] * len(ctx.outputs))
+            elif relative_passes and all(isinstance(c, float) for c in chosen) and len(set(chosen)) == 1:
+                outputs.append([chosen[0]] * len(ctx.outputs))
+            else:
+                substituted = list(ctx.inputs)
+                for i in data:
+                    substituted[i] = materialize(compacts[i], ctx.inputs[i])
+                if ctx.node.op_type == "Pad" and len(substituted) > 2 and substituted[2] is not None:
+                    substituted[2] = np.zeros_like(np.asarray(substituted[2], dtype=np.float64))
+                moved = ctx.kernel(substituted)
+                outputs.append([np.asarray(moved[0], dtype=np.float64)] +
+                               [NOT_DERIVED if ctx.node.op_type == "MaxPool" else
+                                (None if m is None else np.asarray(m, dtype=np.float64)) for m in moved[1:]])
+        if ctx.node.op_type == "Dropout" and len(ctx.outputs) > 1:
+            outputs[0][1] = outputs[1][1] = None  # the mask of an inference Dropout is all true
+        return list(zip(outputs[0], outputs[1]))
+    return rule
+
+
+def _shape(ctx):
+    return [(None, None)] * len(ctx.outputs)
+
+
+def _exact_of_exact(ctx):
+    """Ops computing a fixed function of exact inputs exactly (a filled shape, a range, positions)."""
+    if all(bound is None for bound in ctx.b):
+        return [(None, None)] * len(ctx.outputs)
+    return None
+
+
+# ------------------------------------------------------------------------------------ dot products
+
+def _abs(value):
+    return np.abs(np.asarray(value, dtype=np.float64))
+
+
+def _bilinear(product, a, b_a, w, b_w, g: float, magnitude=None):
+    """Bound of product(a^, w^) - product(a, w) plus gamma(n) of the magnitudes, for the compact
+    bounds b_a, b_w (None, c*|.| or an array); one product when either side is exact or relative."""
+    abs_a, abs_w = _abs(a), _abs(w)
+    if b_a is None and b_w is None:
+        return g * (magnitude if magnitude is not None else product(abs_a, abs_w))
+    if b_a is None and magnitude is not None and (isinstance(b_w, float) or b_w is None):
+        return ((1.0 + g) * (1.0 + (b_w or 0.0)) - 1.0) * magnitude
+    if isinstance(b_w, float) or b_w is None:
+        scale = (1.0 + g) * (1.0 + (b_w or 0.0))
+        left = (scale - 1.0) * abs_a + (0.0 if b_a is None else scale * materialize(b_a, a))
+        return product(left, abs_w)
+    if isinstance(b_a, float) or b_a is None:
+        scale = (1.0 + g) * (1.0 + (b_a or 0.0))
+        right = (scale - 1.0) * abs_w + scale * materialize(b_w, w)
+        return product(abs_a, right)
+    if magnitude is None:
+        magnitude = product(abs_a, abs_w)
+    if product is np.matmul and abs_a.ndim >= 2 and abs_w.ndim >= 2:
+        # both sides carry bounds (attention's products): each cross term by its largest bound times
+        # the other side's sum, sum_k |a_ik| b_kj <= (sum_k |a_ik|) max_k b_kj; terms of the
+        # element's own row and column, one product (the magnitude) instead of three
+        b_a, b_w = materialize(b_a, a), materialize(b_w, w)
+        cross = np.max(b_a, axis=-1, keepdims=True) * np.sum(abs_w + b_w, axis=-2, keepdims=True) \
+            + np.sum(abs_a, axis=-1, keepdims=True) * np.max(b_w, axis=-2, keepdims=True)
+        return (1.0 + g) * cross + g * magnitude
+    return (1.0 + g) * product(abs_a + materialize(b_a, a), abs_w + materialize(b_w, w)) - magnitude
+
+
+def _integral(*values) -> bool:
+    return all(value is None or np.array_equal(np.asarray(value), np.round(np.asarray(value))) for value in values)
+
+
+def _exact_sum(ctx, magnitude, *values) -> np.ndarray | None:
+    """Where a dot product or sum of exact integers stays below 2^precision, it is exact in any order."""
+    dtype = ctx.out_dtypes[0]
+    if not all_exact(ctx.b) or not _integral(*values) or not is_float(dtype):
+        return None
+    limit = 2.0 ** (np.finfo(dtype).nmant + 1) if dtype.kind == "f" else 2.0 ** 8
+    return magnitude <= limit
+
+
+_U32 = 2.0 ** -24
+
+
+def _stacked_nonnegative(product, lefts, right, n: int):
+    """product(left, right) for each of `lefts` (all >= 0, as is `right`), in one float32 call, made an
+    upper bound again: the float32 rounding of the operands and of the n-term sums is at most
+    (1 + u)^2 / (1 - n u) relative for nonnegative terms, and an underflow at most n * tiny. None
+    when float32 cannot hold the operands (the float64 path then runs)."""
+    with np.errstate(all="ignore"):
+        stacked = np.stack(lefts).astype(np.float32)
+        if not (np.all(np.isfinite(stacked)) and np.all(np.isfinite(right.astype(np.float32)))):
+            return None
+        if n * _U32 >= 0.5:
+            return None
+        results = product(stacked, right.astype(np.float32))
+    inflate = (1.0 + _U32) ** 2 / (1.0 - n * _U32)
+    tiny = float(np.finfo(np.float32).tiny) * n
+    return [np.asarray(result, dtype=np.float64) * inflate + tiny for result in results]
+
+
+def _left_operand(a, b_a, b_w, g: float):
+    """P with product(P, |w|) the bound of _bilinear when the right side's bound is 0 or relative."""
+    scale = (1.0 + g) * (1.0 + (b_w or 0.0))
+    return (scale - 1.0) * _abs(a) + (0.0 if b_a is None else scale * materialize(b_a, a))
+
+
+def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
+    """A dot-product rule: product_of(ctx) -> bilinear function; terms_of(ctx) -> n (terms per element).
+    `stack(product)`: the product of a stack of left operands (one call for the bound and the
+    coherent bound, in float32, see _stacked_nonnegative)."""
+    def rule(ctx):
+        product, (a, w) = product_of(ctx)
+        n = terms_of(ctx)
+        u = ctx.u()
+        magnitude = None
+        exact = None
+        if all_exact(ctx.b):
+            magnitude = product(_abs(a), _abs(w))
+            exact = _exact_sum(ctx, magnitude, a, w)
+        carried_by_channel = None
+        right_relative = all(c[1] is None or isinstance(c[1], float) for c in (ctx.b, ctx.k))
+        if stack is not None and magnitude is None and right_relative:
+            lefts = [_left_operand(a, compacts[0], compacts[1], gamma(n, u) if rounding else 0.0)
+                     for compacts, rounding in ctx.channels()]
+            carried_by_channel = _stacked_nonnegative(stack(product), lefts, _abs(w), n)
+        results = []
+        for index, (compacts, rounding) in enumerate(ctx.channels()):
+            g = gamma(n, u) if rounding else 0.0
+            if carried_by_channel is not None:
+                carried = carried_by_channel[index]
+            else:
+                carried = _bilinear(product, a, compacts[0], w, compacts[1], g, magnitude)
+            if extra_of is not None:
+                carried = carried + extra_of(ctx, compacts, g)
+            if rounding:
+                if exact is not None:
+                    carried = np.where(exact, 0.0, carried)
+                carried = ctx.finish(0, carried, None, underflows=0 if exact is not None and exact.all() else n)
+            results.append(carried)
+        return [tuple(results)]
+    return rule
+
+
+def _matmul_stack(product):
+    """The stack as more rows of one 2-D product when the right side is a matrix (numpy's batched
+    matmul is slower than one BLAS call on the same numbers)."""
+    def run(stacked, right):
+        if right.ndim == 2 and stacked.ndim >= 2:
+            flat = product(stacked.reshape(-1, stacked.shape[-1]), right)
+            return flat.reshape(stacked.shape[:-1] + (right.shape[-1],))
+        return product(stacked, right)  # matmul broadcasts the stack axis
+    return run
+
+
+def _conv_stack(product):
+    """The stack along the batch axis: one convolution of twice the batch."""
+    def run(stacked, right):
+        count, batch = stacked.shape[0], stacked.shape[1]
+        out = product(stacked.reshape((count * batch,) + stacked.shape[2:]), right)
+        return out.reshape((count, batch) + out.shape[1:])
+    return run
+
+
+def _matmul_product(ctx):
+    return np.matmul, (ctx.inputs[0], ctx.inputs[1])
+
+
+def _gemm_product(ctx):
+    a, w = ctx.inputs[0], ctx.inputs[1]
+    if ctx.attr("transA", 0):
+        a = np.swapaxes(a, -1, -2)
+    if ctx.attr("transB", 0):
+        w = np.swapaxes(w, -1, -2)
+    alpha = abs(float(ctx.attr("alpha", 1.0)))
+    return (lambda p, q: alpha * np.matmul(p, q)), (a, w)
+
+
+def _gemm_extra(ctx, compacts, g):
+    c = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    if c is None:
+        return 0.0
+    beta = abs(float(ctx.attr("beta", 1.0)))
+    b_c = 0.0 if compacts[2] is None else materialize(compacts[2], c)
+    return beta * (g * _abs(c) + (1.0 + g) * b_c)
+
+
+def _gemm_terms(ctx):
+    a = ctx.inputs[0]
+    k = a.shape[0] if ctx.attr("transA", 0) else a.shape[-1]
+    return k + 3  # the products, the scaling by alpha and beta, the add of C
+
+
+def _conv_product(ctx):
+    return (lambda p, q: np.asarray(ctx.kernel([p, q, None])[0], dtype=np.float64)), (ctx.inputs[0], ctx.inputs[1])
+
+
+def _conv_terms(ctx):
+    w = ctx.inputs[1]
+    return int(np.prod(w.shape[1:])) + (1 if len(ctx.inputs) > 2 and ctx.inputs[2] is not None else 0)
+
+
+def _conv_extra(ctx, compacts, g):
+    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    if bias is None:
+        return 0.0
+    shape = (1, -1) + (1,) * (ctx.inputs[0].ndim - 2)
+    b_bias = 0.0 if compacts[2] is None else materialize(compacts[2], bias)
+    return (g * _abs(bias) + (1.0 + g) * b_bias).reshape(shape)
+
+
+# -------------------------------------------------------------------------------------- reductions
+
+def _summing(mean: bool):
+    """ReduceSum/ReduceMean/AveragePool/GlobalAveragePool: the op's kernel on (1+g)*b + g*|x|."""
+    def rule(ctx):
+        x, y = ctx.inputs[0], ctx.y()
+        n = max(1, _window(ctx) if ctx.node.op_type == "AveragePool" else (x.size // y.size if y.size else 1))
+        u = ctx.u()
+        exact = None
+        if all_exact(ctx.b) and _integral(x):
+            magnitude = _kernel_on(ctx, _abs(x)) * (n if mean else 1)
+            exact = _exact_sum(ctx, magnitude, x)
+            if mean and n & (n - 1):
+                exact = None  # the division by n rounds
+        results = []
+        for compacts, rounding in ctx.channels():
+            g = gamma(n - 1, u) if rounding else 0.0
+            if compacts[0] is None and not rounding:
+                results.append(None)
+                continue
+            b = 0.0 if compacts[0] is None else materialize(compacts[0], x)
+            carried = _kernel_on(ctx, (1.0 + g) * b + g * _abs(x))
+            if rounding:
+                if exact is not None:
+                    carried = np.where(exact, 0.0, carried)
+                divided = mean and bool(n & (n - 1))
+                carried = ctx.finish(0, carried, 1.0 if divided else None,
+                                     underflows=0 if exact is not None and exact.all() else n)
+            results.append(carried)
+        return [tuple(results)]
+    return rule
+
+
+def _window(ctx) -> int:
+    return int(np.prod(ctx.attr("kernel_shape") or [1]))
+
+
+def _kernel_on(ctx, data):
+    substituted = list(ctx.inputs)
+    substituted[0] = data
+    return np.asarray(ctx.kernel(substituted)[0], dtype=np.float64)
+
+
+# --------------------------------------------------------------------------------- normalizations
+
+def _softmax_axes(ctx, x):
+    axis = int(ctx.attr("axis", -1 if ctx.opset >= 13 else 1)) % max(x.ndim, 1)
+    if ctx.opset >= 13:
+        return x, (axis,), None
+    return x.reshape((int(np.prod(x.shape[:axis])), -1)), (1,), x.shape
+
+
+def _softmax(log: bool):
+    """y_i = exp(x_i - m) / sum_j exp(x_j - m): |dy_i| <= y_i (exp(b_i + max_j b_j) - 1) carried; rounding
+    of the subtraction, exp, sum (gamma(n)) and division relative to y_i (Softmax) or absolute (LogSoftmax)."""
+    def rule(ctx):
+        x, axes, _ = _softmax_axes(ctx, ctx.r(0))
+        y = ctx.y().reshape(x.shape)
+        top = np.max(np.where(np.isfinite(x), x, -np.inf), axis=axes, keepdims=True)
+        n = x.shape[axes[0]]
+        u = ctx.u()
+        results = []
+        for compacts, rounding in ctx.channels():
+            b = None if compacts[0] is None else materialize(compacts[0], ctx.inputs[0]).reshape(x.shape)
+            spread = 0.0 if b is None else b + np.max(b, axis=axes, keepdims=True)
+            if rounding:
+                library = LIBRARY_ULPS[ctx.node.op_type] * 2.0 * u
+                shifted = np.abs(x - top) * u + library  # relative error of each exp term
+                total = gamma(n, u) + np.max(shifted, axis=axes, keepdims=True) * (1.0 + gamma(n, u))
+                spread = spread + shifted + total + (u if not log else 0.0)
+            if log:
+                carried = spread + (u * (np.abs(y) + spread) if rounding else 0.0)
+            else:
+                # y * (exp(spread) - 1), in log space where the spread is large (a masked logit at
+                # -FLT_MAX has y = 0 and a huge spread: its bound is exp(t + spread), t = log y);
+                # a probability never moves by more than 1
+                log_y = (x - top) - np.log(np.sum(np.exp(x - top), axis=axes, keepdims=True))
+                spread = spread + np.zeros(x.shape)
+                grown = np.where(spread < 1.0, y * np.expm1(np.minimum(spread, 1.0)),
+                                 np.exp(np.minimum(log_y + spread, 1.0)) - y)
+                carried = np.minimum(grown, 1.0) + (u * y if rounding else 0.0)
+            carried = np.asarray(carried + np.zeros(x.shape)).reshape(ctx.outputs[0].shape)
+            results.append(ctx.finish(0, carried, None, underflows=n + 2) if rounding else carried)
+        return [tuple(results)]
+    return rule
+
+
+def _channel(param, x):
+    return np.asarray(param, dtype=np.float64).reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+def _batch_norm(ctx):
+    """Inference BatchNormalization, y = (x - mean) * s + bias with s = scale / sqrt(var + eps): every
+    product and sum rounds, s and the shift carry a few roundings of their own (computed per channel)."""
+    if len(ctx.outputs) > 1 and any(name for name in ctx.node.output[1:]):
+        return None
+    x = ctx.r(0)
+    scale, bias, mean, var = (_channel(ctx.inputs[i], x) for i in (1, 2, 3, 4))
+    s = scale / np.sqrt(var + float(ctx.attr("epsilon", 1e-5)))
+    u = ctx.u()
+    if any(c is not None for c in ctx.b[1:5]) or any(c is not None and not isinstance(c, float) for c in ctx.k[1:5]):
+        return None  # parameters computed at run time: not derived
+    terms = np.abs(x * s) + np.abs(mean * s) + np.abs(bias)
+    b_x = 0.0 if ctx.b[0] is None else materialize(ctx.b[0], ctx.inputs[0])
+    bound = b_x * np.abs(s) * (1.0 + gamma(6, u)) + gamma(6, u) * terms
+    # s and the shift are computed once per channel: their rounding (and a fold's) errs alike on the channel
+    k_x = 0.0 if ctx.k[0] is None else materialize(ctx.k[0], ctx.inputs[0])
+    coherent = k_x * np.abs(s) + (gamma(6, u) + sum(c or 0.0 for c in ctx.k[1:5])) * terms
+    return [(ctx.finish(0, bound, None, underflows=6), coherent)]
+
+
+def _layer_norm(ctx):
+    """LayerNormalization: y = (x - mu) * r * g + beta, r = 1/sqrt(v + eps), over the trailing axes."""
+    x = ctx.r(0)
+    axis = int(ctx.attr("axis", -1)) % x.ndim
+    axes = tuple(range(axis, x.ndim))
+    n = int(np.prod(x.shape[axis:]))
+    eps = float(ctx.attr("epsilon", 1e-5))
+    mu = np.mean(x, axis=axes, keepdims=True)
+    d = x - mu
+    v = np.mean(d * d, axis=axes, keepdims=True)
+    r = 1.0 / np.sqrt(v + eps)
+    scale = ctx.r(1)
+    shift = ctx.r(2) if len(ctx.inputs) > 2 and ctx.inputs[2] is not None else 0.0
+    u = ctx.u()
+    results = []
+    for compacts, rounding in ctx.channels():
+        b = 0.0 if compacts[0] is None else materialize(compacts[0], ctx.inputs[0])
+        b_g = 0.0 if compacts[1] is None else materialize(compacts[1], ctx.inputs[1])
+        b_s = 0.0 if len(compacts) < 3 or compacts[2] is None else materialize(compacts[2], ctx.inputs[2])
+        g = gamma(n, u) if rounding else 0.0
+        uu = u if rounding else 0.0
+        b_mu = np.mean(b + np.zeros(x.shape), axis=axes, keepdims=True) + g * np.mean(np.abs(x), axis=axes,
+                                                                                        keepdims=True)
+        b_d = (b + b_mu) * (1.0 + uu) + uu * np.abs(d)
+        b_v = (2.0 * np.mean(np.abs(d) * b_d, axis=axes, keepdims=True) + np.mean(b_d * b_d, axis=axes,
+                                                                                   keepdims=True)) * (1.0 + g) \
+            + gamma(n + 1, u) * v * (1.0 if rounding else 0.0)
+        room = 1.0 - b_v / (v + eps)
+        rel_r = np.where(room > 0, 1.0 / np.sqrt(np.where(room > 0, room, 1.0)) - 1.0, np.inf)
+        if rounding:
+            rel_r = (1.0 + rel_r) * (1.0 + 2.0 * (LIBRARY_ULPS["LayerNormalization"] + 1.0) * u) - 1.0
+        normalized = b_d * r * (1.0 + rel_r) + np.abs(d) * r * rel_r
+        carried = np.abs(scale) * normalized + b_g * (np.abs(d) * r + normalized) + b_s
+        if rounding:
+            carried = carried + gamma(3, u) * (np.abs(d * r * scale) + np.abs(shift) + carried)
+        carried = np.where(np.isnan(carried), np.inf, carried)
+        results.append(ctx.finish(0, carried, None, underflows=n + 6) if rounding else carried)
+    return [tuple(results)] + [(NOT_DERIVED, NOT_DERIVED)] * (len(ctx.outputs) - 1)
+
+
+STRUCTURAL = {
+    **{op: _movement(positions, True) for op, positions in _MOVERS.items()},
+    **{op: _movement(positions, False) for op, positions in _PICKERS.items()},
+    **{op: _shape for op in _SHAPES},
+    **{op: _exact_of_exact for op in ("ConstantOfShape", "Range", "NonZero", "OneHot", "EyeLike")},
+    "MatMul": _dot_rule(_matmul_product, lambda ctx: ctx.inputs[0].shape[-1], stack=_matmul_stack),
+    "Gemm": _dot_rule(_gemm_product, _gemm_terms, _gemm_extra, stack=_matmul_stack),
+    "Conv": _dot_rule(_conv_product, _conv_terms, _conv_extra, stack=_conv_stack),
+    "ReduceSum": _summing(False), "ReduceMean": _summing(True), "AveragePool": _summing(True),
+    "GlobalAveragePool": _summing(True),
+    "Softmax": _softmax(False), "LogSoftmax": _softmax(True),
+    "BatchNormalization": _batch_norm, "LayerNormalization": _layer_norm,
+}
+
+MOVERS = frozenset(_MOVERS) | frozenset(_PICKERS)
+
+__all__ = ["MOVERS", "STRUCTURAL", "math"]

@@ -1,0 +1,406 @@
+"""The per-op rules of the error bound (bound.py): how each op rounds and carries its inputs' bounds.
+
+A rule reads an OpContext (the node, its float64 inputs and outputs, its inputs' bounds and coherent
+bounds) and returns, per output, (bound, coherent) in the compact forms of reference/bound.py. The
+formulas, and where they are conservative, are in docs/verification.md ("The per-element bound").
+u is the unit roundoff of the output's dtype; gamma(n) = n*u / (1 - n*u).
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from onnxrefine.verify.reference.base import KERNELS, NodeCall
+
+NOT_DERIVED = float("nan")  # compact form: NaN * |v| is NaN on every element
+UNBOUNDED = math.inf  # compact form of a bound that is +inf on every element
+
+# Accuracy of onnxruntime's CPU kernels for the functions IEEE does not round correctly, in ulps of
+# the result (2u|y| each). Not derivable from the spec: the kernels are polynomial approximations (MLAS).
+# Each figure is at least 1.5x the worst error measured against float64 over a sweep of float32
+# inputs (tests/test_error_bound.py::test_library_accuracy_covers_onnxruntime asserts both the cover
+# and that the margin stays under 4x).
+LIBRARY_ULPS = {"Exp": 2.0, "Log": 3.0, "Tanh": 4.0, "Sigmoid": 2.0, "Erf": 2.0, "Softplus": 4.0, "Pow": 2.0,
+                "Sin": 3.0, "Cos": 3.0, "Softmax": 2.0, "LogSoftmax": 3.0, "LayerNormalization": 2.0}
+# ... plus an absolute error in units of u, where the kernel computes through 1 +- something
+# (Sigmoid as 0.5 + 0.5 tanh(x/2): an error of ~2u whatever |y|, measured)
+LIBRARY_ABSOLUTE_U = {"Sigmoid": 4.0}
+
+
+def dtype_of(elem_type) -> np.dtype | None:
+    if not elem_type:
+        return None
+    try:
+        from onnx import helper
+
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:  # noqa: BLE001 - a type numpy cannot hold: no bound
+        return None
+
+
+def is_float(dtype) -> bool:
+    return dtype is not None and (dtype.kind == "f" or dtype.name in ("bfloat16",))
+
+
+def materialize(compact, value) -> np.ndarray:
+    """A compact bound (None, c for c*|value|, or an array) as a float64 array of value's shape."""
+    value = np.asarray(value)
+    if compact is None:
+        return np.zeros(value.shape)
+    if isinstance(compact, float):
+        if math.isnan(compact) or math.isinf(compact):
+            return np.full(value.shape, compact)
+        return compact * np.abs(value.astype(np.float64))
+    return np.broadcast_to(np.asarray(compact, dtype=np.float64), value.shape)
+
+
+def gamma(n: float, u: float) -> float:
+    return n * u / (1.0 - n * u) if n * u < 1.0 else math.inf
+
+
+class OpContext:
+    """One node's inputs, outputs and input bounds, for a rule."""
+
+    def __init__(self, node, inputs, attrs, opset, outputs, bounds, coherents, out_dtypes, evaluator, scope,
+                 narrow):
+        self.node, self.inputs, self.attrs, self.opset, self.outputs = node, inputs, attrs, opset, outputs
+        self.b, self.k = bounds, coherents
+        self.out_dtypes, self.evaluator, self.scope, self.narrow = out_dtypes, evaluator, scope, narrow
+
+    def r(self, index: int) -> np.ndarray:
+        return np.asarray(self.inputs[index], dtype=np.float64)
+
+    def y(self, index: int = 0) -> np.ndarray:
+        return np.asarray(self.outputs[index], dtype=np.float64)
+
+    def arrays(self, compacts) -> list:
+        return [None if value is None else materialize(compact, value)
+                for compact, value in zip(compacts, self.inputs)]
+
+    def u(self, index: int = 0) -> float:
+        dtype = self.out_dtypes[index] if index < len(self.out_dtypes) else None
+        return float(ml_dtypes.finfo(dtype).eps) / 2.0 if is_float(dtype) else 0.0
+
+    def kernel(self, inputs) -> list:
+        return list(KERNELS[self.node.op_type](NodeCall(self.node, inputs, self.attrs, self.opset, self.evaluator,
+                                                        self.scope)))
+
+    def attr(self, name, default=None):
+        return self.attrs.get(name, default)
+
+    only_coherent = False  # an input's bound is unbounded everywhere: the output's is too, skip it
+
+    def channels(self):
+        """(input bounds, rounding on?) for the bound, then for the coherent bound."""
+        if not self.only_coherent:
+            yield self.b, True
+        yield self.k, False
+
+    def finish(self, index: int, prop, ulps: float | None, exact=None, scale=None,
+               underflows: int = 0) -> np.ndarray | None:
+        """The output's bound: the carried bound `prop` plus this op's own rounding, `ulps` ulps of
+        `scale` (default |y|; an Add's is |a| + |b|, so that any order of a sum is covered) grown by
+        the carried bound (None: the op is exact), none where `exact` (a mask of elements the op
+        computes exactly in any evaluation order), +inf where the run may overflow or y is not finite.
+        `underflows`: roundings inside the op whose absolute error can reach the underflow floor
+        (the smallest normal; float16's smallest subnormal), beyond what its `prop` covers."""
+        y = self.y(index)
+        dtype = self.out_dtypes[index] if index < len(self.out_dtypes) else None
+        if not is_float(dtype):
+            if prop is None:
+                return None
+            info = np.iinfo(dtype) if dtype is not None and dtype.kind in "iu" else None
+            if info is not None:
+                prop = np.where(np.abs(y) + prop > info.max, np.inf, prop)
+            return prop
+        u = self.u(index)
+        carried = 0.0 if prop is None else prop
+        info = ml_dtypes.finfo(dtype)
+        floor = float(info.smallest_subnormal) if dtype.itemsize <= 2 else float(info.tiny)
+        if ulps is None:
+            bound = np.broadcast_to(np.asarray(carried, dtype=np.float64), y.shape) + underflows * floor
+        else:
+            size = np.abs(y) if scale is None else scale
+            rounding = 2.0 * ulps * u * (size + carried) + 2.0 * ulps * floor
+            if exact is not None:
+                rounding = np.where(exact, 0.0, rounding)
+            bound = carried + rounding
+        if self.narrow[index] if index < len(self.narrow) else False:
+            bound = bound + u * np.abs(y)  # the reference rounds this value to its type too
+        # the run overflows only where its unrounded value can reach max + half an ulp of max
+        top = float(ml_dtypes.finfo(dtype).max)
+        limit = top + float(np.spacing(np.asarray(top, dtype=dtype)).astype(np.float64)) / 2.0
+        bound = np.where(np.isfinite(y) & (np.abs(y) + carried < limit), bound, np.inf)
+        return None if not bound.any() and not np.isnan(bound).any() else bound
+
+    def exact_value(self, index: int) -> bool:
+        """Input `index` is exact (bound 0) in the run."""
+        return index < len(self.b) and self.b[index] is None and self.inputs[index] is not None
+
+    def precision_limit(self) -> float:
+        """2^p: every integer up to it is representable in the output dtype."""
+        dtype = self.out_dtypes[0]
+        return 2.0 ** (np.finfo(dtype).nmant + 1) if dtype is not None and dtype.kind == "f" else 2.0 ** 8
+
+
+def all_exact(compacts) -> bool:
+    return all(compact is None for compact in compacts)
+
+
+# ------------------------------------------------------------------------------------- elementwise
+
+def _elementwise(prop, ulps: float | None = 0.5, exactness=None, scale=None):
+    """A rule from `prop(ctx, input bounds as arrays) -> carried bound`; ulps None: exact op.
+    `exactness(ctx)`: mask of elements the op computes exactly in any order; `scale(ctx)`: what its
+    rounding is relative to (default |y|)."""
+    def rule(ctx):
+        results = []
+        for compacts, rounding in ctx.channels():
+            carried = None if all_exact(compacts) else prop(ctx, ctx.arrays(compacts))
+            if rounding:
+                op_ulps = LIBRARY_ULPS.get(ctx.node.op_type, ulps) if ulps is not None else None
+                exact = exactness(ctx) if exactness is not None and op_ulps is not None else None
+                bound = ctx.finish(0, carried, op_ulps, exact, None if scale is None else scale(ctx))
+                absolute = LIBRARY_ABSOLUTE_U.get(ctx.node.op_type)
+                if absolute is not None and bound is not None:
+                    bound = bound + absolute * ctx.u()
+                elif absolute is not None:
+                    bound = np.full(ctx.y().shape, absolute * ctx.u())
+                results.append(bound)
+            else:
+                library = LIBRARY_ULPS.get(ctx.node.op_type)
+                if library is not None and is_float(ctx.out_dtypes[0]):
+                    # an approximating kernel may err alike on every element: coherent, not random
+                    carried = (0.0 if carried is None else carried) + 2.0 * library * ctx.u() * np.abs(ctx.y()) \
+                        + LIBRARY_ABSOLUTE_U.get(ctx.node.op_type, 0.0) * ctx.u()
+                results.append(carried)
+        return [tuple(results)]
+    return rule
+
+
+def _summands(ctx):
+    return np.abs(ctx.r(0)) + np.abs(ctx.r(1))
+
+
+def _exact_sum_of(ctx):
+    """x + 0 and x - 0 (an exact zero operand), and exact integers whose sum stays below 2^p."""
+    mask = np.zeros(ctx.y().shape, dtype=bool)
+    for index in (0, 1):
+        if ctx.exact_value(index):
+            mask |= np.broadcast_to(ctx.r(index) == 0, mask.shape)
+    if ctx.exact_value(0) and ctx.exact_value(1):
+        a, b = ctx.r(0), ctx.r(1)
+        mask |= np.broadcast_to((a == np.round(a)) & (b == np.round(b)) & (np.abs(a) + np.abs(b) <= ctx.precision_limit()),
+                                mask.shape)
+    return mask
+
+
+def _power_of_two(value: np.ndarray) -> np.ndarray:
+    mantissa, _ = np.frexp(value)
+    return (np.abs(mantissa) == 0.5) | (value == 0)
+
+
+def _exact_product_of(ctx):
+    """a product by an exact power of two (1, 0.5, 2^27, ...) unless it lands below the normal range,
+    and a product of exact integers below 2^p."""
+    y = ctx.y()
+    dtype = ctx.out_dtypes[0]
+    normal = (np.abs(y) >= float(ml_dtypes.finfo(dtype).tiny)) | (y == 0)
+    mask = np.zeros(y.shape, dtype=bool)
+    for index in (0, 1):
+        if ctx.exact_value(index):
+            mask |= np.broadcast_to(_power_of_two(ctx.r(index)), y.shape) & normal
+    if ctx.exact_value(0) and ctx.exact_value(1):
+        a, b = ctx.r(0), ctx.r(1)
+        mask |= np.broadcast_to((a == np.round(a)) & (b == np.round(b)), y.shape) & (np.abs(y) <= ctx.precision_limit())
+    return mask
+
+
+def _exact_quotient_of(ctx):
+    y = ctx.y()
+    normal = (np.abs(y) >= float(ml_dtypes.finfo(ctx.out_dtypes[0]).tiny)) | (y == 0)
+    if not ctx.exact_value(1):
+        return np.zeros(y.shape, dtype=bool)
+    return np.broadcast_to(_power_of_two(ctx.r(1)) & (ctx.r(1) != 0), y.shape) & normal
+
+
+def _representable(ctx):
+    """A Cast of an exact value its target type holds (one op on one value: exact in any order)."""
+    if not ctx.exact_value(0):
+        return np.zeros(ctx.y().shape, dtype=bool)
+    y = ctx.y()
+    with np.errstate(all="ignore"):
+        return y.astype(ctx.out_dtypes[0]).astype(np.float64) == y
+
+
+def _zero(b):
+    return 0.0 if b is None else b
+
+
+def _add(ctx, b):
+    return _zero(b[0]) + _zero(b[1])
+
+
+def _mul(ctx, b):
+    b0, b1 = _zero(b[0]), _zero(b[1])
+    return np.abs(ctx.r(0)) * b1 + np.abs(ctx.r(1)) * b0 + b0 * b1
+
+
+def _div(ctx, b):
+    b0, b1 = _zero(b[0]), _zero(b[1])
+    if ctx.out_dtypes[0] is not None and ctx.out_dtypes[0].kind in "iu":
+        return np.where((b0 == 0) & (b1 == 0), 0.0, np.nan)
+    room = np.abs(ctx.r(1)) - b1
+    return np.where(room > 0, (b0 + np.abs(ctx.y()) * b1) / np.where(room > 0, room, 1.0), np.inf)
+
+
+def _integer_exact(ctx, b):
+    return np.where(np.all([np.all(_zero(x) == 0) for x in b if x is not None]), 0.0, np.nan) + \
+        np.zeros(ctx.y().shape)
+
+
+def _monotone(function):
+    """|f(x^) - f(x)| over |x^ - x| <= b for f monotone on the interval: its ends decide."""
+    def prop(ctx, b):
+        x, width = ctx.r(0), _zero(b[0])
+        y = ctx.y()
+        ends = [function(x - width), function(x + width)]
+        return np.maximum(np.abs(ends[0] - y), np.abs(ends[1] - y))
+    return prop
+
+
+def _lipschitz(constant):
+    return lambda ctx, b: constant * _zero(b[0])
+
+
+def _sqrt(t):
+    return np.sqrt(np.maximum(t, 0.0))
+
+
+def _log(t):
+    return np.where(t > 0, np.log(np.where(t > 0, t, 1.0)), -np.inf)
+
+
+def _pow(ctx, b):
+    if b[1] is not None and np.any(b[1]):
+        return np.full(ctx.y().shape, np.nan)
+    x, width, p = ctx.r(0), _zero(b[0]), ctx.r(1)
+    y = ctx.y()
+    worst = np.zeros(y.shape)
+    low, high = x - width, x + width
+    for t in (low, high, np.where((low < 0) & (high > 0), 0.0, x)):
+        with np.errstate(all="ignore"):
+            worst = np.maximum(worst, np.abs(np.power(t, p) - y))
+    return np.where(np.isnan(worst), np.inf, worst)
+
+
+def _erf_slope(ctx, b):
+    """|erf(x^) - erf(x)| <= b * max |erf'| over [x - b, x + b] = b * 2/sqrt(pi) * exp(-d^2), d the
+    interval's distance from 0 (the mean value theorem; cheaper than erf at both ends)."""
+    width = _zero(b[0])
+    distance = np.maximum(np.abs(ctx.r(0)) - width, 0.0)
+    return width * (2.0 / math.sqrt(math.pi)) * np.exp(-distance * distance)
+
+
+def _sigmoid(t):
+    return 0.5 * (1.0 + np.tanh(0.5 * t))
+
+
+def _softplus(t):
+    return np.logaddexp(0.0, t)
+
+
+def _cast(ctx, b):
+    width = _zero(b[0])
+    dtype = ctx.out_dtypes[0]
+    if is_float(dtype) or not np.any(width):
+        return width + np.zeros(ctx.y().shape)
+    x = ctx.r(0)
+    if dtype == np.bool_:
+        return np.where((np.abs(x) <= width) & (width > 0), 1.0, 0.0)
+    ends = (np.trunc(x - width), np.trunc(x + width))
+    return np.maximum(np.abs(ends[0] - ctx.y()), np.abs(ends[1] - ctx.y()))
+
+
+def _comparison(ctx, b):
+    b0, b1 = _zero(b[0]), _zero(b[1])
+    width = b0 + b1
+    return np.where((np.abs(ctx.r(0) - ctx.r(1)) <= width) & (width > 0), 1.0, 0.0)
+
+
+def _where(ctx, b):
+    cond_b, bx, by = _zero(b[0]), _zero(b[1]), _zero(b[2])
+    cond = np.asarray(ctx.inputs[0], dtype=bool)
+    picked = np.where(cond, bx, by)
+    either = np.maximum(bx, by) + np.abs(ctx.r(1) - ctx.r(2))
+    return np.where(cond_b > 0, either, picked)
+
+
+def _widest(ctx, b):
+    present = [_zero(x) for x in b if x is not None]
+    out = np.zeros(ctx.y().shape)
+    for item in present:
+        out = np.maximum(out, item)
+    return out
+
+
+def _clip(ctx, b):
+    return _widest(ctx, b)
+
+
+def _leaky(ctx, b):
+    return max(1.0, abs(float(ctx.attr("alpha", 0.01)))) * _zero(b[0])
+
+
+def _jump(function):
+    return _monotone(function)
+
+
+ELEMENTWISE = {
+    "Add": _elementwise(_add, exactness=_exact_sum_of, scale=_summands),
+    "Sub": _elementwise(_add, exactness=_exact_sum_of, scale=_summands),
+    "Mul": _elementwise(_mul, exactness=_exact_product_of), "Div": _elementwise(_div, exactness=_exact_quotient_of),
+    "Pow": _elementwise(_pow), "Sqrt": _elementwise(_monotone(_sqrt)),
+    "Reciprocal": _elementwise(lambda ctx, b: _div_by(ctx, b)),
+    "Exp": _elementwise(_monotone(np.exp)), "Log": _elementwise(_monotone(_log)),
+    "Tanh": _elementwise(_monotone(np.tanh)), "Sigmoid": _elementwise(_monotone(_sigmoid)),
+    "Erf": _elementwise(lambda ctx, b: _erf_slope(ctx, b)), "Softplus": _elementwise(_monotone(_softplus)),
+    "Sin": _elementwise(_lipschitz(1.0)), "Cos": _elementwise(_lipschitz(1.0)),
+    "Relu": _elementwise(_lipschitz(1.0), None), "Abs": _elementwise(_lipschitz(1.0), None),
+    "Neg": _elementwise(_lipschitz(1.0), None), "LeakyRelu": _elementwise(_leaky),
+    "Max": _elementwise(_widest, None), "Min": _elementwise(_widest, None), "Clip": _elementwise(_clip, None),
+    "Floor": _elementwise(_jump(np.floor), None), "Ceil": _elementwise(_jump(np.ceil), None),
+    "Round": _elementwise(_jump(np.round), None), "Sign": _elementwise(_jump(np.sign), None),
+    "Cast": _elementwise(_cast, exactness=_representable), "CastLike": _elementwise(_cast, exactness=_representable),
+    "Less": _elementwise(_comparison, None), "Greater": _elementwise(_comparison, None),
+    "LessOrEqual": _elementwise(_comparison, None), "GreaterOrEqual": _elementwise(_comparison, None),
+    "Equal": _elementwise(_comparison, None), "Not": _elementwise(_lipschitz(1.0), None),
+    "And": _elementwise(_widest, None), "Or": _elementwise(_widest, None), "Xor": _elementwise(_widest, None),
+    "Where": _elementwise(_where, None),
+}
+
+
+def _div_by(ctx, b):
+    width = _zero(b[0])
+    x = np.abs(ctx.r(0))
+    room = x - width
+    return np.where(room > 0, width / np.where(room > 0, x * room, 1.0), np.inf)
+
+
+def _integer_or(rule, integer_rule):
+    """Integer outputs: exact arithmetic (no rounding), overflow checked by finish()."""
+    def dispatch(ctx):
+        dtype = ctx.out_dtypes[0] if ctx.out_dtypes else None
+        if dtype is not None and dtype.kind in "iub":
+            return integer_rule(ctx)
+        return rule(ctx)
+    return dispatch
+
+
+for _name in ("Add", "Sub", "Mul"):
+    ELEMENTWISE[_name] = _integer_or(ELEMENTWISE[_name], _elementwise({"Add": _add, "Sub": _add, "Mul": _mul}[_name],
+                                                                      None))
+ELEMENTWISE["Div"] = _integer_or(ELEMENTWISE["Div"], _elementwise(_integer_exact, None))
