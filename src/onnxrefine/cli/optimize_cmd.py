@@ -126,7 +126,8 @@ def list_passes_table() -> Table:
     # The terminal leaves out the fuzz column (README's table has it) to leave the summary room.
     shown = [i for i, column in enumerate(PASS_COLUMNS) if column != "fuzz pattern"]
     for i in shown:
-        table.add_column(PASS_COLUMNS[i], overflow="fold")  # a narrow terminal folds names, never cuts them
+        # A narrow terminal folds names, never cuts them; the name column keeps room for most names whole.
+        table.add_column(PASS_COLUMNS[i], overflow="fold", min_width=24 if PASS_COLUMNS[i] == "pass" else None)
     for row in _pass_rows():
         table.add_row(*(row[i] for i in shown))
     return table

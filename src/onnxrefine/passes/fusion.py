@@ -22,8 +22,10 @@ from onnxrefine.passes.fusion_chains import (  # noqa: F401  (re-exported for ca
     LOG_SOFTMAX,
     REDUCE_UNSQUEEZE,
     SLICES,
+    SQUEEZE_UNSQUEEZE,
     SQUEEZES,
     TRANSPOSES,
+    UNSQUEEZE_SQUEEZE,
     UNSQUEEZES,
     compose_perms,
     compose_squeezes,
@@ -38,7 +40,7 @@ from onnxrefine.passes.fusion_matmul import (  # noqa: F401  (re-exported for ca
     fuse_sibling_matmuls,
 )
 from onnxrefine.passes.fusion_pad import PAD_CONV, PAD_POOL
-from onnxrefine.passes.registry import PassSpec
+from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 
 PASSES = (
     PassSpec("fuse_consecutive_transposes", "Transpose(Transpose(x)) -> one Transpose with the composed perm",
@@ -47,6 +49,9 @@ PASSES = (
              rules=(SQUEEZES,), order=30, fuzz="consecutive_squeezes"),
     PassSpec("fuse_consecutive_unsqueezes", "Unsqueeze(Unsqueeze(x)) -> one Unsqueeze (axes of the output rank)",
              rules=(UNSQUEEZES,), order=30, fuzz="consecutive_unsqueezes"),
+    PassSpec("fuse_consecutive_squeeze_unsqueeze", "Unsqueeze(Squeeze(x, a), a) -> x where x's dims at a are known "
+             "to be 1; Squeeze(Unsqueeze(x, a), a) -> x", rules=(SQUEEZE_UNSQUEEZE, UNSQUEEZE_SQUEEZE), order=30,
+             not_fuzzed=NO_PATTERN_YET),
     PassSpec("fuse_consecutive_slices", "Slice(Slice(x)) on disjoint axes -> one Slice",
              rules=(SLICES,), order=30, fuzz="consecutive_slices"),
     PassSpec("fuse_consecutive_concats", "Concat of a same-axis Concat read only there -> one Concat",
