@@ -3,8 +3,10 @@ produces, and every value that survives keeps its name (calibration tables, per-
 settings and name-keyed comparisons read the optimized model by the original's names).
 
 A name of the optimized model that the original does not have is "fresh". The only fresh names
-allowed are those of values no original value holds: the merged MatMul that fuse_qkv makes of
-three (its Split's outputs keep the three MatMuls' names), one node and one value per rewrite.
+allowed are those of values no original value holds, at most one node and one value per rewrite: the
+merged MatMul that fuse_qkv makes of three (its Split's outputs keep the three MatMuls' names),
+and the Reshape that reshape_through_transpose puts before the Transpose (of another shape than
+any original value; the Transpose after it takes the last Reshape's names).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from onnxrefine.api import optimize_with_report
 
 F = TensorProto.FLOAT
 # Rules whose rewrite makes, per application, a node and a value that no original one stands for.
-NEW_INTERMEDIATES_PER_REWRITE = {"fuse_qkv": 1}
+NEW_INTERMEDIATES_PER_REWRITE = {"fuse_qkv": 1, "reshape_through_transpose": 1}
 CORPUS = Path(os.environ.get("ONNXREFINE_BENCH_CORPUS", Path(__file__).resolve().parents[1] / "bench" / "corpus"))
 
 
@@ -139,4 +141,5 @@ def test_corpus_names_kept(path):
     optimized, report = optimize_with_report(original, certify=False)
     nodes, values = fresh_names(original, optimized)
     allowed = allowed_fresh(report)
-    assert len(nodes) == allowed and len(values) == allowed, (sorted(nodes)[:5], sorted(values)[:5])
+    # At most: a later rewrite may fold a new intermediate away again (a new Reshape into the next).
+    assert len(nodes) <= allowed and len(values) <= allowed, (sorted(nodes)[:5], sorted(values)[:5])

@@ -18,6 +18,8 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import is_float_dtype
 from onnxrefine.ir.signed_zero import refuse_if_observable
+from onnxrefine.passes.clip_chains import CLAMP_CHAIN
+from onnxrefine.passes.noop_shapes import CONCAT_EMPTY, FLATTEN_ROW
 from onnxrefine.passes.opargs import attr, input_at, int_list_arg, known_dim, normalize_axes
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
@@ -364,7 +366,7 @@ MONOTONE_ARGMAX = Rule(
 
 # --- eliminate_consecutive_idempotent_ops ------------------------------------------------------
 
-IDEMPOTENT_UNARY = ("Relu", "Ceil", "Floor", "Round", "Abs")
+IDEMPOTENT_UNARY = ("Relu", "Ceil", "Floor", "Round", "Abs", "Sign")
 
 
 def _idempotent_rule(op: str) -> Rule:
@@ -420,11 +422,12 @@ PASSES = (
              rules=(CAST, CAST_LIKE), order=20, fuzz="nop_cast"),
     PassSpec("eliminate_nop_dropout", "Remove inference-mode Dropout whose mask is unused",
              rules=(DROPOUT,), order=20, fuzz="nop_dropout"),
-    PassSpec("eliminate_nop_flatten", "Remove Flatten(axis=1) of a tensor known to be 2-D",
-             rules=(FLATTEN,), order=20, fuzz="nop_flatten"),
+    PassSpec("eliminate_nop_flatten", "Remove Flatten(axis=1) of a tensor known to be 2-D, and Flatten(axis=0) "
+             "of a [1, N] (axis=2 of an [N, 1])", rules=(FLATTEN, FLATTEN_ROW), order=20, fuzz="nop_flatten"),
     PassSpec("eliminate_nop_pad", "Remove Pad whose pads are all zero (any mode)", rules=(PAD,), order=20,
              fuzz="nop_pad"),
-    PassSpec("eliminate_nop_concat", "Remove Concat of a single input", rules=(CONCAT,), order=20, fuzz="nop_concat"),
+    PassSpec("eliminate_nop_concat", "Remove Concat of a single input, and Concat inputs known to be empty along "
+             "the axis", rules=(CONCAT, CONCAT_EMPTY), order=20, fuzz="nop_concat"),
     PassSpec("eliminate_nop_split", "Remove Split with one output covering the whole axis", rules=(SPLIT,), order=20,
              fuzz="nop_split"),
     PassSpec("eliminate_nop_expand", "Remove Expand whose target broadcasts to the input's own (trusted) shape",
@@ -440,8 +443,9 @@ PASSES = (
              "ArgMax/ArgMin of Neg (float: swaps to ArgMin/ArgMax) or of an exact widening Cast reads x",
              rules=(MONOTONE_ARGMAX,), order=20, fuzz="monotone_argmax"),
     PassSpec("eliminate_consecutive_idempotent_ops",
-             "f(f(x)) -> f(x) for Relu/Ceil/Floor/Round/Abs; Reshape chains without 0s; Flatten chains to axis 0",
-             rules=tuple(_idempotent_rule(op) for op in IDEMPOTENT_UNARY) + (RESHAPE_CHAIN, FLATTEN_CHAIN),
+             "f(f(x)) -> f(x) for Relu/Ceil/Floor/Round/Abs/Sign; Clip/Relu chains -> one Clip (intervals that "
+             "meet); Reshape chains without 0s; Flatten chains to axis 0",
+             rules=tuple(_idempotent_rule(op) for op in IDEMPOTENT_UNARY) + (CLAMP_CHAIN, RESHAPE_CHAIN, FLATTEN_CHAIN),
              order=20, fuzz="idempotent"),
     PassSpec("eliminate_float_add_zero",
              "Remove float x+0.0 and x-(-0.0) that do not broadcast x, where the -0.0 it leaves in place of +0.0 "

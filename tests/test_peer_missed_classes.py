@@ -1,0 +1,215 @@
+"""The peers' wins onnxrefine missed: Sign idempotent, Clip/Relu chains, Flatten of a row, whole
+Slices, empty Concat inputs. Exact rewrites: bit-identical in onnxruntime (NaN, infinities and
+signed zeros in the inputs); each guard refuses its edge case."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from guardutil import expect_guard
+from helpers import make_model, op_types, run, tensor, value_info
+from onnx import TensorProto, helper
+from passutil import check_pass, special_floats
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def feeds(shape, dtype=np.float32):
+    scaled = (special_floats(shape, seed=1) * 4).astype(dtype)  # past the bounds too
+    return [{"x": special_floats(shape, dtype)}, {"x": scaled}, {"x": np.full(shape, -0.0, dtype)}]
+
+
+def unary_chain(ops, shape=(2, 8), bounds=(), tail="Neg", dtype=F, opset=17):
+    """x -> ops[0] -> ops[1] ... -> Neg -> y; `bounds` gives each Clip's (min, max) (None: absent)."""
+    nodes, inits, prev = [], [], "x"
+    bounds = list(bounds)
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    for i, op in enumerate(ops):
+        inputs = [prev]
+        if op == "Clip":
+            low, high = bounds.pop(0)
+            for value, name in ((low, f"lo{i}"), (high, f"hi{i}")):
+                if value is None:
+                    inputs.append("")
+                else:
+                    inits.append(tensor(name, np.array(value, np_dtype)))
+                    inputs.append(name)
+            while inputs[-1] == "":
+                inputs.pop()
+        nodes.append(helper.make_node(op, inputs, [f"v{i}"], name=f"n{i}"))
+        prev = f"v{i}"
+    nodes.append(helper.make_node(tail, [prev], ["y"]))
+    return make_model(nodes, [value_info("x", dtype, list(shape))], [value_info("y", dtype, list(shape))], inits,
+                      opset=opset)
+
+
+PASS = "eliminate_consecutive_idempotent_ops"
+
+
+def test_sign_of_sign():
+    optimized = check_pass(unary_chain(["Sign", "Sign"]), PASS, feeds((2, 8)))
+    assert op_types(optimized) == ["Sign", "Neg"]
+
+
+@pytest.mark.parametrize("ops, bounds, expected", [
+    (["Relu", "Clip"], [(None, 6.0)], (0.0, 6.0)),
+    (["Relu", "Clip"], [(-1.0, 6.0)], (0.0, 6.0)),
+    (["Clip", "Relu"], [(-1.0, 6.0)], (0.0, 6.0)),
+    (["Clip", "Relu"], [(2.0, None)], (2.0, None)),
+    (["Clip", "Clip"], [(-3.0, 2.0), (-1.0, 5.0)], (-1.0, 2.0)),
+    (["Clip", "Clip"], [(None, 2.0), (-1.0, None)], (-1.0, 2.0)),
+    (["Clip", "Clip"], [(None, None), (None, 1.0)], (None, 1.0)),
+])
+def test_clamp_chains_merge_into_one_clip(ops, bounds, expected):
+    model = unary_chain(ops, bounds=bounds)
+    optimized = check_pass(model, PASS, feeds((2, 8)))
+    assert op_types(optimized) == ["Clip", "Neg"]
+    clip = optimized.graph.node[0]
+    values = {i.name: float(np.asarray(helper.tensor_dtype_to_np_dtype(i.data_type).type(0)) + _value(i))
+              for i in optimized.graph.initializer}
+    got = tuple(values[name] if name else None for name in list(clip.input[1:]) + [""] * (3 - len(clip.input)))
+    assert got == expected
+    assert clip.name == "n1" and clip.output[0] == "v1"  # the Clip it replaces: name and value kept
+
+
+def _value(init) -> float:
+    from onnx import numpy_helper
+    return float(numpy_helper.to_array(init))
+
+
+def test_integer_clamp_chain():
+    model = unary_chain(["Clip", "Clip"], bounds=[(-5, 3), (-2, 10)], dtype=TensorProto.INT32)
+    x = {"x": RNG.integers(-20, 20, (2, 8)).astype(np.int32)}
+    optimized = check_pass(model, PASS, [x])
+    assert op_types(optimized) == ["Clip", "Neg"]
+
+
+def test_clamps_that_do_not_meet_stay():
+    """Clip to [-3, -1] then to [2, 5] is the constant 2, not a clamp."""
+    expect_guard(unary_chain(["Clip", "Clip"], bounds=[(-3.0, -1.0), (2.0, 5.0)]), [PASS], "clip_chain.disjoint",
+                 feeds((2, 8))[0])
+
+
+def test_relu_after_a_negative_clip_stays():
+    expect_guard(unary_chain(["Clip", "Relu"], bounds=[(-3.0, -1.0)]), [PASS], "clip_chain.disjoint", feeds((2, 8))[0])
+
+
+def test_clip_with_a_nan_bound_stays():
+    expect_guard(unary_chain(["Relu", "Clip"], bounds=[(np.nan, 6.0)]), [PASS], "clip_chain.nan_bound", feeds((2, 8))[0])
+
+
+def test_clip_with_min_above_max_stays():
+    expect_guard(unary_chain(["Relu", "Clip"], bounds=[(6.0, 1.0)]), [PASS], "clip_chain.empty_range",
+                 feeds((2, 8))[0])
+
+
+def test_clip_with_a_computed_bound_stays():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Abs", ["m"], ["hi"]),
+             helper.make_node("Clip", ["r", "", "hi"], ["c"]), helper.make_node("Neg", ["c"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, [4]), value_info("m", F, [])], [value_info("y", F, [4])])
+    expect_guard(model, [PASS], "clip_chain.bounds", {"x": special_floats((4,)), "m": np.array(2.0, np.float32)})
+
+
+def test_clip_before_opset_11_stays():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Clip", ["r"], ["c"], max=6.0),
+             helper.make_node("Neg", ["c"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, [4])], [value_info("y", F, [4])], opset=10)
+    expect_guard(model, [PASS], "clip_chain.opset", {"x": special_floats((4,))})
+
+
+def test_clamp_chain_of_unknown_element_type_stays():
+    """The merged bounds are constants of x's element type: unknown (a custom op's output), refused."""
+    nodes = [helper.make_node("Foo", ["x"], ["f"], domain="custom.x"), helper.make_node("Relu", ["f"], ["r"]),
+             helper.make_node("Clip", ["r", "lo"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, [4])], [value_info("y", F, [4])],
+                       [tensor("lo", np.array(1.0, np.float32))])
+    model.opset_import.append(helper.make_opsetid("custom.x", 1))
+    expect_guard(model, [PASS], "clip_chain.dtype")
+
+
+# --- Flatten of a row -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, axis", [((1, 6), 0), ((6, 1), 2), ((1, 6), -2)])
+def test_flatten_of_a_row_or_column_goes(shape, axis):
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], axis=axis), helper.make_node("Neg", ["f"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, list(shape))], [value_info("y", F, None)])
+    optimized = check_pass(model, "eliminate_nop_flatten", feeds(shape))
+    assert op_types(optimized) == ["Neg"]
+
+
+def test_flatten_axis_0_of_a_matrix_stays():
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], axis=0), helper.make_node("Neg", ["f"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, ["n", 6])], [value_info("y", F, None)])
+    expect_guard(model, ["eliminate_nop_flatten"], "flatten_row.dim_not_one", {"x": special_floats((3, 6))})
+
+
+# --- whole Slices ---------------------------------------------------------------------------------
+
+
+def slice_model(shape, starts, ends, axes=None, steps=None, x_shape=None):
+    inputs = ["x", "s", "e"] + (["a"] if axes is not None else []) + (["st"] if steps is not None else [])
+    if steps is not None and axes is None:
+        raise ValueError("steps need axes here")
+    inits = [tensor("s", np.array(starts, np.int64)), tensor("e", np.array(ends, np.int64))]
+    inits += [tensor("a", np.array(axes, np.int64))] if axes is not None else []
+    inits += [tensor("st", np.array(steps, np.int64))] if steps is not None else []
+    nodes = [helper.make_node("Slice", inputs, ["sl"]), helper.make_node("Neg", ["sl"], ["y"])]
+    return make_model(nodes, [value_info("x", F, list(x_shape or shape))], [value_info("y", F, None)], inits)
+
+
+@pytest.mark.parametrize("starts, ends, axes, steps", [
+    ([0], [2**63 - 1], [1], None), ([0, -10], [4, 100], [0, 1], [1, 1]), ([-4], [4], [0], None),
+])
+def test_whole_slices_go(starts, ends, axes, steps):
+    optimized = check_pass(slice_model((4, 3), starts, ends, axes, steps), "eliminate_nop_slice", feeds((4, 3)))
+    assert op_types(optimized) == ["Neg"]
+
+
+@pytest.mark.parametrize("starts, ends, axes, steps", [
+    ([1], [4], [0], None), ([0], [3], [0], None), ([0], [4], [0], [2]), ([-1], [-5], [0], [-1]),
+])
+def test_partial_slices_stay(starts, ends, axes, steps):
+    model = slice_model((4, 3), starts, ends, axes, steps)
+    check_pass(model, "eliminate_nop_slice", feeds((4, 3)), changed=False)
+
+
+def test_whole_slice_of_an_unknown_dim_stays():
+    expect_guard(slice_model((4, 3), [0], [4], [0], x_shape=["n", 3]), ["eliminate_nop_slice"],
+                 "nop_slice.end_dim_unknown", {"x": special_floats((4, 3))})
+    expect_guard(slice_model((4, 3), [-4], [2**62], [0], x_shape=["n", 3]), ["eliminate_nop_slice"],
+                 "nop_slice.start_dim_unknown", {"x": special_floats((4, 3))})
+
+
+# --- empty Concat inputs --------------------------------------------------------------------------
+
+
+def concat_model(shapes, axis=0, out_shape=None):
+    names = [f"x{i}" for i in range(len(shapes))]
+    nodes = [helper.make_node("Concat", names, ["c"], axis=axis, name="concat"), helper.make_node("Neg", ["c"], ["y"])]
+    return make_model(nodes, [value_info(n, F, list(s)) for n, s in zip(names, shapes)], [value_info("y", F, out_shape)])
+
+
+def concat_feeds(shapes):
+    return [{f"x{i}": special_floats(tuple(s), seed=i) for i, s in enumerate(shapes)}]
+
+
+def test_empty_concat_inputs_are_dropped():
+    shapes = [(2, 3), (0, 3), (1, 3)]
+    optimized = check_pass(concat_model(shapes), "eliminate_nop_concat", concat_feeds(shapes), changed=None)
+    assert op_types(optimized) == ["Concat", "Neg"] and list(optimized.graph.node[0].input) == ["x0", "x2"]
+    assert optimized.graph.node[0].name == "concat"
+
+
+def test_concat_of_one_input_and_empties_is_that_input():
+    shapes = [(2, 0), (2, 3)]
+    optimized = check_pass(concat_model(shapes, axis=-1), "eliminate_nop_concat", concat_feeds(shapes))
+    assert op_types(optimized) == ["Neg"]
+
+
+def test_empty_input_with_unknown_other_dims_stays():
+    """Dropping it would turn onnxruntime's shape mismatch error into a result."""
+    shapes = [(2, 3), (0, "k")]
+    expect_guard(concat_model(shapes), ["eliminate_nop_concat"], "concat_empty.other_dims",
+                 {"x0": special_floats((2, 3)), "x1": np.zeros((0, 3), np.float32)})
