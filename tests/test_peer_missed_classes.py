@@ -213,3 +213,56 @@ def test_empty_input_with_unknown_other_dims_stays():
     shapes = [(2, 3), (0, "k")]
     expect_guard(concat_model(shapes), ["eliminate_nop_concat"], "concat_empty.other_dims",
                  {"x0": special_floats((2, 3)), "x1": np.zeros((0, 3), np.float32)})
+
+
+# --- other readers: only one input repointed ------------------------------------------------------
+
+
+def test_transposes_composing_to_identity_read_x_though_the_inner_one_is_shared():
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]), helper.make_node("Transpose", ["t"], ["u"], perm=[1, 0]),
+             helper.make_node("Neg", ["u"], ["y"]), helper.make_node("Abs", ["t"], ["z"])]
+    model = make_model(nodes, [value_info("x", F, [2, 3])], [value_info("y", F, [2, 3]), value_info("z", F, [3, 2])])
+    optimized = check_pass(model, "fuse_consecutive_transposes", feeds((2, 3)))
+    assert op_types(optimized) == ["Transpose", "Neg", "Abs"] and list(optimized.graph.node[1].input) == ["x"]
+
+
+def test_concat_into_reshape_with_a_shared_concat():
+    nodes = [helper.make_node("Concat", ["a", "b"], ["s"], axis=0), helper.make_node("Reshape", ["x", "s"], ["r"]),
+             helper.make_node("Neg", ["r"], ["y"]), helper.make_node("Identity", ["s"], ["z"])]
+    model = make_model(nodes, [value_info("x", F, [2, 3])], [value_info("y", F, [3, 2]), value_info("z", TensorProto.INT64, [2])],
+                       [tensor("a", np.array([3], np.int64)), tensor("b", np.array([2], np.int64))])
+    optimized = check_pass(model, "fuse_concat_into_reshape", feeds((2, 3)), changed=None)
+    reshape = next(n for n in optimized.graph.node if n.op_type == "Reshape")
+    assert reshape.input[1] != "s" and any(n.op_type == "Concat" for n in optimized.graph.node)
+
+
+# --- an Expand before a broadcasting binary op ----------------------------------------------------
+
+
+def expand_add(x_shape, target, y_shape, op="Add", expand_second=False):
+    operands = ["y", "e"] if expand_second else ["e", "y"]
+    nodes = [helper.make_node("Expand", ["x", "s"], ["e"]), helper.make_node(op, operands, ["o"], name="op"),
+             helper.make_node("Neg", ["o"], ["out"])]
+    return make_model(nodes, [value_info("x", F, list(x_shape)), value_info("y", F, list(y_shape))],
+                      [value_info("out", F, None)], [tensor("s", np.array(target, np.int64))])
+
+
+def expand_feeds(x_shape, y_shape):
+    return [{"x": special_floats(tuple(x_shape), seed=2), "y": special_floats(tuple(y_shape), seed=3)}]
+
+
+@pytest.mark.parametrize("op, expand_second", [("Add", False), ("Sub", True), ("Div", False)])
+def test_expand_the_op_would_broadcast_anyway_goes(op, expand_second):
+    model = expand_add((1, 3), (4, 3), (4, 3), op, expand_second)
+    optimized = check_pass(model, "eliminate_nop_expand", expand_feeds((1, 3), (4, 3)))
+    assert op_types(optimized) == [op, "Neg"] and optimized.graph.node[0].name == "op"
+
+
+def test_expand_that_widens_the_output_stays():
+    expect_guard(expand_add((1, 3), (4, 3), (1, 3)), ["eliminate_nop_expand"], "expand_broadcast.shape_changes",
+                 expand_feeds((1, 3), (1, 3))[0])
+
+
+def test_expand_of_an_unknown_shape_stays():
+    expect_guard(expand_add(("n", 3), (4, 3), (4, 3)), ["eliminate_nop_expand"], "expand_broadcast.shape_unknown",
+                 expand_feeds((1, 3), (4, 3))[0])

@@ -25,6 +25,7 @@ from onnxrefine.passes.fusion_chains import (  # noqa: F401  (re-exported for ca
     SQUEEZE_UNSQUEEZE,
     SQUEEZES,
     TRANSPOSES,
+    TRANSPOSES_IDENTITY,
     UNSQUEEZE_SQUEEZE,
     UNSQUEEZES,
     compose_perms,
@@ -43,8 +44,9 @@ from onnxrefine.passes.fusion_pad import PAD_CONV, PAD_POOL
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 
 PASSES = (
-    PassSpec("fuse_consecutive_transposes", "Transpose(Transpose(x)) -> one Transpose with the composed perm",
-             rules=(TRANSPOSES,), order=30, fuzz="consecutive_transposes"),
+    PassSpec("fuse_consecutive_transposes", "Transpose(Transpose(x)) -> one Transpose with the composed perm (x "
+             "itself when it is the identity, the inner one kept for its other readers)",
+             rules=(TRANSPOSES, TRANSPOSES_IDENTITY), order=30, fuzz="consecutive_transposes"),
     PassSpec("fuse_consecutive_squeezes", "Squeeze(Squeeze(x)) -> one Squeeze (negative axes resolved per step)",
              rules=(SQUEEZES,), order=30, fuzz="consecutive_squeezes"),
     PassSpec("fuse_consecutive_unsqueezes", "Unsqueeze(Unsqueeze(x)) -> one Unsqueeze (axes of the output rank)",
@@ -70,7 +72,8 @@ PASSES = (
              "Zero Pad -> AveragePool(count_include_pad=1) pads where a window's zero sign (which may flip) reaches "
              "no sign-sensitive use; never MaxPool",
              rules=(PAD_POOL,), order=30, fuzz="pad_pool"),
-    PassSpec("fuse_concat_into_reshape", "Reshape target built by Concat of constants/known sizes -> constant target",
+    PassSpec("fuse_concat_into_reshape", "Reshape target built by Concat of constants/known sizes -> constant target "
+             "(a Concat other nodes read stays for them)",
              rules=(CONCAT_RESHAPE,), order=30, fuzz="concat_into_reshape"),
     PassSpec("fuse_qkv", "MatMuls of one input by constant weights -> one MatMul on merged weights + Split",
              rules=(QKV,), order=30, fuzz="qkv"),

@@ -73,6 +73,24 @@ TRANSPOSES = Rule(
 )
 
 
+def transposes_to_identity(m: Match, ctx: RewriteContext) -> Replacement | None:
+    """Transpose(Transpose(x)) whose perms compose to the identity reads x, even where the inner
+    Transpose has other readers (it stays for them)."""
+    rank = _rank(ctx, m["x"])
+    inner, outer = _perm(m["t1"], rank), _perm(m["t2"], rank)
+    if compose_perms(inner, outer) != list(range(len(inner))) or sorted(inner) != list(range(len(inner))):
+        return None
+    return Replacement([], {m["t2"].outputs[0]: m["x"]})
+
+
+TRANSPOSES_IDENTITY = Rule(
+    "transposes_to_identity",
+    Op("Transpose", Op("Transpose", Var("x"), name="t1"), name="t2"),
+    transposes_to_identity,
+    keeps_intermediates=True,
+)
+
+
 # --- fuse_consecutive_squeezes / unsqueezes ---------------------------------------------------
 
 
@@ -418,4 +436,7 @@ CONCAT_RESHAPE = Rule(
     "fuse_concat_into_reshape",
     Op("Reshape", Var("x"), Op("Concat", Rest("parts"), name="concat"), name="reshape"),
     fuse_concat_reshape,
+    # Only the Reshape's target is repointed: a Concat other nodes read stays for them (and goes
+    # with its last reader).
+    keeps_intermediates=True,
 )

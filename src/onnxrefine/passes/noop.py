@@ -19,7 +19,7 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import is_float_dtype
 from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.passes.clip_chains import CLAMP_CHAIN
-from onnxrefine.passes.noop_shapes import CONCAT_EMPTY, FLATTEN_ROW
+from onnxrefine.passes.noop_shapes import CONCAT_EMPTY, EXPAND_BROADCAST, FLATTEN_ROW
 from onnxrefine.passes.opargs import attr, input_at, int_list_arg, known_dim, normalize_axes
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
@@ -430,8 +430,8 @@ PASSES = (
              "the axis", rules=(CONCAT, CONCAT_EMPTY), order=20, fuzz="nop_concat"),
     PassSpec("eliminate_nop_split", "Remove Split with one output covering the whole axis", rules=(SPLIT,), order=20,
              fuzz="nop_split"),
-    PassSpec("eliminate_nop_expand", "Remove Expand whose target broadcasts to the input's own (trusted) shape",
-             rules=(EXPAND,), order=20, fuzz="nop_expand"),
+    PassSpec("eliminate_nop_expand", "Remove Expand whose target broadcasts to the input's own (trusted) shape, "
+             "or that feeds a binary op whose own broadcast gives the same output shape", rules=(EXPAND, EXPAND_BROADCAST), order=20, fuzz="nop_expand"),
     PassSpec("eliminate_nop_transpose", "Remove Transpose with the identity permutation",
              rules=(TRANSPOSE,), order=20, fuzz="nop_transpose"),
     PassSpec("eliminate_nop_reshape", "Remove Reshape to the input's own (trusted, static) shape",

@@ -123,6 +123,49 @@ CONCAT_EMPTY = Rule(
 )
 
 
+# --- an Expand that the binary op after it would broadcast anyway ----------------------------
+
+# Elementwise operators that broadcast both operands the same (multidirectional) way; PRelu
+# broadcasts one way only and Where has three operands: not here.
+BROADCASTING_BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Less", "Greater",
+                       "LessOrEqual", "GreaterOrEqual", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+
+
+def drop_expand_before_broadcast(m: Match, ctx: RewriteContext) -> Replacement | None:
+    """op(Expand(x, s), y) -> op(x, y) where op's broadcast alone gives the same output shape:
+    each output element reads the same x element either way (exact)."""
+    node: ir.Node = m["node"]
+    slots = [i for i, v in enumerate(node.inputs[:2]) if v is not None and v.producer() is not None
+             and v.producer().op_type == "Expand" and v.producer().domain in ("", "ai.onnx")
+             and v.producer().graph is node.graph]
+    if len(node.inputs) != 2 or not slots:
+        return None
+    slot = slots[0]
+    expand = node.inputs[slot].producer()
+    other = node.inputs[1 - slot]
+    x_shape, other_shape = ctx.facts.static_shape(expand.inputs[0]), ctx.facts.static_shape(other)
+    out_shape = ctx.facts.static_shape(node.outputs[0])
+    if x_shape is None or other_shape is None or out_shape is None:
+        raise RewriteRefused("expand_broadcast.shape_unknown", "the operands' or the output's shape is not static")
+    try:
+        without = tuple(np.broadcast_shapes(tuple(x_shape), tuple(other_shape)))
+    except ValueError:
+        without = None
+    if without != tuple(out_shape):
+        raise RewriteRefused("expand_broadcast.shape_changes", f"without the Expand the output would be {without}, not {tuple(out_shape)}")
+    inputs = list(node.inputs)
+    inputs[slot] = expand.inputs[0]
+    new = ctx.node(node.op_type, inputs, dict(node.attributes), hint=node.name or None)
+    return Replacement([new], {node.outputs[0]: new.outputs[0]}, also_removed=[expand])
+
+
+EXPAND_BROADCAST = Rule(
+    "eliminate_expand_before_broadcast",
+    Op(BROADCASTING_BINARY, Var("a"), Var("b"), name="node"),
+    drop_expand_before_broadcast,
+)
+
+
 PASSES = (
     PassSpec("eliminate_nop_slice", "Remove Slice that selects the whole tensor (start 0, step 1, end at or past "
              "the axis's trusted size)", rules=(NOP_SLICE,), order=20, not_fuzzed=NO_PATTERN_YET),
