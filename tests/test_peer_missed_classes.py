@@ -266,3 +266,39 @@ def test_expand_that_widens_the_output_stays():
 def test_expand_of_an_unknown_shape_stays():
     expect_guard(expand_add(("n", 3), (4, 3), (4, 3)), ["eliminate_nop_expand"], "expand_broadcast.shape_unknown",
                  expand_feeds((1, 3), (4, 3))[0])
+
+
+# --- a Cast of a ConstantOfShape ------------------------------------------------------------------
+
+
+def fill_cast(value, dtype, to, like=False):
+    fill = helper.make_tensor("v", dtype, [1], [value])
+    cast = (helper.make_node("CastLike", ["c", "l"], ["k"], name="cast") if like
+            else helper.make_node("Cast", ["c"], ["k"], to=to, name="cast"))
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("ConstantOfShape", ["s"], ["c"], value=fill),
+             cast, helper.make_node("Identity", ["k"], ["y"])]
+    inputs = [value_info("x", F, ["n", 3])] + ([value_info("l", to, [1])] if like else [])
+    return make_model(nodes, inputs, [value_info("y", to, None)])
+
+
+@pytest.mark.parametrize("value, dtype, to, like", [
+    (1.0, F, TensorProto.INT64, False), (-3, TensorProto.INT64, F, False), (0.5, F, TensorProto.FLOAT16, True),
+    (float("-inf"), F, TensorProto.DOUBLE, False), (1.0, F, TensorProto.BOOL, False),
+])
+def test_cast_of_a_fill_becomes_the_fill(value, dtype, to, like):
+    model = fill_cast(value, dtype, to, like)
+    feeds_ = {"x": np.zeros((2, 3), np.float32)} | ({"l": np.zeros(1, helper.tensor_dtype_to_np_dtype(to))} if like else {})
+    optimized = check_pass(model, "fuse_cast_into_constant_of_shape", [feeds_])
+    assert op_types(optimized)[-2:] == ["ConstantOfShape", "Identity"] and "Cast" not in op_types(optimized)
+
+
+@pytest.mark.parametrize("value, dtype, to", [(0.1, F, TensorProto.FLOAT16), (2.5, F, TensorProto.INT32),
+                                              (300, TensorProto.INT64, TensorProto.INT8), (2.0, F, TensorProto.BOOL)])
+def test_cast_of_a_fill_that_rounds_or_wraps_stays(value, dtype, to):
+    expect_guard(fill_cast(value, dtype, to), ["fuse_cast_into_constant_of_shape"], "fill_cast.inexact",
+                 {"x": np.zeros((2, 3), np.float32)})
+
+
+def test_cast_of_a_fill_to_a_type_constant_of_shape_does_not_make_stays():
+    expect_guard(fill_cast(1.0, F, TensorProto.STRING), ["fuse_cast_into_constant_of_shape"], "fill_cast.dtype",
+                 {"x": np.zeros((2, 3), np.float32)})
