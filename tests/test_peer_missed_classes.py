@@ -302,3 +302,39 @@ def test_cast_of_a_fill_that_rounds_or_wraps_stays(value, dtype, to):
 def test_cast_of_a_fill_to_a_type_constant_of_shape_does_not_make_stays():
     expect_guard(fill_cast(1.0, F, TensorProto.STRING), ["fuse_cast_into_constant_of_shape"], "fill_cast.dtype",
                  {"x": np.zeros((2, 3), np.float32)})
+
+
+# --- ConvTranspose followed by a constant Mul or Add ----------------------------------------------
+
+
+def conv_transpose(op, constant, group=2, bias=True, c_in=4, c_out_per_group=3):
+    w = RNG.standard_normal((c_in, c_out_per_group, 3, 3)).astype(np.float32)
+    inits = [tensor("w", w), tensor("c", constant.astype(np.float32))]
+    inputs = ["x", "w"]
+    if bias:
+        inits.append(tensor("b", RNG.standard_normal(group * c_out_per_group).astype(np.float32)))
+        inputs.append("b")
+    nodes = [helper.make_node("ConvTranspose", inputs, ["t"], group=group, strides=[2, 2], name="deconv"),
+             helper.make_node(op, ["t", "c"], ["y"], name="op")]
+    return make_model(nodes, [value_info("x", F, [1, c_in, 4, 4])], [value_info("y", F, None)], inits)
+
+
+@pytest.mark.parametrize("op, bias", [("Mul", True), ("Mul", False), ("Add", True), ("Add", False)])
+def test_conv_transpose_absorbs_a_per_channel_constant(op, bias):
+    constant = RNG.uniform(0.5, 2.0, (1, 6, 1, 1))
+    model = conv_transpose(op, constant, bias=bias)
+    pass_name = "fuse_mul_into_conv" if op == "Mul" else "fuse_add_bias_into_conv"
+    x = [{"x": RNG.standard_normal((1, 4, 4, 4)).astype(np.float32)}]
+    optimized = check_pass(model, pass_name, x, exact=False, rtol=1e-5, atol=1e-5)
+    assert op_types(optimized) == ["ConvTranspose"] and optimized.graph.node[0].name == "op"
+
+
+def test_conv_transpose_constant_varying_off_the_channel_axis_stays():
+    model = conv_transpose("Add", RNG.standard_normal((1, 6, 1, 9)))
+    expect_guard(model, ["fuse_add_bias_into_conv"], "conv_transpose_affine.non_channel",
+                 {"x": RNG.standard_normal((1, 4, 4, 4)).astype(np.float32)})
+
+
+def test_conv_transpose_group_not_dividing_stays():
+    model = conv_transpose("Mul", np.ones((1, 9, 1, 1)), group=3, c_in=4, c_out_per_group=3)
+    expect_guard(model, ["fuse_mul_into_conv"], "conv_transpose_affine.group")
