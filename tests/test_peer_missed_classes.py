@@ -338,3 +338,63 @@ def test_conv_transpose_constant_varying_off_the_channel_axis_stays():
 def test_conv_transpose_group_not_dividing_stays():
     model = conv_transpose("Mul", np.ones((1, 9, 1, 1)), group=3, c_in=4, c_out_per_group=3)
     expect_guard(model, ["fuse_mul_into_conv"], "conv_transpose_affine.group")
+
+
+# --- a size-1-moving Transpose into the Reshape after it; Reshape chains copying the same dim -----
+
+
+def transpose_reshape(x_shape, perm, target, feed_shape):
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm), helper.make_node("Reshape", ["t", "s"], ["r"], name="reshape"),
+             helper.make_node("Neg", ["r"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, list(x_shape))], [value_info("y", F, None)],
+                       [tensor("s", np.array(target, np.int64))])
+    return model, [{"x": special_floats(tuple(feed_shape))}, {"x": np.zeros((0,) + tuple(feed_shape[1:]), np.float32)}]
+
+
+def test_transpose_of_unit_axes_goes_into_the_reshape_after_it():
+    """The SSD head at 1x1 with a dynamic batch: [n, a, 4, 1, 1] -> perm 0,3,4,1,2 -> Reshape [0, -1, 4]
+    (also on an empty batch, which transpose_to_reshape's own target could not be written for)."""
+    model, feed = transpose_reshape(["n", "a", 4, 1, 1], [0, 3, 4, 1, 2], [0, -1, 4], (2, 6, 4, 1, 1))
+    optimized = check_pass(model, "transpose_to_reshape", feed[:1])
+    assert op_types(optimized) == ["Reshape", "Neg"] and optimized.graph.node[0].name == "reshape"
+
+
+def test_transpose_that_reorders_stays_before_the_reshape():
+    model, feed = transpose_reshape(["n", 6, 4, 1, 1], [0, 2, 1, 3, 4], [0, -1], (2, 6, 4, 1, 1))
+    expect_guard(model, ["transpose_to_reshape"], "transpose_into_reshape.reorders", feed[0])
+
+
+def test_transpose_into_a_reshape_copying_a_moved_dim_stays():
+    model, feed = transpose_reshape(["b", "a", 1], [0, 2, 1], [0, 0, -1], (2, 6, 1))
+    expect_guard(model, ["transpose_to_reshape"], "transpose_into_reshape.copied_dim", feed[0])
+
+
+def test_transpose_into_a_computed_reshape_target_stays():
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), helper.make_node("Reshape", ["t", "s"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, ["b", "a", 1]), value_info("s", TensorProto.INT64, [1])],
+                       [value_info("y", F, None)])
+    expect_guard(model, ["transpose_to_reshape"], "transpose_into_reshape.target",
+                 {"x": special_floats((2, 6, 1)), "s": np.array([12], np.int64)})
+
+
+def test_transpose_into_reshape_of_an_unknown_shape_stays():
+    from guardutil import expect_refused
+    from onnxrefine.passes.transposes import transpose_into_reshape
+    from types import SimpleNamespace
+    from onnxrefine.ir import io
+    model, _ = transpose_reshape([2, 3], [1, 0], [6], (2, 3))
+    ir_model = io.proto_to_ir(model)
+    transpose, reshape = list(ir_model.graph)[:2]
+    facts = SimpleNamespace(symbolic_shape=lambda value: None)
+    ctx = SimpleNamespace(facts=facts)
+    found = {"t": transpose, "reshape": reshape, "x": transpose.inputs[0], "s": reshape.inputs[1]}
+    expect_refused("transpose_into_reshape.shape_unknown", transpose_into_reshape, found, ctx)
+
+
+def test_reshape_chain_copying_the_same_dim_collapses():
+    nodes = [helper.make_node("Reshape", ["x", "a"], ["r1"]), helper.make_node("Reshape", ["r1", "b"], ["r2"]),
+             helper.make_node("Neg", ["r2"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, ["n", 24, 1, 1])], [value_info("y", F, None)],
+                       [tensor("a", np.array([0, -1, 4, 1, 1], np.int64)), tensor("b", np.array([0, -1, 4], np.int64))])
+    optimized = check_pass(model, "eliminate_consecutive_idempotent_ops", [{"x": special_floats((2, 24, 1, 1))}])
+    assert op_types(optimized) == ["Reshape", "Neg"]

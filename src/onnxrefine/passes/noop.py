@@ -382,10 +382,20 @@ def _idempotent_rule(op: str) -> Rule:
 def collapse_reshape_chain(m: Match, ctx: RewriteContext) -> Replacement:
     outer: ir.Node = m["outer"]
     target = m.array("shape").reshape(-1)
-    if not attr(outer, "allowzero", 0) and np.any(target == 0):
+    if not attr(outer, "allowzero", 0) and np.any(target == 0) and not _copies_alike(ctx, m, np.flatnonzero(target == 0)):
         raise RewriteRefused("reshape_chain.zero_copy", "the outer Reshape copies dims with 0, which would copy from a different input")
     new = ctx.node("Reshape", [m["x"], m["shape"]], dict(outer.attributes), hint=outer.name or None)
     return Replacement([new], {outer.outputs[0]: new.outputs[0]})
+
+
+def _copies_alike(ctx: RewriteContext, m: Match, positions) -> bool:
+    """Whether x has, at each of `positions`, the very dim the inner Reshape's output has there
+    (the same trusted int or symbol), so a 0 copies the same dim from either."""
+    x_shape, middle = ctx.facts.symbolic_shape(m["x"]), ctx.facts.symbolic_shape(m["inner"].outputs[0])
+    if x_shape is None or middle is None:
+        return False
+    return all(i < len(x_shape) and i < len(middle) and (x_shape[i] is middle[i] or (
+        isinstance(x_shape[i], int) and x_shape[i] == middle[i])) for i in positions)
 
 
 RESHAPE_CHAIN = Rule(
