@@ -86,12 +86,13 @@ def test_integer_clamp_chain():
 
 
 def test_clamps_that_do_not_meet_stay():
-    """Clip to [-3, -1] then to [2, 5] is the constant 2, not a clamp."""
+    """Clip to [-3, -1] then to [2, 5] is the constant 2, not a clamp (onnxscript makes it Clip(x, 2, -1): -1)."""
     expect_guard(unary_chain(["Clip", "Clip"], bounds=[(-3.0, -1.0), (2.0, 5.0)]), [PASS], "clip_chain.disjoint",
                  feeds((2, 8))[0])
 
 
 def test_relu_after_a_negative_clip_stays():
+    """All zeros, not a clamp (onnxscript makes it Clip(x, 0, -1): -1)."""
     expect_guard(unary_chain(["Clip", "Relu"], bounds=[(-3.0, -1.0)]), [PASS], "clip_chain.disjoint", feeds((2, 8))[0])
 
 

@@ -50,6 +50,16 @@ def test_every_onnxoptimizer_pass_name_is_known():
         assert get_pass(name).name == name
 
 
+def test_docs_pass_table_matches_the_registry():
+    from pathlib import Path
+
+    from onnxrefine.cli.optimize_cmd import passes_markdown
+    text = (Path(__file__).resolve().parents[1] / "docs" / "passes.md").read_text()
+    start = text.index("<!-- passes:start -->\n") + len("<!-- passes:start -->\n")
+    assert text[start:text.index("<!-- passes:end -->")] == passes_markdown(), \
+        "docs/passes.md's table is stale: regenerate it with `onnxrefine optimize --list-passes --markdown`"
+
+
 def test_interface_passes_say_so():
     for name in ("rename_input_output", "rewrite_input_dtype", "split_init", "split_predict"):
         spec = get_pass(name)

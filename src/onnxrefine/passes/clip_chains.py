@@ -8,6 +8,10 @@ same (NaN stays NaN: Clip and Relu both pass it through). Refused: intervals tha
 interval (Clip with min > max), and Clip before opset 11 (bounds as attributes).
 Relu(Clip(x, lo, hi)) with hi < 0 is all zeros: refused (the intervals [lo, hi] and [0, inf)
 do not meet).
+
+onnxscript's fuse_relus_clips merges intervals that do not meet all the same, into a Clip whose
+min is above its max: Clip(Clip(x, -3, -1), 2, 5) becomes Clip(x, 2, -1), which gives -1 where
+the chain gives 2, and Relu(Clip(x, -3, -1)) becomes Clip(x, 0, -1): -1 where the chain gives 0.
 """
 
 from __future__ import annotations
