@@ -72,15 +72,36 @@ def candidate_input_problem(original: onnx.ModelProto, candidate: onnx.ModelProt
     return None
 
 
-def match_outputs(original_names, candidate_names, notes) -> dict[str, str]:
-    if set(original_names) <= set(candidate_names):
-        return {name: name for name in original_names}
-    if len(original_names) == len(candidate_names):
-        notes.append("candidate output names differ from the original's; matched by position")
-        return dict(zip(original_names, candidate_names))
+MATCH_BY_NAME, MATCH_BY_POSITION = "name", "position"
+
+
+def match_outputs(original_names, candidate_names, notes, by: str = MATCH_BY_NAME) -> tuple[dict[str, str], str | None]:
+    """Original output name -> candidate output name, and the interface problem that makes the
+    candidate a mismatch (None when the interfaces agree). By name (the default), a candidate
+    whose outputs are not the original's, by name and count, has another interface: a consumer
+    that reads `y` or output 1 gets something else, so that is never judged as agreeing. By
+    position (`--match-outputs position`, for a candidate renamed on purpose), the counts must
+    agree and the outputs are paired in order, with a note."""
+    original_names, candidate_names = list(original_names), list(candidate_names)
+    if by == MATCH_BY_POSITION:
+        if len(original_names) != len(candidate_names):
+            return {}, (f"interface mismatch: the candidate has {len(candidate_names)} output(s), the original "
+                        f"{len(original_names)}")
+        if original_names != candidate_names:
+            notes.append("outputs matched by position (--match-outputs position): "
+                         + ", ".join(f"{a} -> {b}" for a, b in zip(original_names, candidate_names) if a != b))
+        return dict(zip(original_names, candidate_names)), None
     missing = [name for name in original_names if name not in candidate_names]
-    notes.append(f"candidate lacks output(s) {', '.join(missing)}")
-    return {name: name for name in original_names if name in candidate_names}
+    extra = [name for name in candidate_names if name not in original_names]
+    if missing or extra:
+        parts = ([f"lacks output(s) {', '.join(missing)}"] if missing else []) + (
+            [f"has other output(s) {', '.join(extra)}"] if extra else [])
+        hint = ("; to pair them in order, --match-outputs position"
+                if len(original_names) == len(candidate_names) else "")
+        return {}, f"interface mismatch: the candidate {' and '.join(parts)}{hint}"
+    if original_names != candidate_names:
+        notes.append("the candidate's outputs are in another order: matched by name")
+    return {name: name for name in original_names}, None
 
 
 def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:

@@ -122,9 +122,12 @@ class VerificationSession:
     rtol: float | None = None
     localize: bool = True
     reference: ReferenceEvaluator = float64_reference
+    match_outputs: str = "name"  # or "position" (evidence.match_outputs)
 
     def check_settings(self) -> None:
         check_run_settings(self.deployment, self.custom_op_library)
+        if self.match_outputs not in (evidence.MATCH_BY_NAME, evidence.MATCH_BY_POSITION):
+            raise BadInputError(f"match_outputs must be 'name' or 'position', not {self.match_outputs!r}")
         for name, value in (("atol", self.atol), ("rtol", self.rtol)):
             if value is not None and not (value >= 0):
                 raise BadInputError(f"--{name} must be a non-negative number")
@@ -218,8 +221,9 @@ class VerificationSession:
             run.candidate_failure = evidence.candidate_input_problem(run.original_file.proto,
                                                                      run.candidate_file.proto)
         if run.candidate_failure is None:
-            run.output_map = evidence.match_outputs(
-                run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes)
+            run.output_map, run.candidate_failure = evidence.match_outputs(
+                run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes,
+                self.match_outputs)
         _candidate_runs(run.strict, run.candidate_file, run.labelled, self.custom_op_library, run.candidate_failure)
         if self.deployment is None:
             return
