@@ -34,7 +34,7 @@ DEFAULT_SCHEDULE = {
         "eliminate_nop_cast", "eliminate_nop_concat", "eliminate_nop_dropout", "eliminate_nop_expand",
         "eliminate_nop_flatten", "eliminate_nop_monotone_argmax", "eliminate_nop_pad", "eliminate_nop_reshape",
         "eliminate_nop_slice", "eliminate_nop_split", "eliminate_nop_transpose", "eliminate_nop_with_unit", "fuse_cast_into_constant_of_shape", "rewrite_where",
-        "eliminate_float_add_zero", "eliminate_where_with_constant_condition", "merge_reshape_unit_axes",
+        "cast_like_to_cast", "eliminate_float_add_zero", "eliminate_where_with_constant_condition", "merge_reshape_unit_axes",
         "reshape_through_transpose", "transpose_to_reshape", "fuse_concat_into_reshape", "fuse_consecutive_concats",
         "fuse_consecutive_log_softmax", "fuse_consecutive_reduce_unsqueeze", "fuse_consecutive_slices",
         "fuse_consecutive_squeeze_unsqueeze", "fuse_consecutive_squeezes", "fuse_consecutive_transposes", "fuse_consecutive_unsqueezes",

@@ -399,3 +399,21 @@ def test_reshape_chain_copying_the_same_dim_collapses():
                        [tensor("a", np.array([0, -1, 4, 1, 1], np.int64)), tensor("b", np.array([0, -1, 4], np.int64))])
     optimized = check_pass(model, "eliminate_consecutive_idempotent_ops", [{"x": special_floats((2, 24, 1, 1))}])
     assert op_types(optimized) == ["Reshape", "Neg"]
+
+
+# --- CastLike of a constant -----------------------------------------------------------------------
+
+
+def test_cast_like_of_a_constant_folds():
+    nodes = [helper.make_node("CastLike", ["c", "x"], ["cl"], name="castlike"), helper.make_node("Add", ["x", "cl"], ["y"])]
+    model = make_model(nodes, [value_info("x", TensorProto.FLOAT16, [2])], [value_info("y", TensorProto.FLOAT16, None)],
+                       [tensor("c", np.array([1.5, 0.1], np.float32))])
+    optimized = check_pass(model, ["cast_like_to_cast", "fold_constants"], [{"x": np.array([2.0, -0.0], np.float16)}])
+    assert op_types(optimized) == ["Add"] and [i.name for i in optimized.graph.initializer] == ["cl"]
+
+
+def test_cast_like_of_an_unknown_type_stays():
+    nodes = [helper.make_node("Foo", ["x"], ["f"], domain="custom.x"), helper.make_node("CastLike", ["c", "f"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, [2])], [value_info("y", F, [2])], [tensor("c", np.ones(2, np.float32))])
+    model.opset_import.append(helper.make_opsetid("custom.x", 1))
+    expect_guard(model, ["cast_like_to_cast"], "cast_like.type_unknown")

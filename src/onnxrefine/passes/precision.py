@@ -77,6 +77,27 @@ CAST_FILL = Rule(
 )
 
 
+# --- CastLike to a known type --------------------------------------------------------------------
+
+
+def cast_like_to_cast(m: Match, ctx: RewriteContext) -> Replacement:
+    """CastLike(x, like) -> Cast(x, to=like's type) where that type is known from trusted facts: the
+    same conversion (saturate kept), and a Cast of a constant folds, which CastLike of a constant
+    reading a run-time `like` did not."""
+    node = m["node"]
+    target = ctx.facts.dtype(m["like"])
+    if target is None:
+        raise RewriteRefused("cast_like.type_unknown", "the like input's element type is not known from trusted facts")
+    attributes = {"to": int(target)}
+    if "saturate" in node.attributes:
+        attributes["saturate"] = int(attr(node, "saturate"))
+    cast = ctx.node("Cast", [m["x"]], attributes, hint=node.name or None)
+    return Replacement([cast], {node.outputs[0]: cast.outputs[0]})
+
+
+CAST_LIKE_TO_CAST = Rule("cast_like_to_cast", Op("CastLike", Var("x"), Var("like"), name="node"), cast_like_to_cast)
+
+
 PASSES = (
     PassSpec(
         "eliminate_exact_cast_chain",
@@ -89,4 +110,6 @@ PASSES = (
     PassSpec("fuse_cast_into_constant_of_shape", "Cast/CastLike of a ConstantOfShape -> a ConstantOfShape of the "
              "target type, where the fill value is exact in it", rules=(CAST_FILL,), order=20,
              not_fuzzed=NO_PATTERN_YET),
+    PassSpec("cast_like_to_cast", "CastLike(x, like) -> Cast(x, to=like's known type), which folds when x is a "
+             "constant", rules=(CAST_LIKE_TO_CAST,), order=21, not_fuzzed=NO_PATTERN_YET),
 )
