@@ -417,3 +417,48 @@ def test_cast_like_of_an_unknown_type_stays():
     model = make_model(nodes, [value_info("x", F, [2])], [value_info("y", F, [2])], [tensor("c", np.ones(2, np.float32))])
     model.opset_import.append(helper.make_opsetid("custom.x", 1))
     expect_guard(model, ["cast_like_to_cast"], "cast_like.type_unknown")
+
+
+# --- Pad into ConvInteger and into a Conv with auto_pad=VALID -------------------------------------
+
+
+def pad_conv_integer(zero_point, fill):
+    w = np.ones((1, 1, 3, 3), np.uint8)
+    conv_inputs = ["xp", "w"] + (["zp"] if zero_point is not None else [])
+    inits = [tensor("p", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)), tensor("v", np.array(fill, np.uint8)),
+             tensor("w", w)] + ([tensor("zp", np.array(zero_point, np.uint8))] if zero_point is not None else [])
+    nodes = [helper.make_node("Pad", ["x", "p", "v"], ["xp"]),
+             helper.make_node("ConvInteger", conv_inputs, ["y"], name="conv")]
+    return make_model(nodes, [value_info("x", TensorProto.UINT8, [1, 1, 4, 4])], [value_info("y", TensorProto.INT32, None)],
+                      inits, opset=13)
+
+
+X_U8 = {"x": np.random.default_rng(5).integers(0, 255, (1, 1, 4, 4)).astype(np.uint8)}
+
+
+@pytest.mark.parametrize("zero_point, fill", [(None, 0), (0, 0), (5, 5)])
+def test_pad_of_the_zero_point_folds_into_conv_integer(zero_point, fill):
+    optimized = check_pass(pad_conv_integer(zero_point, fill), "fuse_pad_into_conv", [X_U8])
+    assert op_types(optimized) == ["ConvInteger"]
+
+
+def test_pad_of_zero_before_a_conv_integer_with_another_zero_point_stays():
+    """onnxruntime pads ConvInteger with x_zero_point: a Pad of 0 there is not its padding (onnxscript folds it)."""
+    expect_guard(pad_conv_integer(5, 0), ["fuse_pad_into_conv"], "pad_conv_integer.fill", X_U8)
+
+
+def test_pad_before_a_conv_integer_with_a_computed_zero_point_stays():
+    model = pad_conv_integer(None, 0)
+    model.graph.node[1].input.append("zp")
+    model.graph.input.append(value_info("zp", TensorProto.UINT8, []))
+    expect_guard(model, ["fuse_pad_into_conv"], "pad_conv_integer.zero_point", {**X_U8, "zp": np.array(0, np.uint8)})
+
+
+def test_pad_folds_into_a_conv_with_auto_pad_valid():
+    nodes = [helper.make_node("Pad", ["x", "p"], ["xp"]),
+             helper.make_node("Conv", ["xp", "w"], ["y"], auto_pad="VALID", name="conv")]
+    model = make_model(nodes, [value_info("x", F, [1, 2, 5, 5])], [value_info("y", F, None)],
+                       [tensor("p", np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)), tensor("w", RNG.standard_normal((3, 2, 3, 3)).astype(np.float32))])
+    optimized = check_pass(model, "fuse_pad_into_conv", [{"x": RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)}])
+    assert op_types(optimized) == ["Conv"]
+    assert {a.name: list(a.ints) for a in optimized.graph.node[0].attribute}["pads"] == [1, 2, 2, 1]

@@ -66,7 +66,8 @@ PASSES = (
              rules=(MATMUL_ADD,), order=30, fuzz="matmul_add"),
     PassSpec("fuse_transpose_into_gemm", "Transpose [1,0] feeding Gemm -> Gemm transA/transB",
              rules=(TRANSPOSE_GEMM_A, TRANSPOSE_GEMM_B), order=30, fuzz="transpose_gemm"),
-    PassSpec("fuse_pad_into_conv", "Constant zero Pad on spatial dims -> Conv pads",
+    PassSpec("fuse_pad_into_conv", "Constant zero Pad on spatial dims -> Conv pads (auto_pad=VALID too); a Pad of "
+             "x_zero_point -> ConvInteger pads",
              rules=(PAD_CONV,), order=30, fuzz="pad_conv"),
     PassSpec("fuse_pad_into_pool",
              "Zero Pad -> AveragePool(count_include_pad=1) pads where a window's zero sign (which may flip) reaches "
