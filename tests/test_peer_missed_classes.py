@@ -462,3 +462,13 @@ def test_pad_folds_into_a_conv_with_auto_pad_valid():
     optimized = check_pass(model, "fuse_pad_into_conv", [{"x": RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)}])
     assert op_types(optimized) == ["Conv"]
     assert {a.name: list(a.ints) for a in optimized.graph.node[0].attribute}["pads"] == [1, 2, 2, 1]
+
+
+def test_reshape_chain_copying_a_known_dim_writes_it_out():
+    """[2, 3, 4] -> Reshape [6, 4] -> Reshape [0, 2, 2]: the 0 copies 6, which x does not have there."""
+    nodes = [helper.make_node("Reshape", ["x", "a"], ["r1"]), helper.make_node("Reshape", ["r1", "b"], ["r2"]),
+             helper.make_node("Neg", ["r2"], ["y"])]
+    model = make_model(nodes, [value_info("x", F, [2, 3, 4])], [value_info("y", F, None)],
+                       [tensor("a", np.array([6, 4], np.int64)), tensor("b", np.array([0, 2, 2], np.int64))])
+    optimized = check_pass(model, "eliminate_consecutive_idempotent_ops", [{"x": special_floats((2, 3, 4))}])
+    assert op_types(optimized) == ["Reshape", "Neg"]

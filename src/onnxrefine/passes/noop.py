@@ -382,9 +382,17 @@ def _idempotent_rule(op: str) -> Rule:
 def collapse_reshape_chain(m: Match, ctx: RewriteContext) -> Replacement:
     outer: ir.Node = m["outer"]
     target = m.array("shape").reshape(-1)
+    shape = m["shape"]
     if not attr(outer, "allowzero", 0) and np.any(target == 0) and not _copies_alike(ctx, m, np.flatnonzero(target == 0)):
-        raise RewriteRefused("reshape_chain.zero_copy", "the outer Reshape copies dims with 0, which would copy from a different input")
-    new = ctx.node("Reshape", [m["x"], m["shape"]], dict(outer.attributes), hint=outer.name or None)
+        # A 0 copying a dim the inner Reshape's output is known to have (a positive int) is that int.
+        middle = ctx.facts.symbolic_shape(m["inner"].outputs[0])
+        zeros = np.flatnonzero(target == 0)
+        if middle is None or any(i >= len(middle) or known_dim(middle[i]) in (None, 0) for i in zeros):
+            raise RewriteRefused("reshape_chain.zero_copy", "the outer Reshape copies dims with 0, which would copy from a different input")
+        target = target.astype(np.int64)
+        target[zeros] = [known_dim(middle[i]) for i in zeros]
+        shape = ctx.constant(target, f"{outer.name or 'reshape'}_shape")
+    new = ctx.node("Reshape", [m["x"], shape], dict(outer.attributes), hint=outer.name or None)
     return Replacement([new], {outer.outputs[0]: new.outputs[0]})
 
 
