@@ -472,3 +472,27 @@ def test_reshape_chain_copying_a_known_dim_writes_it_out():
                        [tensor("a", np.array([6, 4], np.int64)), tensor("b", np.array([0, 2, 2], np.int64))])
     optimized = check_pass(model, "eliminate_consecutive_idempotent_ops", [{"x": special_floats((2, 3, 4))}])
     assert op_types(optimized) == ["Reshape", "Neg"]
+
+
+# --- MatMul + Add -> Gemm with a computed weight --------------------------------------------------
+
+
+def matmul_computed_weight(w_shape):
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "wt"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["y"], name="add")]
+    return make_model(nodes, [value_info("x", F, [3, 4]), value_info("w", F, w_shape)], [value_info("y", F, None)],
+                      [tensor("b", RNG.standard_normal(5).astype(np.float32))])
+
+
+def test_matmul_with_a_computed_weight_and_constant_bias_becomes_gemm():
+    model = matmul_computed_weight([5, 4])
+    feeds_ = [{"x": RNG.standard_normal((3, 4)).astype(np.float32), "w": RNG.standard_normal((5, 4)).astype(np.float32)}]
+    optimized = check_pass(model, "fuse_matmul_add_bias_into_gemm", feeds_, exact=False)
+    assert op_types(optimized) == ["Transpose", "Gemm"] and optimized.graph.node[-1].name == "add"
+
+
+def test_matmul_with_a_computed_weight_of_unknown_shape_stays():
+    model = matmul_computed_weight(["k", 4])
+    feeds_ = {"x": RNG.standard_normal((3, 4)).astype(np.float32), "w": RNG.standard_normal((5, 4)).astype(np.float32)}
+    expect_guard(model, ["fuse_matmul_add_bias_into_gemm"], "gemm.weight_shape")
+    check_pass(model, "fuse_matmul_add_bias_into_gemm", [feeds_], changed=False)

@@ -62,7 +62,8 @@ PASSES = (
              rules=(LOG_SOFTMAX,), order=30, fuzz="log_softmax"),
     PassSpec("fuse_consecutive_reduce_unsqueeze", "Unsqueeze(ReduceX(x, keepdims=0)) on the same axes -> keepdims=1",
              rules=(REDUCE_UNSQUEEZE,), order=30, fuzz="reduce_unsqueeze"),
-    PassSpec("fuse_matmul_add_bias_into_gemm", "MatMul(A 2-D, constant B) + constant bias -> Gemm",
+    PassSpec("fuse_matmul_add_bias_into_gemm", "MatMul(A 2-D, B 2-D: constant, or computed of static shape) + "
+             "constant bias -> Gemm",
              rules=(MATMUL_ADD,), order=30, fuzz="matmul_add"),
     PassSpec("fuse_transpose_into_gemm", "Transpose [1,0] feeding Gemm -> Gemm transA/transB",
              rules=(TRANSPOSE_GEMM_A, TRANSPOSE_GEMM_B), order=30, fuzz="transpose_gemm"),
