@@ -483,14 +483,13 @@ def test_reshape_chain_property(data):
     if len(outer) <= len(middle) and data.draw(st.booleans()):
         position = data.draw(st.integers(0, len(outer) - 1))
         if outer[position] != -1 and middle[position] == outer[position]:
-            outer[position] = 0  # copies the middle dim: collapses only where x has that very dim there
+            outer[position] = 0  # copies the middle dim: the collapsed Reshape must write that dim out
     nodes = [helper.make_node("Reshape", ["x", "a"], ["r"]), helper.make_node("Reshape", ["r", "b"], ["t"]),
              helper.make_node("Neg", ["t"], ["y"])]
     model = make_model(nodes, [value_info("x", F, shape)], [value_info("y", F, None)],
                        [tensor("a", np.array(middle, np.int64)), tensor("b", np.array(outer, np.int64))])
     optimized = optimize(model, "eliminate_consecutive_idempotent_ops")
-    zeros = [i for i, d in enumerate(outer) if d == 0]
-    copies_alike = all(i < len(shape) and shape[i] == middle[i] for i in zeros)
-    assert op_types(optimized).count("Reshape") == (1 if copies_alike else 2)
+    # The middle shape is a constant here: a 0 copying one of its dims is written out as that dim.
+    assert op_types(optimized).count("Reshape") == 1
     x = {"x": special_floats(tuple(shape), seed=total)}
     assert_bit_identical(run(model, x), run(optimized, x))

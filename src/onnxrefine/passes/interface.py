@@ -353,7 +353,7 @@ def verification_pair(original, candidate: ir.Model) -> tuple[object, ir.Model]:
         return original, candidate
     from onnxrefine.ir import io
 
-    path = getattr(original, "path", original)  # a verify/ort/runner.py ModelFile, or a path
+    path = getattr(original, "path", original)  # a verify/ort/files.py ModelFile, or a path
     split = record.get("split")
     if split == "predict":
         return original, original_interface(candidate, _init_net_values(io.load_model(path)))
