@@ -21,7 +21,7 @@ from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes import registry
 from onnxrefine.passes.pipeline import ordered_specs, run_passes
 from onnxrefine.passes.registry import (
-    CLEANUP, GRAPH, PHASES, RULES, PassSpec, all_passes, declared_passes, default_pass_names, get_pass,
+    CLEANUP, GRAPH, INTERFACE, PHASES, RULES, PassSpec, all_passes, declared_passes, default_pass_names, get_pass,
 )
 from onnxrefine.rewrite.pattern import Op, Var
 from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Rule
@@ -33,11 +33,11 @@ DEFAULT_SCHEDULE = {
         "eliminate_consecutive_idempotent_ops", "eliminate_exact_cast_chain", "eliminate_identity",
         "eliminate_nop_cast", "eliminate_nop_concat", "eliminate_nop_dropout", "eliminate_nop_expand",
         "eliminate_nop_flatten", "eliminate_nop_monotone_argmax", "eliminate_nop_pad", "eliminate_nop_reshape",
-        "eliminate_nop_split", "eliminate_nop_transpose", "eliminate_nop_with_unit", "rewrite_where",
-        "eliminate_float_add_zero", "eliminate_where_with_constant_condition", "merge_reshape_unit_axes",
+        "eliminate_nop_slice", "eliminate_nop_split", "eliminate_nop_transpose", "eliminate_nop_with_unit", "fuse_cast_into_constant_of_shape", "rewrite_where",
+        "cast_like_to_cast", "eliminate_float_add_zero", "eliminate_where_with_constant_condition", "merge_reshape_unit_axes",
         "reshape_through_transpose", "transpose_to_reshape", "fuse_concat_into_reshape", "fuse_consecutive_concats",
         "fuse_consecutive_log_softmax", "fuse_consecutive_reduce_unsqueeze", "fuse_consecutive_slices",
-        "fuse_consecutive_squeezes", "fuse_consecutive_transposes", "fuse_consecutive_unsqueezes",
+        "fuse_consecutive_squeeze_unsqueeze", "fuse_consecutive_squeezes", "fuse_consecutive_transposes", "fuse_consecutive_unsqueezes",
         "fuse_matmul_add_bias_into_gemm", "fuse_pad_into_conv", "fuse_pad_into_pool", "fuse_qkv",
         "fuse_transpose_into_gemm", "fuse_bn_into_conv", "fuse_bn_into_gemm", "keep_quantized_layers",
         "fuse_mul_into_conv", "fuse_add_bias_into_conv",
@@ -50,6 +50,7 @@ DEFAULT_SCHEDULE = {
         "eliminate_common_subexpression", "eliminate_duplicate_initializer", "eliminate_deadend",
         "eliminate_unused_initializer",
     ],
+    INTERFACE: [],  # interface edits are asked for, never default
 }
 
 # The passes the targeted fuzz generator has a pattern for. Campaigns pick a rotating pattern by

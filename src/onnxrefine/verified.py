@@ -41,6 +41,7 @@ from onnxrefine import progress
 from onnxrefine.errors import BadInputError, OnnxRefineError
 from onnxrefine.ir import io, traversal
 from onnxrefine.ir.budget import ConstantBudget
+from onnxrefine.passes import interface
 from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.rewrite.log import DEFERRED, RewriteLog
 from onnxrefine.rewrite.rule import EXACT
@@ -337,7 +338,10 @@ class _Schedule:
         # Outputs only: every rule rewrite was already checked on its own subgraph by its
         # certificate (which catches a bad fold that the outputs dilute); layer-wise localisation
         # would cost 2-5x this verification (bench/localize_cost.py) for what the certificates cover.
-        report = verify_package.verify_models(self.original, candidate, inputs=self.input_sets, trials=self.trials,
+        # A pass that edited the interface on purpose (passes/interface.py): compared through a view
+        # with the original's interface, names and dtypes paired as the pass recorded them.
+        original, candidate = interface.verification_pair(self.original, candidate)
+        report = verify_package.verify_models(original, candidate, inputs=self.input_sets, trials=self.trials,
                                               seed=self.settings.seed, dims=self.settings.dims,
                                               time_budget_s=time_budget_s, localize=False)
         seconds = time.perf_counter() - started

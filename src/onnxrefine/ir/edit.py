@@ -105,6 +105,14 @@ def replace_value(names: NameAllocator, graph: ir.Graph, old: ir.Value, new: ir.
     return readers
 
 
+def pass_on_name(old: ir.Value, new: ir.Value) -> None:
+    """`new`, made by this edit to stand for `old` (whose producer the edit removed), takes `old`'s
+    name, so the optimized model still calls that value what the original did (calibration tables
+    and name-keyed comparisons read it by name). Graph outputs are handled by `replace_value`."""
+    if old.name and not old.is_graph_output() and not new.is_graph_output() and not new.is_graph_input():
+        new.name = old.name  # onnx-ir re-keys an initializer under its new name
+
+
 # --- removing what is left unread ---------------------------------------------------------------
 
 

@@ -14,8 +14,11 @@ from onnxrefine.passes import transposes
 from onnxrefine.passes import reshapes
 from onnxrefine.passes import where
 from onnxrefine.passes import sequences
+from onnxrefine.passes import interface
+from onnxrefine.passes import rearrange
+from onnxrefine.passes import noop_shapes
 
 # Every module that declares passes: the registry reads `PASSES` from each (a new module goes here).
 PASS_MODULES = (batchnorm, noop, folding, shapes, fusion, cleanup, functions, quantized, precision, transposes,
-                reshapes, where, sequences)
+                reshapes, where, sequences, interface, rearrange, noop_shapes)
 registry.set_pass_modules(PASS_MODULES)

@@ -271,6 +271,54 @@ def fold_conv_add(m: Match, ctx: RewriteContext) -> Replacement:
     return Replacement([new], {m["op"].outputs[0]: new.outputs[0]})
 
 
+def _transpose_channels(m: Match, weight: np.ndarray, what: str) -> tuple[int, np.ndarray]:
+    """(group, the constant "c" per output channel) of a ConvTranspose, whose weight is
+    [C_in, C_out / group, k...]: output channel g * C_out/group + j is group g's column j."""
+    group = int(attr(m["conv"], "group", 1))
+    if group < 1 or weight.shape[0] % group:
+        raise RewriteRefused("conv_transpose_affine.group", f"group {group} does not divide the {weight.shape[0]} input channels")
+    per_channel = _per_channel(_constant_like(m, weight, what), weight.ndim, group * weight.shape[1])
+    if per_channel is None:
+        raise RewriteRefused("conv_transpose_affine.non_channel", f"{what} varies along a non-channel axis")
+    return group, per_channel
+
+
+def fold_conv_transpose_mul(m: Match, ctx: RewriteContext) -> Replacement:
+    """ConvTranspose(x, W, b) * s -> ConvTranspose(x, W * s, b * s), s per output channel (group-wise)."""
+    refuse_quantized_layer(m["conv"], m["op"].outputs[0])  # quantized units stay as they are
+    weight = _float_weight(m)
+    group, scale = _transpose_channels(m, weight, "multiplier")
+    if np.any(scale <= 0) or np.any(np.signbit(scale)):
+        refuse_if_observable(ctx, m["op"].outputs[0], "folding a negative or zero scale into the ConvTranspose")
+    grouped = to_float64(weight).reshape((group, weight.shape[0] // group, weight.shape[1]) + weight.shape[2:])
+    factors = scale.reshape((group, 1, weight.shape[1]) + (1,) * (weight.ndim - 2))
+    new_weight = round_folded((grouped * factors).reshape(weight.shape), weight.dtype, "folded weight")
+    new_bias = None
+    if m.get("b") is not None:
+        new_bias = round_folded(_bias64(m, "b", scale.size, weight.dtype) * scale, weight.dtype, "folded bias")
+    conv = _new_conv(m, ctx, new_weight, new_bias)
+    return Replacement([conv], {m["op"].outputs[0]: conv.outputs[0]})
+
+
+def fold_conv_transpose_add(m: Match, ctx: RewriteContext) -> Replacement:
+    """ConvTranspose(x, W, b) + c -> ConvTranspose(x, W, b + c), c per output channel."""
+    refuse_quantized_layer(m["conv"], m["op"].outputs[0])  # quantized units stay as they are
+    weight = _float_weight(m)
+    _, added = _transpose_channels(m, weight, "added constant")
+    if m.get("b") is None:  # as it is: adding it to an invented +0.0 would lose a -0.0 in it
+        new_bias = round_folded(np.array(added), weight.dtype, "folded bias")
+    else:
+        new_bias = round_folded(_bias64(m, "b", added.size, weight.dtype) + added, weight.dtype, "folded bias")
+    conv: ir.Node = m["conv"]
+    b_value = ctx.constant(new_bias, f"{conv.name or 'conv'}_bias_folded", derived_from=[m.get("b")])
+    new = ctx.node("ConvTranspose", [m["x"], m["w"], b_value], list(conv.attributes.values()), hint=conv.name or None)
+    return Replacement([new], {m["op"].outputs[0]: new.outputs[0]})
+
+
+def _conv_transpose() -> Op:
+    return Op("ConvTranspose", Var("x"), Const("w"), Opt(Const("b")), name="conv")
+
+
 CONV_BN = Rule("conv_bn", _bn(_conv()), fold_conv_bn, kind=REASSOCIATING, benefit=3)
 CONV_TRANSPOSE_BN = Rule(
     "conv_transpose_bn",
@@ -291,6 +339,10 @@ MATMUL_BN = Rule(
 )
 CONV_MUL = Rule("conv_mul", Op("Mul", _conv(), Const("c"), name="op"), fold_conv_mul, kind=REASSOCIATING)
 CONV_ADD = Rule("conv_add", Op("Add", _conv(), Const("c"), name="op"), fold_conv_add, kind=REASSOCIATING)
+CONV_TRANSPOSE_MUL = Rule("conv_transpose_mul", Op("Mul", _conv_transpose(), Const("c"), name="op"),
+                          fold_conv_transpose_mul, kind=REASSOCIATING)
+CONV_TRANSPOSE_ADD = Rule("conv_transpose_add", Op("Add", _conv_transpose(), Const("c"), name="op"),
+                          fold_conv_transpose_add, kind=REASSOCIATING)
 
 
 PASSES = (
@@ -310,16 +362,16 @@ PASSES = (
     ),
     PassSpec(
         "fuse_mul_into_conv",
-        "Fold a scalar or per-channel constant Mul after a Conv into its weight and bias (a negative or zero "
-        "scale only where the zeros it flips reach no sign-sensitive use)",
-        rules=(CONV_MUL,),
+        "Fold a scalar or per-channel constant Mul after a Conv or ConvTranspose into its weight and bias (a "
+        "negative or zero scale only where the zeros it flips reach no sign-sensitive use)",
+        rules=(CONV_MUL, CONV_TRANSPOSE_MUL),
         order=41,
         not_fuzzed=NO_PATTERN_YET,
     ),
     PassSpec(
         "fuse_add_bias_into_conv",
-        "Fold a scalar or per-channel constant Add after a Conv into its bias",
-        rules=(CONV_ADD,),
+        "Fold a scalar or per-channel constant Add after a Conv or ConvTranspose into its bias",
+        rules=(CONV_ADD, CONV_TRANSPOSE_ADD),
         order=42,
         fuzz="conv_add_bias",
     ),

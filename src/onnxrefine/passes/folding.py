@@ -288,10 +288,13 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
             hint = output.name or f"{node.name or node.op_type}_folded"
             value = graphedit.new_constant(pctx, graph, in_function, result, f"{hint}_folded", before=node)
             graphedit.replace_value(pctx, graph, output, value)
-            added.append(value.name)
+            added.append((output, value))
         removed, _ = edit.remove_unread(graph, [node])
         if not removed:  # every output read was replaced just above
             raise AssertionError(f"fold_constants left {node.name!r} read")
+        for output, value in added:
+            edit.pass_on_name(output, value)
+        added = [value.name for _output, value in added]
         graphedit.log_apply(pctx, "fold_constants", EXACT, graph, node, added)
         folded += 1
     return folded

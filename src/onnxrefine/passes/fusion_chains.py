@@ -73,6 +73,24 @@ TRANSPOSES = Rule(
 )
 
 
+def transposes_to_identity(m: Match, ctx: RewriteContext) -> Replacement | None:
+    """Transpose(Transpose(x)) whose perms compose to the identity reads x, even where the inner
+    Transpose has other readers (it stays for them)."""
+    rank = _rank(ctx, m["x"])
+    inner, outer = _perm(m["t1"], rank), _perm(m["t2"], rank)
+    if compose_perms(inner, outer) != list(range(len(inner))) or sorted(inner) != list(range(len(inner))):
+        return None
+    return Replacement([], {m["t2"].outputs[0]: m["x"]})
+
+
+TRANSPOSES_IDENTITY = Rule(
+    "transposes_to_identity",
+    Op("Transpose", Op("Transpose", Var("x"), name="t1"), name="t2"),
+    transposes_to_identity,
+    keeps_intermediates=True,
+)
+
+
 # --- fuse_consecutive_squeezes / unsqueezes ---------------------------------------------------
 
 
@@ -127,6 +145,50 @@ UNSQUEEZES = Rule(
     "fuse_consecutive_unsqueezes",
     Op("Unsqueeze", Op("Unsqueeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
     lambda m, ctx: _fuse_axes_chain(m, ctx, compose_unsqueezes),
+)
+
+
+# --- fuse_consecutive_squeeze_unsqueeze -------------------------------------------------------
+
+
+def squeeze_then_unsqueeze(m: Match, ctx: RewriteContext) -> Replacement:
+    """Unsqueeze(Squeeze(x, a), a) -> x where x's dims at a are known to be 1 (where one is not,
+    the Squeeze fails: the pair is an error, not x). Both axes lists are of x's rank."""
+    x, rank = m["x"], _rank(ctx, m["x"])
+    first, second = normalize_axes(_explicit_axes(m["inner"]), rank), normalize_axes(_explicit_axes(m["outer"]), rank)
+    if first is None or second is None:
+        raise RewriteRefused("squeeze_unsqueeze.negative_axes", "negative axes need the input's rank, which is not known from trusted facts")
+    if sorted(first) != sorted(second):
+        raise RewriteRefused("squeeze_unsqueeze.axes_differ", "the Unsqueeze does not restore the axes the Squeeze removed")
+    shape = ctx.facts.symbolic_shape(x)
+    if shape is None or any(shape[axis] != 1 for axis in first):
+        raise RewriteRefused("squeeze_unsqueeze.dim_not_one",
+                             "a squeezed dim is not known to be 1: the Squeeze may fail where x would not")
+    return Replacement([], {m["outer"].outputs[0]: x})
+
+
+def unsqueeze_then_squeeze(m: Match, ctx: RewriteContext) -> Replacement:
+    """Squeeze(Unsqueeze(x, a), a) -> x: the Squeeze removes exactly the dims of 1 the Unsqueeze
+    added. Both axes lists are of the wider rank."""
+    inner_axes, rank = _explicit_axes(m["inner"]), _rank(ctx, m["x"])
+    wide = None if rank is None else rank + len(inner_axes)
+    first, second = normalize_axes(inner_axes, wide), normalize_axes(_explicit_axes(m["outer"]), wide)
+    if first is None or second is None:
+        raise RewriteRefused("unsqueeze_squeeze.negative_axes", "negative axes need the input's rank, which is not known from trusted facts")
+    if sorted(first) != sorted(second):
+        raise RewriteRefused("unsqueeze_squeeze.axes_differ", "the Squeeze does not remove the axes the Unsqueeze added")
+    return Replacement([], {m["outer"].outputs[0]: m["x"]})
+
+
+SQUEEZE_UNSQUEEZE = Rule(
+    "fuse_consecutive_squeeze_unsqueeze",
+    Op("Unsqueeze", Op("Squeeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
+    squeeze_then_unsqueeze,
+)
+UNSQUEEZE_SQUEEZE = Rule(
+    "fuse_consecutive_unsqueeze_squeeze",
+    Op("Squeeze", Op("Unsqueeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
+    unsqueeze_then_squeeze,
 )
 
 
@@ -374,4 +436,7 @@ CONCAT_RESHAPE = Rule(
     "fuse_concat_into_reshape",
     Op("Reshape", Var("x"), Op("Concat", Rest("parts"), name="concat"), name="reshape"),
     fuse_concat_reshape,
+    # Only the Reshape's target is repointed: a Concat other nodes read stays for them (and goes
+    # with its last reader).
+    keeps_intermediates=True,
 )

@@ -24,17 +24,29 @@ _GEMM_FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 
 
 def fuse_matmul_add(m: Match, ctx: RewriteContext) -> Replacement:
+    """The weight may be computed (onnxscript fuses those too) where it is known to be a 2-D matrix
+    of static shape; the bias stays a constant: an Add of a run-time value after a MatMul is a
+    residual connection that deployment-time fusions (SkipLayerNormalization) look for."""
     refuse_quantized_layer(m["matmul"], m["add"].outputs[0])  # quantized units stay as they are
     if ctx.opset() < 11:
         raise RewriteRefused("gemm.opset", "Gemm before opset 11 has other broadcast and optional-input rules")
-    weight, bias = m.array("b"), m.array("c")
-    if weight.ndim != 2:
-        raise RewriteRefused("gemm.weight_rank", "MatMul's constant operand is not a matrix")
-    if ir.DataType.from_numpy(weight.dtype) not in _GEMM_FLOATS or bias.dtype != weight.dtype:
-        raise RewriteRefused("gemm.dtypes", f"dtypes {weight.dtype}/{bias.dtype} are not a float32 or float64 pair")
+    bias = m.array("c")
+    weight = constant_array(m["b"])
+    if weight is None:
+        weight_shape = ctx.facts.static_shape(m["b"])
+        weight_type = ctx.facts.dtype(m["b"])
+        if weight_shape is None or weight_type is None:
+            raise RewriteRefused("gemm.weight_shape", "the computed weight's shape or element type is not known from trusted facts")
+        weight_dtype = weight_type.numpy()
+    else:
+        weight_shape, weight_dtype = weight.shape, weight.dtype
+    if len(weight_shape) != 2:
+        raise RewriteRefused("gemm.weight_rank", "MatMul's second operand is not a matrix")
+    if ir.DataType.from_numpy(weight_dtype) not in _GEMM_FLOATS or bias.dtype != weight_dtype:
+        raise RewriteRefused("gemm.dtypes", f"dtypes {weight_dtype}/{bias.dtype} are not a float32 or float64 pair")
     if ctx.facts.rank(m["a"]) != 2:
         raise RewriteRefused("gemm.input_rank", "MatMul's input is not known to be 2-D (Gemm would reject it)")
-    n = weight.shape[1]
+    n = weight_shape[1]
     if bias.ndim > 2 or (bias.ndim >= 1 and bias.shape[-1] not in (1, n)) or (bias.ndim == 2 and bias.shape[0] != 1):
         raise RewriteRefused("gemm.bias_shape", f"bias of shape {bias.shape} does not broadcast onto [M, {n}] without enlarging it")
     new = ctx.node("Gemm", [m["a"], m["b"], m["c"]], hint=m["add"].name or None)
@@ -43,7 +55,7 @@ def fuse_matmul_add(m: Match, ctx: RewriteContext) -> Replacement:
 
 MATMUL_ADD = Rule(
     "fuse_matmul_add_bias_into_gemm",
-    Op("Add", Op("MatMul", Var("a"), Const("b"), name="matmul"), Const("c"), name="add"),
+    Op("Add", Op("MatMul", Var("a"), Var("b"), name="matmul"), Const("c"), name="add"),
     fuse_matmul_add,
     kind=REASSOCIATING,
 )

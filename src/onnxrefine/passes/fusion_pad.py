@@ -60,6 +60,8 @@ def _spatial_pads(pad: ir.Node, ctx: RewriteContext, x: ir.Value) -> tuple[list[
 
 def _consumer_pads(node: ir.Node, spatial: int) -> list[int]:
     auto_pad = attr(node, "auto_pad", "NOTSET")
+    if auto_pad in ("VALID", b"VALID"):
+        return [0] * (2 * spatial)  # no padding of its own: explicit pads of 0
     if auto_pad not in ("NOTSET", b"NOTSET"):
         raise RewriteRefused("pad_fuse.auto_pad", f"{node.op_type} auto_pad is {auto_pad}")
     pads = attr(node, "pads")
@@ -79,9 +81,19 @@ def _with_pads(ctx: RewriteContext, node: ir.Node, x: ir.Value, pads: list[int])
 
 
 def fuse_pad_conv(m: Match, ctx: RewriteContext) -> Replacement:
+    """Conv pads with +0.0; ConvInteger with its x_zero_point (onnxruntime: a Pad of 0 before a
+    ConvInteger whose zero point is 5 is not its padding; onnxscript's fuse_pad_into_conv_integer
+    folds it all the same, so only a Pad of the zero point is folded here)."""
     conv: ir.Node = m["conv"]
     added, fill = _spatial_pads(m["pad"], ctx, m["x"])
-    if fill != 0 or np.signbit(fill):
+    if conv.op_type == "ConvInteger":
+        zero_point = input_at(conv, 2)
+        point = np.zeros(()) if zero_point is None else constant_array(zero_point)
+        if point is None or point.size != 1:
+            raise RewriteRefused("pad_conv_integer.zero_point", "ConvInteger's x_zero_point is not a constant scalar")
+        if fill != float(point.reshape(-1)[0]):
+            raise RewriteRefused("pad_conv_integer.fill", f"Pad value {fill} is not the x_zero_point ConvInteger pads with")
+    elif fill != 0 or np.signbit(fill):
         raise RewriteRefused("pad_conv.fill", f"Pad value {fill} is not +0.0, the value Conv pads with")
     pads = _consumer_pads(conv, len(added) // 2)
     return _with_pads(ctx, conv, m["x"], [a + b for a, b in zip(pads, added)])
@@ -118,7 +130,7 @@ def fuse_pad_pool(m: Match, ctx: RewriteContext) -> Replacement:
 
 PAD_CONV = Rule(
     "fuse_pad_into_conv",
-    Op("Conv", Op("Pad", Var("x"), Rest("pad_args"), name="pad"), Rest("conv_args"), name="conv"),
+    Op(("Conv", "ConvInteger"), Op("Pad", Var("x"), Rest("pad_args"), name="pad"), Rest("conv_args"), name="conv"),
     fuse_pad_conv,
 )
 PAD_POOL = Rule(

@@ -49,6 +49,7 @@ def replace_value(pctx: PassContext, graph: ir.Graph, old: ir.Value, new: ir.Val
 
 
 is_dead = edit.is_unread
+pass_on_name = edit.pass_on_name
 
 
 def log_apply(pctx: PassContext, rule: str, kind: str, graph: ir.Graph, node: ir.Node, added=(), *,

@@ -19,6 +19,8 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import is_float_dtype
 from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.ir.attrs import attr
+from onnxrefine.passes.clip_chains import CLAMP_CHAIN
+from onnxrefine.passes.noop_shapes import CONCAT_EMPTY, EXPAND_BROADCAST, FLATTEN_ROW
 from onnxrefine.passes.opargs import input_at, int_list_arg, known_dim, normalize_axes
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
@@ -365,7 +367,7 @@ MONOTONE_ARGMAX = Rule(
 
 # --- eliminate_consecutive_idempotent_ops ------------------------------------------------------
 
-IDEMPOTENT_UNARY = ("Relu", "Ceil", "Floor", "Round", "Abs")
+IDEMPOTENT_UNARY = ("Relu", "Ceil", "Floor", "Round", "Abs", "Sign")
 
 
 def _idempotent_rule(op: str) -> Rule:
@@ -381,10 +383,28 @@ def _idempotent_rule(op: str) -> Rule:
 def collapse_reshape_chain(m: Match, ctx: RewriteContext) -> Replacement:
     outer: ir.Node = m["outer"]
     target = m.array("shape").reshape(-1)
-    if not attr(outer, "allowzero", 0) and np.any(target == 0):
-        raise RewriteRefused("reshape_chain.zero_copy", "the outer Reshape copies dims with 0, which would copy from a different input")
-    new = ctx.node("Reshape", [m["x"], m["shape"]], dict(outer.attributes), hint=outer.name or None)
+    shape = m["shape"]
+    if not attr(outer, "allowzero", 0) and np.any(target == 0) and not _copies_alike(ctx, m, np.flatnonzero(target == 0)):
+        # A 0 copying a dim the inner Reshape's output is known to have (a positive int) is that int.
+        middle = ctx.facts.symbolic_shape(m["inner"].outputs[0])
+        zeros = np.flatnonzero(target == 0)
+        if middle is None or any(i >= len(middle) or known_dim(middle[i]) in (None, 0) for i in zeros):
+            raise RewriteRefused("reshape_chain.zero_copy", "the outer Reshape copies dims with 0, which would copy from a different input")
+        target = target.astype(np.int64)
+        target[zeros] = [known_dim(middle[i]) for i in zeros]
+        shape = ctx.constant(target, f"{outer.name or 'reshape'}_shape")
+    new = ctx.node("Reshape", [m["x"], shape], dict(outer.attributes), hint=outer.name or None)
     return Replacement([new], {outer.outputs[0]: new.outputs[0]})
+
+
+def _copies_alike(ctx: RewriteContext, m: Match, positions) -> bool:
+    """Whether x has, at each of `positions`, the very dim the inner Reshape's output has there
+    (the same trusted int or symbol), so a 0 copies the same dim from either."""
+    x_shape, middle = ctx.facts.symbolic_shape(m["x"]), ctx.facts.symbolic_shape(m["inner"].outputs[0])
+    if x_shape is None or middle is None:
+        return False
+    return all(i < len(x_shape) and i < len(middle) and (x_shape[i] is middle[i] or (
+        isinstance(x_shape[i], int) and x_shape[i] == middle[i])) for i in positions)
 
 
 RESHAPE_CHAIN = Rule(
@@ -421,15 +441,16 @@ PASSES = (
              rules=(CAST, CAST_LIKE), order=20, fuzz="nop_cast"),
     PassSpec("eliminate_nop_dropout", "Remove inference-mode Dropout whose mask is unused",
              rules=(DROPOUT,), order=20, fuzz="nop_dropout"),
-    PassSpec("eliminate_nop_flatten", "Remove Flatten(axis=1) of a tensor known to be 2-D",
-             rules=(FLATTEN,), order=20, fuzz="nop_flatten"),
+    PassSpec("eliminate_nop_flatten", "Remove Flatten(axis=1) of a tensor known to be 2-D, and Flatten(axis=0) "
+             "of a [1, N] (axis=2 of an [N, 1])", rules=(FLATTEN, FLATTEN_ROW), order=20, fuzz="nop_flatten"),
     PassSpec("eliminate_nop_pad", "Remove Pad whose pads are all zero (any mode)", rules=(PAD,), order=20,
              fuzz="nop_pad"),
-    PassSpec("eliminate_nop_concat", "Remove Concat of a single input", rules=(CONCAT,), order=20, fuzz="nop_concat"),
+    PassSpec("eliminate_nop_concat", "Remove Concat of a single input, and Concat inputs known to be empty along "
+             "the axis", rules=(CONCAT, CONCAT_EMPTY), order=20, fuzz="nop_concat"),
     PassSpec("eliminate_nop_split", "Remove Split with one output covering the whole axis", rules=(SPLIT,), order=20,
              fuzz="nop_split"),
-    PassSpec("eliminate_nop_expand", "Remove Expand whose target broadcasts to the input's own (trusted) shape",
-             rules=(EXPAND,), order=20, fuzz="nop_expand"),
+    PassSpec("eliminate_nop_expand", "Remove Expand whose target broadcasts to the input's own (trusted) shape, "
+             "or that feeds a binary op whose own broadcast gives the same output shape", rules=(EXPAND, EXPAND_BROADCAST), order=20, fuzz="nop_expand"),
     PassSpec("eliminate_nop_transpose", "Remove Transpose with the identity permutation",
              rules=(TRANSPOSE,), order=20, fuzz="nop_transpose"),
     PassSpec("eliminate_nop_reshape", "Remove Reshape to the input's own (trusted, static) shape",
@@ -441,8 +462,9 @@ PASSES = (
              "ArgMax/ArgMin of Neg (float: swaps to ArgMin/ArgMax) or of an exact widening Cast reads x",
              rules=(MONOTONE_ARGMAX,), order=20, fuzz="monotone_argmax"),
     PassSpec("eliminate_consecutive_idempotent_ops",
-             "f(f(x)) -> f(x) for Relu/Ceil/Floor/Round/Abs; Reshape chains without 0s; Flatten chains to axis 0",
-             rules=tuple(_idempotent_rule(op) for op in IDEMPOTENT_UNARY) + (RESHAPE_CHAIN, FLATTEN_CHAIN),
+             "f(f(x)) -> f(x) for Relu/Ceil/Floor/Round/Abs/Sign; Clip/Relu chains -> one Clip (intervals that "
+             "meet); Reshape chains without 0s; Flatten chains to axis 0",
+             rules=tuple(_idempotent_rule(op) for op in IDEMPOTENT_UNARY) + (CLAMP_CHAIN, RESHAPE_CHAIN, FLATTEN_CHAIN),
              order=20, fuzz="idempotent"),
     PassSpec("eliminate_float_add_zero",
              "Remove float x+0.0 and x-(-0.0) that do not broadcast x, where the -0.0 it leaves in place of +0.0 "

@@ -2,7 +2,8 @@
 
 A round runs the phases of registry.PHASES in turn: "rules" (every rule of the chosen passes in one
 worklist driver run), then "graph" and "cleanup" (their graph-level passes, each phase's by its
-declared order); rounds repeat until one changes nothing (or `fixed_point=False`).
+declared order); rounds repeat until one changes nothing (or `fixed_point=False`). The
+"interface" passes run once after the last round.
 Verification, progress and bisection are hooks on this schedule, never a second pipeline:
 
 - `on_event(kind, **info)` is called as the schedule goes: "round" (round), "step" (one
@@ -29,7 +30,7 @@ from onnxrefine import progress
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
-from onnxrefine.passes.registry import PassContext, PassSpec, get_pass
+from onnxrefine.passes.registry import INTERFACE, PassContext, PassSpec, get_pass
 from onnxrefine.rewrite.driver import RewriteDriver
 from onnxrefine.rewrite.log import RewriteLog, node_label
 from onnxrefine.rewrite.rule import Rule
@@ -92,7 +93,8 @@ def run_passes(
     rules = [_vetoable(rule, frozenset(vetoed)) if vetoed else rule for spec in specs for rule in spec.rules]
     # Phase "rules" is the driver run below; the graph-level passes are the later phases' ("graph",
     # then "cleanup"), already in their order since `specs` is sorted by phase.
-    graph_passes = [spec for spec in specs if spec.run is not None]
+    graph_passes = [spec for spec in specs if spec.run is not None and spec.phase != INTERFACE]
+    interface_passes = [spec for spec in specs if spec.phase == INTERFACE]
     started = time.perf_counter()
     rewrites_done = steps = rounds = 0
 
@@ -141,6 +143,15 @@ def run_passes(
                  seconds=time.perf_counter() - pass_started)
         if not fixed_point or changes == 0:
             break
+    for spec in interface_passes if max_rewrites is None else ():
+        if room() is not None and room() <= 0:
+            break
+        pass_started = time.perf_counter()
+        made = spec.run(context)
+        if made:
+            steps += 1
+            emit("step", step=Step(steps, rounds, spec.name))
+        emit("pass", round=rounds, name=spec.name, changes=made, seconds=time.perf_counter() - pass_started)
     emit("done", rounds=rounds, steps=steps, seconds=time.perf_counter() - started)
     return log
 

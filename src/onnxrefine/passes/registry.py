@@ -27,7 +27,10 @@ from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Rule
 RULES = "rules"      # every rule of every chosen pass, in one worklist driver run
 GRAPH = "graph"      # graph-level rewrites: constant folding, shape folding, inlining, ...
 CLEANUP = "cleanup"  # graph-level removal of what the phases before left dead or duplicated
-PHASES = (RULES, GRAPH, CLEANUP)
+# Edits of the model's interface asked for on purpose (renamed inputs/outputs, retyped inputs, a
+# split into init and predict nets): once, after the rounds, so no rewrite sees the new interface.
+INTERFACE = "interface"
+PHASES = (RULES, GRAPH, CLEANUP, INTERFACE)
 # No phase runs before the rules: inlining and constant extraction have always run after them in
 # each round (their old `order` 5 only placed them among graph-level passes), and moving them ahead
 # would change what the default pipeline outputs.

@@ -98,10 +98,16 @@ def rewrite_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, oracle:
         for output in split.outputs:
             output.name = pctx.names.fresh(f"{node.name or 'split'}_piece")
         graph.insert_before(node, split)
+        named: set[int] = set()
         for reader, index in readers:
             graphedit.replace_value(pctx, graph, reader.outputs[0], split.outputs[index])
             graph.remove(reader, safe=True)
+            if index not in named:  # each piece is called what its first SequenceAt's output was
+                named.add(index)
+                graphedit.pass_on_name(reader.outputs[0], split.outputs[index])
         graph.remove(node, safe=True)
+        if node.name:
+            split.name = node.name  # the Split stands where the SplitToSequence stood
         graphedit.log_apply(pctx, RULE, EXACT, graph, node, [split.name])
         changes += 1
     return changes

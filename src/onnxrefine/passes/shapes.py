@@ -86,6 +86,7 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
                                        before=node)
         graphedit.replace_value(pctx, graph, output, value)
         graph.remove(node, safe=True)
+        graphedit.pass_on_name(output, value)
         graphedit.log_apply(pctx, rule, EXACT, graph, node, [value.name])
         changes += 1
     return changes

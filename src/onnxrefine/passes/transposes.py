@@ -31,6 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.attrs import attr
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
@@ -158,12 +159,48 @@ RESHAPE_THROUGH_TRANSPOSE = Rule(
 TRANSPOSE_TO_RESHAPE = Rule("transpose_to_reshape", Op("Transpose", Var("x"), name="t"), transpose_to_reshape)
 
 
+def transpose_into_reshape(m: Match, ctx: RewriteContext) -> Replacement:
+    """Reshape(Transpose(x, p), S) -> Reshape(x, S) where p only moves size-1 axes: x and the
+    Transpose's output hold the same elements in the same row-major order and count, so the same
+    target S reads them alike (where S copies a dim with 0, that dim must be the same one in x).
+    Unlike transpose_to_reshape, no new target is written: a Transpose moving a symbolic dim next
+    to a copied one goes too, with whatever the original Reshape does on an empty tensor."""
+    transpose, reshape = m["t"], m["reshape"]
+    shape = ctx.facts.symbolic_shape(m["x"])
+    if shape is None:
+        raise RewriteRefused("transpose_into_reshape.shape_unknown", "the Transpose input's shape is not known from trusted facts")
+    perm = attr(transpose, "perm")
+    perm = list(range(len(shape)))[::-1] if perm is None else [int(p) for p in perm]
+    if sorted(perm) != list(range(len(shape))):
+        return None
+    moving = [axis for axis in perm if not (isinstance(shape[axis], int) and shape[axis] == 1)]
+    if moving != sorted(moving):
+        raise RewriteRefused("transpose_into_reshape.reorders", f"perm {perm} reorders axes that may be longer than 1")
+    target = constant_array(m["s"])
+    if target is None:
+        raise RewriteRefused("transpose_into_reshape.target", "the Reshape target is not a constant")
+    if not attr(reshape, "allowzero", 0):
+        moved = [shape[axis] for axis in perm]
+        for i, entry in enumerate(target.reshape(-1).tolist()):
+            if entry == 0 and (i >= len(shape) or shape[i] is not moved[i] and shape[i] != moved[i]):
+                raise RewriteRefused("transpose_into_reshape.copied_dim", f"target entry {i} copies a dim the Transpose moved")
+    new = ctx.node("Reshape", [m["x"], m["s"]], dict(reshape.attributes), hint=reshape.name or None)
+    return Replacement([new], {reshape.outputs[0]: new.outputs[0]})
+
+
+TRANSPOSE_INTO_RESHAPE = Rule(
+    "transpose_into_reshape",
+    Op("Reshape", Op("Transpose", Var("x"), name="t"), Var("s"), name="reshape"),
+    transpose_into_reshape,
+)
+
+
 PASSES = (
     PassSpec(
         "transpose_to_reshape",
         "Transpose that only moves size-1 axes (the order of every other axis kept) -> Reshape, which "
-        "then merges with neighbouring Reshapes",
-        rules=(TRANSPOSE_TO_RESHAPE,), order=22, not_fuzzed=NO_PATTERN_YET,
+        "then merges with neighbouring Reshapes; read by a Reshape, it goes into that Reshape",
+        rules=(TRANSPOSE_INTO_RESHAPE, TRANSPOSE_TO_RESHAPE), order=22, not_fuzzed=NO_PATTERN_YET,
     ),
     PassSpec(
         "merge_reshape_unit_axes",

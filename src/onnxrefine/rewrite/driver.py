@@ -195,8 +195,11 @@ class RewriteDriver:
         touched: list[ir.Node] = list(new_nodes)
         for old, new in replacement.outputs.items():
             touched.extend(edit.replace_value(self.names, graph, old, new))
+        producers = {id(old): old.producer() for old in replacement.outputs}
         removed, revisit = edit.remove_unread(graph, reversed(matched))
         touched.extend(revisit)
+        _keep_names(replacement, producers, removed, new_nodes,
+                    [pending.value for pending in self.ctx.pending_constants])
         # Values that gained readers (or became outputs): the signed-zero analysis drops its
         # "not observable" answers upstream of them (ir/signed_zero.py).
         signed_zero.note_new_uses(
@@ -215,6 +218,32 @@ class RewriteDriver:
             certificate=evidence[1],
         )
         return touched
+
+
+def _keep_names(replacement: Replacement, producers: dict[int, ir.Node | None], removed: list[ir.Node],
+                new_nodes: list[ir.Node], new_constants: list[ir.Value]) -> None:
+    """Each value the rewrite made in place of a removed one takes the old value's name, and the
+    new node producing it takes the removed producer's name: calibration tables, per-layer
+    precision settings and name-keyed comparisons read the optimized model by the original's
+    names. Only names whose holder left the graph are passed on (a producer kept alive for its
+    other outputs keeps its names), each node name once, and only to what this rewrite made (a
+    value that already existed keeps its own name). Graph outputs are kept by edit.replace_value;
+    new intermediates that no original value stands for keep their fresh names."""
+    gone = {id(node) for node in removed}
+    made_nodes = {id(node) for node in new_nodes}
+    made_values = {id(out) for node in new_nodes for out in node.outputs} | {id(v) for v in new_constants}
+    named: set[int] = set()
+    for old, new in replacement.outputs.items():
+        producer = producers[id(old)]
+        if producer is None or id(producer) not in gone or old.is_graph_output():
+            continue
+        if id(new) not in made_values:
+            continue
+        edit.pass_on_name(old, new)
+        maker = new.producer()
+        if maker is not None and id(maker) in made_nodes and id(maker) not in named and producer.name:
+            named.add(id(maker))
+            maker.name = producer.name
 
 
 def _with_extra_nodes(matched: list[ir.Node], extra, graph: ir.Graph) -> list[ir.Node]:
