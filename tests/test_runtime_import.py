@@ -68,3 +68,28 @@ def test_the_cli_exits_130_and_writes_nothing(monkeypatch, tmp_path, capsys):
     assert main(["optimize", str(source), "-o", str(tmp_path / "out.onnx"), "--no-verify"]) == 130
     assert not (tmp_path / "out.onnx").exists()
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_a_terminate_during_the_import_stays_a_terminate(monkeypatch):
+    """SIGTERM is raised as a KeyboardInterrupt subclass (cli/main.py) so that clean-up runs; the
+    import's re-raise must keep it that subclass, or the command exits 130 instead of 143."""
+    import builtins
+    import sys
+
+    from onnxrefine import runtime
+    from onnxrefine.cli.main import Terminated
+
+    real_import = builtins.__import__
+
+    def interrupted_import(name, *args, **kwargs):
+        if name == "onnxruntime":
+            try:
+                raise Terminated(15)
+            except Terminated as exc:
+                raise ImportError("initialization failed") from exc
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
+    monkeypatch.setattr(builtins, "__import__", interrupted_import)
+    with pytest.raises(Terminated):
+        runtime.require_onnxruntime()

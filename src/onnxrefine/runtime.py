@@ -15,13 +15,19 @@ from __future__ import annotations
 
 def interrupted(exc: BaseException) -> bool:
     """Whether `exc` or anything in its cause/context chain is a KeyboardInterrupt."""
+    return interruption(exc) is not None
+
+
+def interruption(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt in `exc`'s cause/context chain (a SIGTERM's too: cli/main.py raises a
+    subclass for it, which must stay what it is to exit 143), or None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, KeyboardInterrupt):
-            return True
+            return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
-    return False
+    return None
 
 
 def require_onnxruntime():
@@ -31,7 +37,7 @@ def require_onnxruntime():
         import onnxruntime
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt) and interrupted(exc):
-            raise KeyboardInterrupt from None
+            raise interruption(exc) from None
         if out_of_memory(exc):
             from onnxrefine.errors import BadInputError
 
