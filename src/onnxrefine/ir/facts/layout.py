@@ -66,7 +66,11 @@ def flatten_shape(site: Site):
     shape = site.shape(0)
     if shape is None:
         return None
-    axis = int(site.attr("axis", 1))
+    return flattened_shape(shape, int(site.attr("axis", 1)))
+
+
+def flattened_shape(shape: tuple, axis: int) -> tuple | None:
+    """Flatten's output shape (dims int or Sym); None for an axis outside the rank."""
     axis = axis + len(shape) if axis < 0 else axis
     if not 0 <= axis <= len(shape):
         return None
@@ -123,7 +127,13 @@ def squeeze_shape(site: Site):
     if shape is None:
         return None
     known, axes = _axes(site)
-    if not known or (axes is not None and len(axes) == 0):
+    return squeezed_shape(shape, axes) if known else None
+
+
+def squeezed_shape(shape: tuple, axes: list[int] | None) -> tuple | None:
+    """Squeeze's output shape (dims int or Sym) for `axes` (None: not given); None where it
+    depends on run-time dims or the axes are invalid."""
+    if axes is not None and len(axes) == 0:
         return None  # empty axes: onnxruntime squeezes every 1, the ONNX reference none
     if axes is None:
         if not all(isinstance(d, int) for d in shape):
@@ -141,8 +151,11 @@ def unsqueeze_shape(site: Site):
     if shape is None:
         return None
     known, axes = _axes(site)
-    if not known or axes is None:
-        return None
+    return unsqueezed_shape(shape, axes) if known and axes is not None else None
+
+
+def unsqueezed_shape(shape: tuple, axes: list[int]) -> tuple | None:
+    """Unsqueeze's output shape (dims int or Sym); None for invalid axes."""
     out_rank = len(shape) + len(axes)
     normalized = {normalize_axis(a, out_rank) for a in axes}
     if None in normalized or len(normalized) != len(axes):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnxrefine.ir.facts.core import Elements, Site, Sym, attr, product, value_rule
-from onnxrefine.ir.facts.indexing import slice_shape
+from onnxrefine.ir.facts.indexing import slice_positions, slice_shape
 from onnxrefine.ir.facts.layout import shape_range
 
 _INT_DTYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
@@ -99,10 +99,10 @@ def _slice_elements(node, data: Elements, params) -> Elements | None:
         if len(starts) != 1 or len(ends) != 1 or axes not in ([0], [-1]):
             return None
         start, end, step = starts[0], ends[0], 1
-    if step == 0:
+    positions = slice_positions(len(data.items), start, end, step)
+    if positions is None:
         return None
-    picked = tuple(data.items[i] for i in range(*slice(start, end, step).indices(len(data.items))))
-    return Elements(picked, False, data.dtype)
+    return Elements(tuple(data.items[i] for i in positions), False, data.dtype)
 
 
 @value_rule("Concat")

@@ -1,0 +1,313 @@
+"""Exhaustive proofs of the shape algebra: Reshape targets (0 copies, -1, allowzero), Reshape and
+Flatten chains, the shape facts merge_reshape_unit_axes writes as a target, the no-op removals'
+broadcasting and split checks, Shape's start/end and the Slice of a shape that fold_shapes
+computes. Each function returns a Proof (tests/algebra_proof.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.ir.facts import Elements, Sym, indexing, layout, values
+from onnxrefine.passes import fusion_chains, noop, shapes, where
+
+import onnx_semantics as sem
+from algebra_proof import (
+    MAX_RANK, REFUSED, Proof, StubContext, StubFacts, StubMatch, axis_choices, concretisations,
+    constant, data, forwarded, int_input, node, symbolic_shapes, unknown_as_none,
+)
+
+# Reshape target elements: infer, copy (or zero with allowzero), and small sizes.
+TARGET_ELEMENTS = (-1, 0, 1, 2, 3)
+
+
+def prove_nop_reshape(max_rank: int = MAX_RANK) -> Proof:
+    """eliminate_nop_reshape: every target of the input's rank over TARGET_ELEMENTS, allowzero
+    both ways, for every shape over {0, 1, 2, unknown} (rank 5: {1, 2, unknown})."""
+    proof = Proof("eliminate_nop_reshape")
+    for rank in range(max_rank + 1):
+        dims = (0, 1, 2, "sym") if rank < 5 else (1, 2, "sym")
+        elements = TARGET_ELEMENTS if rank < 5 else (-1, 0, 1, 2)
+        for shape in symbolic_shapes(rank, dims):
+            known = unknown_as_none(shape)
+            for target, allowzero in itertools.product(itertools.product(elements, repeat=rank), (False, True)):
+                if proof.ask(noop.reshape_keeps_shape, known, list(target), allowzero) is not None:
+                    continue
+                for (concrete,) in concretisations(shape):
+                    proof.compare((shape, target, allowzero, concrete),
+                                  lambda: sem.reshape_shape(concrete, target, allowzero), lambda: concrete)
+    return proof
+
+
+def prove_reshape_chain(max_rank: int = 4) -> Proof:
+    """idempotent_reshape_chain (the rule's own function): Reshape(Reshape(x, a), b) for every
+    outer target b of up to 3 elements over TARGET_ELEMENTS, allowzero both ways, every inner
+    target a of up to 2, every input shape over {0, 1, 2} of rank up to `max_rank`."""
+    proof = Proof("idempotent_reshape_chain")
+    inputs = [s for r in range(max_rank + 1) for s in itertools.product((0, 1, 2), repeat=r)]
+    inner_targets = [t for n in range(3) for t in itertools.product(TARGET_ELEMENTS, repeat=n)]
+    chains = set()  # (input shape, middle shape): all that the outer Reshape sees of the inner one
+    for shape, inner_target in itertools.product(inputs, inner_targets):
+        try:
+            chains.add((shape, sem.reshape_shape(shape, inner_target)))
+        except sem.Invalid:
+            continue
+    for n, allowzero in itertools.product(range(4), (0, 1)):
+        for outer_target in itertools.product(TARGET_ELEMENTS, repeat=n):
+            match = StubMatch(outer=node("Reshape", allowzero=allowzero), x=constant(np.zeros(0)),
+                              shape=constant(np.array(outer_target, np.int64)))
+            result = proof.ask(noop.collapse_reshape_chain, match, StubContext(StubFacts(None)))
+            if result is REFUSED:
+                continue
+            (new,) = result.nodes
+            new_target, new_allowzero = int_input(new, 1), bool(new.attributes["allowzero"].value)
+            for shape, middle in chains:
+                proof.compare((shape, middle, outer_target, allowzero),
+                              lambda: sem.reshape_shape(middle, outer_target, bool(allowzero)),
+                              lambda: sem.reshape_shape(shape, new_target, new_allowzero))
+    return proof
+
+
+def prove_flatten_rules(max_rank: int = MAX_RANK) -> Proof:
+    """eliminate_nop_flatten and idempotent_flatten_chain (the rules' own functions): every axis
+    of every rank, inner and outer."""
+    proof = Proof("eliminate_nop_flatten / idempotent_flatten_chain")
+    for rank in range(max_rank + 1):
+        for shape in itertools.product((0, 1, 2), repeat=rank):
+            for axis in range(-rank - 1, rank + 2):
+                match = StubMatch(node=node("Flatten", axis=axis), x=constant(np.zeros(0)))
+                if forwarded(proof.ask(noop.drop_flatten_of_matrix, match, StubContext(StubFacts(shape)))):
+                    proof.compare((shape, axis), lambda: sem.flatten_shape(shape, axis), lambda: shape)
+                for outer_axis in (-3, -2, -1, 0, 1, 2, 3):
+                    chain = StubMatch(outer=node("Flatten", axis=outer_axis), x=constant(np.zeros(0)))
+                    result = proof.ask(noop.collapse_flatten_to_row, chain, StubContext(StubFacts(None)))
+                    if result is REFUSED or result is None:
+                        continue
+                    new_axis = int(result.nodes[0].attributes["axis"].value) if "axis" in result.nodes[0].attributes else 1
+                    proof.compare((shape, axis, outer_axis),
+                                  lambda: sem.flatten_shape(sem.flatten_shape(shape, axis), outer_axis),
+                                  lambda: sem.flatten_shape(shape, new_axis))
+    return proof
+
+
+def _target_items(data_shape, syms):
+    """What a computed Reshape target element can be: a known size, or one of the data's own
+    symbolic dims (the position decides whether 0 may stand for it)."""
+    return [("size", 0), ("size", 2), *(("sym", s) for s in syms)]
+
+
+def prove_concat_into_reshape(max_rank: int = 3) -> Proof:
+    """fuse_concat_into_reshape: every target of up to `max_rank` elements, each a constant from
+    TARGET_ELEMENTS, a known run-time size or one of the data's symbolic dims, split into
+    constant and computed parts as the elements come; allowzero both ways; data of every shape
+    over {0, 2, symbolic} up to rank `max_rank`, every symbolic dim made every small size."""
+    proof = Proof("fuse_concat_into_reshape")
+    for rank in range(max_rank + 1):
+        for shape in symbolic_shapes(rank, (0, 2, "sym")):
+            syms = [d for d in shape if isinstance(d, Sym)]
+            choices = [("const", c) for c in TARGET_ELEMENTS] + _target_items(shape, syms)
+            for length in range(max_rank + 1):
+                for elements, allowzero in itertools.product(itertools.product(choices, repeat=length), (False, True)):
+                    parts = [([v], kind == "const") for kind, v in elements]
+                    target = proof.ask(fusion_chains.constant_reshape_target, parts, shape, allowzero)
+                    if target is REFUSED:
+                        continue
+                    _compare_targets(proof, shape, elements, target, allowzero)
+    return proof
+
+
+def _compare_targets(proof, shape, elements, target, allowzero) -> None:
+    for (concrete,) in concretisations(shape):
+        sizes = dict(zip([id(d) for d in shape], concrete))
+        runtime = [sizes[id(v)] if kind == "sym" else v for kind, v in elements]
+        proof.compare((shape, elements, allowzero, concrete),
+                      lambda: sem.reshape_shape(concrete, runtime, allowzero),
+                      lambda: sem.reshape_shape(concrete, target, allowzero))
+
+
+def prove_fold_reshape_target(max_rank: int = 3) -> Proof:
+    """fold_shapes' computed Reshape target made constant (allowzero=0): every partial value of
+    up to `max_rank` elements (ints from TARGET_ELEMENTS, the data's symbolic dims, unknowns)
+    over data of every shape over {0, 2, symbolic}."""
+    proof = Proof("fold_shapes (Reshape target)")
+    for rank in range(max_rank + 1):
+        for shape in symbolic_shapes(rank, (0, 2, "sym")):
+            syms = [d for d in shape if isinstance(d, Sym)]
+            choices = [("const", c) for c in TARGET_ELEMENTS] + [("sym", s) for s in syms] + [("unknown", None)]
+            for length in range(max_rank + 1):
+                for elements in itertools.product(choices, repeat=length):
+                    items = [v for _, v in elements]
+                    target = proof.ask(shapes.copying_target, items, shape)
+                    if target is None or target is REFUSED:
+                        continue
+                    _compare_targets(proof, shape, elements, target, False)
+    return proof
+
+
+def prove_unit_axes_shapes(max_rank: int = MAX_RANK) -> Proof:
+    """merge_reshape_unit_axes writes the shape facts' Squeeze/Unsqueeze/Flatten output shape
+    as a Reshape target: those shape rules for every axis list (both spellings) and axis of every
+    shape over {0, 1, 2, symbolic}, every symbolic dim made every small size."""
+    proof = Proof("merge_reshape_unit_axes (shape facts)")
+    for rank in range(max_rank + 1):
+        # rank 4 and 5: at most two (one) symbolic dims, each made every small size
+        dims, max_syms = ((0, 1, 2, "sym"), None) if rank < 4 else ((1, 2, "sym"), 5 - rank + 1)
+        for shape in symbolic_shapes(rank, dims, max_syms):
+            for axes in [None, *axis_choices(rank)]:
+                _fact_case(proof, layout.squeezed_shape, (shape, axes), lambda s, a=axes: sem.squeeze_shape(s, a))
+            for axes in axis_choices(rank + 1, max_count=1) if rank < max_rank else []:
+                _fact_case(proof, layout.unsqueezed_shape, (shape, axes), lambda s, a=axes: sem.unsqueeze_shape(s, a))
+            for axis in range(-rank - 1, rank + 2):
+                _fact_case(proof, layout.flattened_shape, (shape, axis), lambda s, a=axis: sem.flatten_shape(s, a))
+    return proof
+
+
+def _fact_case(proof, rule, args, truth) -> None:
+    """A shape fact holds when every dim it states is the dim the operator gives: an int as it
+    is, the input's own symbolic dim as made concrete; a symbolic dim of the fact's own (a
+    product of unknowns) states nothing."""
+    fact = proof.ask(rule, *args)
+    if fact is None or fact is REFUSED:
+        return
+    shape = args[0]
+    for (concrete,) in concretisations(shape):
+        sizes = {id(d): c for d, c in zip(shape, concrete) if not isinstance(d, int)}
+        claimed = tuple(d if isinstance(d, int) else sizes.get(id(d), _ANY) for d in fact)
+        proof.compare((shape, args[1:], concrete), lambda: truth(concrete),
+                      lambda: _agreeing(claimed, truth(concrete)))
+
+
+_ANY = "any size"
+
+
+def _agreeing(claimed: tuple, actual: tuple):
+    """`actual` where the fact's claim agrees with it, else the claim (which then differs)."""
+    agrees = len(claimed) == len(actual) and all(c is _ANY or c == a for c, a in zip(claimed, actual))
+    return actual if agrees else claimed
+
+
+def prove_nop_broadcasts(max_rank: int = 4) -> Proof:
+    """eliminate_nop_expand and eliminate_nop_with_unit: every target / constant shape over
+    {0, 1, 2, 3} of rank up to `max_rank` against every input shape over {0, 1, 2, unknown}."""
+    proof = Proof("eliminate_nop_expand / eliminate_nop_with_unit (broadcast)")
+    others = [t for r in range(max_rank + 1) for t in itertools.product((0, 1, 2, 3), repeat=r)]
+    for rank in range(max_rank + 1):
+        for shape in symbolic_shapes(rank):
+            known = unknown_as_none(shape)
+            for other in others:
+                if all(d == 1 for d in other):
+                    expand = proof.ask(noop.expand_keeps_shape, list(other), rank=rank)
+                else:
+                    expand = proof.ask(noop.expand_keeps_shape, list(other), source=known)
+                unit = proof.ask(noop.operand_keeps_shape, other, known)
+                for (concrete,) in concretisations(shape) if expand is None or unit is None else ():
+                    if expand is None:
+                        proof.compare(("Expand", shape, other, concrete),
+                                      lambda: sem.expand_shape(concrete, other), lambda: concrete)
+                    if unit is None:
+                        proof.compare(("elementwise", shape, other, concrete),
+                                      lambda: sem.broadcast_shape(concrete, other), lambda: concrete)
+    return proof
+
+
+def prove_where_selection(max_rank: int = 2) -> Proof:
+    """eliminate_where_with_constant_condition: the selected operand has the output's shape, for
+    every triple of shapes over {1, 2, s, t} (s, t symbolic, shared between operands) up to rank
+    `max_rank`."""
+    proof = Proof("eliminate_where_with_constant_condition (broadcast)")
+    s, t = Sym("s"), Sym("t")
+    shapes_ = [sh for r in range(max_rank + 1) for sh in itertools.product((1, 2, s, t), repeat=r)]
+    for cond, a, b in itertools.product(shapes_, repeat=3):
+        output = proof.ask(where._broadcast, cond, a)
+        output = output if output is None or output is REFUSED else proof.ask(where._broadcast, output, b)
+        if output is None or output is REFUSED or not where._same_shape(a, output):
+            continue
+        for concrete_cond, concrete_a, concrete_b in concretisations(cond, a, b):
+            proof.compare((cond, a, b, concrete_a), lambda: sem.broadcast_shape(concrete_cond, concrete_a, concrete_b),
+                          lambda: concrete_a)
+    return proof
+
+
+def prove_nop_split(max_rank: int = MAX_RANK) -> Proof:
+    """eliminate_nop_split: every axis (both spellings and out of range) of every shape over
+    {0, 1, 2, unknown}, split lists of one and two pieces. Strict: Split itself rejects a split
+    that is not the whole axis, and removing it would make a failing model run."""
+    proof = Proof("eliminate_nop_split")
+    for rank in range(1, max_rank + 1):
+        for shape in symbolic_shapes(rank):
+            for axis, split in itertools.product(range(-rank - 1, rank + 1), ([0], [1], [2], [3], [1, 1])):
+                if proof.ask(noop.split_covers_axis, split, unknown_as_none(shape), axis) is REFUSED:
+                    continue
+                for (concrete,) in concretisations(shape):
+                    x = data(concrete)
+                    proof.compare((shape, axis, split, concrete), lambda: sem.split(x, split, axis), lambda: [x],
+                                  strict=True)
+    return proof
+
+
+def prove_nop_pad(max_rank: int = MAX_RANK) -> Proof:
+    """eliminate_nop_pad (the rule's own function): every pads list of -1/0/1 over every axis
+    (0/1 from rank 4)."""
+    proof = Proof("eliminate_nop_pad")
+    for rank in range(max_rank + 1):
+        x = data((2, 3, 1, 2, 2)[:rank])
+        for pads in itertools.product((-1, 0, 1) if rank < 4 else (0, 1), repeat=2 * rank):
+            match = StubMatch(node=node("Pad", [constant(x), constant(np.array(pads, np.int64))]), x=constant(x))
+            if forwarded(proof.ask(noop.drop_zero_pad, match, StubContext(StubFacts(x.shape)))):
+                proof.compare((rank, pads), lambda: sem.pad_zeros(x, pads), lambda: x)
+    return proof
+
+
+def prove_shape_start_end(max_rank: int = MAX_RANK) -> Proof:
+    """fold_shapes' Shape with start/end: every start and end (and no end) from -7 to 7 of every
+    rank, as the value (shape[start:end]) and as the length fold_shapes reads."""
+    proof = Proof("fold_shapes (Shape start/end)")
+    for rank in range(max_rank + 1):
+        shape = (2, 3, 4, 5, 6)[:rank]
+        for start, end in itertools.product(range(-7, 8), [None, *range(-7, 8)]):
+            window = proof.ask(layout.shape_range, node("Shape", start=start, end=end), rank)
+            begin, stop = window
+            proof.compare((rank, start, end), lambda: sem.shape_op(shape, start, end),
+                          lambda: shape[begin:stop] if len(shape[begin:stop]) == max(0, stop - begin) else None)
+    return proof
+
+
+# Slice bounds of a shape value: as in the layout proofs, plus the int32 extremes.
+_BOUNDS = (-(2**63), -(2**31), -7, -6, -2, -1, 0, 1, 2, 5, 6, 7, 2**31 - 1, 2**63 - 1)
+
+
+def prove_slice_of_shape() -> Proof:
+    """fold_shapes' Slice of a shape value (opset 10+ inputs), and the shape fact of a Slice's
+    output on a static axis: every (start, end, step) over _BOUNDS and steps -3..3 on lengths 0
+    to 6, axes [0], [-1] or absent. What the facts state must be what onnxruntime and the
+    specification both compute."""
+    proof = Proof("fold_shapes (Slice of a shape) / Slice shape fact")
+    filler = constant(np.zeros(0))
+    nodes = {axes: node("Slice", [filler, filler, filler, None if axes is None else filler, filler])
+             for axes in (0, -1, None)}
+    for length in range(7):
+        vector = np.arange(10, 10 + length, dtype=np.int64)
+        data_elements = Elements(tuple(vector.tolist()), False, ir.DataType.INT64)
+        for start, end, step, axis in itertools.product(_BOUNDS, _BOUNDS, (-3, -2, -1, 1, 2, 3), (0, -1, None)):
+            axes = None if axis is None else [axis]
+            params = [_elements(start), _elements(end), None if axis is None else _elements(axis), _elements(step)]
+            case = (length, start, end, step, axes)
+            runtime = sem.slice_(vector, [start], [end], axes, [step])
+            specified = vector[list(sem.slice_indices(length, start, end, step, runtime=False))]
+            folded = proof.ask(values._slice_elements, nodes[axis], data_elements, params)
+            if folded is not None and folded is not REFUSED:
+                proof.compare(case, lambda: runtime, lambda: np.array(folded.items, np.int64))
+                if not np.array_equal(specified, runtime):
+                    proof.fail(case, "folded where the specification and onnxruntime compute different values")
+            fact = proof.ask(indexing.slice_shape, nodes[axis], (length,), params)
+            if fact is not None and isinstance(fact[0], int):
+                proof.compare(case, lambda: runtime.shape, lambda: fact)
+                if specified.shape != runtime.shape:
+                    proof.fail(case, "a shape fact where the specification and onnxruntime differ")
+    return proof
+
+
+def _elements(*ints) -> Elements:
+    return Elements(tuple(ints), False, ir.DataType.INT64)
