@@ -11,7 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.ir.facts import Elements, Sym, indexing, layout, values
-from onnxrefine.passes import fusion_chains, noop, shapes, where
+from onnxrefine.passes import fusion_chains, noop, sequences, shapes, where
 
 import onnx_semantics as sem
 from algebra_proof import (
@@ -311,3 +311,41 @@ def prove_slice_of_shape() -> Proof:
 
 def _elements(*ints) -> Elements:
     return Elements(tuple(ints), False, ir.DataType.INT64)
+
+
+def prove_gather_of_shape() -> Proof:
+    """fold_shapes' Gather from a shape value: every list of up to 3 indices from -7 to 6 (and a
+    scalar index) on shapes of length 0 to 6."""
+    proof = Proof("fold_shapes (Gather of a shape)")
+    for length in range(7):
+        vector = np.arange(10, 10 + length, dtype=np.int64)
+        items = tuple(vector.tolist())
+        for count in range(4):
+            for indices in itertools.product(range(-7, 7), repeat=count):
+                picked = proof.ask(values.gathered, items, indices)
+                if picked is None:
+                    continue
+                proof.compare((length, indices), lambda: sem.gather(vector, np.array(indices, np.int64)),
+                              lambda: np.array(picked, np.int64).reshape(len(indices)))
+    return proof
+
+
+def prove_split_to_sequence() -> Proof:
+    """split_to_sequence_as_split: the Split sizes for every scalar chunk from -1 to 9 over every
+    dim from 0 to 9, and the piece every SequenceAt position from -11 to 10 reads."""
+    proof = Proof("split_to_sequence_as_split")
+    for dim, chunk in itertools.product(range(10), range(-1, 10)):
+        x = data((2, dim))
+        sizes = proof.ask(sequences.chunk_sizes, dim, chunk)
+        if sizes is REFUSED:
+            continue
+        pieces = sem.split(x, sizes, 1) if sum(sizes) == dim else None
+        proof.compare((dim, chunk), lambda: sem.split_to_sequence(x, chunk, 1),
+                      lambda: pieces if pieces is not None else sizes)
+        for position in range(-11, 11):
+            index = proof.ask(sequences.piece_index, position, len(sizes))
+            if index is None:
+                continue
+            proof.compare((dim, chunk, position), lambda: sem.sequence_at(sem.split_to_sequence(x, chunk, 1), position),
+                          lambda: pieces[index])
+    return proof

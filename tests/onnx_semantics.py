@@ -238,3 +238,21 @@ def gemm(a: np.ndarray, b: np.ndarray, trans_a: int = 0, trans_b: int = 0) -> np
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise Invalid("Gemm operands do not multiply")
     return a @ b
+
+
+def split_to_sequence(x: np.ndarray, chunk: int, axis: int = 0) -> list[np.ndarray]:
+    """SplitToSequence with a scalar split: pieces of `chunk`, the last one smaller when `chunk`
+    does not divide the axis."""
+    axis = _axis(axis, x.ndim)
+    if chunk <= 0:
+        raise Invalid(f"chunk {chunk}")
+    dim = x.shape[axis]
+    sizes = [min(chunk, dim - start) for start in range(0, dim, chunk)]
+    return split(x, sizes, axis)
+
+
+def sequence_at(sequence: list, position: int):
+    """Negative positions count from the end."""
+    if not -len(sequence) <= position < len(sequence):
+        raise Invalid(f"position {position} outside {len(sequence)} pieces")
+    return sequence[position]

@@ -11,7 +11,7 @@ import pytest
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.facts import indexing, layout, values
-from onnxrefine.passes import fusion_chains, fusion_pad, noop, shapes, transposes, where
+from onnxrefine.passes import fusion_chains, fusion_pad, noop, sequences, shapes, transposes, where
 from onnxrefine.passes.opargs import normalize_axes
 
 import algebra_proofs_layout as layout_proofs
@@ -42,6 +42,8 @@ PROOFS = [
     shape_proofs.prove_nop_pad,
     shape_proofs.prove_shape_start_end,
     shape_proofs.prove_slice_of_shape,
+    shape_proofs.prove_gather_of_shape,
+    shape_proofs.prove_split_to_sequence,
 ]
 
 
@@ -192,6 +194,14 @@ def _shape_end_not_clamped(node, rank):
     return start, (end if given is None or given.value >= 0 else max(start, given.value + rank + 1))
 
 
+def _gather_negative_off_by_one(items, indices):
+    return _ORIGINALS["gathered"](items, [i - 1 if i < 0 else i for i in indices])
+
+
+def _chunks_even_only(dim, chunk):
+    return [chunk] * max(dim // chunk, 1) if chunk > 0 and dim > 0 else _ORIGINALS["chunks"](dim, chunk)
+
+
 def _python_slice_positions(dim, start, end, step):
     return range(*slice(start, end, step).indices(dim)) if step else None
 
@@ -207,6 +217,8 @@ _ORIGINALS = {
     "operand": noop.operand_keeps_shape,
     "broadcast": where._broadcast,
     "shape_range": layout.shape_range,
+    "chunks": sequences.chunk_sizes,
+    "gathered": values.gathered,
 }
 
 PLANTED = [
@@ -237,6 +249,8 @@ PLANTED = [
     (shape_proofs.prove_shape_start_end, [(layout, "shape_range")], _shape_end_not_clamped),
     (shape_proofs.prove_slice_of_shape, [(indexing, "slice_positions"), (values, "slice_positions")],
      _python_slice_positions),
+    (shape_proofs.prove_gather_of_shape, [(values, "gathered")], _gather_negative_off_by_one),
+    (shape_proofs.prove_split_to_sequence, [(sequences, "chunk_sizes")], _chunks_even_only),
 ]
 
 

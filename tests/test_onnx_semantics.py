@@ -228,3 +228,28 @@ def test_window_input_is_what_conv_and_pool_pad(op_type):
     results = _run_cases([c for c, _ in cases])
     for padded_by_op, padded_first in zip(results[0::2], results[1::2]):
         assert np.array_equal(padded_by_op[0], padded_first[0])
+
+
+def test_split_to_sequence_and_sequence_at_match_onnxruntime():
+    nodes, initializers, outputs, expected = [], [], [], []
+    for dim, chunk, position in itertools.product((1, 4, 5, 7), (1, 2, 3, 7, 9), (-3, -1, 0, 1, 2)):
+        x = _data((2, dim))
+        try:
+            piece = sem.sequence_at(sem.split_to_sequence(x, chunk, -1), position)
+        except sem.Invalid:
+            continue
+        k = len(expected)
+        initializers += [numpy_helper.from_array(x, f"x{k}"), numpy_helper.from_array(np.array(chunk, np.int64), f"c{k}"),
+                         numpy_helper.from_array(np.array(position, np.int64), f"p{k}")]
+        nodes += [helper.make_node("SplitToSequence", [f"x{k}", f"c{k}"], [f"s{k}"], axis=-1),
+                  helper.make_node("SequenceAt", [f"s{k}", f"p{k}"], [f"y{k}"])]
+        outputs.append(helper.make_empty_tensor_value_info(f"y{k}"))
+        expected.append(piece)
+    graph = helper.make_graph(nodes, "sequences", [helper.make_tensor_value_info("unused", TensorProto.FLOAT, [1])],
+                              outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 9
+    actual = session(model).run(None, {"unused": np.zeros(1, np.float32)})
+    assert len(actual) == len(expected) > 50
+    for e, a in zip(expected, actual):
+        assert e.shape == a.shape and np.array_equal(e, a)

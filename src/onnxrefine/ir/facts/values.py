@@ -56,13 +56,20 @@ def gather_value(site: Site):
         return None
     if site.attr("axis", 0) not in (0, -1):
         return None
+    picked = gathered(data.items, indices.items)
+    return None if picked is None else Elements(picked, indices.scalar, data.dtype)
+
+
+def gathered(items: tuple, indices) -> tuple | None:
+    """Gather along the only axis of a 1-D value (negative indices count from the end); None for
+    an index out of range."""
     picked = []
-    for i in indices.items:
-        j = i + len(data.items) if i < 0 else i
-        if not 0 <= j < len(data.items):
+    for i in indices:
+        j = i + len(items) if i < 0 else i
+        if not 0 <= j < len(items):
             return None
-        picked.append(data.items[j])
-    return Elements(tuple(picked), indices.scalar, data.dtype)
+        picked.append(items[j])
+    return tuple(picked)
 
 
 @value_rule("Slice")
