@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from onnxrefine.verify import compare, graphinfo
-from onnxrefine.verify import verdict as verdict_rules
-from onnxrefine.verify.report import OutputReport
-from onnxrefine.verify.runner import RunFailedError, RunSettings
-from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE
+from onnxrefine.verify import graphinfo
+from onnxrefine.verify.judge import compare
+from onnxrefine.verify.judge import verdict as verdict_rules
+from onnxrefine.verify.report.report import OutputReport
+from onnxrefine.verify.ort.runner import RunFailedError, RunSettings
+from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE
 
 
 class Track:
@@ -90,7 +91,7 @@ def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:
 def reference_refusal(model_file, feeds) -> str | None:
     """Why the float64 reference must not evaluate the model on `feeds` (resources.py), or None."""
     from onnxrefine import resources
-    from onnxrefine.verify.runner import peak_estimate
+    from onnxrefine.verify.ort.runner import peak_estimate
 
     return resources.reference_refusal(peak_estimate(model_file, feeds))
 
@@ -154,7 +155,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
     (`evaluate`: the session's reference evaluator)."""
     if reference_state["status"] == "unavailable":
         return
-    from onnxrefine.verify.decisions import DECISION_OPS, DecisionEvidence
+    from onnxrefine.verify.judge.decisions import DECISION_OPS, DecisionEvidence
 
     model = model_file.proto
     producers = {out: node for node in model.graph.node for out in node.output}
