@@ -72,20 +72,22 @@ def prove_reshape_chain(max_rank: int = 4) -> Proof:
 
 def prove_flatten_rules(max_rank: int = MAX_RANK) -> Proof:
     """eliminate_nop_flatten and idempotent_flatten_chain (the rules' own functions): every axis
-    of every rank, inner and outer."""
+    of every shape over {0, 1, 2} of every rank, inner and outer."""
     proof = Proof("eliminate_nop_flatten / idempotent_flatten_chain")
+    chains = {}  # outer axis -> the fused Flatten's axis (the chain rule reads no shape)
+    for outer_axis in (-3, -2, -1, 0, 1, 2, 3):
+        chain = StubMatch(outer=node("Flatten", axis=outer_axis), x=constant(np.zeros(0)))
+        result = proof.ask(noop.collapse_flatten_to_row, chain, StubContext(StubFacts(None)))
+        if result is not REFUSED and result is not None:
+            fused = result.nodes[0].attributes.get("axis")
+            chains[outer_axis] = 1 if fused is None else int(fused.value)
     for rank in range(max_rank + 1):
         for shape in itertools.product((0, 1, 2), repeat=rank):
             for axis in range(-rank - 1, rank + 2):
                 match = StubMatch(node=node("Flatten", axis=axis), x=constant(np.zeros(0)))
                 if forwarded(proof.ask(noop.drop_flatten_of_matrix, match, StubContext(StubFacts(shape)))):
                     proof.compare((shape, axis), lambda: sem.flatten_shape(shape, axis), lambda: shape)
-                for outer_axis in (-3, -2, -1, 0, 1, 2, 3):
-                    chain = StubMatch(outer=node("Flatten", axis=outer_axis), x=constant(np.zeros(0)))
-                    result = proof.ask(noop.collapse_flatten_to_row, chain, StubContext(StubFacts(None)))
-                    if result is REFUSED or result is None:
-                        continue
-                    new_axis = int(result.nodes[0].attributes["axis"].value) if "axis" in result.nodes[0].attributes else 1
+                for outer_axis, new_axis in chains.items():
                     proof.compare((shape, axis, outer_axis),
                                   lambda: sem.flatten_shape(sem.flatten_shape(shape, axis), outer_axis),
                                   lambda: sem.flatten_shape(shape, new_axis))
