@@ -351,3 +351,39 @@ def prove_split_to_sequence() -> Proof:
             proof.compare((dim, chunk, position), lambda: sem.sequence_at(sem.split_to_sequence(x, chunk, 1), position),
                           lambda: pieces[index])
     return proof
+
+
+def prove_shape_arithmetic() -> Proof:
+    """fold_shapes' integer arithmetic on shape values (Add, Sub, Mul, Div, Max, Min, Equal) in
+    int64 and int32: every pair of operands, each a single element (the type's extremes, small
+    ints of both signs, two symbolic dims) or two (from the smallest extreme, -1, 0, 3 and a
+    symbolic dim), each symbolic dim made every small size. Every element the facts state must
+    be what the operator computes."""
+    proof = Proof("fold_shapes (shape arithmetic)")
+    s, t = Sym("s"), Sym("t")
+    for dtype in (ir.DataType.INT64, ir.DataType.INT32):
+        limit = sem.INT_LIMITS[np.dtype(dtype.numpy())]
+        operands = [(v,) for v in (-limit, -3, -1, 0, 2, 3, limit - 1, s, t)]
+        operands += list(itertools.product((-limit, -1, 0, 3, s), repeat=2))
+        for op, a, b in itertools.product(("Add", "Sub", "Mul", "Div", "Max", "Min", "Equal"), operands, operands):
+            first, second = Elements(a, False, dtype), Elements(b, False, dtype)
+            if op == "Equal":
+                claim = proof.ask(values.equal, first, second)
+            else:
+                claim = proof.ask(values.arithmetic, op, first, second)
+            if claim is None or all(item is None for item in claim.items):
+                continue
+            for concrete_a, concrete_b in concretisations(a, b):
+                x, y = np.array(concrete_a, dtype.numpy()), np.array(concrete_b, dtype.numpy())
+                truth = []
+                proof.compare((op, dtype, a, b, concrete_a, concrete_b),
+                              lambda: truth.append(sem.integer_binary(op, x, y).tolist()) or truth[0],
+                              lambda: _stated(claim.items, truth[0]))
+    return proof
+
+
+def _stated(claimed, actual: list):
+    """`actual` where every element the facts state (not None) agrees with it, else the claim."""
+    agrees = len(claimed) == len(actual) and all(c is None or (isinstance(c, int) and int(c) == a)
+                                                 for c, a in zip(claimed, actual))
+    return actual if agrees else list(claimed)

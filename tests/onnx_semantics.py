@@ -256,3 +256,27 @@ def sequence_at(sequence: list, position: int):
     if not -len(sequence) <= position < len(sequence):
         raise Invalid(f"position {position} outside {len(sequence)} pieces")
     return sequence[position]
+
+
+INT_LIMITS = {np.dtype(np.int64): 2**63, np.dtype(np.int32): 2**31}
+
+
+def integer_binary(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Add, Sub, Mul, Div, Max, Min and Equal of integer tensors (broadcast): Div truncates
+    toward zero, results wrap to the element type as onnxruntime's CPU kernels do."""
+    a, b = np.broadcast_arrays(a, b)
+    limit = INT_LIMITS[a.dtype]
+    out = []
+    for x, y in zip(a.reshape(-1).tolist(), b.reshape(-1).tolist()):
+        if op == "Div":
+            if y == 0:
+                raise Invalid("integer division by zero")
+            quotient = abs(x) // abs(y)
+            out.append(quotient if (x >= 0) == (y >= 0) else -quotient)
+        else:
+            out.append({"Add": x + y, "Sub": x - y, "Mul": x * y, "Max": max(x, y), "Min": min(x, y),
+                        "Equal": int(x == y)}[op])
+    if op == "Equal":
+        return np.array(out, dtype=bool).reshape(a.shape)
+    wrapped = [(v + limit) % (2 * limit) - limit for v in out]
+    return np.array(wrapped, dtype=a.dtype).reshape(a.shape)

@@ -44,6 +44,7 @@ PROOFS = [
     shape_proofs.prove_slice_of_shape,
     shape_proofs.prove_gather_of_shape,
     shape_proofs.prove_split_to_sequence,
+    shape_proofs.prove_shape_arithmetic,
 ]
 
 
@@ -202,6 +203,16 @@ def _chunks_even_only(dim, chunk):
     return [chunk] * max(dim // chunk, 1) if chunk > 0 and dim > 0 else _ORIGINALS["chunks"](dim, chunk)
 
 
+def _division_floors(op, a, b):
+    if op != "Div" or a is None or b is None:
+        return _ORIGINALS["arithmetic"](op, a, b)
+    pair = values._paired(a, b)
+    if pair is None:
+        return None
+    items = tuple(x // y if isinstance(x, int) and isinstance(y, int) and y else None for x, y in zip(*pair))
+    return values.Elements(items, a.scalar and b.scalar, a.dtype)
+
+
 def _python_slice_positions(dim, start, end, step):
     return range(*slice(start, end, step).indices(dim)) if step else None
 
@@ -219,6 +230,7 @@ _ORIGINALS = {
     "shape_range": layout.shape_range,
     "chunks": sequences.chunk_sizes,
     "gathered": values.gathered,
+    "arithmetic": values.arithmetic,
 }
 
 PLANTED = [
@@ -251,6 +263,7 @@ PLANTED = [
      _python_slice_positions),
     (shape_proofs.prove_gather_of_shape, [(values, "gathered")], _gather_negative_off_by_one),
     (shape_proofs.prove_split_to_sequence, [(sequences, "chunk_sizes")], _chunks_even_only),
+    (shape_proofs.prove_shape_arithmetic, [(values, "arithmetic")], _division_floors),
 ]
 
 

@@ -253,3 +253,19 @@ def test_split_to_sequence_and_sequence_at_match_onnxruntime():
     assert len(actual) == len(expected) > 50
     for e, a in zip(expected, actual):
         assert e.shape == a.shape and np.array_equal(e, a)
+
+
+def test_integer_arithmetic_matches_onnxruntime():
+    rng = random.Random(9)
+    cases = []
+    for dtype in (np.int64, np.int32):
+        limit = sem.INT_LIMITS[np.dtype(dtype)]
+        pool = [-limit, -limit + 1, -7, -3, -1, 0, 1, 2, 3, 7, limit - 1]
+        for op in ("Add", "Sub", "Mul", "Div", "Max", "Min", "Equal"):
+            for _ in range(6):
+                a = np.array([rng.choice(pool) for _ in range(4)], dtype)
+                b = np.array([rng.choice([p for p in pool if p or op != "Div"]) for _ in range(rng.choice((1, 4)))], dtype)
+                if op == "Div":
+                    a[a == -limit] = -limit + 1  # INT_MIN / -1 traps in the CPU's division
+                cases.append(((op, [a, b], {}, 1), lambda op=op, a=a, b=b: sem.integer_binary(op, a, b)))
+    _check(cases)
