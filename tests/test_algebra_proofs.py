@@ -277,3 +277,20 @@ def test_a_planted_wrong_rule_is_caught(prove, targets, wrong, monkeypatch):
 
 def test_every_proof_family_has_a_planted_rule():
     assert {p for p, _, _ in PLANTED} == set(PROOFS)
+
+
+# The CI runs above cap a few enumerations below rank 5 (see each proof's docstring); these run
+# them wider (about 90 CPU seconds in all): `pytest --runslow tests/test_algebra_proofs.py`.
+WIDER = [
+    (shape_proofs.prove_concat_into_reshape, 4),
+    (shape_proofs.prove_reshape_chain, 5),
+    (shape_proofs.prove_where_selection, 3),
+    (shape_proofs.prove_nop_broadcasts, 5),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prove, max_rank", WIDER, ids=[p.__name__.removeprefix("prove_") for p, _ in WIDER])
+def test_exact_algebra_holds_wider(prove, max_rank):
+    proof = prove(max_rank=max_rank)
+    assert proof.holds, f"{proof.summary()}; counterexamples: {proof.counterexamples}"
