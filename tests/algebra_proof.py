@@ -149,9 +149,8 @@ def symbolic_shapes(rank: int, dims=(0, 1, 2, "sym"), max_syms: int | None = Non
 
 
 def concretisations(*shapes) -> list[tuple[tuple, ...]]:
-    """Every assignment of SYM_SIZES to the symbolic dims of `shapes` (one Sym one size, shared
-    where the same Sym appears twice), as concrete shapes; a None dim counts as symbolic too,
-    each its own."""
+    """Every assignment of SYM_SIZES to the symbolic dims (Syms) of `shapes` (one Sym one size,
+    shared where the same Sym appears twice), as concrete shapes."""
     symbols = []
     for shape in shapes:
         for d in shape:
@@ -166,9 +165,8 @@ def concretisations(*shapes) -> list[tuple[tuple, ...]]:
 
 
 def unknown_as_none(shape: tuple) -> tuple:
-    """A symbolic shape as `ctx.facts.shape` gives it: None for a dim not known. The Nones stay
-    distinct objects for concretisations() only through their positions, so use symbolic
-    shapes for the concretisation and this for the rule."""
+    """A symbolic shape as `ctx.facts.shape` gives it: None for a dim not known (concretise the
+    symbolic shape, give the rule this)."""
     return tuple(d if isinstance(d, int) else None for d in shape)
 
 

@@ -94,7 +94,7 @@ def prove_flatten_rules(max_rank: int = MAX_RANK) -> Proof:
     return proof
 
 
-def _target_items(data_shape, syms):
+def _computed_items(syms):
     """What a computed Reshape target element can be: a known size, or one of the data's own
     symbolic dims (the position decides whether 0 may stand for it)."""
     return [("size", 0), ("size", 2), *(("sym", s) for s in syms)]
@@ -109,7 +109,7 @@ def prove_concat_into_reshape(max_rank: int = 3) -> Proof:
     for rank in range(max_rank + 1):
         for shape in symbolic_shapes(rank, (0, 2, "sym")):
             syms = [d for d in shape if isinstance(d, Sym)]
-            choices = [("const", c) for c in TARGET_ELEMENTS] + _target_items(shape, syms)
+            choices = [("const", c) for c in TARGET_ELEMENTS] + _computed_items(syms)
             for length in range(max_rank + 1):
                 for elements, allowzero in itertools.product(itertools.product(choices, repeat=length), (False, True)):
                     parts = [([v], kind == "const") for kind, v in elements]
@@ -387,3 +387,39 @@ def _stated(claimed, actual: list):
     agrees = len(claimed) == len(actual) and all(c is None or (isinstance(c, int) and int(c) == a)
                                                  for c, a in zip(claimed, actual))
     return actual if agrees else list(claimed)
+
+
+def prove_reshape_fact(max_rank: int = 2) -> Proof:
+    """The shape fact of a Reshape's output, which every rule downstream trusts: data of every
+    shape over {0, 1, 2, symbolic} up to rank `max_rank` (and of unknown shape), targets of up to
+    3 elements, each an int from TARGET_ELEMENTS, one of the data's symbolic dims, a
+    run-time size of its own or unknown, allowzero both ways. Every dim the fact states must be
+    the operator's, for every size of the symbolic dims and every value of the unknowns."""
+    proof = Proof("Reshape shape fact")
+    fresh = Sym("size")
+    for rank in range(max_rank + 1):
+        for shape in symbolic_shapes(rank):
+            syms = [d for d in shape if isinstance(d, Sym)]
+            choices = [*TARGET_ELEMENTS, *syms, fresh, None]
+            for length in range(4):
+                for items, allowzero in itertools.product(itertools.product(choices, repeat=length), (False, True)):
+                    for known in (shape, None):
+                        fact = proof.ask(layout.reshaped_shape, known, items, allowzero)
+                        if fact is not None:
+                            _reshape_fact_case(proof, shape, items, allowzero, fact)
+    return proof
+
+
+def _reshape_fact_case(proof, shape, items, allowzero, fact) -> None:
+    unknowns = [i for i, e in enumerate(items) if e is None]
+    for (concrete, sized), values_ in itertools.product(concretisations(shape, [e for e in items if e is not None]),
+                                                        itertools.product((-1, 0, 1, 3), repeat=len(unknowns))):
+        sizes = {id(d): c for d, c in zip(shape, concrete) if isinstance(d, Sym)}
+        known_items = iter(sized)
+        target = [next(known_items) if e is not None else 0 for e in items]
+        for i, v in zip(unknowns, values_):
+            target[i] = v
+        claimed = tuple(d if isinstance(d, int) else sizes.get(id(d), _ANY) for d in fact)
+        proof.compare((shape, items, allowzero, concrete, target),
+                      lambda: sem.reshape_shape(concrete, target, allowzero),
+                      lambda: _agreeing(claimed, sem.reshape_shape(concrete, target, allowzero)))

@@ -45,6 +45,7 @@ PROOFS = [
     shape_proofs.prove_gather_of_shape,
     shape_proofs.prove_split_to_sequence,
     shape_proofs.prove_shape_arithmetic,
+    shape_proofs.prove_reshape_fact,
 ]
 
 
@@ -213,6 +214,10 @@ def _division_floors(op, a, b):
     return values.Elements(items, a.scalar and b.scalar, a.dtype)
 
 
+def _reshape_zero_copied_with_allowzero(shape, items, allowzero):
+    return _ORIGINALS["reshaped"](shape, items, False)
+
+
 def _python_slice_positions(dim, start, end, step):
     return range(*slice(start, end, step).indices(dim)) if step else None
 
@@ -231,6 +236,7 @@ _ORIGINALS = {
     "chunks": sequences.chunk_sizes,
     "gathered": values.gathered,
     "arithmetic": values.arithmetic,
+    "reshaped": layout.reshaped_shape,
 }
 
 PLANTED = [
@@ -264,6 +270,7 @@ PLANTED = [
     (shape_proofs.prove_gather_of_shape, [(values, "gathered")], _gather_negative_off_by_one),
     (shape_proofs.prove_split_to_sequence, [(sequences, "chunk_sizes")], _chunks_even_only),
     (shape_proofs.prove_shape_arithmetic, [(values, "arithmetic")], _division_floors),
+    (shape_proofs.prove_reshape_fact, [(layout, "reshaped_shape")], _reshape_zero_copied_with_allowzero),
 ]
 
 
@@ -286,6 +293,7 @@ WIDER = [
     (shape_proofs.prove_reshape_chain, 5),
     (shape_proofs.prove_where_selection, 3),
     (shape_proofs.prove_nop_broadcasts, 5),
+    (shape_proofs.prove_reshape_fact, 3),
 ]
 
 

@@ -82,9 +82,14 @@ def reshape_shape(site: Site):
     shape, target = site.shape(0), site.elements(1)
     if target is None or target.scalar:
         return None
-    allowzero = bool(site.attr("allowzero", 0))
+    return reshaped_shape(shape, target.items, bool(site.attr("allowzero", 0)))
+
+
+def reshaped_shape(shape: tuple | None, items: tuple, allowzero: bool) -> tuple | None:
+    """Reshape's output shape for data of `shape` (None: unknown) and a target whose partial
+    value is `items` (ints, Syms, None)."""
     dims = []
-    for i, e in enumerate(target.items):
+    for i, e in enumerate(items):
         if isinstance(e, int) and e == 0 and not allowzero:
             if shape is None or i >= len(shape):
                 return None
