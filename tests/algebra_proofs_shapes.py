@@ -423,3 +423,29 @@ def _reshape_fact_case(proof, shape, items, allowzero, fact) -> None:
         proof.compare((shape, items, allowzero, concrete, target),
                       lambda: sem.reshape_shape(concrete, target, allowzero),
                       lambda: _agreeing(claimed, sem.reshape_shape(concrete, target, allowzero)))
+
+
+def prove_concat_fact(max_rank: int = 2) -> Proof:
+    """The shape fact of a Concat's output: two inputs of every shape over {0, 1, 2, symbolic}
+    up to rank `max_rank` (either of unknown shape too), every axis in both spellings and out of
+    range."""
+    proof = Proof("Concat shape fact")
+    for rank in range(1, max_rank + 1):
+        shapes_ = symbolic_shapes(rank)
+        for first, second in itertools.product(shapes_, shapes_):
+            for axis in range(-rank - 1, rank + 1):
+                for known in ((first, second), (first, None), (None, second)):
+                    fact = proof.ask(indexing.concat_shape, list(known), axis)
+                    if fact is None:
+                        continue
+                    for concrete_first, concrete_second in concretisations(first, second):
+                        sizes = {id(d): c for s, cs in ((first, concrete_first), (second, concrete_second))
+                                 for d, c in zip(s, cs) if isinstance(d, Sym)}
+                        claimed = tuple(d if isinstance(d, int) else sizes.get(id(d), _ANY) for d in fact)
+
+                        def truth():
+                            return sem.concat([data(concrete_first), data(concrete_second)], axis).shape
+
+                        proof.compare((first, second, known, axis, concrete_first, concrete_second), truth,
+                                      lambda: _agreeing(claimed, truth()))
+    return proof

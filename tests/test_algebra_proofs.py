@@ -15,8 +15,8 @@ from onnxrefine.passes import fusion_chains, fusion_pad, noop, sequences, shapes
 from onnxrefine.passes.opargs import normalize_axes
 
 import algebra_proofs_layout as layout_proofs
-from algebra_proof import until_caught
 import algebra_proofs_shapes as shape_proofs
+from algebra_proof import until_caught
 
 PROOFS = [
     layout_proofs.prove_transpose_composition,
@@ -46,6 +46,7 @@ PROOFS = [
     shape_proofs.prove_split_to_sequence,
     shape_proofs.prove_shape_arithmetic,
     shape_proofs.prove_reshape_fact,
+    shape_proofs.prove_concat_fact,
 ]
 
 
@@ -218,6 +219,10 @@ def _reshape_zero_copied_with_allowzero(shape, items, allowzero):
     return _ORIGINALS["reshaped"](shape, items, False)
 
 
+def _concat_negative_axis_off_by_one(shapes, axis):
+    return _ORIGINALS["concat_shape"](shapes, axis - 1 if axis < 0 else axis)
+
+
 def _python_slice_positions(dim, start, end, step):
     return range(*slice(start, end, step).indices(dim)) if step else None
 
@@ -237,6 +242,7 @@ _ORIGINALS = {
     "gathered": values.gathered,
     "arithmetic": values.arithmetic,
     "reshaped": layout.reshaped_shape,
+    "concat_shape": indexing.concat_shape,
 }
 
 PLANTED = [
@@ -271,6 +277,7 @@ PLANTED = [
     (shape_proofs.prove_split_to_sequence, [(sequences, "chunk_sizes")], _chunks_even_only),
     (shape_proofs.prove_shape_arithmetic, [(values, "arithmetic")], _division_floors),
     (shape_proofs.prove_reshape_fact, [(layout, "reshaped_shape")], _reshape_zero_copied_with_allowzero),
+    (shape_proofs.prove_concat_fact, [(indexing, "concat_shape")], _concat_negative_axis_off_by_one),
 ]
 
 
@@ -287,13 +294,14 @@ def test_every_proof_family_has_a_planted_rule():
 
 
 # The CI runs above cap a few enumerations below rank 5 (see each proof's docstring); these run
-# them wider (about 90 CPU seconds in all): `pytest --runslow tests/test_algebra_proofs.py`.
+# them wider (a few CPU minutes in all): `pytest --runslow tests/test_algebra_proofs.py`.
 WIDER = [
     (shape_proofs.prove_concat_into_reshape, 4),
     (shape_proofs.prove_reshape_chain, 5),
     (shape_proofs.prove_where_selection, 3),
     (shape_proofs.prove_nop_broadcasts, 5),
     (shape_proofs.prove_reshape_fact, 3),
+    (shape_proofs.prove_concat_fact, 3),
 ]
 
 

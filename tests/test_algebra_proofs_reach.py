@@ -88,6 +88,8 @@ CASES = [
             out_dtype=TensorProto.BOOL)),
     ("fold_shapes", layout, "reshaped_shape",
      _model([N("Reshape", ["x", "t"], ["r"]), N("Shape", ["r"], ["y"])], [2, 3], [("t", _ints(0, -1))], out_dtype=I64)),
+    ("fold_shapes", indexing, "concat_shape",
+     _model([N("Concat", ["x", "x"], ["c"], axis=-1), N("Shape", ["c"], ["y"])], [2, 3], out_dtype=I64)),
     ("fold_shapes", indexing, "slice_positions",
      _model([N("Slice", ["x", "s", "e"], ["m"]), N("Shape", ["m"], ["y"])], [4, 3],
             [("s", _ints(-1)), ("e", _ints(-9))], out_dtype=I64)),
