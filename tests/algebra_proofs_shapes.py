@@ -389,10 +389,10 @@ def _stated(claimed, actual: list):
     return actual if agrees else list(claimed)
 
 
-def prove_reshape_fact(max_rank: int = 2) -> Proof:
+def prove_reshape_fact(max_rank: int = 2, max_length: int | None = None) -> Proof:
     """The shape fact of a Reshape's output, which every rule downstream trusts: data of every
     shape over {0, 1, 2, symbolic} up to rank `max_rank` (and of unknown shape), targets of up to
-    3 elements, each an int from TARGET_ELEMENTS, one of the data's symbolic dims, a
+    `max_length` elements (default: 3, and 2 for data of rank 2 and more), each an int from TARGET_ELEMENTS, one of the data's symbolic dims, a
     run-time size of its own or unknown, allowzero both ways. Every dim the fact states must be
     the operator's, for every size of the symbolic dims and every value of the unknowns."""
     proof = Proof("Reshape shape fact")
@@ -401,7 +401,7 @@ def prove_reshape_fact(max_rank: int = 2) -> Proof:
         for shape in symbolic_shapes(rank):
             syms = [d for d in shape if isinstance(d, Sym)]
             choices = [*TARGET_ELEMENTS, *syms, fresh, None]
-            for length in range(4):
+            for length in range((max_length if max_length is not None else 3 if rank < 2 else 2) + 1):
                 for items, allowzero in itertools.product(itertools.product(choices, repeat=length), (False, True)):
                     for known in (shape, None):
                         fact = proof.ask(layout.reshaped_shape, known, items, allowzero)

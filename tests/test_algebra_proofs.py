@@ -296,17 +296,17 @@ def test_every_proof_family_has_a_planted_rule():
 # The CI runs above cap a few enumerations below rank 5 (see each proof's docstring); these run
 # them wider (a few CPU minutes in all): `pytest --runslow tests/test_algebra_proofs.py`.
 WIDER = [
-    (shape_proofs.prove_concat_into_reshape, 4),
-    (shape_proofs.prove_reshape_chain, 5),
-    (shape_proofs.prove_where_selection, 3),
-    (shape_proofs.prove_nop_broadcasts, 5),
-    (shape_proofs.prove_reshape_fact, 3),
-    (shape_proofs.prove_concat_fact, 3),
+    (shape_proofs.prove_concat_into_reshape, {"max_rank": 4}),
+    (shape_proofs.prove_reshape_chain, {"max_rank": 5}),
+    (shape_proofs.prove_where_selection, {"max_rank": 3}),
+    (shape_proofs.prove_nop_broadcasts, {"max_rank": 5}),
+    (shape_proofs.prove_reshape_fact, {"max_rank": 3, "max_length": 3}),
+    (shape_proofs.prove_concat_fact, {"max_rank": 3}),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("prove, max_rank", WIDER, ids=[p.__name__.removeprefix("prove_") for p, _ in WIDER])
-def test_exact_algebra_holds_wider(prove, max_rank):
-    proof = prove(max_rank=max_rank)
+@pytest.mark.parametrize("prove, limits", WIDER, ids=[p.__name__.removeprefix("prove_") for p, _ in WIDER])
+def test_exact_algebra_holds_wider(prove, limits):
+    proof = prove(**limits)
     assert proof.holds, f"{proof.summary()}; counterexamples: {proof.counterexamples}"
