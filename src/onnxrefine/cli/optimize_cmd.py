@@ -8,12 +8,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onnxrefine import progress
+from onnxrefine import atomic, progress
 from onnxrefine.api import optimize_ir
-from onnxrefine.atomic import write_atomic
 from onnxrefine.plain import plain
-from onnxrefine.cli.verify_cmd import (add_input_shape_argument, add_run_settings_arguments, parse_dims,
-                                       run_settings_from_args)
+from onnxrefine.cli.arguments import (add_input_shape_argument, add_run_settings_arguments, default_output_path,
+                                      parse_dims, run_settings_from_args)
 from onnxrefine.errors import BadInputError
 from onnxrefine.input_shapes import describe as describe_input_shapes
 from onnxrefine.input_shapes import parse_input_shapes
@@ -62,7 +61,7 @@ def register(subparsers) -> None:
                         help="do not check each rewrite on its own matched subgraph (on by default)")
     parser.add_argument("--verify-budget", type=float, default=None,
                         help="seconds verification may take in auto mode (default: 3x the optimization's own "
-                        f"time, at least 5, at most {DEFAULT_VERIFY_BUDGET_S:g}); input sets are left out, or "
+                        f"time, at most {DEFAULT_VERIFY_BUDGET_S:g}; a random and an inf/NaN set always run); input sets are left out, or "
                         "verification skipped, by an estimate made before it runs")
     parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
@@ -80,10 +79,10 @@ def register(subparsers) -> None:
     parser.add_argument("--link-data", action="store_true",
                         help="clone the input's external-data files copy-on-write (reflink: btrfs, XFS) instead "
                         "of copying their weights; copied where the file system cannot")
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     # -- batch mode (onnxrefine.batch): several models, folders, list files -------------------
-    from onnxrefine.batch.cli import add_batch_arguments
+    from onnxrefine.cli.batch import add_batch_arguments
 
     add_batch_arguments(parser)
     parser.set_defaults(func=run)
@@ -141,14 +140,8 @@ def passes_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-def default_output_path(model_path: Path) -> Path:
-    name = model_path.name
-    stem = name[: -len(".onnx")] if name.endswith(".onnx") else name
-    return model_path.with_name(f"{stem}.opt.onnx")
-
-
 def run(args: argparse.Namespace) -> int:
-    from onnxrefine.batch import cli as batch
+    from onnxrefine.cli import batch
 
     if batch.is_batch("optimize", args):
         return batch.run("optimize", args)
@@ -199,25 +192,28 @@ def run(args: argparse.Namespace) -> int:
             input_shapes=input_shapes,
         )
     layout = output_layout(args)
-    with progress.phase(f"save {output.name}"):
-        size_after = io.save_model(model, output, input_path=source, layout=layout)
-    seconds = time.perf_counter() - started
-    try:
+    # Every output of the run (the model, its data files, the report) is written to temp files and
+    # made visible together once all are complete: a report that cannot be written replaces
+    # nothing, and a reader that goes away (`| head`) finds the outputs already committed.
+    with atomic.staging() as stage:
+        with progress.phase(f"save {output.name}"):
+            size_after = io.save_model(model, output, input_path=source, layout=layout)
         if args.report:
             write_json_atomically(Path(args.report), report.to_dict())
-        if report.input_shapes:
-            console.print(input_shapes_line(report.input_shapes), highlight=False, markup=False)
-        external = size_before != source.stat().st_size or size_after != output.stat().st_size
-        console.print(summary_table(report, size_before, size_after, seconds, external))
-        if args.explain:
-            console.print(refusals_table(report))
-        for rollback in report.rolled_back:
-            console.print(plain(f"rolled back {describe_rollback(rollback)}"))
-        for note in layout.notes:
-            console.print(plain(f"note: {note}"), highlight=False)
-    except BaseException:
-        output.unlink(missing_ok=True)  # a run that fails (or is interrupted) leaves no output
-        raise
+        stage.commit()
+    seconds = time.perf_counter() - started
+    if report.input_shapes:
+        console.print(input_shapes_line(report.input_shapes), highlight=False, markup=False)
+    external = size_before != source.stat().st_size or size_after != output.stat().st_size
+    console.print(summary_table(report, size_before, size_after, seconds, external))
+    if args.explain:
+        console.print(refusals_table(report))
+    for rollback in report.rolled_back:
+        console.print(plain(f"rolled back {describe_rollback(rollback)}"))
+    for part in report.dropped:
+        console.print(plain(f"note: not kept: {part}"), highlight=False)
+    for note in layout.notes:
+        console.print(plain(f"note: {note}"), highlight=False)
     console.print(plain(f"wrote {output}"))
     return 0
 
@@ -246,6 +242,16 @@ def _event_printer(console: Console):
     live display shows the phases themselves)."""
 
     def on_event(kind: str, **info) -> None:
+        try:
+            _print_event(kind, **info)
+        except (BrokenPipeError, SystemExit) as exc:  # the reader went away: the work goes on
+            from onnxrefine.cli.main import closed_pipe
+
+            if not closed_pipe(exc):
+                raise
+            console.quiet = True
+
+    def _print_event(kind: str, **info) -> None:
         if kind == "verify_plan":
             console.print(plain(f"verification: {info['text']}"), highlight=False)
         elif kind == "bisect":
@@ -289,7 +295,7 @@ def summary_table(report, size_before: int, size_after: int, seconds: float, ext
     table.add_row("file size", text, "")
     table.add_row("seconds", f"{seconds:.2f}", "")
     budget = getattr(report, "constant_budget", None) or {}
-    if budget.get("refused"):  # the run stopped short of what the rules could do: say so (issue 12)
+    if budget.get("refused"):  # the run stopped short of what the rules could do: say so
         table.add_row("constant budget", plain(budget_text(budget)), str(budget["refused"]))
     verification = report.verification or {"status": "off"}
     if verification.get("status") == "verified" and verification.get("verifications") == 0:
@@ -337,4 +343,4 @@ def write_json_atomically(path: Path, data: dict) -> None:
     folder = path.resolve().parent
     if not folder.is_dir():
         raise BadInputError(f"{path}: folder does not exist")
-    write_atomic(path, json.dumps(data, indent=2))
+    atomic.write_atomic(path, json.dumps(data, indent=2))

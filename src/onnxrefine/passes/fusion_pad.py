@@ -12,7 +12,6 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.signed_zero import refuse_if_observable
-from onnxrefine.passes.fusion_chains import _rank
 from onnxrefine.passes.opargs import attr, input_at, int_list_arg, normalize_axes
 from onnxrefine.rewrite.pattern import Match, Op, Rest, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
@@ -40,7 +39,7 @@ def _spatial_pads(pad: ir.Node, ctx: RewriteContext, x: ir.Value) -> tuple[list[
         if fill_array.size and np.signbit(fill_array.reshape(-1)[0]) and fill == 0:
             fill = -0.0
     axes = int_list_arg(pad, "_no_attr", 3, "axes") if input_at(pad, 3) is not None else None
-    return spatial_pads(pads, axes, _rank(ctx, x)), fill
+    return spatial_pads(pads, axes, ctx.facts.rank(x)), fill
 
 
 def spatial_pads(pads: list[int], axes: list[int] | None, rank: int | None) -> list[int]:
