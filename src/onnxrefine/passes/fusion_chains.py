@@ -103,6 +103,9 @@ def _explicit_axes(node: ir.Node) -> list[int]:
 
 def compose_squeezes(first: list[int], second: list[int], rank: int | None) -> list[int] | None:
     """Axes of x for Squeeze(Squeeze(x, first), second); None when the rank needed is unknown."""
+    if not first or not second:
+        # onnxruntime reads an empty axes list as "every size-1 dim", which depends on the dims
+        raise RewriteRefused("squeeze_chain.empty_axes", "an empty axes list squeezes whichever dims are 1 at run time")
     first_n = normalize_axes(first, rank)
     if first_n is None:
         return None
@@ -196,11 +199,16 @@ UNSQUEEZE_SQUEEZE = Rule(
 
 
 def _slice_params(m: Match, suffix: str, rank: int | None):
-    starts = m.array(f"starts{suffix}").reshape(-1).astype(np.int64)
-    ends = m.array(f"ends{suffix}").reshape(-1).astype(np.int64)
-    axes = m.array(f"axes{suffix}")
+    return slice_params(m.array(f"starts{suffix}"), m.array(f"ends{suffix}"), m.array(f"axes{suffix}"),
+                        m.array(f"steps{suffix}"), rank)
+
+
+def slice_params(starts, ends, axes, steps, rank: int | None):
+    """(starts, ends, axes resolved against `rank`, steps) of one Slice from its constant inputs
+    (`axes`, `steps` None when absent)."""
+    starts = starts.reshape(-1).astype(np.int64)
+    ends = ends.reshape(-1).astype(np.int64)
     axes = list(range(starts.size)) if axes is None else axes.reshape(-1).tolist()
-    steps = m.array(f"steps{suffix}")
     steps = np.ones(starts.size, np.int64) if steps is None else steps.reshape(-1).astype(np.int64)
     normalized = normalize_axes(axes, rank)
     if normalized is None or not (starts.size == ends.size == len(normalized) == steps.size):
@@ -212,20 +220,22 @@ def fuse_slices(m: Match, ctx: RewriteContext) -> Replacement:
     if ctx.opset() < 10:
         return None
     rank = _rank(ctx, m["x"])
-    s1, e1, a1, st1 = _slice_params(m, "1", rank)
-    s2, e2, a2, st2 = _slice_params(m, "2", rank)
-    if set(a1) & set(a2):
-        raise RewriteRefused("slices.same_axis", "both Slices cut the same axis; composing them needs the axis length")
+    fused = fused_slice_params(_slice_params(m, "1", rank), _slice_params(m, "2", rank))
     hint = m["outer"].name or "slice"
-    inputs = [
-        m["x"],
-        int64_constant(ctx, np.concatenate([s1, s2]), f"{hint}_starts"),
-        int64_constant(ctx, np.concatenate([e1, e2]), f"{hint}_ends"),
-        int64_constant(ctx, a1 + a2, f"{hint}_axes"),
-        int64_constant(ctx, np.concatenate([st1, st2]), f"{hint}_steps"),
-    ]
+    inputs = [m["x"], *(int64_constant(ctx, values, f"{hint}_{part}")
+                        for values, part in zip(fused, ("starts", "ends", "axes", "steps")))]
     new = ctx.node("Slice", inputs, hint=m["outer"].name or None)
     return Replacement([new], {m["outer"].outputs[0]: new.outputs[0]})
+
+
+def fused_slice_params(first, second):
+    """The (starts, ends, axes, steps) of one Slice equal to Slice(Slice(x, *first), *second),
+    each given as slice_params returns it."""
+    s1, e1, a1, st1 = first
+    s2, e2, a2, st2 = second
+    if set(a1) & set(a2):
+        raise RewriteRefused("slices.same_axis", "both Slices cut the same axis; composing them needs the axis length")
+    return np.concatenate([s1, s2]), np.concatenate([e1, e2]), a1 + a2, np.concatenate([st1, st2])
 
 
 def _slice_pattern(inner_or_x, suffix: str, name: str) -> Op:
@@ -262,7 +272,7 @@ def fuse_concats(m: Match, ctx: RewriteContext) -> Replacement | None:
             flat.append(value)
             continue
         inner_axis = int(attr(inner, "axis", 0))
-        if inner_axis != axis and (rank is None or (inner_axis - axis) % rank != 0):
+        if not same_concat_axis(inner_axis, axis, rank):
             flat.append(value)
             continue
         flat.extend(inner.inputs)
@@ -276,6 +286,11 @@ def fuse_concats(m: Match, ctx: RewriteContext) -> Replacement | None:
         raise RewriteRefused("concats.too_many_inputs", f"the fused Concat would read {len(flat)} inputs (more than {MAX_FUSED_CONCAT_INPUTS})")
     new = ctx.node("Concat", flat, dict(outer.attributes), hint=outer.name or None)
     return Replacement([new], {outer.outputs[0]: new.outputs[0]}, also_removed=absorbed)
+
+
+def same_concat_axis(inner_axis: int, outer_axis: int, rank: int | None) -> bool:
+    """Whether two Concat axes name one axis of tensors of `rank` (None: unknown)."""
+    return inner_axis == outer_axis or (rank is not None and (inner_axis - outer_axis) % rank == 0)
 
 
 CONCATS = Rule("fuse_consecutive_concats", Op("Concat", Rest("inputs"), name="outer"), fuse_concats)
@@ -362,24 +377,30 @@ def fuse_reduce_unsqueeze(m: Match, ctx: RewriteContext) -> Replacement | None:
     unsqueeze: ir.Node = m["unsqueeze"]
     if int(attr(reduce, "keepdims", 1)) != 0:
         return None
-    rank = _rank(ctx, m["x"])
-    reduce_axes = axes_arg(reduce)
-    if not reduce_axes:
-        if attr(reduce, "noop_with_empty_axes", 0):
-            raise RewriteRefused("reduce_unsqueeze.noop_empty_axes", "the reduction has no axes and noop_with_empty_axes=1")
-        if rank is None:
-            raise RewriteRefused("reduce_unsqueeze.rank_unknown", "reducing all axes of an input of unknown rank")
-        reduce_axes = list(range(rank))
-    reduced = normalize_axes(reduce_axes, rank)
-    restored = normalize_axes(_explicit_axes(unsqueeze), rank)
-    if reduced is None or restored is None:
-        raise RewriteRefused("reduce_unsqueeze.negative_axes", "negative axes need the input's rank, which is not known from trusted facts")
-    if sorted(reduced) != sorted(restored):
+    noop_empty = bool(attr(reduce, "noop_with_empty_axes", 0))
+    if not unsqueeze_restores(axes_arg(reduce), noop_empty, _explicit_axes(unsqueeze), _rank(ctx, m["x"])):
         return None
     attributes = dict(reduce.attributes)
     attributes["keepdims"] = ir.AttrInt64("keepdims", 1)
     new = ctx.node(reduce.op_type, list(reduce.inputs), attributes, hint=reduce.name or None)
     return Replacement([new], {unsqueeze.outputs[0]: new.outputs[0]})
+
+
+def unsqueeze_restores(reduce_axes: list[int] | None, noop_with_empty_axes: bool, unsqueeze_axes: list[int],
+                       rank: int | None) -> bool:
+    """Whether Unsqueeze(`unsqueeze_axes`) puts back exactly the axes a keepdims=0 reduction over
+    `reduce_axes` of a rank-`rank` input removed (RewriteRefused when that is not known)."""
+    if not reduce_axes:
+        if noop_with_empty_axes:
+            raise RewriteRefused("reduce_unsqueeze.noop_empty_axes", "the reduction has no axes and noop_with_empty_axes=1")
+        if rank is None:
+            raise RewriteRefused("reduce_unsqueeze.rank_unknown", "reducing all axes of an input of unknown rank")
+        reduce_axes = list(range(rank))
+    reduced = normalize_axes(reduce_axes, rank)
+    restored = normalize_axes(unsqueeze_axes, rank)
+    if reduced is None or restored is None:
+        raise RewriteRefused("reduce_unsqueeze.negative_axes", "negative axes need the input's rank, which is not known from trusted facts")
+    return sorted(reduced) == sorted(restored)
 
 
 REDUCE_UNSQUEEZE = Rule(
@@ -397,20 +418,34 @@ def fuse_concat_reshape(m: Match, ctx: RewriteContext) -> Replacement:
     if ctx.opset() < 5:
         return None
     allowzero = bool(attr(reshape, "allowzero", 0))
-    shapes = ctx.facts
-    data_shape = shapes.symbolic_shape(m["x"])
-    target: list[int] = []
-    from_sizes: list[bool] = []  # entry came from a run-time size rather than a constant
+    parts = []
     for part in m["parts"]:
         array = constant_array(part)
         if array is not None:
-            target.extend(int(v) for v in array.reshape(-1))
-            from_sizes.extend([False] * array.size)
+            parts.append(([int(v) for v in array.reshape(-1)], True))
             continue
-        elements = shapes.elements(part)
+        elements = ctx.facts.elements(part)
         if elements is None:
             raise RewriteRefused("concat_reshape.part_unknown", "a Concat input is neither constant nor a known piece of a shape")
-        for item in elements.items:
+        parts.append((list(elements.items), False))
+    target = constant_reshape_target(parts, ctx.facts.symbolic_shape(m["x"]), allowzero)
+    shape_value = int64_constant(ctx, target, f"{reshape.name or 'reshape'}_shape")
+    new = ctx.node("Reshape", [m["x"], shape_value], dict(reshape.attributes), hint=reshape.name or None)
+    return Replacement([new], {reshape.outputs[0]: new.outputs[0]})
+
+
+def constant_reshape_target(parts: list[tuple[list, bool]], data_shape, allowzero: bool) -> list[int]:
+    """A constant Reshape target equal to the Concat of `parts` at run time, for data of
+    (symbolic) shape `data_shape`. Each part is (items, constant): a constant's ints, or the
+    partial value of a computed piece (ints and Syms: known and unknown run-time sizes)."""
+    target: list[int] = []
+    from_sizes: list[bool] = []  # entry came from a run-time size rather than a constant
+    for items, constant in parts:
+        if constant:
+            target.extend(items)
+            from_sizes.extend([False] * len(items))
+            continue
+        for item in items:
             position = len(target)
             if isinstance(item, int):
                 target.append(item)
@@ -427,9 +462,7 @@ def fuse_concat_reshape(m: Match, ctx: RewriteContext) -> Replacement:
         raise RewriteRefused("concat_reshape.zero_with_minus_one", "a zero-size dim would sit next to -1, which runtimes reject")
     if not allowzero and any(v == 0 and sized for v, sized in zip(target, from_sizes)):
         raise RewriteRefused("concat_reshape.zero_copies", "a zero-size dim written as 0 would mean 'copy the input dim'")
-    shape_value = int64_constant(ctx, target, f"{reshape.name or 'reshape'}_shape")
-    new = ctx.node("Reshape", [m["x"], shape_value], dict(reshape.attributes), hint=reshape.name or None)
-    return Replacement([new], {reshape.outputs[0]: new.outputs[0]})
+    return target
 
 
 CONCAT_RESHAPE = Rule(

@@ -39,23 +39,35 @@ def _spatial_pads(pad: ir.Node, ctx: RewriteContext, x: ir.Value) -> tuple[list[
         fill = float(fill_array.reshape(-1)[0]) if fill_array.size else 0.0
         if fill_array.size and np.signbit(fill_array.reshape(-1)[0]) and fill == 0:
             fill = -0.0
-    rank = len(pads) // 2
-    axes_value = input_at(pad, 3)
-    if axes_value is not None:
-        axes = int_list_arg(pad, "_no_attr", 3, "axes")
-        full_rank = ctx.facts.rank(x)
-        normalized = normalize_axes(axes, full_rank)
-        if normalized is None or full_rank is None:
+    axes = int_list_arg(pad, "_no_attr", 3, "axes") if input_at(pad, 3) is not None else None
+    return spatial_pads(pads, axes, ctx.facts.rank(x)), fill
+
+
+def spatial_pads(pads: list[int], axes: list[int] | None, rank: int | None) -> list[int]:
+    """A Pad's `pads` ([begins..., ends...] over `axes`, None: every axis) of an input of rank
+    `rank` (None: unknown) as [begins..., ends...] over the spatial dims, the layout of Conv's
+    and pooling's pads; refused where the Pad crops or touches the batch or channel dims."""
+    if axes is not None:
+        normalized = normalize_axes(axes, rank)
+        if normalized is None or rank is None:
             raise RewriteRefused("pad_fuse.axes_rank", "Pad axes need the input's rank, which is not known from trusted facts")
-        full = [0] * (2 * full_rank)
+        if len(pads) != 2 * len(normalized):
+            raise RewriteRefused("pad_fuse.pads_length", f"{len(pads)} pads for {len(normalized)} axes")
+        full = [0] * (2 * rank)
         for i, axis in enumerate(normalized):
-            full[axis], full[axis + full_rank] = pads[i], pads[i + len(normalized)]
-        pads, rank = full, full_rank
+            full[axis], full[axis + rank] = pads[i], pads[i + len(normalized)]
+        pads = full
+    rank = len(pads) // 2
     if any(p < 0 for p in pads):
         raise RewriteRefused("pad_fuse.negative", "negative pads crop the input")
     if rank < 3 or pads[0] or pads[1] or pads[rank] or pads[rank + 1]:
         raise RewriteRefused("pad_fuse.batch_channel", "Pad touches the batch or channel dims")
-    return pads[2:rank] + pads[rank + 2:], fill
+    return pads[2:rank] + pads[rank + 2:]
+
+
+def merged_pads(consumer: list[int], added: list[int]) -> list[int]:
+    """The consumer's pads after taking in `added` (both [begins..., ends...] over spatial dims)."""
+    return [a + b for a, b in zip(consumer, added)]
 
 
 def _consumer_pads(node: ir.Node, spatial: int) -> list[int]:
@@ -96,7 +108,7 @@ def fuse_pad_conv(m: Match, ctx: RewriteContext) -> Replacement:
     elif fill != 0 or np.signbit(fill):
         raise RewriteRefused("pad_conv.fill", f"Pad value {fill} is not +0.0, the value Conv pads with")
     pads = _consumer_pads(conv, len(added) // 2)
-    return _with_pads(ctx, conv, m["x"], [a + b for a, b in zip(pads, added)])
+    return _with_pads(ctx, conv, m["x"], merged_pads(pads, added))
 
 
 def fuse_pad_pool(m: Match, ctx: RewriteContext) -> Replacement:
@@ -119,7 +131,7 @@ def fuse_pad_pool(m: Match, ctx: RewriteContext) -> Replacement:
     spatial = len(added) // 2
     if len(kernel) != spatial:
         raise RewriteRefused("pad_pool.kernel_rank", "kernel_shape does not match the Pad's spatial dims")
-    pads = [a + b for a, b in zip(_consumer_pads(pool, spatial), added)]
+    pads = merged_pads(_consumer_pads(pool, spatial), added)
     if any(p >= kernel[i % spatial] for i, p in enumerate(pads)):
         raise RewriteRefused("pad_pool.pads_reach_kernel", "the merged pads would reach the kernel size, which pooling rejects")
     # onnxruntime's padded AveragePool sums only the real elements: a window of -0.0 values and

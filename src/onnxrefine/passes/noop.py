@@ -139,13 +139,18 @@ def drop_single_split(m: Match, ctx: RewriteContext) -> Replacement | None:
         return None
     split = int_list_arg(node, "split", 1, "split")
     if split is not None:
-        shape = ctx.facts.shape(m["x"])
-        axis = normalize_axes([attr(node, "axis", 0)], None if shape is None else len(shape))
-        if shape is None or axis is None or known_dim(shape[axis[0]]) is None:
-            raise RewriteRefused("split.axis_unknown", "Split's axis length is not known, so the split may not cover it")
-        if split != [shape[axis[0]]]:
-            raise RewriteRefused("split.not_whole", f"split {split} does not cover the axis of length {shape[axis[0]]}")
+        split_covers_axis(split, ctx.facts.shape(m["x"]), attr(node, "axis", 0))
     return _forward(m, "node")
+
+
+def split_covers_axis(split: list[int], shape, axis: int) -> None:
+    """RewriteRefused unless a one-output Split by `split` along `axis` of a tensor of `shape`
+    (dims int or None) returns the whole tensor."""
+    axis = normalize_axes([axis], None if shape is None else len(shape))
+    if shape is None or axis is None or known_dim(shape[axis[0]]) is None:
+        raise RewriteRefused("split.axis_unknown", "Split's axis length is not known, so the split may not cover it")
+    if split != [shape[axis[0]]]:
+        raise RewriteRefused("split.not_whole", f"split {split} does not cover the axis of length {shape[axis[0]]}")
 
 
 SPLIT = Rule("eliminate_nop_split", Op("Split", Var("x"), Rest("args"), name="node"), drop_single_split)
@@ -160,11 +165,19 @@ def drop_unit_expand(m: Match, ctx: RewriteContext) -> Replacement | None:
     1 or equal to the input's known dim."""
     shape = [int(d) for d in m.array("shape").reshape(-1)]
     if all(d == 1 for d in shape):
-        rank = _rank(ctx, m["x"], "Expand's input")
+        expand_keeps_shape(shape, rank=_rank(ctx, m["x"], "Expand's input"))
+    else:
+        expand_keeps_shape(shape, source=ctx.facts.shape(m["x"]))
+    return _forward(m, "node")
+
+
+def expand_keeps_shape(shape: list[int], rank: int | None = None, source=None) -> None:
+    """RewriteRefused unless Expand to `shape` returns its input: one of rank `rank` for an
+    all-ones `shape`, else one of shape `source` (dims int or None; None: unknown)."""
+    if all(d == 1 for d in shape):
         if len(shape) > rank:
             raise RewriteRefused("expand.ones_raise_rank", f"Expand to rank {len(shape)} raises the rank of a rank-{rank} input")
-        return _forward(m, "node")
-    source = ctx.facts.shape(m["x"])
+        return
     if source is None:
         raise RewriteRefused("expand.shape_unknown", "the input's shape is not known from trusted facts")
     if len(shape) > len(source):
@@ -172,7 +185,6 @@ def drop_unit_expand(m: Match, ctx: RewriteContext) -> Replacement | None:
     for target, dim in zip(shape, source[len(source) - len(shape):]):
         if target != 1 and known_dim(dim) != target:
             raise RewriteRefused("expand.broadcasts", f"target dim {target} may broadcast input dim {dim}")
-    return _forward(m, "node")
 
 
 EXPAND = Rule("eliminate_nop_expand", Op("Expand", Var("x"), Const("shape"), name="node"), drop_unit_expand)
@@ -262,16 +274,21 @@ def _unit_guard(m: Match, ctx: RewriteContext, op: str, signed_zero_may_change: 
     # exponent excepted); a trusted dtype that disagrees means the model is not what it seems.
     if op != "Pow" and source_dtype is not None and source_dtype.numpy() != constant.dtype:
         raise RewriteRefused("identity_arith.dtype", f"input element type {source_dtype} differs from the constant's {constant.dtype}")
-    shape = ctx.facts.shape(m["x"])
+    operand_keeps_shape(constant.shape, ctx.facts.shape(m["x"]))
+    return _forward(m, "node")
+
+
+def operand_keeps_shape(constant_shape: tuple, shape) -> None:
+    """RewriteRefused unless broadcasting x of `shape` (dims int or None; None: unknown) with a
+    constant of `constant_shape` gives x's own shape."""
     if shape is None:
         raise RewriteRefused("identity_arith.rank_unknown", "the input's rank is not known, so the constant may broadcast it up")
-    if constant.ndim > len(shape):
-        raise RewriteRefused("identity_arith.raise_rank", f"a rank-{constant.ndim} constant broadcasts the rank-{len(shape)} input up")
-    aligned = shape[len(shape) - constant.ndim:]
-    for d_const, d_in in zip(constant.shape, aligned):
+    if len(constant_shape) > len(shape):
+        raise RewriteRefused("identity_arith.raise_rank", f"a rank-{len(constant_shape)} constant broadcasts the rank-{len(shape)} input up")
+    aligned = shape[len(shape) - len(constant_shape):]
+    for d_const, d_in in zip(constant_shape, aligned):
         if d_const != 1 and d_const != known_dim(d_in):
             raise RewriteRefused("identity_arith.broadcasts", f"constant dim {d_const} may broadcast input dim {d_in}")
-    return _forward(m, "node")
 
 
 def _unit_rule(op: str) -> Rule:

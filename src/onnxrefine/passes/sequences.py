@@ -44,11 +44,23 @@ def _sizes(node: ir.Node, oracle: StaticShapes) -> list[int]:
     axis = int(attr(node, "axis", 0))
     if shape is None or not -len(shape) <= axis < len(shape) or not isinstance(shape[axis], int):
         raise RewriteRefused("split_seq.axis_not_static", "a chunk size needs the axis' size static from trusted facts")
-    dim = shape[axis]
+    return chunk_sizes(shape[axis], chunk)
+
+
+def chunk_sizes(dim: int, chunk: int) -> list[int]:
+    """The pieces SplitToSequence cuts a dim of `dim` into for a scalar split `chunk`: equal
+    chunks, the last one smaller when `chunk` does not divide `dim`."""
     if chunk <= 0 or dim <= 0:
         raise RewriteRefused("split_seq.chunk", f"chunk {chunk} over a dim of {dim}")
     count = -(-dim // chunk)
     return [chunk] * (count - 1) + [dim - chunk * (count - 1)]
+
+
+def piece_index(position: int, count: int) -> int | None:
+    """The piece SequenceAt(sequence of `count` pieces, `position`) reads (negative positions
+    count from the end); None outside the sequence."""
+    index = position + count if position < 0 else position
+    return index if 0 <= index < count else None
 
 
 def _readers(node: ir.Node, graph: ir.Graph, count: int) -> list[tuple[ir.Node, int]]:
@@ -64,9 +76,8 @@ def _readers(node: ir.Node, graph: ir.Graph, count: int) -> list[tuple[ir.Node, 
         position = constant_array(user.inputs[1]) if len(user.inputs) > 1 and user.inputs[1] is not None else None
         if position is None or position.size != 1 or position.dtype.kind not in "iu":
             raise RewriteRefused("split_seq.position_not_constant", "a SequenceAt position is not a constant integer")
-        index = int(position.reshape(()))
-        index = index + count if index < 0 else index
-        if not 0 <= index < count:
+        index = piece_index(int(position.reshape(())), count)
+        if index is None:
             raise RewriteRefused("split_seq.position_outside", f"SequenceAt position {int(position.reshape(()))} is outside {count} pieces")
         readers.append((user, index))
     if not readers:

@@ -36,16 +36,23 @@ def _reshape_target(node: ir.Node, oracle: StaticShapes) -> np.ndarray | None:
         return None  # a fully known target is folded as a value
     if attr(node, "allowzero", 0):
         return None
-    data = oracle.symbolic_shape(node.inputs[0])
-    items = []
-    for i, element in enumerate(target.items):
+    items = copying_target(target.items, oracle.symbolic_shape(node.inputs[0]))
+    return None if items is None else np.array(items, dtype=np.int64)
+
+
+def copying_target(items, data_shape) -> list[int] | None:
+    """The partial value `items` of a Reshape target (allowzero=0) written with constants: a
+    symbolic dim becomes 0 where it is the data's own dim at that position; None if another
+    element is not known."""
+    result = []
+    for i, element in enumerate(items):
         if isinstance(element, int):
-            items.append(element)
-        elif isinstance(element, Sym) and data is not None and i < len(data) and data[i] is element:
-            items.append(0)
+            result.append(element)
+        elif isinstance(element, Sym) and data_shape is not None and i < len(data_shape) and data_shape[i] is element:
+            result.append(0)
         else:
             return None
-    return np.array(items, dtype=np.int64)
+    return result
 
 
 def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, oracle: StaticShapes,

@@ -135,13 +135,33 @@ def slice_shape(node, shape, params) -> tuple | None:
         if axis is None or step == 0:
             return None
         dim = shape[axis]
-        if isinstance(dim, int):
-            dims[axis] = len(range(*slice(start, end, step).indices(dim)))
+        positions = slice_positions(dim, start, end, step) if isinstance(dim, int) else None
+        if positions is not None:
+            dims[axis] = len(positions)
         elif start == 0 and step == 1 and end >= 2**31 - 1:
             dims[axis] = dim
         else:
             dims[axis] = Sym("slice")
     return tuple(dims)
+
+
+# onnxruntime reads an end of INT32_MAX or INT64_MAX of a backward Slice as "to the beginning",
+# where the specification clamps it to the last position (an empty slice): no fact there.
+_DISPUTED_BACKWARD_ENDS = (2**31 - 1, 2**63 - 1)
+
+
+def slice_positions(dim: int, start: int, end: int, step: int) -> range | None:
+    """The positions Slice keeps of an axis of `dim`: negative bounds count from the end, then
+    start and end are clamped to [0, dim] (forward) or [0, dim-1] and [-1, dim-1] (backward).
+    Python's slice clamps a backward start before the first position to an empty slice, which is
+    why this is not `slice(...).indices`. None for step 0 and where runtimes disagree."""
+    if step == 0 or (step < 0 and end in _DISPUTED_BACKWARD_ENDS):
+        return None
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    if step > 0:
+        return range(min(max(start, 0), dim), min(max(end, 0), dim), step)
+    return range(min(max(start, 0), dim - 1), min(max(end, -1), dim - 1), step)
 
 
 @shape_rule("Pad")

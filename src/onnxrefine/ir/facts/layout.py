@@ -67,7 +67,11 @@ def flatten_shape(site: Site):
     shape = site.shape(0)
     if shape is None:
         return None
-    axis = int(site.attr("axis", 1))
+    return flattened_shape(shape, int(site.attr("axis", 1)))
+
+
+def flattened_shape(shape: tuple, axis: int) -> tuple | None:
+    """Flatten's output shape (dims int or Sym); None for an axis outside the rank."""
     axis = axis + len(shape) if axis < 0 else axis
     if not 0 <= axis <= len(shape):
         return None
@@ -79,9 +83,14 @@ def reshape_shape(site: Site):
     shape, target = site.shape(0), site.elements(1)
     if target is None or target.scalar:
         return None
-    allowzero = bool(site.attr("allowzero", 0))
+    return reshaped_shape(shape, target.items, bool(site.attr("allowzero", 0)))
+
+
+def reshaped_shape(shape: tuple | None, items: tuple, allowzero: bool) -> tuple | None:
+    """Reshape's output shape for data of `shape` (None: unknown) and a target whose partial
+    value is `items` (ints, Syms, None)."""
     dims = []
-    for i, e in enumerate(target.items):
+    for i, e in enumerate(items):
         if isinstance(e, int) and e == 0 and not allowzero:
             if shape is None or i >= len(shape):
                 return None
@@ -124,7 +133,13 @@ def squeeze_shape(site: Site):
     if shape is None:
         return None
     known, axes = _axes(site)
-    if not known or (axes is not None and len(axes) == 0):
+    return squeezed_shape(shape, axes) if known else None
+
+
+def squeezed_shape(shape: tuple, axes: list[int] | None) -> tuple | None:
+    """Squeeze's output shape (dims int or Sym) for `axes` (None: not given); None where it
+    depends on run-time dims or the axes are invalid."""
+    if axes is not None and len(axes) == 0:
         return None  # empty axes: onnxruntime squeezes every 1, the ONNX reference none
     if axes is None:
         if not all(isinstance(d, int) for d in shape):
@@ -142,8 +157,11 @@ def unsqueeze_shape(site: Site):
     if shape is None:
         return None
     known, axes = _axes(site)
-    if not known or axes is None:
-        return None
+    return unsqueezed_shape(shape, axes) if known and axes is not None else None
+
+
+def unsqueezed_shape(shape: tuple, axes: list[int]) -> tuple | None:
+    """Unsqueeze's output shape (dims int or Sym); None for invalid axes."""
     out_rank = len(shape) + len(axes)
     normalized = {normalize_axis(a, out_rank) for a in axes}
     if None in normalized or len(normalized) != len(axes):

@@ -8,7 +8,7 @@ import onnx_ir as ir
 
 from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.facts.core import Elements, Site, Sym, product, value_rule
-from onnxrefine.ir.facts.indexing import slice_shape
+from onnxrefine.ir.facts.indexing import slice_positions, slice_shape
 from onnxrefine.ir.facts.layout import shape_range
 
 _INT_DTYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
@@ -57,13 +57,20 @@ def gather_value(site: Site):
         return None
     if site.attr("axis", 0) not in (0, -1):
         return None
+    picked = gathered(data.items, indices.items)
+    return None if picked is None else Elements(picked, indices.scalar, data.dtype)
+
+
+def gathered(items: tuple, indices) -> tuple | None:
+    """Gather along the only axis of a 1-D value (negative indices count from the end); None for
+    an index out of range."""
     picked = []
-    for i in indices.items:
-        j = i + len(data.items) if i < 0 else i
-        if not 0 <= j < len(data.items):
+    for i in indices:
+        j = i + len(items) if i < 0 else i
+        if not 0 <= j < len(items):
             return None
-        picked.append(data.items[j])
-    return Elements(tuple(picked), indices.scalar, data.dtype)
+        picked.append(items[j])
+    return tuple(picked)
 
 
 @value_rule("Slice")
@@ -100,10 +107,10 @@ def _slice_elements(node, data: Elements, params) -> Elements | None:
         if len(starts) != 1 or len(ends) != 1 or axes not in ([0], [-1]):
             return None
         start, end, step = starts[0], ends[0], 1
-    if step == 0:
+    positions = slice_positions(len(data.items), start, end, step)
+    if positions is None:
         return None
-    picked = tuple(data.items[i] for i in range(*slice(start, end, step).indices(len(data.items))))
-    return Elements(picked, False, data.dtype)
+    return Elements(tuple(data.items[i] for i in positions), False, data.dtype)
 
 
 @value_rule("Concat")
