@@ -137,5 +137,7 @@ PASSES = (
         "Reshape -> elementwise ops with single-element constants -> Reshape back to the first input's "
         "shape: the Reshapes are removed (static shapes)",
         run=run, kind=EXACT, phase=GRAPH, order=23, not_fuzzed=NO_PATTERN_YET,
+        exactness="elementwise operators with single-element constants compute each element from the "
+                  "element at the same row-major position, which a Reshape keeps",
     ),
 )
