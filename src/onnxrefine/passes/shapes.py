@@ -78,7 +78,7 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
             continue
         folds.append((node, elements.array(), False))
     changes = 0
-    for (node, array, is_target), evidence in zip(folds, _checked(pctx, graph, folds, rule)):
+    for (node, array, is_target), evidence in zip(folds, _checked(pctx, graph, folds, rule, oracle)):
         if evidence is None:
             continue  # refused, and logged
         if is_target:
@@ -97,7 +97,7 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
     return changes
 
 
-def _checked(pctx: PassContext, graph: ir.Graph, folds, rule: str) -> list[tuple[str, str] | None]:
+def _checked(pctx: PassContext, graph: ir.Graph, folds, rule: str, oracle: StaticShapes) -> list[tuple[str, str] | None]:
     """Each fold's (evidence, note), after comparing what it folds with the value onnxruntime
     computes in one run of the model on its own input shapes; None for a fold refused here (the
     runtime disagrees, or nothing could be checked in a run that does not verify end to end)."""
@@ -106,7 +106,7 @@ def _checked(pctx: PassContext, graph: ir.Graph, folds, rule: str) -> list[tuple
     from onnxrefine.verify.observed import observe
 
     probes = [v for node, _, is_target in folds for v in probes_of(node, is_target)]
-    observed = observe(pctx.model, probes)
+    observed = observe(pctx.model, probes, facts=oracle)
     if isinstance(observed, str):
         reason = f"the model does not run in onnxruntime to check it: {observed}"
         return [graphedit.uncertified(pctx, rule, graph, node, reason) for node, _, _ in folds]

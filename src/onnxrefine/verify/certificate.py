@@ -79,6 +79,7 @@ from onnxrefine.verify.certificate_model import (
     cache_key,
     forwards_through_identity,
 )
+from onnxrefine.verify.observed import MAX_VALUES, observe
 from onnxrefine.verify.certificate_inputs import (
     adversarial_sets,
     distinct_set,
@@ -89,6 +90,11 @@ from onnxrefine.verify.certificate_inputs import (
 
 HEAVY_BYTES = 1 << 16
 MAX_SESSIONS = 256
+# Runs of the whole model made to learn the shapes of boundary values no fact gives (each one
+# also asks every other value of unknown shape, so the first usually answers for the rest).
+MAX_OBSERVATIONS = 4
+OBSERVED_NOTE = " (at the shapes of a run of the model)"
+NO_RUN = "the matched subgraph does not run on any generated input set"
 
 
 @dataclass
@@ -146,6 +152,8 @@ class Certifier:
         self._results: dict[bytes, CertificateOutcome] = {}
         self._set_cache: dict[tuple, list] = {}
         self._cross_checked: set[tuple] = set()  # (rule, proof family) whose reading onnxruntime confirmed
+        self._observed: dict[int, tuple] = {}  # id(value) -> (value, its shape in a run of the model)
+        self._observations = 0
 
     def __call__(self, request: CertificateRequest) -> CertificateOutcome:
         started = time.perf_counter()
@@ -157,6 +165,12 @@ class Certifier:
             outcome = CertificateOutcome("refused", str(refusal))
         finally:
             self.stats.seconds += time.perf_counter() - started
+        if outcome.status != "refused":
+            # The rewrite is applied: each value replacing an observed one has its shape (a value
+            # a rewrite makes is new to the model, and no run has seen it).
+            for old, new in request.outputs:
+                if id(old) in self._observed and id(new) not in self._observed:
+                    self._observed[id(new)] = (new, self._observed[id(old)][1])
         if outcome.status == "certified":
             self.stats.certified += 1
         elif outcome.status == "skipped":
@@ -225,17 +239,56 @@ class Certifier:
         sides, context = boundary(request)
         unresolved = [s.name for s in sides if s.array is None and s.shape is None]
         if unresolved:
-            raise _Skip(f"the shape of '{unresolved[0]}' is not known")
+            if not self._observed_shapes(request, sides):
+                raise _Skip(f"the shape of '{unresolved[0]}' is not known")
+            return self._certify_sides(request, sides, context, OBSERVED_NOTE)
+        try:
+            return self._certify_sides(request, sides, context, "")
+        except _Skip as skip:
+            # Shapes made up for symbolic dims (SYM_DIM) may not fit together where the matched
+            # subgraph reads a shape computed elsewhere: the shapes of a real run do.
+            if not str(skip).startswith(NO_RUN) or not self._observed_shapes(request, sides):
+                raise
+            return self._certify_sides(request, sides, context, OBSERVED_NOTE)
+
+    def _observed_shapes(self, request: CertificateRequest, sides) -> bool:
+        """Give every activation side the shape it has in one onnxruntime run of the model on its
+        own input shapes (`observed.observe`): every one from the same run, so they agree with each
+        other and with every fact about them. False where no run can say (a value of a function
+        body or of a loop iteration, a model that does not run, MAX_OBSERVATIONS runs made)."""
+        activations = [s for s in sides if s.array is None]
+        missing = [s.value for s in activations if id(s.value) not in self._observed]
+        if missing:
+            if self._observations >= MAX_OBSERVATIONS:
+                return False
+            self._observations += 1
+            # Every tensor of the model whose shape no fact fixes is asked in the same run (only
+            # its Shape is fetched): the next certificates that need one find it here.
+            unknown = [v for node in request.model.graph for v in node.outputs
+                       if id(v) not in self._observed and _not_static(v, request.context.facts)]
+            asked = list(dict.fromkeys(missing + unknown))[:MAX_VALUES]
+            shapes = observe(request.model, asked, self.seed, shapes=True, facts=request.context.facts)
+            if isinstance(shapes, str):
+                return False
+            values = {id(v): v for v in asked}
+            for key, shape in shapes.items():
+                self._observed[key] = (values[key], tuple(int(d) for d in shape))
+        if any(id(s.value) not in self._observed for s in activations):
+            return False
+        for side in activations:
+            side.shape = self._observed[id(side.value)][1]
+        return True
+
+    def _certify_sides(self, request: CertificateRequest, sides, context, note: str) -> CertificateOutcome:
         constants = [s for s in sides if s.array is not None] + [
             Side(v, v.name, array=v.const_value.numpy()) for v in request.new_constants]
         activations = [s for s in sides if s.array is None]
         reduced = reduced_shapes([list(context) + list(request.matched), list(request.replacement)],
                                  {s.name: s.shape for s in activations}, constants)
-        note = ""
         if reduced is not None:
             for side in activations:
                 side.shape = reduced[side.name]
-            note = " (reduced sizes)"
+            note += " (reduced sizes)"
         # A declared dim of 2^40 (hostile or absurd) must not reach numpy: skip, do not allocate.
         from onnxrefine.verify.inputs import generation_limit_bytes
 
@@ -300,7 +353,7 @@ class Certifier:
                     raise _Refuse(f"the replacement fails on the '{label}' inputs where the original runs: {result}")
                 runs.append((label, feeds, result))
             if not runs:
-                raise _Skip(f"the matched subgraph does not run on any generated input set ({', '.join(dropped)})")
+                raise _Skip(f"{NO_RUN} ({', '.join(dropped)})")
         names = [(o, c) for o, c in outputs]
         unsigned = {o for (o, _), (old, _) in zip(outputs, request.outputs)
                     if any(old is v for v in request.sign_insensitive)}
@@ -372,6 +425,20 @@ class Certifier:
             return True
         names = {i.name for i in original.graph.input}
         return isinstance(_run(session, {k: v for k, v in feeds.items() if k in names}), str)
+
+
+# Operators whose output is not a tensor (no Shape of it to ask for).
+_NOT_TENSOR_OPS = frozenset("SequenceConstruct SequenceEmpty SequenceInsert SequenceErase SplitToSequence Optional".split())
+
+
+def _not_static(value: ir.Value, oracle) -> bool:
+    """A named tensor of the model whose shape the facts do not fix (unknown or symbolic)."""
+    producer = value.producer()
+    if not value.name or producer is None or producer.op_type in _NOT_TENSOR_OPS:
+        return False
+    if value.type is not None and not isinstance(value.type, ir.TensorType):
+        return False
+    return oracle.static_shape(value) is None
 
 
 def _make_session(data: bytes):

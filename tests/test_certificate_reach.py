@@ -1,0 +1,91 @@
+"""Certificates where they used to be skipped: each one a planted wrong rewrite of that kind that
+the new certificate catches, next to the right rewrite it certifies."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import make_model, run, value_info
+from onnx import TensorProto, helper
+from passutil import assert_bit_identical
+
+import onnxrefine
+from onnxrefine.passes import registry
+from onnxrefine.passes.registry import PassSpec
+from onnxrefine.rewrite.pattern import Op, Var
+from onnxrefine.rewrite.rule import EXACT, Replacement, Rule
+
+
+def _relu_to_abs(m, ctx):
+    """Wrong on purpose: Abs(x) is Relu(x) only where x >= 0."""
+    node = ctx.node("Abs", [m["x"]])
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+PLANTED = {
+    "relu_to_abs": Rule("relu_to_abs", Op("Relu", Var("x")), _relu_to_abs, kind=EXACT),
+}
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    registry._load_pass_modules()
+    for name, rule in PLANTED.items():
+        spec = PassSpec(f"planted_{name}", "test only", rules=(rule,), default=False)
+        monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    return lambda name: f"planted_{name}"
+
+
+def _unknown_shape_model(twice: bool = False) -> onnx.ModelProto:
+    # Expand's target is chosen at run time (Where over a graph input): no fact gives e's shape,
+    # the certificate used to skip the Relu behind it ("the shape of 'e' is not known").
+    nodes = [
+        helper.make_node("Where", ["pick", "wide", "narrow"], ["target"]),
+        helper.make_node("Expand", ["x", "target"], ["e"]),
+        helper.make_node("Relu", ["e"], ["y"]),
+    ] if not twice else [
+        helper.make_node("Where", ["pick", "wide", "narrow"], ["target"]),
+        helper.make_node("Expand", ["x", "target"], ["e"]),
+        helper.make_node("Relu", ["e"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    inits = [helper.make_tensor("wide", TensorProto.INT64, [2], [4, 3]),
+             helper.make_tensor("narrow", TensorProto.INT64, [2], [1, 3])]
+    return make_model(nodes, [value_info("x", shape=[1, 3]), value_info("pick", TensorProto.BOOL, [2])],
+                      [value_info("y")], inits)
+
+
+def _certificates(report, rule):
+    return [entry.certificate for entry in report.log.applied if entry.rule == rule]
+
+
+def _refusals(report, rule):
+    return [(r.guard, r.reason) for r in report.log.refused.values() if r.rule == rule]
+
+
+def test_a_wrong_rewrite_on_a_value_of_unknown_shape_is_caught_at_the_shapes_of_a_run(planted):
+    model = _unknown_shape_model()
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("relu_to_abs")])
+    [(guard, reason)] = _refusals(report, "relu_to_abs")
+    assert guard == "certificate.failed"
+    assert "exact rewrite differs" in reason
+    feeds = {"x": np.array([[-1.0, 0.5, -0.0]], np.float32), "pick": np.array([True, False])}
+    assert_bit_identical(run(model, feeds), run(optimized, feeds))
+
+
+def test_a_right_rewrite_on_a_value_of_unknown_shape_is_certified_at_the_shapes_of_a_run():
+    # Relu(Relu(e)) -> Relu(e), the real rule
+    _, report = onnxrefine.optimize_with_report(_unknown_shape_model(twice=True),
+                                                ["eliminate_consecutive_idempotent_ops"])
+    [note] = _certificates(report, "idempotent_relu_chain")
+    assert note.startswith("certified: bit-identical") and "at the shapes of a run of the model" in note
+
+
+def test_a_model_onnxruntime_cannot_run_still_skips_as_before(planted, monkeypatch):
+    from onnxrefine.verify import certificate
+
+    monkeypatch.setattr(certificate, "observe", lambda *args, **options: "no run")
+    _, report = onnxrefine.optimize_with_report(_unknown_shape_model(), [planted("relu_to_abs")])
+    notes = _certificates(report, "relu_to_abs") + [reason for _, reason in _refusals(report, "relu_to_abs")]
+    assert notes and all("the shape of 'e' is not known" in note for note in notes)
