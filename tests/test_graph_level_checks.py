@@ -123,7 +123,7 @@ def test_a_fold_no_run_can_check_is_refused_without_end_to_end_verification(monk
     from onnxrefine.verify import observed
 
     monkeypatch.setattr(observed, "observe", lambda model, values, **options: "onnxruntime has no kernel for it")
-    result, report = expect_guard(_shape_model(), ["fold_shapes"], "certificate.uncertifiable",
+    result, report = expect_guard(_shape_model(), ["fold_shapes"], "certificate.graph_uncertifiable",
                                   {"x": np.ones((2, 3), np.float32)}, rule="fold_shapes")
     [refusal] = [r for r in report.to_dict()["refused"] if r["rule"] == "fold_shapes"]
     assert refusal["reason"].endswith("onnxruntime has no kernel for it")
@@ -221,3 +221,42 @@ def test_list_passes_shows_why_each_pass_is_exact(capsys):
     rows = dict(zip(table.columns[0]._cells, table.columns[1]._cells))
     assert set(rows) == {spec.name for spec in registry.all_passes() if spec.run is not None}
     assert rows["eliminate_deadend"] == registry.get_pass("eliminate_deadend").exactness
+
+
+def _reshape_region_model() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Reshape", ["x", "wide"], ["w"]),
+        helper.make_node("Mul", ["w", "half"], ["m"]),
+        helper.make_node("Tanh", ["m"], ["t"]),
+        helper.make_node("Reshape", ["t", "back"], ["y"]),
+    ]
+    inits = [tensor("wide", np.array([1, 4, 3], np.int64)), tensor("back", np.array([-1, 3], np.int64)),
+             tensor("half", np.array(0.5, np.float32))]
+    return make_model(nodes, [value_info("x", shape=[4, 3])], [value_info("y", shape=[4, 3])], inits)
+
+
+def test_a_reshape_region_rewrite_is_certified_on_its_own_region():
+    model = _reshape_region_model()
+    result, report = _optimized(model, ["eliminate_reshape_around_elementwise"])
+    [entry] = _applied(report, "eliminate_reshape_around_elementwise")
+    assert entry["evidence"] == "certified" and entry["certificate"].startswith("certified: bit-identical")
+    assert [n.op_type for n in result.graph.node] == ["Mul", "Tanh"]
+    feeds = {"x": np.linspace(-3, 3, 12, dtype=np.float32).reshape(4, 3)}
+    assert_bit_identical(run(model, feeds), run(result, feeds))
+
+
+def test_a_planted_wrong_reshape_region_rewrite_is_caught_by_its_certificate(monkeypatch):
+    # The planted guard lets a non-elementwise operator in: Softmax(axis=1) normalises over the 4
+    # rows of the [1, 4, 3] the region ran on, but over the 3 columns of x's [4, 3].
+    from onnxrefine.passes import reshapes
+
+    monkeypatch.setattr(reshapes, "UNARY", reshapes.UNARY | {"Softmax"})
+    model = _reshape_region_model()
+    nodes = list(model.graph.node)
+    nodes[2].CopyFrom(helper.make_node("Softmax", ["m"], ["t"], axis=1))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    _, report = expect_guard(model, ["eliminate_reshape_around_elementwise"], "certificate.graph_failed",
+                             {"x": np.linspace(-3, 3, 12, dtype=np.float32).reshape(4, 3)},
+                             rule="eliminate_reshape_around_elementwise")
+    assert not report.log.applied

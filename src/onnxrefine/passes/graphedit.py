@@ -63,7 +63,7 @@ def uncertified(pctx: PassContext, rule: str, graph: ir.Graph, node: ir.Node, re
     ((evidence, note)) in a run that verifies, else refused here and logged (None)."""
     if getattr(pctx.certifier, "defer_uncertified", False):
         return DEFERRED, f"deferred: {reason}"
-    log_refuse(pctx, rule, graph, node, f"no certificate: {reason}", guard="certificate.uncertifiable")
+    log_refuse(pctx, rule, graph, node, f"no certificate: {reason}", guard="certificate.graph_uncertifiable")
     return None
 
 
