@@ -14,9 +14,9 @@ onnxruntime's arena keeps a second buffer on a repeated run, the float64 referen
 values; the cap keeps a multi-GB bomb off an ordinary machine).
 
 Where the estimate cannot be trusted (a Loop or Scan, values whose shape inference cannot tell) or
-is close to the budget, verify/runner_child.py runs onnxruntime in a child process whose RSS the
+is close to the budget, verify/ort/child.py runs onnxruntime in a child process whose RSS the
 parent polls and whose wall clock it bounds: a model that defeats the estimate is killed and
-reported as one line, and the tool goes on (see verify/runner.py).
+reported as one line, and the tool goes on (see verify/ort/runner.py).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import onnx
 
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
+from onnxrefine.ir import contained
 
 DEFAULT_BUDGET_FRACTION = 0.5
 DEFAULT_BUDGET_CAP = 2 << 30
@@ -178,7 +179,7 @@ def estimate_peak(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None
     """Estimate from shapes alone (no weights read, nothing evaluated); `feeds` pins the inputs'
     shapes (their values are not read)."""
     from onnxrefine.verify import graphinfo
-    from onnxrefine.verify_plan import light_model
+    from onnxrefine.verify.plan import light_model
 
     estimate = PeakEstimate()
     light = light_model(model)
@@ -271,7 +272,7 @@ def infer_shapes_bounded(model: onnx.ModelProto) -> onnx.ModelProto:
     """onnx shape inference with data propagation (exporters compute Reshape targets from
     Shape->Gather->Concat chains) unless a plain pass shows a 0-D/1-D value of a propagating
     operator larger than DATA_PROP_MAX_ELEMENTS: then the plain pass's result."""
-    plain = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    plain = contained.infer_shapes(model, strict_mode=False)
     if not any(node.op_type in _DATA_PROP_OPS for node in model.graph.node):
         return plain  # nothing to propagate: one pass (a 200,000-node Relu chain: 7 s a pass here)
     sizes = {}
@@ -288,7 +289,7 @@ def infer_shapes_bounded(model: onnx.ModelProto) -> onnx.ModelProto:
         if node.op_type in _DATA_PROP_OPS and any(sizes.get(name, 0) > DATA_PROP_MAX_ELEMENTS
                                                   for name in (*node.input, *node.output)):
             return plain
-    return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    return contained.infer_shapes(model, strict_mode=False, data_prop=True)
 
 
 def _nbytes(elem_type: int, shape: tuple, float64: bool = False) -> int:

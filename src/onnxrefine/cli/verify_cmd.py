@@ -1,7 +1,7 @@
 """`onnxrefine verify ORIGINAL CANDIDATE`: did the candidate change what the original computes?
 
 Prints a per-output table, the worst intermediate values and the first bad one ("first bad
-value: NAME (OP node NODE) mismatch: ..."; see verify/localize.py) and, as the last line of
+value: NAME (OP node NODE) mismatch: ..."; see verify/localize/layerwise.py) and, as the last line of
 stdout, `verdict: <exact|rounding|unstable|mismatch>`. Exit 0 for exact/rounding, 1 for
 unstable/mismatch, 2 for bad input.
 """
@@ -46,6 +46,9 @@ def register(subparsers) -> None:
     parser.add_argument("--no-localize", action="store_true",
                         help="skip layer-wise localisation (judging the intermediate values both models "
                              "hold and naming the first bad one)")
+    parser.add_argument("--match-outputs", choices=("name", "position"), default="name",
+                        help="pair the two models' outputs by name (default: a candidate with other output "
+                        "names or count is a mismatch of interfaces) or by position (for a renamed candidate)")
     parser.add_argument("--json", metavar="OUT", help="write the full report as JSON")
     parser.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     add_run_settings_arguments(parser)
@@ -86,7 +89,7 @@ def add_run_settings_arguments(parser) -> None:
 def run_settings_from_args(args) -> dict:
     """verify_models' keyword arguments from the flags above; BadInputError (one line) for an
     unknown level or provider, an unavailable provider or a missing custom-op library."""
-    from onnxrefine.verify.runner import RunSettings, check_run_settings
+    from onnxrefine.verify.ort.runner import RunSettings, check_run_settings
 
     providers = tuple(part.strip() for part in args.providers.split(",") if part.strip())
     deployment = None if args.no_deployment_check else RunSettings(level=args.ort_level, providers=providers)
@@ -143,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     from onnxrefine.verify import verify_models
     from onnxrefine.verify.inputs import load_inputs
-    from onnxrefine.verify.report import render_table
+    from onnxrefine.verify.report.report import render_table
 
     from onnxrefine.batch import cli as batch
 
@@ -162,11 +165,15 @@ def run(args: argparse.Namespace) -> int:
         original, dims = _shape_fixed_original(args.original, input_shapes, dims)
     report = verify_models(original, args.candidate, inputs=inputs, trials=args.trials,
                            seed=args.seed, dims=dims, stress=not args.no_stress,
-                           time_budget_s=args.time_budget, localize=not args.no_localize, **run_settings)
-    if args.json:
-        report.write_json(args.json)
-    if args.html:
-        report.write_html(args.html)
+                           time_budget_s=args.time_budget, localize=not args.no_localize,
+                           match_outputs=args.match_outputs, **run_settings)
+    from onnxrefine import atomic
+
+    with atomic.staging():  # both reports become visible together, or neither replaces anything
+        if args.json:
+            report.write_json(args.json)
+        if args.html:
+            report.write_html(args.html)
     console = Console(file=sys.stdout, width=max(120, Console().width))
     render_table(report, console)
     sys.stdout.flush()

@@ -103,10 +103,10 @@ def _checked(pctx: PassContext, graph: ir.Graph, folds, rule: str, oracle: Stati
     runtime disagrees, or nothing could be checked in a run that does not verify end to end)."""
     if pctx.certifier is None or not folds:
         return [(UNCHECKED, "")] * len(folds)
-    from onnxrefine.verify.observed import observe
+    from onnxrefine.verify import ort
 
     probes = [v for node, _, is_target in folds for v in probes_of(node, is_target)]
-    observed = observe(pctx.model, probes, facts=oracle)
+    observed = ort.observe(pctx.model, probes, facts=oracle)
     if isinstance(observed, str):
         reason = f"the model does not run in onnxruntime to check it: {observed}"
         return [graphedit.uncertified(pctx, rule, graph, node, reason) for node, _, _ in folds]

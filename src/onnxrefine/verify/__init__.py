@@ -22,11 +22,11 @@ import numpy as np
 
 from onnxrefine import progress
 from onnxrefine.verify.inputs import generate_inputs, load_inputs, save_inputs
-from onnxrefine.verify.report import OutputReport, VerificationReport
-from onnxrefine.verify.runner import RunSettings
+from onnxrefine.verify.report.report import OutputReport, VerificationReport
+from onnxrefine.verify.ort.runner import RunSettings
 from onnxrefine.verify.session import (DECLINING_REFERENCE, DEFAULT_DEPLOYMENT, LOCALIZE_MAX_BYTES,
                                        VerificationSession, float64_reference)
-from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, Verdict
+from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, Verdict
 
 __all__ = [
     "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "Verdict", "verify_models", "VerificationReport",
@@ -62,7 +62,8 @@ def verify_models(original, candidate, *,
                   deployment: RunSettings | None = _UNSET,
                   custom_op_library: str | None = _UNSET,
                   atol: float | None = _UNSET, rtol: float | None = _UNSET,
-                  localize: bool = True, reference=_UNSET) -> VerificationReport:
+                  localize: bool = True, reference=_UNSET,
+                  match_outputs: str = "name") -> VerificationReport:
     """Compare `candidate` against `original` (paths, ModelProtos or onnx_ir Models).
 
     `inputs`: one input set (name -> array) or a sequence of them; when None, `trials` random
@@ -87,11 +88,14 @@ def verify_models(original, candidate, *,
     onnxruntime cannot load or run is a `mismatch` (the rewrite broke the model), not bad input.
 
     `localize`: also judge the intermediate values both models hold (paired by name or role) and
-    name the first bad one (localize.py); a mismatch there makes the verdict a mismatch. It costs
+    name the first bad one (localize/layerwise.py); a mismatch there makes the verdict a mismatch. It costs
     one float64 evaluation of the original, 3 onnxruntime runs and the judging of every paired
     value per input set: about 3x the time of verification without it on resnet50.
 
-    `reference`: the float64 evaluator (session.ReferenceEvaluator; default: reference.py's);
+    `match_outputs`: "name" (default: a candidate whose outputs differ from the original's by name
+    or count is a mismatch of interfaces) or "position" (outputs paired in order, counts equal).
+
+    `reference`: the float64 evaluator (session.ReferenceEvaluator; default: reference/evaluator.py's);
     None: the default. DECLINING_REFERENCE declines every model, so the no-reference fallback judges.
     """
     scoped = _SCOPED.get()
@@ -102,5 +106,5 @@ def verify_models(original, candidate, *,
     chosen = {key: scoped.get(key, defaults[key]) if value is _UNSET else value for key, value in given.items()}
     chosen["reference"] = chosen["reference"] or float64_reference
     session = VerificationSession(trials=trials, seed=seed, dims=dims, stress=stress, time_budget_s=time_budget_s,
-                                  localize=localize, **chosen)
+                                  localize=localize, match_outputs=match_outputs, **chosen)
     return session.verify(original, candidate, inputs)

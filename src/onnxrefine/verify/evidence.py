@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from onnxrefine.verify import compare, graphinfo
-from onnxrefine.verify import verdict as verdict_rules
-from onnxrefine.verify.report import OutputReport
-from onnxrefine.verify.runner import RunFailedError, RunSettings
-from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE
+from onnxrefine.verify import graphinfo
+from onnxrefine.verify.judge import compare
+from onnxrefine.verify.judge import verdict as verdict_rules
+from onnxrefine.verify.report.report import OutputReport
+from onnxrefine.verify.ort.runner import RunFailedError, RunSettings
+from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE
 
 
 class Track:
@@ -71,15 +72,36 @@ def candidate_input_problem(original: onnx.ModelProto, candidate: onnx.ModelProt
     return None
 
 
-def match_outputs(original_names, candidate_names, notes) -> dict[str, str]:
-    if set(original_names) <= set(candidate_names):
-        return {name: name for name in original_names}
-    if len(original_names) == len(candidate_names):
-        notes.append("candidate output names differ from the original's; matched by position")
-        return dict(zip(original_names, candidate_names))
+MATCH_BY_NAME, MATCH_BY_POSITION = "name", "position"
+
+
+def match_outputs(original_names, candidate_names, notes, by: str = MATCH_BY_NAME) -> tuple[dict[str, str], str | None]:
+    """Original output name -> candidate output name, and the interface problem that makes the
+    candidate a mismatch (None when the interfaces agree). By name (the default), a candidate
+    whose outputs are not the original's, by name and count, has another interface: a consumer
+    that reads `y` or output 1 gets something else, so that is never judged as agreeing. By
+    position (`--match-outputs position`, for a candidate renamed on purpose), the counts must
+    agree and the outputs are paired in order, with a note."""
+    original_names, candidate_names = list(original_names), list(candidate_names)
+    if by == MATCH_BY_POSITION:
+        if len(original_names) != len(candidate_names):
+            return {}, (f"interface mismatch: the candidate has {len(candidate_names)} output(s), the original "
+                        f"{len(original_names)}")
+        if original_names != candidate_names:
+            notes.append("outputs matched by position (--match-outputs position): "
+                         + ", ".join(f"{a} -> {b}" for a, b in zip(original_names, candidate_names) if a != b))
+        return dict(zip(original_names, candidate_names)), None
     missing = [name for name in original_names if name not in candidate_names]
-    notes.append(f"candidate lacks output(s) {', '.join(missing)}")
-    return {name: name for name in original_names if name in candidate_names}
+    extra = [name for name in candidate_names if name not in original_names]
+    if missing or extra:
+        parts = ([f"lacks output(s) {', '.join(missing)}"] if missing else []) + (
+            [f"has other output(s) {', '.join(extra)}"] if extra else [])
+        hint = ("; to pair them in order, --match-outputs position"
+                if len(original_names) == len(candidate_names) else "")
+        return {}, f"interface mismatch: the candidate {' and '.join(parts)}{hint}"
+    if original_names != candidate_names:
+        notes.append("the candidate's outputs are in another order: matched by name")
+    return {name: name for name in original_names}, None
 
 
 def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:
@@ -90,7 +112,7 @@ def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:
 def reference_refusal(model_file, feeds) -> str | None:
     """Why the float64 reference must not evaluate the model on `feeds` (resources.py), or None."""
     from onnxrefine import resources
-    from onnxrefine.verify.runner import peak_estimate
+    from onnxrefine.verify.ort.runner import peak_estimate
 
     return resources.reference_refusal(peak_estimate(model_file, feeds))
 
@@ -154,7 +176,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
     (`evaluate`: the session's reference evaluator)."""
     if reference_state["status"] == "unavailable":
         return
-    from onnxrefine.verify.decisions import DECISION_OPS, DecisionEvidence
+    from onnxrefine.verify.judge.decisions import DECISION_OPS, DecisionEvidence
 
     model = model_file.proto
     producers = {out: node for node in model.graph.node for out in node.output}

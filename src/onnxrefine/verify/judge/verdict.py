@@ -1,0 +1,393 @@
+"""The verdict: is a candidate's difference from the original explained by float rounding?
+
+Per output, over every input set, the candidate C is compared with the original O (both from
+onnxruntime) and, when available, with the float64 reference R (the ORIGINAL graph evaluated in
+float64). All arithmetic below is in float64.
+
+exact     C is bit-identical to O on every input set (two NaNs count as identical).
+rounding  every element where C differs from O is explained by one of the RULES below.
+unstable  the unexplained elements are all unstable positions of the original (below).
+mismatch  anything else; also a shape or dtype change. Overall: the worst output's verdict.
+
+The rounding bound (RoundingBound)
+    u      unit roundoff of the lowest-precision float type the graph declares anywhere.
+    N      accumulation length of the value: the largest, over the paths from the inputs, of the
+           summed reduction lengths of the nodes on the path (Conv: C_in/group * prod(kernel);
+           MatMul/Gemm: K; Reduce*, pools, Softmax, normalizations: their reduced elements; an
+           elementwise node counts 1). graphinfo.accumulation_profile computes it. No cap.
+    n      max(N_MIN, min(N, STAT_K * ceil(sqrt(N)))), gamma = n*u / (1 - n*u).
+           Why sqrt: Higham's gamma_N bounds the error of N roundings relative to the sum of the
+           |terms|, which the verdict does not know (|R| of a mixed-sign sum or mean is far
+           smaller). Rounding errors of independent operations add like a random walk: a length-N
+           accumulation errs by ~u*sqrt(N) relative to the magnitude of its partial sums, which
+           is the magnitude of the result both for same-sign terms and for random-sign ones
+           (error ~ u*sqrt(N/3) resp. u*sqrt(N/2) times |result|). STAT_K = 4 is a wide margin
+           over that; systematic (correlated) rounding is what the original's own measured error
+           E covers, since the original commits it too. The worst-case N*u, capped or not, is
+           ~sqrt(N)/STAT_K times looser and swallowed real bugs: a BatchNorm fold that dropped
+           epsilon (1e-5 on variances ~1 is ~8e-6 relative) before a GlobalAveragePool.
+    e_o    |O - R| where both are finite, else 0; e_c = |C - R|.
+    E      max e_o over the output (the original's own worst error: how ill-conditioned it is).
+    m      RMS of the finite |R| (so elements that cancel to ~0 are judged against the output's
+           typical magnitude).
+    s      the original's measured sensitivity: max over the perturbation runs (inputs moved by
+           PERTURB_ULPS ulps) of |O' - O|, stable positions only.
+
+Rules (RULES in rules.py, applied in order by judge_output; an element explained by any rule is explained,
+unless the veto "sign-flip" applies). Each names its legitimate case (a regression test) and the
+counterexamples it must not excuse (tests as well); see the Rule entries in rules.py.
+    within-bound       e_c <= 2*e_o + 2*E + gamma*max(|R|, m), C and R finite. Where O broke
+                       (non-finite, R finite) e_o is 0: the candidate must then lie within the
+                       normal bound of R.
+    ill-conditioned    only for outputs behind an ill-conditioned op (graphinfo.ILL_CONDITIONED_OPS:
+                       Sqrt, Log, Div by a non-constant, Pow, Reciprocal, Softmax, normalizations,
+                       ...): e_c <= within-bound's allowance + 2*k*s, k = max(1, gamma/(PERTURB_ULPS*u)).
+                       Derived, not a constant: s / (PERTURB_ULPS*u*|O|) is the output's measured
+                       condition number kappa, so 2*k*s ~ 2*gamma*kappa*|O|, the first-order rounding
+                       bound of an ill-conditioned value (kappa ~ 1 adds about gamma*|O| again).
+    reference-inexact  R not finite, O and C finite: |C - O| <= 2*E + gamma*max(|O|, m_O).
+    follows-reference  C non-finite and of R's class, or +-inf where |R| exceeds the dtype's max.
+    original-broke     O non-finite, R finite, C non-finite too (the original's own error is
+                       unbounded there; a finite C is judged by within-bound against R).
+    nonfinite-order    inf <-> NaN (both non-finite) on inf/NaN inputs, only on elements whose
+                       dependency cone holds the non-finite inputs (SetEvidence.nonfinite_cone) and
+                       where O is itself an artefact (O's class differs from R's, or no R), or
+                       where O and R are both NaN (undefined: a reassociation may meet an inf
+                       alone, NaN -> inf; never a defined inf -> NaN).
+    saturation         inf <-> the largest finite value of the same sign, same conditions.
+    overflow-territory on extreme-magnitude inputs (finite floats beyond sqrt(max)), elements
+                       whose true value overflows (R non-finite or |R| > sqrt(max); without R,
+                       the same of O): which intermediate overflows first depends on evaluation
+                       order. A candidate +-inf where R is finite and moderate is NOT excused.
+    sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
+Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fallback" requires
+|C - O| <= 2*gamma*max(|O|, m_O), plus 2*k*(s_i + max s) behind an ill-conditioned op; every
+class change is unexplained unless nonfinite-order, saturation or overflow-territory applies.
+
+Discrete outputs (integer/bool): no element is explained. A differing element of an output made
+directly by ArgMax/ArgMin, a comparison or a Cast to int/bool counts as unstable only when the
+float64 value feeding it lies within rounding of the decision boundary (SetEvidence.decision,
+decisions.near_boundary); otherwise it is a mismatch. Other discrete outputs, and any output when
+no decision evidence is available, use the perturbation controls below.
+
+unstable positions (controls on the ORIGINAL: CONTROLS in rules.py, each named with its tests)
+    - the original run twice on the same inputs: any element that differs;
+    - the original on float inputs moved by up to PERTURB_ULPS ulps (checkerboard runs, then random
+      ones; at least 8 when the graph holds discrete ops): an element whose class changes, an
+      integer element that changes, or, behind a discontinuous op (Floor, Round, comparisons,
+      Cast to int, ...: graphinfo.DISCRETE_OPS), a float element that moves by more than
+      JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from onnxrefine.verify import graphinfo
+from onnxrefine.verify.judge.compare import ValueClass, bit_identical, ordered_int
+from onnxrefine.verify.judge.decisions import DecisionEvidence
+from onnxrefine.verify.judge.rules import (CONTROLS, JUMP, PERTURB_ULPS, RULES, Control, ControlFacts, DiscreteFacts,
+                                     OutputFacts, Rule)
+
+
+
+class Verdict(StrEnum):
+    """A verdict, in order of severity. A str (StrEnum): it compares equal to, formats as and is
+    written to JSON as its value, so reports read exactly as they did with plain strings."""
+
+    EXACT = "exact"
+    ROUNDING = "rounding"
+    UNSTABLE = "unstable"
+    MISMATCH = "mismatch"
+
+    @property
+    def accepted(self) -> bool:
+        """A candidate with this verdict computes what the original computes (up to rounding)."""
+        return self in (Verdict.EXACT, Verdict.ROUNDING)
+
+
+EXACT, ROUNDING, UNSTABLE, MISMATCH = Verdict.EXACT, Verdict.ROUNDING, Verdict.UNSTABLE, Verdict.MISMATCH
+VERDICTS = tuple(Verdict)  # in order of severity
+
+N_MIN = 4
+STAT_K = 4
+SCATTER_POINTS = 400
+
+FIN = int(ValueClass.FINITE)
+
+__all__ = [
+    "Verdict", "ValueClass", "CONTROLS", "Control", "JUMP",
+    "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "RULES", "Rule", "RoundingBound",
+    "SetEvidence", "Judgement", "DecisionEvidence", "judge_output", "perturb", "worst",
+    "perturbation_runs", "lowest_precision_u", "describe_bound", "nonfinite_replaced",
+]
+
+
+def worst(verdicts) -> str:
+    return max(verdicts, key=VERDICTS.index, default=EXACT)
+
+
+def effective_n(accumulation: int) -> int:
+    """n of gamma_n for an accumulation length N (see the module docstring)."""
+    accumulation = max(1, int(accumulation))
+    return max(N_MIN, min(accumulation, STAT_K * math.isqrt(accumulation - 1) + STAT_K))
+
+
+@dataclass
+class RoundingBound:
+    u: float
+    depth: int
+    width: int
+    n: int
+    gamma: float
+    path_sum: int = 0
+    # ill-conditioned op types behind the value; None: unknown (the sensitivity term applies)
+    amplifiers: tuple | None = None
+    # discontinuous op types behind the value; None: unknown (float jumps count as unstable)
+    jumps: tuple | None = None
+
+    @classmethod
+    def for_output(cls, u: float, depth: int, width: int, *, path_sum: int | None = None,
+                   amplifiers=None, jumps=None) -> "RoundingBound":
+        """path_sum None: depth * width stands in for it (an upper bound of it)."""
+        total = int(path_sum) if path_sum is not None else int(depth) * int(width)
+        n = effective_n(total)
+        return cls(u=u, depth=depth, width=width, n=n, gamma=n * u / (1.0 - n * u), path_sum=total,
+                   amplifiers=None if amplifiers is None else tuple(amplifiers),
+                   jumps=None if jumps is None else tuple(jumps))
+
+    @classmethod
+    def for_value(cls, u: float, accumulation: graphinfo.Accumulation) -> "RoundingBound":
+        return cls.for_output(u, accumulation.depth, accumulation.width, path_sum=accumulation.path_sum,
+                              amplifiers=accumulation.amplifiers, jumps=accumulation.jumps)
+
+    @property
+    def ill_conditioned(self) -> bool:
+        return self.amplifiers is None or bool(self.amplifiers)
+
+    @property
+    def discontinuous(self) -> bool:
+        return self.jumps is None or bool(self.jumps)
+
+    def to_dict(self) -> dict:
+        result = dict(self.__dict__)
+        for key in ("amplifiers", "jumps"):
+            result[key] = None if result[key] is None else list(result[key])
+        return result
+
+
+@dataclass
+class SetEvidence:
+    """What the runs produced for one output on one input set."""
+
+    original: np.ndarray
+    rerun: np.ndarray
+    candidate: np.ndarray
+    perturbed: list = field(default_factory=list)
+    reference: np.ndarray | None = None
+    extreme: bool = False  # the input set holds finite floats beyond sqrt(max) of their dtype
+    nonfinite_inputs: bool = False  # the input set holds inf or NaN
+    # bool per element: depends on the non-finite input elements (None: unknown, all assumed to)
+    nonfinite_cone: np.ndarray | None = None
+    decision: DecisionEvidence | None = None  # float64 values feeding a discrete output's op
+
+
+@dataclass
+class Judgement:
+    verdict: str
+    differing: int = 0
+    unexplained: int = 0
+    unstable_positions: int = 0
+    orig_err_max: float | None = None
+    cand_err_max: float | None = None
+    used_reference: bool = False
+    overflow_excused: int = 0
+    nonfinite_excused: int = 0
+    scatter: dict = field(default_factory=lambda: {"ref": [], "orig": [], "cand": []})
+    notes: list = field(default_factory=list)
+    excused: dict = field(default_factory=dict)  # rule name -> elements it explained
+
+
+def nonfinite_replaced(feeds, value: float) -> dict:
+    """The feeds with every inf/NaN float element replaced by `value`.
+
+    Running the original on these (twice, with two values) and seeing which output elements change
+    gives each element's dependency on the non-finite inputs (SetEvidence.nonfinite_cone). An
+    element that does not change cannot depend on them through any path onnxruntime evaluates
+    (it is deterministic; the rerun control covers the rest). One that depends on them but happens
+    to come out the same under both values (a Min against an inf, say) is left out of the cone:
+    that errs towards judging the element, never towards excusing it.
+    """
+    replaced = {}
+    for name, array in feeds.items():
+        array = np.asarray(array)
+        if graphinfo.is_float_dtype(array.dtype) and array.size:
+            bad = ~np.isfinite(array.astype(np.float64))
+            if bad.any():
+                array = np.where(bad, np.asarray(value, dtype=array.dtype), array).astype(array.dtype)
+        replaced[name] = array
+    return replaced
+
+
+def perturb(array: np.ndarray, rng: np.random.Generator, max_ulps: int = PERTURB_ULPS,
+            checkerboard: int | None = None) -> np.ndarray:
+    """Move each finite element by up to max_ulps ulps.
+
+    checkerboard=0/1: +max_ulps on even/odd flat positions and -max_ulps on the others (moves any
+    two neighbours apart or together by 2*max_ulps deterministically); None: random offsets.
+    """
+    if not graphinfo.is_float_dtype(array.dtype) or array.size == 0:
+        return array
+    bits = 8 * array.dtype.itemsize
+    keys = ordered_int(array)
+    if checkerboard is None:
+        offsets = rng.integers(-max_ulps, max_ulps + 1, size=array.shape)
+    else:
+        parity = (np.arange(array.size).reshape(array.shape) + checkerboard) % 2
+        offsets = np.where(parity == 0, max_ulps, -max_ulps)
+    moved = keys + offsets
+    sign_bit = np.int64(1) << np.int64(bits - 1) if bits < 64 else np.int64(np.iinfo(np.int64).min)
+    raw = np.where(moved < 0, (-moved) | sign_bit, moved)
+    unsigned = {2: np.uint16, 4: np.uint32, 8: np.uint64, 1: np.uint8}[array.dtype.itemsize]
+    result = raw.astype(unsigned).view(array.dtype).reshape(array.shape)
+    keep = ~np.isfinite(array.astype(np.float64)) | ~np.isfinite(result.astype(np.float64))
+    return np.where(keep, array, result).astype(array.dtype)
+
+
+def unstable_positions(evidence: SetEvidence, bound: RoundingBound) -> np.ndarray:
+    """Elements where the original itself is not a fixed function of its inputs: any of CONTROLS."""
+    facts = ControlFacts(evidence, bound)
+    unstable = facts.none
+    for control in CONTROLS:
+        # not in place: a 0-d output's masks broadcast to the (1,) that bit_identical makes of it
+        unstable = unstable | control.apply(facts)
+    return unstable
+
+
+def _explained_discrete(evidence: SetEvidence, bound: RoundingBound, differ: np.ndarray,
+                        judgement: Judgement) -> np.ndarray:
+    explained = np.zeros(differ.shape, dtype=bool)
+    if evidence.decision is None or not evidence.decision.usable(differ.shape):
+        return explained
+    facts = DiscreteFacts(evidence, bound)
+    for rule in RULES:
+        if rule.discrete:
+            matched = rule.apply(facts) & differ & ~explained
+            if matched.any():
+                judgement.excused[rule.name] = judgement.excused.get(rule.name, 0) + int(np.count_nonzero(matched))
+            explained |= matched
+    return explained
+
+
+def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.ndarray,
+                     differ: np.ndarray, judgement: Judgement) -> np.ndarray:
+    facts = OutputFacts(evidence, bound, unstable)
+    explained = np.zeros(differ.shape, dtype=bool)
+    vetoed = np.zeros(differ.shape, dtype=bool)
+    has_reference = facts.r is not None
+    for rule in RULES:
+        if rule.discrete or (rule.needs_reference is not None and rule.needs_reference != has_reference):
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            matched = rule.apply(facts) & differ
+        if rule.veto:
+            vetoed |= matched
+            continue
+        new = matched & ~explained
+        if new.any():
+            judgement.excused[rule.name] = judgement.excused.get(rule.name, 0) + int(np.count_nonzero(new))
+        explained |= matched
+    explained &= ~vetoed
+    unstable &= ~vetoed  # a veto also overrides the original's instability (a pole at 0, say)
+    if has_reference:
+        _record_errors(facts, judgement)
+    return explained
+
+
+def _record_errors(f: OutputFacts, judgement: Judgement) -> None:
+    judgement.used_reference = True
+    finite_r = f.cr == FIN
+    finite_ar = (f.ca == FIN) & finite_r
+    cand_err = np.where((f.cc == FIN) & finite_r, f.err_c, 0.0)
+    judgement.orig_err_max = max(judgement.orig_err_max or 0.0, float(f.err_o.max(initial=0.0)))
+    judgement.cand_err_max = max(judgement.cand_err_max or 0.0, float(cand_err.max(initial=0.0)))
+    _sample_scatter(judgement, np.abs(np.where(finite_r, f.r, 0.0)), f.err_o, cand_err,
+                    finite_ar & (f.cc == FIN))
+
+
+def _sample_scatter(judgement: Judgement, ref_abs, orig_err, cand_err, usable) -> None:
+    room = SCATTER_POINTS - len(judgement.scatter["ref"])
+    index = np.flatnonzero(usable.ravel())
+    if room <= 0 or index.size == 0:
+        return
+    if index.size > room:
+        index = index[np.linspace(0, index.size - 1, room).astype(np.int64)]
+    judgement.scatter["ref"].extend(ref_abs.ravel()[index].tolist())
+    judgement.scatter["orig"].extend(orig_err.ravel()[index].tolist())
+    judgement.scatter["cand"].extend(cand_err.ravel()[index].tolist())
+
+
+def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
+    """The verdict for one output (or any value) over all input sets (module docstring)."""
+    judgement = Judgement(verdict=EXACT)
+    per_set = []
+    for evidence in sets:
+        original, candidate = evidence.original, evidence.candidate
+        if original.shape != candidate.shape or original.dtype != candidate.dtype:
+            judgement.notes.append(
+                f"candidate output is {candidate.dtype}{list(candidate.shape)}, "
+                f"the original's {original.dtype}{list(original.shape)}")
+            judgement.verdict = MISMATCH
+            judgement.differing += int(max(original.size, candidate.size))
+            judgement.unexplained += int(max(original.size, candidate.size))
+            return judgement
+        differ = ~bit_identical(candidate, original)
+        judgement.differing += int(np.count_nonzero(differ))
+        if not differ.any():
+            per_set.append(EXACT)
+            continue
+        unstable = unstable_positions(evidence, bound)
+        if graphinfo.is_float_dtype(original.dtype):
+            explained = _explained_float(evidence, bound, unstable, differ, judgement)  # may veto unstable
+        else:
+            explained = _explained_discrete(evidence, bound, differ, judgement)
+        judgement.unstable_positions += int(np.count_nonzero(unstable))
+        unexplained = differ & ~explained
+        judgement.unexplained += int(np.count_nonzero(unexplained))
+        if not unexplained.any():
+            per_set.append(ROUNDING)
+        elif not (unexplained & ~unstable).any():
+            per_set.append(UNSTABLE)
+        else:
+            per_set.append(MISMATCH)
+    judgement.overflow_excused = _excused(judgement, "overflow-territory")
+    judgement.nonfinite_excused = _excused(judgement, "nonfinite-order", "saturation")
+    judgement.verdict = worst(per_set)
+    return judgement
+
+
+_RULES_BY_NAME = {rule.name: rule for rule in RULES}
+
+
+def _excused(judgement: Judgement, *names: str) -> int:
+    """Elements the named rules of RULES explained (a KeyError, not a silent 0, if one is renamed)."""
+    return sum(judgement.excused.get(_RULES_BY_NAME[name].name, 0) for name in names)
+
+
+def perturbation_runs(trials: int, discrete: bool) -> int:
+    return max(8, trials) if discrete else max(2, trials)
+
+
+def lowest_precision_u(float_dtypes) -> float:
+    roundoffs = [graphinfo.unit_roundoff(dtype) for dtype in float_dtypes]
+    return max(roundoffs) if roundoffs else graphinfo.unit_roundoff(np.float32)
+
+
+def describe_bound(bound: RoundingBound) -> str:
+    amplified = "" if not bound.amplifiers else f", behind {'/'.join(bound.amplifiers)}"
+    return (f"n={bound.n} (accumulation {bound.path_sum}: depth {bound.depth}, widest {bound.width}), "
+            f"u=2^{math.log2(bound.u):.0f}, gamma_n={bound.gamma:.3g}{amplified}")

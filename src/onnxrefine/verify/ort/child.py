@@ -1,0 +1,266 @@
+"""An onnxruntime session in a child process that the parent watches (resources.py).
+
+The parent (`WatchedSession`) starts `python -m onnxrefine.verify.ort.child`, sends it the
+session's source (a model path, or a small model's bytes) and the run settings, then run requests
+(output names, feeds); messages are length-prefixed pickles over the child's stdin/stdout. While it
+waits, the parent polls the child's resident set size and the wall clock: past the memory cap (the
+child's RSS when the request was sent, plus the memory budget) or the time limit, the child is
+killed and `ResourceLimitError` says which limit stopped it. A child that dies by itself (the
+kernel's OOM killer, a crash in a kernel) is a `RunFailedError`. Either way this process goes on.
+
+One child serves every watched session of this process (started on first need, stopped at exit
+or when a limit stops it): start-up (a Python importing onnxruntime) is paid once per run. Feeds
+and results cross the pipe as pickles. bench/budget_cost.py measures both; the runner uses the
+child only where the estimate is uncertain or close to the budget.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+_HEADER = struct.Struct("<Q")
+POLL_S = 0.02
+
+
+def _write(stream, message) -> None:
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(payload)))
+    stream.write(payload)
+    stream.flush()
+
+
+def _read_exact(stream, count: int) -> bytes:
+    chunks, left = [], count
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+# -- the child ---------------------------------------------------------------------------------
+
+def _serve() -> None:
+    import numpy as np
+
+    from onnxrefine.verify.ort.errors import describe
+    from onnxrefine.verify.ort.runner import RunSettings, session_options
+
+    import onnxruntime  # noqa: F401  (imported before "ready": start-up is not a run's time)
+
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but messages on the pipe
+    sessions: dict[int, object] = {}
+    _write(stdout, ("ok", "ready"))
+    while True:
+        try:
+            header = _read_exact(stdin, _HEADER.size)
+        except EOFError:
+            return
+        request = pickle.loads(_read_exact(stdin, _HEADER.unpack(header)[0]))
+        kind, key = request[0], request[1]
+        if kind == "load":
+            import onnxruntime as ort
+
+            _, _, source, settings, library, role = request
+            settings = RunSettings(**{**settings, "providers": tuple(settings["providers"])})
+            try:
+                sessions[key] = ort.InferenceSession(source, sess_options=session_options(settings, library),
+                                                     providers=list(settings.providers))
+                _write(stdout, ("ok", None))
+            except Exception as exc:
+                _write(stdout, ("error", describe(exc, "load", role)))
+        elif kind == "run":
+            _, _, names, feeds, role = request
+            try:
+                results = sessions[key].run(names, feeds)
+                _write(stdout, ("ok", [np.asarray(value) for value in results]))
+            except Exception as exc:
+                _write(stdout, ("error", describe(exc, "run", role)))
+        elif kind == "close":
+            sessions.pop(key, None)
+            _write(stdout, ("ok", None))
+
+
+# -- the parent --------------------------------------------------------------------------------
+
+class ChildFailed(Exception):
+    """The child reported an error (its one-line description is the message)."""
+
+
+class _Worker:
+    """The child process; one at a time, shared by every watched session of this process (one
+    start-up per run, not per session). A limit that stops it ends every session it holds."""
+
+    def __init__(self):
+        env = dict(os.environ)
+        # The child must import this very package (a worktree on PYTHONPATH, an editable install).
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "onnxrefine.verify.ort.child"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.next_key = 0
+        try:  # start-up (imports) is waited for here, outside any run's time limit
+            self._reply("child process", "starting", None, STARTUP_LIMIT_S)
+        except BaseException:
+            self.stop()
+            raise
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def call(self, request, role: str, doing: str, memory_budget: int, time_limit_s: float):
+        if not self.alive():
+            raise RuntimeError(self._death(role, doing))
+        cap = max(_rss(self.process.pid), _LOAD_BASE) + memory_budget
+        try:
+            _write(self.process.stdin, request)
+        except (BrokenPipeError, OSError):
+            raise RuntimeError(self._death(role, doing)) from None
+        return self._reply(role, doing, (cap, memory_budget), time_limit_s)
+
+    def _reply(self, role: str, doing: str, memory, time_limit_s: float):
+        """The child's answer, polling its RSS (`memory`: (cap, budget), or None) and the clock."""
+        from onnxrefine.resources import ResourceLimitError, format_bytes
+
+        started = time.monotonic()
+        stream = self.process.stdout
+        while True:
+            ready, _, _ = select.select([stream.fileno()], [], [], POLL_S)
+            if ready:
+                break
+            rss = _rss(self.process.pid)
+            if memory is not None and rss > memory[0]:
+                self.stop()
+                raise ResourceLimitError(
+                    f"{role}: onnxruntime stopped while {doing}: it used {format_bytes(rss)}, over the "
+                    f"memory budget of {format_bytes(memory[1])} (--memory-budget)")
+            if time.monotonic() - started > time_limit_s:
+                self.stop()
+                raise ResourceLimitError(f"{role}: onnxruntime stopped while {doing}: over the time limit "
+                                         f"of {time_limit_s:.3g} s")
+            if self.process.poll() is not None:
+                break
+        try:
+            header = _read_exact(stream, _HEADER.size)
+            reply = pickle.loads(_read_exact(stream, _HEADER.unpack(header)[0]))
+        except (EOFError, OSError, pickle.UnpicklingError):
+            raise RuntimeError(self._death(role, doing)) from None
+        if reply[0] == "error":
+            raise ChildFailed(reply[1])
+        return reply[1]
+
+    def _death(self, role: str, doing: str) -> str:
+        code = self.process.wait() if self.process is not None else None
+        self.stop()
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+        return f"{role}: onnxruntime's process died while {doing} ({how})"
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except OSError:
+                process.kill()
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+_WORKER: _Worker | None = None
+
+
+def _worker() -> _Worker:
+    global _WORKER
+    if _WORKER is None or not _WORKER.alive():
+        _WORKER = _Worker()
+    return _WORKER
+
+
+@atexit.register
+def _stop_worker() -> None:
+    if _WORKER is not None:
+        _WORKER.stop()
+
+
+class WatchedSession:
+    """A session in the child process; `run(names, feeds)` returns the output arrays. Raises
+    ChildFailed (the session's own error), resources.ResourceLimitError (a limit stopped the child)
+    or RuntimeError (the child died)."""
+
+    def __init__(self, source, settings, custom_op_library, role: str, memory_budget: int,
+                 time_limit_s: float):
+        self.role = role
+        self.memory_budget = memory_budget
+        self.time_limit_s = time_limit_s
+        self.worker = _worker()
+        self.key = self.worker.next_key
+        self.worker.next_key += 1
+        self._call(("load", self.key, source, settings.to_dict(), custom_op_library, role), "loading")
+
+    def run(self, names, feeds):
+        return self._call(("run", self.key, list(names), dict(feeds), self.role), "running")
+
+    def _call(self, request, doing: str):
+        if self.worker is None:
+            raise RuntimeError(f"{self.role}: the onnxruntime child process is gone")
+        return self.worker.call(request, self.role, doing, self.memory_budget, self.time_limit_s)
+
+    def close(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None and worker.alive():
+            try:
+                worker.call(("close", self.key), self.role, "closing", self.memory_budget, self.time_limit_s)
+            except Exception:  # a worker that fails to close a session is stopped instead
+                worker.stop()
+
+
+# A child's resident size before any session exists (Python, numpy, onnxruntime: ~90 MiB here);
+# the cap never starts below it plus the budget.
+_LOAD_BASE = 128 << 20
+# The child's imports (numpy, onnxruntime): 0.3-2.3 s here depending on load.
+STARTUP_LIMIT_S = 120.0
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this child when its parent dies (a killed onnxrefine leaves no orphan
+    running a model)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C reaches it, not us
+    _die_with_parent()
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        sys.exit(1)
+    _serve()

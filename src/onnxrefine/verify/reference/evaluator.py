@@ -1,0 +1,422 @@
+"""A float64 reference evaluator: the model's arithmetic, as ideal as float64 allows.
+
+Every floating tensor (float32/float16/bfloat16/float8/float64 feeds, initializers, Constant values,
+Cast/CastLike to a floating type) is carried as float64; integer and bool tensors keep their exact dtype and
+ONNX semantics. The result is what the graph computes with (almost) no rounding, which is what verification
+compares float32 runs against.
+
+Known, deliberate departures from a float32 runtime:
+- float32 is modelled as real arithmetic (no rounding, no overflow), Cast to float32 included. Narrower
+  formats are not: a Cast to float16/bfloat16/float8 and every float16/bfloat16 node output are rounded
+  to that type as the spec says (see ``kernels.dtype``).
+- Cast of NaN/inf or out-of-range floats to an integer type is undefined in ONNX; we return numpy's result.
+- Random* ops are not evaluated (their values are not part of a model's deterministic meaning).
+
+Most ops run in hand-written numpy kernels (``kernels/*``, registered at import into
+``base.KERNELS``, the leaf module they and this one share);
+other standard ops fall back to ``onnx.reference`` on the float64 arrays, with a check that the fallback did
+not hand back a lower-precision float.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from onnxrefine.errors import OnnxRefineError
+from onnxrefine.ir.opsets import STANDARD_DOMAINS as _STANDARD_DOMAINS
+from onnxrefine.ir.validate import sparse_to_dense
+from onnxrefine.verify.reference.kernels import control  # noqa: F401  (registers its kernels)
+from onnxrefine.verify.reference.kernels import dtype as _dtype
+from onnxrefine.verify.reference.kernels import nn  # noqa: F401  (registers its kernels)
+from onnxrefine.verify.reference.kernels import quant  # noqa: F401  (registers its kernels)
+from onnxrefine.verify.reference.kernels import shape  # noqa: F401  (registers its kernels)
+from onnxrefine.verify.reference.kernels import tensor as _tensor
+from onnxrefine.verify.reference.base import (KERNELS, NodeCall, ReferencePrecisionWarning,
+                                              UnsupportedOperatorError)
+from onnxrefine.verify.reference.kernels.tensor import to_internal
+from onnxrefine.verify.reference.memory import Initializer as _Initializer
+from onnxrefine.verify.reference.memory import last_uses
+
+__all__ = [
+    "NodeCall",
+    "ReferencePrecisionWarning",
+    "UnsupportedOperatorError",
+    "evaluate_float64",
+    "supported_op_types",
+]
+
+# Ops whose value is not a deterministic function of the inputs; refusing is more honest than guessing.
+_NONDETERMINISTIC = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+# Ops with no meaning in ideal arithmetic, or that need more than numpy.
+_REFUSED = {
+    "BitCast": "reinterprets the bits of a float, which has no meaning once floats are carried as float64",
+    "ImageDecoder": "decodes image bytes (needs Pillow), outside what the reference models",
+}
+
+
+# The native kernels: base.py's table, filled by the kernel modules imported above (the
+# same dict object, so a test that swaps one kernel with monkeypatch.setitem swaps it here).
+_NATIVE = KERNELS
+
+
+def native_op_types() -> frozenset[str]:
+    """Standard-domain ops evaluated by this package's own kernels."""
+    return frozenset(_NATIVE)
+
+
+def fallback_op_types() -> frozenset[str]:
+    """Standard-domain ops evaluated through onnx.reference (on float64 arrays)."""
+    global _FALLBACK_CACHE
+    if _FALLBACK_CACHE is None:
+        from onnx.reference.ops._op_list import load_op
+
+        names = {
+            schema.name
+            for schema in onnx.defs.get_all_schemas_with_history()
+            if schema.domain in _STANDARD_DOMAINS and schema.name not in _NATIVE
+        }
+        loadable = set()
+        for name in names - _NONDETERMINISTIC - set(_REFUSED):
+            try:
+                load_op("", name)
+            except Exception:  # noqa: BLE001 - onnx.reference simply lacks this op
+                continue
+            loadable.add(name)
+        _FALLBACK_CACHE = frozenset(loadable)
+    return _FALLBACK_CACHE
+
+
+_FALLBACK_CACHE: frozenset[str] | None = None
+
+
+def supported_op_types() -> frozenset[str]:
+    """Standard-domain op types this evaluator can run (natively or through the onnx.reference fallback)."""
+    return native_op_types() | fallback_op_types()
+
+
+def evaluate_float64(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    outputs: Sequence[str] | None = None,
+    base_dir: str | None = None,
+    observe: Any = None,
+) -> dict[str, np.ndarray]:
+    """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all).
+
+    Initializers stored as external data are read from ``base_dir`` memory-mapped, and converted to
+    float64 only while the node that reads them runs; each value is freed after its last use.
+
+    ``observe(name, value)``, when given, is called with each main-graph node output as soon as it is
+    computed (in node order), so a caller can compare intermediates without this evaluator keeping them.
+    """
+    opsets = {op.domain or "": op.version for op in model.opset_import}
+    if "ai.onnx" in opsets and "" not in opsets:
+        opsets[""] = opsets["ai.onnx"]
+    functions = {(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
+    evaluator = _Evaluator(opsets, functions)
+    evaluator.narrow_types = _dtype.narrow_value_types(model)
+    evaluator.base_dir = base_dir
+    evaluator.observe = observe
+    graph = model.graph
+    wanted = list(outputs) if outputs is not None else [o.name for o in graph.output]
+    env = evaluator.bind_graph_inputs(graph, feeds)
+    results = evaluator.run_graph(graph, env, parent_scope=None, wanted=wanted)
+    return {name: results[name] for name in wanted}
+
+
+class _Scope(dict):
+    """Values visible to a graph: its own, then (read-only) those of enclosing graphs."""
+
+    def __init__(self, parent: _Scope | None = None):
+        super().__init__()
+        self.parent = parent
+
+    def lookup(self, name: str) -> Any:
+        scope: _Scope | None = self
+        while scope is not None:
+            if name in scope:
+                value = dict.__getitem__(scope, name)
+                # A weight is converted to float64 for the node reading it, never kept converted.
+                return value.load() if isinstance(value, _Initializer) else value
+            scope = scope.parent
+        raise KeyError(name)
+
+
+def _attribute_value(attr: onnx.AttributeProto) -> Any:
+    value = helper.get_attribute_value(attr)
+    if attr.type == onnx.AttributeProto.TENSOR:
+        return to_internal(numpy_helper.to_array(value))
+    if attr.type == onnx.AttributeProto.TENSORS:
+        return [to_internal(numpy_helper.to_array(t)) for t in value]
+    if attr.type == onnx.AttributeProto.SPARSE_TENSOR:
+        return to_internal(sparse_to_dense(value))
+    if attr.type == onnx.AttributeProto.STRING:
+        return value.decode("utf-8") if isinstance(value, bytes) else value
+    if attr.type == onnx.AttributeProto.STRINGS:
+        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+    if attr.type in (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS):
+        return list(value)
+    return value
+
+
+class _Evaluator:
+    def __init__(self, opsets: dict[str, int], functions: dict):
+        self.opsets = opsets
+        self.functions = functions
+        self._fallback_cache: dict[Any, Any] = {}
+        self.narrow_types: dict[str, int] = {}  # float16/bfloat16 value names, rounded where produced
+        self.base_dir: str | None = None
+        self.peak_live = 0  # most computed values held at once by one graph (freed after last use)
+        self._last_uses: dict[int, tuple] = {}
+        self.observe = None  # see evaluate_float64
+
+    # -- graphs -------------------------------------------------------------------------------------------
+    def bind_graph_inputs(self, graph: onnx.GraphProto, feeds: Mapping[str, np.ndarray]) -> _Scope:
+        env = _Scope()
+        for init in graph.initializer:
+            env[init.name] = _Initializer(init, self.base_dir)
+        for sparse in graph.sparse_initializer:
+            env[sparse.values.name] = to_internal(sparse_to_dense(sparse))
+        input_names = {i.name for i in graph.input}
+        for name, value in feeds.items():
+            if name not in input_names:
+                raise OnnxRefineError(f"feed {name!r} is not an input of the model")
+            env[name] = to_internal(np.asarray(value))
+        missing = [i.name for i in graph.input if i.name not in env]
+        if missing:
+            raise OnnxRefineError(f"missing feeds for model inputs: {', '.join(missing)}")
+        return env
+
+    def run_graph(self, graph, env: _Scope, parent_scope: _Scope | None, wanted: Sequence[str]) -> dict:
+        env.parent = parent_scope
+        for init in graph.initializer:
+            if init.name not in env:
+                env[init.name] = _Initializer(init, self.base_dir)
+        nodes, last_use = self._schedule(graph)
+        keep = set(wanted)
+        live = sum(1 for value in dict.values(env) if not isinstance(value, _Initializer))
+        for index, node in enumerate(nodes):
+            self.run_node(node, env, self.opsets)
+            for out in node.output:
+                if out in self.narrow_types:
+                    env[out] = _dtype.round_to(env[out], self.narrow_types[out])
+            if self.observe is not None and parent_scope is None:  # main graph only (localisation)
+                for name in node.output:
+                    if name:
+                        self.observe(name, dict.get(env, name))
+            live += sum(1 for name in node.output if name)
+            self.peak_live = max(self.peak_live, live)
+            for name in last_use.get(index, ()):
+                if name not in keep and dict.__contains__(env, name):
+                    live -= not isinstance(dict.pop(env, name), _Initializer)
+        result = {}
+        for name in wanted:
+            try:
+                result[name] = env.lookup(name)
+            except KeyError:
+                raise OnnxRefineError(f"output {name!r} is not computed by the graph") from None
+        return result
+
+    def _schedule(self, graph: onnx.GraphProto) -> tuple[list, dict]:
+        """The graph's nodes (Log(Softmax) as LogSoftmax) and, per node index, the names read for
+        the last time there."""
+        cached = self._last_uses.get(id(graph))
+        if cached is None or cached[0] is not graph:
+            producers = {out: node for node in graph.node for out in node.output if out}
+            nodes = [_log_softmax_form(node, producers) for node in graph.node]
+            cached = self._last_uses[id(graph)] = (graph, nodes, last_uses(graph.node, nodes))
+        return cached[1], cached[2]
+
+    def run_subgraph(self, graph: onnx.GraphProto, inputs: Sequence[Any], outer: _Scope) -> list:
+        env = _Scope()
+        for formal, value in zip(graph.input, inputs):
+            env[formal.name] = value
+        outs = self.run_graph(graph, env, outer, [o.name for o in graph.output])
+        return [outs[o.name] for o in graph.output]
+
+    # -- nodes --------------------------------------------------------------------------------------------
+    def run_node(self, node: onnx.NodeProto, env: _Scope, opsets: dict[str, int],
+                 caller_attrs: Mapping[str, Any] | None = None) -> None:
+        inputs = []
+        for name in node.input:
+            if name == "":
+                inputs.append(None)
+                continue
+            try:
+                inputs.append(env.lookup(name))
+            except KeyError:
+                raise OnnxRefineError(
+                    f"node {node.name or node.op_type!r} reads {name!r}, which is not yet computed"
+                ) from None
+        attrs = {}
+        for attr in node.attribute:
+            if attr.ref_attr_name:
+                if caller_attrs is not None and attr.ref_attr_name in caller_attrs:
+                    attrs[attr.name] = caller_attrs[attr.ref_attr_name]
+                continue
+            attrs[attr.name] = _attribute_value(attr)
+        domain = node.domain or ""
+        outputs = self.dispatch(node, domain, inputs, attrs, opsets, env)
+        for name, value in zip(node.output, outputs):
+            if name:
+                env[name] = value
+
+    def dispatch(self, node, domain, inputs, attrs, opsets, env) -> Sequence[Any]:
+        key = (domain, node.op_type, node.overload if node.HasField("overload") else "")
+        function = self.functions.get(key) or self.functions.get((domain, node.op_type, ""))
+        if function is not None:
+            return self._run_function(function, inputs, attrs, env)
+        if domain not in _STANDARD_DOMAINS:
+            raise UnsupportedOperatorError(
+                f"operator {domain}::{node.op_type} (node {node.name!r}) is outside the standard ONNX "
+                "domain and no model-local function defines it"
+            )
+        if node.op_type in _NONDETERMINISTIC:
+            raise UnsupportedOperatorError(
+                f"operator {node.op_type} (node {node.name!r}) is random; the float64 reference does not "
+                "evaluate it"
+            )
+        if node.op_type in _REFUSED:
+            raise UnsupportedOperatorError(
+                f"operator {node.op_type} (node {node.name!r}) is not evaluated: {_REFUSED[node.op_type]}"
+            )
+        opset = opsets.get("", opsets.get("ai.onnx", onnx.defs.onnx_opset_version()))
+        handler = _NATIVE.get(node.op_type)
+        call = NodeCall(node, inputs, attrs, opset, self, env)
+        if handler is not None:
+            return handler(call)
+        return self._run_fallback(call)
+
+    def _run_function(self, function: onnx.FunctionProto, inputs, attrs, env) -> list:
+        caller_attrs = {}
+        for attr in function.attribute_proto:
+            caller_attrs[attr.name] = _attribute_value(attr)
+        caller_attrs.update(attrs)
+        opsets = dict(self.opsets)
+        opsets.update({op.domain or "": op.version for op in function.opset_import})
+        local = _Scope()
+        for formal, value in zip(function.input, inputs):
+            if formal and value is not None:
+                local[formal] = value
+        for node in function.node:
+            self.run_node(node, local, opsets, caller_attrs)
+        outs = []
+        for name in function.output:
+            outs.append(dict.get(local, name))
+        return outs
+
+    def _run_fallback(self, call: NodeCall) -> list:
+        from onnx.reference import ReferenceEvaluator
+
+        node = call.node
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            raise UnsupportedOperatorError(
+                f"operator {node.op_type} (node {node.name!r}) has subgraphs and no native float64 kernel"
+            )
+        value_infos = []
+        feed = {}
+        in_names = []
+        for index, value in enumerate(call.inputs):
+            if value is None:
+                in_names.append("")
+                continue
+            name = f"in{index}"
+            in_names.append(name)
+            value_infos.append(_value_info_for(name, value))
+            feed[name] = value
+        out_names = [f"out{i}" if name else "" for i, name in enumerate(node.output)]
+        cache_key = (id(node), tuple((v.dtype.str, v.ndim) if isinstance(v, np.ndarray) else type(v)
+                                     for v in feed.values()))
+        session = self._fallback_cache.get(cache_key)
+        if session is None:
+            attrs = []
+            for attr in node.attribute:
+                if attr.ref_attr_name:
+                    continue
+                attrs.append(attr)
+            single = helper.make_node(node.op_type, in_names, out_names, domain=node.domain)
+            single.attribute.extend(attrs)
+            for name, value in call.attrs.items():
+                if not any(a.name == name for a in attrs):
+                    single.attribute.append(_make_attribute(name, value))
+            graph = helper.make_graph(
+                [single], "fallback", value_infos,
+                [helper.make_empty_tensor_value_info(n) for n in out_names if n],
+            )
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", call.opset)])
+            model.ir_version = onnx.IR_VERSION
+            try:
+                session = ReferenceEvaluator(model)
+            except Exception as exc:  # noqa: BLE001 - any failure here means "cannot evaluate"
+                raise UnsupportedOperatorError(
+                    f"operator {node.op_type} (node {node.name!r}) has no float64 kernel and onnx.reference "
+                    f"cannot load it: {exc}"
+                ) from exc
+            self._fallback_cache[cache_key] = session
+        try:
+            results = session.run(None, feed)
+        except Exception as exc:  # noqa: BLE001
+            raise UnsupportedOperatorError(
+                f"operator {node.op_type} (node {node.name!r}): onnx.reference fallback failed: {exc}"
+            ) from exc
+        had_float_input = any(isinstance(v, np.ndarray) and v.dtype == np.float64 for v in feed.values())
+        outs = []
+        results_iter = iter(results)
+        for name in out_names:
+            if not name:
+                outs.append(None)
+                continue
+            value = next(results_iter)
+            if isinstance(value, np.ndarray) and _tensor.is_floating(value.dtype) and value.dtype != np.float64:
+                if had_float_input:
+                    warnings.warn(
+                        f"onnx.reference's {node.op_type} returned {value.dtype} for float64 inputs; "
+                        "its result is less precise than the rest of the reference",
+                        ReferencePrecisionWarning,
+                        stacklevel=2,
+                    )
+            outs.append(to_internal(value) if isinstance(value, np.ndarray) else value)
+        return outs
+
+
+def _log_softmax_form(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto]) -> onnx.NodeProto:
+    """Log(Softmax(x)) evaluated as LogSoftmax(x), the same real function.
+
+    Even in float64 a softmax underflows to 0 once a logit trails the row maximum by ~745, and
+    log(0) = -inf where the true value is finite; the reference must not inherit that, or a
+    rewrite to LogSoftmax (exact in real arithmetic, finite there) looks like a bug.
+    """
+    if node.op_type != "Log" or (node.domain or "") not in _STANDARD_DOMAINS or not node.input:
+        return node
+    softmax = producers.get(node.input[0])
+    if softmax is None or softmax.op_type != "Softmax" or (softmax.domain or "") not in _STANDARD_DOMAINS:
+        return node
+    fused = helper.make_node("LogSoftmax", [softmax.input[0]], list(node.output), name=node.name,
+                             domain=softmax.domain)
+    fused.attribute.extend(softmax.attribute)   # same axis convention in every opset
+    return fused
+
+
+def _value_info_for(name: str, value: Any) -> onnx.ValueInfoProto:
+    if isinstance(value, list):
+        elem = value[0].dtype if value else np.dtype(np.float64)
+        elem_type = helper.np_dtype_to_tensor_dtype(elem)
+        return helper.make_tensor_sequence_value_info(name, elem_type, None)
+    if value.dtype == object:
+        return helper.make_tensor_value_info(name, onnx.TensorProto.STRING, None)
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), None)
+
+
+def _make_attribute(name: str, value: Any) -> onnx.AttributeProto:
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(name, numpy_helper.from_array(value))
+    return helper.make_attribute(name, value)
