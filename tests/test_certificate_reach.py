@@ -89,3 +89,47 @@ def test_a_model_onnxruntime_cannot_run_still_skips_as_before(planted, monkeypat
     _, report = onnxrefine.optimize_with_report(_unknown_shape_model(), [planted("relu_to_abs")])
     notes = _certificates(report, "relu_to_abs") + [reason for _, reason in _refusals(report, "relu_to_abs")]
     assert notes and all("the shape of 'e' is not known" in note for note in notes)
+
+
+def test_every_proof_family_names_tests_that_exist():
+    import ast
+    from pathlib import Path
+
+    from onnxrefine.verify.certificate.families import PROOFS
+
+    root = Path(__file__).resolve().parent.parent
+    defined = {}
+    for proof in PROOFS:
+        assert proof.why and proof.legitimate and proof.counterexamples, proof.family
+        for test in proof.legitimate + proof.counterexamples:
+            path, name = test.split("::")
+            if path not in defined:
+                tree = ast.parse((root / path).read_text())
+                defined[path] = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+            assert name in defined[path], f"{proof.family}: {test} does not exist"
+
+
+def test_a_proof_family_is_one_record_the_certifier_walks(monkeypatch):
+    # A planted family that "proves" Relu -> Abs by fiat: the certifier uses it as soon as it is a
+    # record (no other place names it), and its reading check, run first, is what stops it.
+    from onnxrefine.rewrite.rule import CertificateRequest
+    from onnxrefine.verify.certificate import families
+
+    asked = []
+
+    def by_fiat(request: CertificateRequest):
+        return "proved: by fiat" if request.rule == "relu_to_abs" else None
+
+    def reading(request, runtime):
+        asked.append(request.rule)
+        return None  # onnxruntime does not read it so: the first rewrite is run whole
+
+    planted_family = families.Proof("fiat", "test only", by_fiat, reading, ("t",), ("t",), exact=True)
+    monkeypatch.setattr(families, "PROOFS", (planted_family, *families.PROOFS))
+    model = _unknown_shape_model()
+    registry._load_pass_modules()
+    spec = PassSpec("planted_relu_to_abs", "test only", rules=(PLANTED["relu_to_abs"],), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    _, report = onnxrefine.optimize_with_report(model, ["planted_relu_to_abs"])
+    assert asked == ["relu_to_abs"]
+    assert [guard for guard, _ in _refusals(report, "relu_to_abs")] == ["certificate.failed"]

@@ -40,10 +40,11 @@ accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each co
 multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
 A rewrite that only removes Identity nodes is certified by Identity's definition
 (`model.forwards_through_identity`), one that removes x + 0 or x - 0 by IEEE 754's
-(`proofs.zero_addition_proof`). Some families are certified by proof
-(`certificate/proofs.py`), once the proof's reading of the ops has been checked against
-onnxruntime in the optimization: by asking onnxruntime for an affine fold's tail map
-(`certificate/reading.py`), or else by running the rule's first rewrite whole. Building the
+(`proofs.zero_addition_proof`). Some families are certified by proof (the records of
+`families.PROOFS`: proofs.py's proofs, each with reading.py's check beside it), once the proof's
+reading of the ops has been checked against onnxruntime in the optimization: by asking
+onnxruntime for an affine fold's tail map, a Split's order or a Gemm's reading, or else by
+running the rule's first rewrite whole. Building the
 model (boundary, canonical names, cache key) is `certificate/model.py`.
 """
 
@@ -58,16 +59,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
-from onnxrefine.verify.certificate.proofs import (
-    affine_fold_proof,
-    affine_tail,
-    gemm_from_matmul_add_proof,
-    gemm_parts,
-    merged_matmul_parts,
-    merged_matmul_proof,
-    zero_addition_proof,
-)
-from onnxrefine.verify.certificate.reading import gemm_reading_agrees, split_reading_agrees, tail_reading_agrees
+from onnxrefine.verify.certificate import families
 from onnxrefine.verify.certificate.bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate.bound import judge_exact, judge_reassociating, side_model
@@ -183,47 +175,34 @@ class Certifier:
     # -- building -----------------------------------------------------------------------------
 
     def _certify(self, request: CertificateRequest) -> CertificateOutcome:
-        definition = zero_addition_proof(request)  # by IEEE 754's definition: nothing to cross-check
-        if definition is not None:
-            self.stats.proved += 1
-            return CertificateOutcome("certified", definition)
-        proof = reading = None
-        if request.kind != EXACT:
-            proof, reading = affine_fold_proof(request), "tail"
-            if proof is None:
-                proof, reading = merged_matmul_proof(request), "split"
-            if proof is None:
-                proof, reading = gemm_from_matmul_add_proof(request), "gemm"
-        family = (request.rule, reading)  # a proof's reading is cross-checked per rule and family
-        if proof is not None and family in self._cross_checked:
-            self.stats.proved += 1
-            return CertificateOutcome("certified", proof)
-        if proof is not None and reading in ("tail", "split", "gemm"):
+        """The first proof family (families.PROOFS) that proves the rewrite, once its reading of
+        the ops has been checked against onnxruntime in this optimization; else a run."""
+        for proof in families.PROOFS:
+            if request.kind == EXACT and not proof.exact:
+                continue
+            note = proof.prove(request)
+            if note is None:
+                continue
+            family = (request.rule, proof.family)  # a proof's reading is cross-checked per rule and family
+            if proof.reading is None or family in self._cross_checked:
+                self.stats.proved += 1
+                return CertificateOutcome("certified", note)
             # What the proof reads of the ops (an affine tail's map, a Split's order) is asked of
-            # onnxruntime on this model's constants (certificate/reading.py) instead of running
-            # the whole first rewrite; where it disagrees or cannot say, the run decides.
-            if reading == "tail":
-                tail = affine_tail(request)
-                reading = None if tail is None else tail_reading_agrees(tail, _make_session, _run)
-            elif reading == "split":
-                parts = merged_matmul_parts(request)
-                reading = None if parts is None else split_reading_agrees(
-                    parts, request.outputs, dict(request.model.opset_imports), _make_session, _run)
-            else:
-                dtype = request.context.facts.dtype(request.outputs[0][0]) or request.outputs[0][0].dtype
-                reading = None if dtype is None else gemm_reading_agrees(
-                    gemm_parts(request), dtype.numpy(), dict(request.model.opset_imports), _make_session, _run)
+            # onnxruntime on this model's constants instead of running the whole first rewrite;
+            # where it disagrees or cannot say, the run decides.
+            reading = proof.reading(request, RUNTIME)
             if reading is not None:
                 self._cross_checked.add(family)
                 self.stats.proved += 1
-                return CertificateOutcome("certified", f"{proof}; {reading}")
-        outcome = self._certify_by_running(request)
-        if proof is not None and outcome.status == "certified":
-            # Until a rule's proof has agreed with a run in this optimization, it is also run:
-            # the proof's reading of the ops is checked against onnxruntime on real constants.
-            self._cross_checked.add(family)
-            outcome = CertificateOutcome("certified", f"{outcome.detail}; the proof agrees")
-        return outcome
+                return CertificateOutcome("certified", f"{note}; {reading}")
+            outcome = self._certify_by_running(request)
+            if outcome.status == "certified":
+                # Until a rule's proof has agreed with a run in this optimization, it is also run:
+                # the proof's reading of the ops is checked against onnxruntime on real constants.
+                self._cross_checked.add(family)
+                outcome = CertificateOutcome("certified", f"{outcome.detail}; the proof agrees")
+            return outcome
+        return self._certify_by_running(request)
 
     def _certify_by_running(self, request: CertificateRequest) -> CertificateOutcome:
         if forwards_through_identity(request):
@@ -462,6 +441,9 @@ def _run(session, feeds) -> dict | str:
     except Exception as exc:  # noqa: BLE001
         return _first_line(exc)
     return {name: np.asarray(value) for name, value in zip(names, values)}
+
+
+RUNTIME = families.Runtime(_make_session, _run)  # how a proof's reading check reaches onnxruntime
 
 
 def _first_line(exc: BaseException) -> str:
