@@ -133,3 +133,15 @@ def test_a_proof_family_is_one_record_the_certifier_walks(monkeypatch):
     _, report = onnxrefine.optimize_with_report(model, ["planted_relu_to_abs"])
     assert asked == ["relu_to_abs"]
     assert [guard for guard, _ in _refusals(report, "relu_to_abs")] == ["certificate.failed"]
+
+
+def test_a_wrong_rewrite_on_a_value_of_unknown_element_type_is_caught_with_a_run_s_type(planted):
+    # No fact gives Det's element type: the certificate used to skip ("the element type of 'd' is
+    # not known"); the run's says float32.
+    nodes = [helper.make_node("Det", ["x"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    model = make_model(nodes, [value_info("x", shape=[2, 2])], [value_info("y")])
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("relu_to_abs")])
+    [(guard, reason)] = _refusals(report, "relu_to_abs")
+    assert guard == "certificate.failed" and "exact rewrite differs" in reason
+    feeds = {"x": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)}  # det = -2
+    assert_bit_identical(run(model, feeds), run(optimized, feeds))

@@ -73,6 +73,7 @@ from onnxrefine.verify.certificate.model import (
 )
 from onnxrefine.verify.ort import MAX_OBSERVED_VALUES, observe
 from onnxrefine.verify.certificate.inputs import (
+    SUPPORTED_DTYPES,
     adversarial_sets,
     distinct_set,
     moves_data_only,
@@ -144,7 +145,7 @@ class Certifier:
         self._results: dict[bytes, CertificateOutcome] = {}
         self._set_cache: dict[tuple, list] = {}
         self._cross_checked: set[tuple] = set()  # (rule, proof family) whose reading onnxruntime confirmed
-        self._observed: dict[int, tuple] = {}  # id(value) -> (value, its shape in a run of the model)
+        self._observed: dict[int, tuple] = {}  # id(value) -> (value, its shape, its dtype in a run of the model)
         self._observations = 0
 
     def __call__(self, request: CertificateRequest) -> CertificateOutcome:
@@ -162,7 +163,7 @@ class Certifier:
             # a rewrite makes is new to the model, and no run has seen it).
             for old, new in request.outputs:
                 if id(old) in self._observed and id(new) not in self._observed:
-                    self._observed[id(new)] = (new, self._observed[id(old)][1])
+                    self._observed[id(new)] = (new, *self._observed[id(old)][1:])
         if outcome.status == "certified":
             self.stats.certified += 1
         elif outcome.status == "skipped":
@@ -216,10 +217,11 @@ class Certifier:
             if any(attr.is_ref() for attr in node.attributes.values()):
                 raise _Skip(f"{node.op_type} has an attribute reference (function body)")
         sides, context = boundary(request)
-        unresolved = [s.name for s in sides if s.array is None and s.shape is None]
+        unresolved = [s for s in sides if s.array is None and (s.shape is None or s.dtype is None)]
         if unresolved:
             if not self._observed_shapes(request, sides):
-                raise _Skip(f"the shape of '{unresolved[0]}' is not known")
+                what = "element type" if unresolved[0].dtype is None else "shape"
+                raise _Skip(f"the {what} of '{unresolved[0].name}' is not known")
             return self._certify_sides(request, sides, context, OBSERVED_NOTE)
         try:
             return self._certify_sides(request, sides, context, "")
@@ -250,12 +252,16 @@ class Certifier:
             if isinstance(shapes, str):
                 return False
             values = {id(v): v for v in asked}
-            for key, shape in shapes.items():
-                self._observed[key] = (values[key], tuple(int(d) for d in shape))
+            for key, (shape, dtype) in shapes.items():
+                self._observed[key] = (values[key], shape, dtype)
         if any(id(s.value) not in self._observed for s in activations):
             return False
         for side in activations:
-            side.shape = self._observed[id(side.value)][1]
+            _, side.shape, dtype = self._observed[id(side.value)]
+            if side.dtype is None:
+                if np.dtype(dtype) not in SUPPORTED_DTYPES:
+                    return False
+                side.dtype = np.dtype(dtype)
         return True
 
     def _certify_sides(self, request: CertificateRequest, sides, context, note: str) -> CertificateOutcome:

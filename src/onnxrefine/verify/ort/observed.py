@@ -33,7 +33,8 @@ MAX_COPIED = 64
 def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: bool = False,
             facts=None) -> dict[int, np.ndarray] | str:
     """id(value) -> its array in one run of the main graph, or a one-line reason there is none.
-    With `shapes`, its shape instead (onnxruntime's Shape of it: nothing large is held).
+    With `shapes`, (its shape, its element type) instead: onnxruntime's Shape of it and one
+    element of it at most, so nothing large is held.
     `facts` (ir/facts StaticShapes) tells element types the model does not declare.
 
     A value of the main graph is its own output; a value inside a control-flow body is computed
@@ -60,11 +61,15 @@ def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: 
         with ModelRunner(ModelFile(proto, None, None), "the model (observed)") as runner:
             feeds = {name: np.asarray(array) for name, array in
                      generate_inputs(proto, seed=seed, stress=False, trials=1)[0].items()}
-            arrays = runner.run_outputs(list(names.values()), feeds)
+            arrays = runner.run_outputs([n for pair in names.values() for n in pair] if shapes
+                                        else list(names.values()), feeds)
     except BadInputError as exc:  # resource limits and run failures included
         return _first_line(exc)
     except Exception as exc:  # noqa: BLE001 - onnxruntime and the serializer raise many types
         return _first_line(exc)
+    if shapes:
+        pairs = iter(np.asarray(array) for array in arrays)
+        return {key: (tuple(int(d) for d in next(pairs)), next(pairs).dtype) for key in names}
     return {key: np.asarray(array) for key, array in zip(names, arrays)}
 
 
@@ -158,15 +163,24 @@ def _cut(model: ir.Model, values: list[ir.Value], dtype_of) -> tuple[onnx.ModelP
     return proto, names
 
 
-def _shapes_of(proto: onnx.ModelProto, names: dict[int, str]) -> dict[int, str]:
-    """Replace the cut's outputs by their Shapes; the new output names."""
-    shape_names = {}
+def _shapes_of(proto: onnx.ModelProto, names: dict[int, str]) -> dict[int, tuple[str, str]]:
+    """Replace the cut's outputs by each value's Shape and its first element at most (a Slice of
+    it flattened: its element type, whatever its size); the new output names."""
+    helper = onnx.helper
+    proto.graph.initializer.extend([helper.make_tensor("__observed_flat", onnx.TensorProto.INT64, [1], [-1]),
+                                    helper.make_tensor("__observed_0", onnx.TensorProto.INT64, [1], [0]),
+                                    helper.make_tensor("__observed_1", onnx.TensorProto.INT64, [1], [1])])
+    pairs = {}
     for key, name in names.items():
-        shape_names[key] = f"__observed_shape_{len(shape_names)}"
-        proto.graph.node.append(onnx.helper.make_node("Shape", [name], [shape_names[key]]))
+        index = len(pairs)
+        shape, flat, first = f"__observed_shape_{index}", f"__observed_flat_{index}", f"__observed_first_{index}"
+        proto.graph.node.extend([helper.make_node("Shape", [name], [shape]),
+                                 helper.make_node("Reshape", [name, "__observed_flat"], [flat]),
+                                 helper.make_node("Slice", [flat, "__observed_0", "__observed_1"], [first])])
+        pairs[key] = (shape, first)
     del proto.graph.output[:]
-    proto.graph.output.extend(onnx.ValueInfoProto(name=name) for name in shape_names.values())
-    return shape_names
+    proto.graph.output.extend(onnx.ValueInfoProto(name=n) for pair in pairs.values() for n in pair)
+    return pairs
 
 
 # Operators through which a float input can decide an integer or bool value, or a size.
