@@ -377,15 +377,15 @@ def test_a_proof_that_misreads_beta_is_caught_by_the_miniature_and_the_run_refus
     from onnxrefine.passes import fusion
     from onnxrefine.verify.certificate import proofs
 
-    real_rule, real_attribute = fusion.fuse_matmul_add, proofs._attribute
+    real_rule, real_attribute = fusion.fuse_matmul_add, proofs.attr
 
     def doubling(m, ctx):
         replacement = real_rule(m, ctx)
         replacement.nodes[0].attributes["beta"] = ir.AttrFloat32("beta", 2.0)
         return replacement
 
-    monkeypatch.setattr(proofs, "_attribute",
-                        lambda node, name, default: default if name == "beta" else real_attribute(node, name, default))
+    monkeypatch.setattr(proofs, "attr",
+                        lambda node, name, default=None: default if name == "beta" else real_attribute(node, name, default))
     rule = Rule("fuse_matmul_add_bias_into_gemm", fusion.MATMUL_ADD.pattern, doubling, kind=REASSOCIATING)
     registry._load_pass_modules()
     spec = PassSpec("planted_gemm_beta", "test only", rules=(rule,), default=False)

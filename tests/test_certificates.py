@@ -8,6 +8,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+from guardutil import expect_guard
 from helpers import make_model, op_types, run, tensor, value_info
 from onnx import helper
 
@@ -37,6 +38,12 @@ def _double_to_add(m, ctx):
     return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
 
 
+def _double_to_plus_two(m, ctx):
+    """Wrong on purpose: x * 2 -> x + 2."""
+    node = ctx.node("Add", [m["x"], m["two"]])
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
 def _fold_scales(error: float):
     """Mul(Mul(x, a), b) -> Mul(x, a*b), reassociating; `error` plants a relative error in a*b."""
 
@@ -59,6 +66,8 @@ _SCALES = Op("Mul", Op("Mul", Var("x"), Const("a")), Const("b"))
 PLANTED = {
     "sub_zero_to_neg": Rule("sub_zero_to_neg", Op("Sub", Const("zero"), Var("x")), _sub_from_zero_to_neg, kind=EXACT),
     "double_to_add": Rule("double_to_add", Op("Mul", Var("x"), Const("two")), _double_to_add, kind=EXACT),
+    "double_to_plus_two": Rule("double_to_plus_two", Op("Mul", Var("x"), Const("two")), _double_to_plus_two,
+                               kind=EXACT),
     "identity_to_other": Rule("identity_to_other", Op("Identity", Var("t")), _identity_to_other, kind=EXACT),
     "fold_scales": Rule("fold_scales", _SCALES, _fold_scales(0.0), kind=REASSOCIATING),
     "fold_scales_wrong": Rule("fold_scales_wrong", _SCALES, _fold_scales(1e-4), kind=REASSOCIATING),
@@ -336,19 +345,70 @@ def test_report_and_explain_show_the_refusal(planted, tmp_path, capsys):
     assert json.loads(report_path.read_text())["certificates"] is None
 
 
-def test_a_skipped_certificate_is_recorded_with_its_reason(planted):
-    # Inside a model-local function nothing vouches for the input shapes: applied, marked skipped.
+def _mul_by_two_in_a_function() -> onnx.ModelProto:
     body = [helper.make_node("Constant", [], ["two"], value=tensor("v", np.array(2, np.float32))),
             helper.make_node("Mul", ["a", "two"], ["t"]), helper.make_node("Relu", ["t"], ["b"])]
     function = helper.make_function("local", "f", ["a"], ["b"], body, [helper.make_opsetid("", 17)])
     model = make_model([helper.make_node("f", ["x"], ["y"], domain="local")], [value_info("x", shape=[2])],
                        [value_info("y", shape=[2])], functions=[function])
     model.opset_import.append(helper.make_opsetid("local", 1))
-    optimized, report = onnxrefine.optimize_with_report(model, [planted("double_to_add")])
+    return model
+
+
+def test_a_rewrite_no_certificate_can_be_made_for_is_refused_without_verification(planted):
+    # Inside a model-local function nothing vouches for the input shapes: no certificate, and no
+    # end-to-end verdict to judge the rewrite either, so it is refused with the reason.
+    optimized, report = expect_guard(_mul_by_two_in_a_function(), [planted("double_to_add")],
+                                     "certificate.uncertifiable", rule="double_to_add")
+    assert not report.log.applied and report.certificates["skipped"] == 1
+    (refusal,) = report.log.refused.values()
+    assert refusal.reason.startswith("no certificate: the ")  # element type or shape of the body input
+    assert report.certificates["coverage"]["refused"] == 1
+    assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Mul", "Relu"]
+
+
+def test_a_rewrite_no_certificate_can_be_made_for_is_left_to_end_to_end_verification(planted):
+    optimized, report = onnxrefine.optimize_with_report(_mul_by_two_in_a_function(), [planted("double_to_add")],
+                                                        verify=True)
     (applied,) = report.log.applied
-    assert applied.certificate.startswith("skipped: ")
-    assert report.certificates["skipped"] == 1
+    assert applied.evidence == "deferred" and applied.certificate.startswith("deferred: the ")
+    assert report.certificates["coverage"]["deferred"] == 1
+    assert report.verification["status"] == "verified" and report.verification["verdict"] == "exact"
     assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Add", "Relu"]
+
+
+def test_a_wrong_rewrite_left_to_end_to_end_verification_is_bisected_and_rolled_back(planted):
+    model = _mul_by_two_in_a_function()
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("double_to_plus_two")], verify=True)
+    assert [r["rule"] for r in report.rolled_back] == ["double_to_plus_two"] and not report.log.applied
+    assert report.verification["verdict"] == "exact"
+    x = np.array([-1.5, 3.0], np.float32)
+    np.testing.assert_array_equal(run(optimized, {"x": x})[0], run(model, {"x": x})[0])
+
+
+def test_rewrites_left_to_a_verification_that_then_does_not_run_are_refused(planted):
+    # Auto mode decides after the schedule; a budget no input set fits skips verification, so the
+    # rewrite that was left to it is refused after all.
+    optimized, report = onnxrefine.optimize_with_report(
+        _mul_by_two_in_a_function(), [planted("double_to_add")], verify=onnxrefine.VerifySettings(budget_s=1e-9))
+    assert report.verification["status"] == "skipped", report.verification
+    assert not report.log.applied and "certificate.uncertifiable" in report.log.refusal_guards("double_to_add")
+    assert "were refused" in report.verification["notes"][0]
+    assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Mul", "Relu"]
+
+
+def test_coverage_in_the_summary_and_every_applied_entry_names_its_evidence(tmp_path, capsys):
+    source, out, report = tmp_path / "m.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
+    nodes = [helper.make_node("Identity", ["x"], ["t"]), helper.make_node("Mul", ["t", "two"], ["y"])]
+    onnx.save(make_model(nodes, [value_info("x", shape=[2])], [value_info("y", shape=[2])],
+                         [tensor("two", np.array(2, np.float32))]), source)
+    assert main(["optimize", str(source), "-o", str(out), "--no-verify", "--passes", "eliminate_identity",
+                 "--report", str(report)]) == 0
+    written = json.loads(report.read_text())
+    assert written["certificates"]["coverage"] == {"certified": 0, "proved": 1, "deferred": 0, "unchecked": 0,
+                                                   "refused": 0}
+    assert [entry["evidence"] for entry in written["applied"]] == ["proved"]
+    assert "│ certificates" in capsys.readouterr().out
 
 
 def test_shape_values_are_computed_from_the_data_they_describe():

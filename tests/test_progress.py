@@ -211,7 +211,9 @@ def test_optimize_reports_load_passes_verification_and_save(example):
     assert "optimize tiny.onnx" in text
     assert "rewrite" in text and "round 1" not in lines[0]
     assert "verify" in text  # the example runs in onnxruntime: verified by default
-    assert lines[-1].split("] ", 1)[1].startswith("save tiny.opt.onnx: done in")
+    phases = [line.split("] ", 1)[1] for line in lines]
+    saved = next(i for i, phase in enumerate(phases) if phase.startswith("save tiny.opt.onnx: done in"))
+    assert phases[-1].startswith("check tiny.opt.onnx: done in") and saved < len(phases) - 1  # it loads
     assert "onnxrefine [" not in result.stdout  # the result table stays clean
     assert "wrote" in result.stdout
 

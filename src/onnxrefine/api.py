@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import json
 import os
 import time
@@ -114,8 +116,11 @@ def optimize_ir(
     budget = ConstantBudget(io.tensor_bytes(model), per_tensor_bytes=per_tensor_bytes, growth_ratio=growth_ratio)
     nodes_before = count_nodes(model)
     rolled_back, verification = [], None
-    certifier = Certifier() if certify else None  # each rule rewrite checked on its own subgraph
-    if verify is not None and verify.enabled is not False:
+    verifies = verify is not None and verify.enabled is not False
+    # Each rule rewrite is checked on its own subgraph; one no certificate can be made for is
+    # refused, unless this run's end-to-end verdict will judge it.
+    certifier = Certifier(defer_uncertified=verifies) if certify else None
+    if verifies:
         run = optimize_verified(
             model, names, settings=verify, budget=budget, fixed_point=fixed_point, on_progress=on_progress,
             on_event=on_event, certifier=certifier, source_path=source_path,
@@ -127,7 +132,7 @@ def optimize_ir(
     heap.release_freed()  # the rewrites' freed temporaries, before the caller builds on this model
     report = OptimizationReport(
         names, nodes_before, count_nodes(model), time.perf_counter() - started, log, rolled_back, verification,
-        certifier.stats.to_dict() if certifier is not None else None,
+        certificate_summary(certifier, log),
     )
     report.constant_budget = budget.summary()
     report.dropped = io.dropped_parts(model)
@@ -135,6 +140,14 @@ def optimize_ir(
         report.input_shapes = shape_override_summary(shape_changes, log)
     stamp_metadata(model, report)
     return model, report
+
+
+def certificate_summary(certifier: Certifier | None, log: RewriteLog) -> dict | None:
+    """The certifier's counts and seconds, and the coverage of the applied rewrites by evidence
+    (None: certificates off)."""
+    if certifier is None:
+        return None
+    return {**certifier.stats.to_dict(), "coverage": log.coverage()}
 
 
 def shape_override_summary(changes: list[dict], log: RewriteLog) -> dict:
@@ -154,22 +167,96 @@ def stamp_metadata(model: ir.Model, report: OptimizationReport) -> None:
     model.metadata_props["onnxrefine.rewrites"] = json.dumps(dict(sorted(report.log.counts().items())))
 
 
-def optimize(model, passes: Sequence[str] | None = None, fixed_point: bool = True, **options):
+def _named_keywords(function):
+    """An unknown keyword is a TypeError that lists the valid ones (Python's own names only the
+    unknown one); the signature stays the function's own, for help() and editors."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        unknown = sorted(set(kwargs) - set(signature.parameters))
+        if unknown:
+            valid = ", ".join(name for name in signature.parameters if name != "model")
+            raise TypeError(f"{function.__name__}() got unknown keyword argument(s) {', '.join(unknown)}; "
+                            f"valid: {valid}")
+        return function(*args, **kwargs)
+
+    return checked
+
+
+@_named_keywords
+def optimize(
+    model,
+    passes: Sequence[str] | None = None,
+    fixed_point: bool = True,
+    *,
+    disable: Sequence[str] = (),
+    verify: bool | VerifySettings | None = None,
+    certify: bool = True,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    per_tensor_bytes: int = DEFAULT_PER_TENSOR_BYTES,
+    growth_ratio: float = DEFAULT_GROWTH_RATIO,
+    on_progress: Callable[[int], None] | None = None,
+    on_event: Callable[..., None] | None = None,
+):
     """Optimize `model` (path, onnx.ModelProto or onnx_ir.Model) and return the same type.
 
-    A path gives back an onnx.ModelProto. `passes` takes onnxrefine or onnxoptimizer pass names;
-    None runs the default pipeline. `verify=VerifySettings(...)` verifies the result end to end
-    and rolls back the rewrites that bisection finds changing it.
+    A path gives back an onnx.ModelProto. Every kind of model gets the checks the CLI gives a
+    file before any rewrite (a malformed one is a one-line BadInputError); a ModelProto is not
+    modified. `passes` takes onnxrefine or onnxoptimizer pass names (None: the default
+    pipeline); `disable` leaves passes out.
+
+    By default each rewrite is checked on its own matched subgraph before it is applied (its
+    certificate, or a proof) and there is no end-to-end verification: a rewrite no certificate
+    can be made for is refused. `verify=True` also verifies the result end to end against
+    onnxruntime and a float64 reference (a rewrite without a certificate is then left to that
+    verdict), and rolls back the rewrites that bisection finds changing it;
+    `verify=VerifySettings(...)` does so with its settings (budget, seed, dims, input sets).
+    `certify=False` applies rewrites unchecked. `input_shapes` (input name -> dims) fixes those
+    inputs' shapes first. `per_tensor_bytes` / `growth_ratio` cap the constants rewrites may add.
+    `on_progress(nodes_visited)` and `on_event(kind, **info)` follow the run.
     """
-    optimized, _ = optimize_with_report(model, passes, fixed_point=fixed_point, **options)
+    optimized, _ = optimize_with_report(
+        model, passes, fixed_point, disable=disable, verify=verify, certify=certify, input_shapes=input_shapes,
+        per_tensor_bytes=per_tensor_bytes, growth_ratio=growth_ratio, on_progress=on_progress, on_event=on_event)
     return optimized
 
 
-def optimize_with_report(model, passes: Sequence[str] | None = None, **options):
+@_named_keywords
+def optimize_with_report(
+    model,
+    passes: Sequence[str] | None = None,
+    fixed_point: bool = True,
+    *,
+    disable: Sequence[str] = (),
+    verify: bool | VerifySettings | None = None,
+    certify: bool = True,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    per_tensor_bytes: int = DEFAULT_PER_TENSOR_BYTES,
+    growth_ratio: float = DEFAULT_GROWTH_RATIO,
+    on_progress: Callable[[int], None] | None = None,
+    on_event: Callable[..., None] | None = None,
+):
+    """`optimize`, returning (optimized model, OptimizationReport); the same parameters."""
     if isinstance(passes, str):
         raise BadInputError("passes must be a list of pass names, not a string")
+    settings = verify_settings(verify)
     ir_model, kind = io.to_ir(model)
-    if kind == "path":  # loaded from it just now: verification reads the original from the file
-        options.setdefault("source_path", model)
-    ir_model, report = optimize_ir(ir_model, passes, **options)
+    ir_model, report = optimize_ir(
+        ir_model, passes, disable=disable, fixed_point=fixed_point, per_tensor_bytes=per_tensor_bytes,
+        growth_ratio=growth_ratio, on_progress=on_progress, verify=settings, on_event=on_event, certify=certify,
+        # loaded from it just now: verification reads the original from the file
+        source_path=model if kind == "path" else None, input_shapes=input_shapes,
+    )
     return io.from_ir(ir_model, kind), report
+
+
+def verify_settings(verify: bool | VerifySettings | None) -> VerifySettings | None:
+    """The API's `verify`: None/False no end-to-end verification, True always, or the settings."""
+    if verify is None or verify is False:
+        return None
+    if verify is True:
+        return VerifySettings(enabled=True)
+    if isinstance(verify, VerifySettings):
+        return verify
+    raise TypeError(f"verify must be True, False, None or onnxrefine.VerifySettings, not {type(verify).__name__}")

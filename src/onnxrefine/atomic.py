@@ -94,6 +94,10 @@ class Staging:
     def targets(self) -> list[Path]:
         return [target for _, target, _ in self._moves]
 
+    def staged_files(self) -> list[tuple[str, Path]]:
+        """(temp, target) of each file (not folder) waiting for the commit."""
+        return [(temp, target) for temp, target, is_folder in self._moves if not is_folder]
+
     def commit(self) -> None:
         moves, self._moves = self._moves, []
         backups: dict[Path, str] = {}

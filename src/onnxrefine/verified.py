@@ -42,7 +42,7 @@ from onnxrefine.errors import BadInputError, OnnxRefineError
 from onnxrefine.ir import io, traversal
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes.pipeline import Step, run_passes
-from onnxrefine.rewrite.log import RewriteLog
+from onnxrefine.rewrite.log import DEFERRED, RewriteLog
 from onnxrefine.rewrite.rule import EXACT
 from onnxrefine.verify.judge.verdict import Verdict
 
@@ -146,7 +146,7 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
         plan = VerifyPlan(False, f"skipped: {exc}", reason=str(exc))
     emit("verify_plan", run=plan.run, text=plan.text, estimate_s=plan.estimate_s, budget_s=budget_s)
     if not plan.run:
-        return VerifiedRun(work, log, summary={"status": "skipped", "reason": plan.reason, "plan": plan.text})
+        return _unverified(state, work, log, {"status": "skipped", "reason": plan.reason, "plan": plan.text})
     state.use_inputs([feeds for _, feeds in plan.sets], plan.trials)
     try:
         # In auto mode a gross underestimate (a loaded machine) stops starting further input sets.
@@ -159,7 +159,7 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
         if forced:
             raise BadInputError(f"cannot verify: {exc}") from None
         reason = _not_runnable(exc)
-        return VerifiedRun(work, log, summary={"status": "skipped", "reason": reason, "plan": plan.text})
+        return _unverified(state, work, log, {"status": "skipped", "reason": reason, "plan": plan.text})
     rolled_back: list[dict] = []
     while report.verdict not in ACCEPTED and len(rolled_back) < settings.max_rollbacks and steps:
         culprit, culprit_report = state.bisect(steps, report)
@@ -182,6 +182,21 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
         "seconds": round(state.verify_seconds, 3),
     }
     return VerifiedRun(work, log, rolled_back, summary)
+
+
+def _unverified(state: "_Schedule", work: ir.Model, log: RewriteLog, summary: dict) -> VerifiedRun:
+    """Verification will not run after all (auto mode decides on the optimized model): rewrites
+    left to its verdict (evidence "deferred") would stand on faith, so the schedule runs again
+    with the certifier refusing them (certificate.uncertifiable), and the summary says how many."""
+    certifier = state.certifier
+    deferred = sum(1 for entry in log.applied if entry.evidence == DEFERRED)
+    if certifier is None or not deferred:
+        return VerifiedRun(work, log, summary=summary)
+    certifier.defer_uncertified = False
+    work, log, _ = state.run(record=False)
+    summary["notes"] = [f"{deferred} rewrite(s) no certificate could be made for were refused: the "
+                        "verification that was to judge them did not run"]
+    return VerifiedRun(work, log, summary=summary)
 
 
 def _original_file(model: ir.Model, source_path):

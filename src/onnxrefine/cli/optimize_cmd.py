@@ -223,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
     with atomic.staging() as stage:
         with progress.phase(f"save {output.name}"):
             size_after = io.save_model(model, output, input_path=source, layout=layout)
+        with progress.phase(f"check {output.name}"):  # it loads, or nothing is written
+            io.check_staged(stage, output, input_path=source)
         if args.report:
             write_json_atomically(Path(args.report), report.to_dict())
         stage.commit()
@@ -335,7 +337,22 @@ def summary_table(report, size_before: int, size_after: int, seconds: float, ext
     else:
         text = "off (--no-verify)"
     table.add_row("verification", plain(text), "")
+    table.add_row("certificates", plain(coverage_text(report.certificates)), "")
     return table
+
+
+def coverage_text(certificates: dict | None) -> str:
+    """What stands behind the applied rewrites (rewrite/log.py EVIDENCE), and how many were
+    refused for want of a certificate."""
+    if certificates is None:
+        return "off (--no-certify): rewrites applied unchecked"
+    c = certificates["coverage"]
+    text = f"{c['certified']} certified, {c['proved']} proved, {c['refused']} refused"
+    if c["deferred"]:
+        text += f", {c['deferred']} left to end-to-end verification"
+    if c["unchecked"]:
+        text += f", {c['unchecked']} unchecked"
+    return text
 
 
 def budget_text(budget: dict) -> str:

@@ -11,6 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.attrs import attr, references
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 
 FLOAT_DTYPES = frozenset(
@@ -55,13 +56,15 @@ _CONSTANT_LIST_ATTRS = {"value_float": np.float32, "value_floats": np.float32, "
 
 def constant_node_array(node: ir.Node) -> np.ndarray | None:
     """The value of a Constant node, whichever attribute carries it (sparse_value: None)."""
-    attr = node.attributes.get("value")
-    if attr is not None and attr.type == ir.AttributeType.TENSOR:
-        return attr.value.numpy()  # not as_tensor(): its typing.Protocol isinstance costs ~1 ms a call
+    if references(node):
+        return None  # value=@v inside a function body: each caller's own, not known here
+    tensor = attr(node, "value")
+    if tensor is not None:
+        return tensor.numpy()
     for name, dtype in _CONSTANT_LIST_ATTRS.items():
-        attr = node.attributes.get(name)
-        if attr is not None and not attr.is_ref():
-            return np.array(attr.value, dtype=dtype)
+        value = attr(node, name)
+        if value is not None:
+            return np.array(value, dtype=dtype)
     return None
 
 

@@ -280,6 +280,21 @@ def check_graph_inputs(proto: onnx.ModelProto) -> None:
         if kind != "tensor_type" or not value.type.tensor_type.HasField("shape"):
             continue
         dims = value.type.tensor_type.shape.dim
-        if any(d.HasField("dim_value") and d.dim_value < 0 for d in dims):
-            shown = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
-            raise BadInputError(f"graph input '{one_line(value.name)}': negative dim in {shown}")
+        _check_input_dims(value.name, [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims])
+
+
+def check_ir_model(model) -> None:
+    """The checks that apply to an onnx_ir.Model given to the API: its main graph's inputs. (The
+    rest concern the serialized form, which such a model no longer has: its tensors are arrays,
+    its strings Python text, its edges object references.)"""
+    for value in model.graph.inputs:
+        if value.shape is not None:
+            _check_input_dims(value.name or "", [d if isinstance(d, int) else (getattr(d, "value", None) or "?")
+                                                 for d in value.shape])
+
+
+def _check_input_dims(name: str, dims: list) -> None:
+    # onnxruntime takes a negative dim for a dynamic one, while the shape facts would take it as a
+    # size (Shape folding to [3, -1], Size to -3): refused, for every way a model comes in.
+    if any(isinstance(d, int) and d < 0 for d in dims):
+        raise BadInputError(f"graph input '{one_line(name)}': negative dim in {dims}")

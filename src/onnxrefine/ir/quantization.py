@@ -25,6 +25,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 
 QUANT_DOMAINS = (*STANDARD_DOMAINS, "com.microsoft")
@@ -107,9 +108,9 @@ def zero_sign_use(node: ir.Node, index: int) -> str | None:
             return "sink"
         zero_point = node.inputs[2] if len(node.inputs) > 2 else None
         target = zero_point.dtype if zero_point is not None else None
-        declared = node.attributes.get("output_dtype")
+        declared = attr(node, "output_dtype")
         if declared is not None:
-            target = ir.DataType(declared.value) if declared.value else target
+            target = ir.DataType(declared) if declared else target
         elif zero_point is None:
             target = ir.DataType.UINT8
         return "stop" if target is not None and target.is_integer() else "carry"

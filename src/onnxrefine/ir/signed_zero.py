@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnxrefine.ir.attrs import attr, references
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.opsets import STANDARD_DOMAINS as _STANDARD
 from onnxrefine.ir.quantization import zero_sign_use
@@ -84,8 +85,8 @@ def _has_subgraph(node: ir.Node) -> bool:
 def _classify(node: ir.Node, index: int) -> str:
     """'sink', 'stop' or 'carry' for `node` reading a value at input `index`."""
     op = node.op_type
-    if node.domain not in _STANDARD or _has_subgraph(node):
-        return "sink"
+    if node.domain not in _STANDARD or _has_subgraph(node) or references(node):
+        return "sink"  # an attribute reference (function body): what the node does is not known here
     if op in _SINKS:
         return "sink"
     if op in _SINK_AT:
@@ -93,8 +94,8 @@ def _classify(node: ir.Node, index: int) -> str:
     if op in _CARRY_FIRST:
         return "carry" if index == 0 else "sink"
     if op == "Cast":
-        to = node.attributes.get("to")
-        return "carry" if to is not None and ir.DataType(to.value).is_floating_point() else "stop"
+        to = attr(node, "to")
+        return "carry" if to is not None and ir.DataType(to).is_floating_point() else "stop"
     if op == "Pow":
         if index == 1:
             return "stop"  # x ** (+0) == x ** (-0) == 1

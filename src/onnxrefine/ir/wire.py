@@ -170,6 +170,39 @@ def embed_external_tensors(model: ir.Model, *, main_graph: bool = True) -> None:
                 value.const_value = ir.Tensor(value.const_value.numpy(), name=value.name)
 
 
+def serialize_model(model: ir.Model) -> onnx.ModelProto:
+    """`ir.serde.serialize_model`, keeping every node's outputs as given. onnx-ir leaves out a
+    node's trailing unnamed outputs ("": an optional output nobody reads), which for a standard
+    operator only means the same; but a call of a model-local function must list as many outputs
+    as the function declares, or onnxruntime refuses the model ("output index 1 is out of range")."""
+    proto = ir.serde.serialize_model(model)
+    _restore_trailing_outputs(model.graph, proto.graph.node)
+    functions = {(f.domain, f.name, getattr(f, "overload", "")): f for f in proto.functions}
+    for function in model.functions.values():
+        found = functions.get((function.domain, function.name, function.overload))
+        if found is not None:
+            _restore_trailing_outputs(function, found.node)
+    return proto
+
+
+def _restore_trailing_outputs(graph, node_protos) -> None:
+    if len(graph) != len(node_protos):  # not the serializer's node-for-node image: leave it
+        return
+    for node, proto in zip(graph, node_protos):
+        missing = len(node.outputs) - len(proto.output)
+        if missing > 0:
+            proto.output.extend([""] * missing)
+        for attribute in proto.attribute:
+            found = node.attributes.get(attribute.name)
+            if found is None or found.is_ref():
+                continue
+            if found.type == ir.AttributeType.GRAPH:
+                _restore_trailing_outputs(found.value, attribute.g.node)
+            elif found.type == ir.AttributeType.GRAPHS:
+                for subgraph, graph_proto in zip(found.value, attribute.graphs):
+                    _restore_trailing_outputs(subgraph, graph_proto.node)
+
+
 def serialize_skeleton(model: ir.Model) -> tuple[onnx.ModelProto, bytes, list[ir.Value]]:
     """`model` serialized without its main-graph initializers, which writers then stream one at a
     time: (the model proto without its graph, the graph's bytes, the initializers in order)."""
@@ -177,7 +210,7 @@ def serialize_skeleton(model: ir.Model) -> tuple[onnx.ModelProto, bytes, list[ir
     for value in initializers:
         model.graph.initializers.pop(value.name)
     try:
-        proto = ir.serde.serialize_model(model)
+        proto = serialize_model(model)
     finally:
         for value in initializers:
             model.graph.register_initializer(value)

@@ -12,6 +12,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.foldmath import is_float_dtype, round_folded, scale_rounded, to_float64
 from onnxrefine.ir.quantization import refuse_quantized_layer
 from onnxrefine.ir.signed_zero import refuse_if_observable
@@ -30,20 +31,15 @@ def _conv(name: str = "conv") -> Op:
     return Op("Conv", Var("x"), Const("w"), Opt(Const("b")), name=name)
 
 
-def _attr(node: ir.Node, name: str, default):
-    attr = node.attributes.get(name)
-    return default if attr is None else attr.value
-
-
 def bn_affine(m: Match, ctx: RewriteContext, channels: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """(s, shift) in float64 for the matched BN, after every inference-mode guard."""
     bn: ir.Node = m["bn"]
     opset = ctx.opset()
-    if _attr(bn, "training_mode", 0) != 0:
+    if attr(bn, "training_mode", 0) != 0:
         raise RewriteRefused("bn.training_mode", "BatchNormalization is in training mode")
-    if opset < 7 and _attr(bn, "is_test", 0) != 1:
+    if opset < 7 and attr(bn, "is_test", 0) != 1:
         raise RewriteRefused("bn.is_test", "BatchNormalization (opset < 7) without is_test=1 runs in training mode")
-    if opset < 9 and _attr(bn, "spatial", 1) != 1:
+    if opset < 9 and attr(bn, "spatial", 1) != 1:
         raise RewriteRefused("bn.spatial", "BatchNormalization with spatial=0 has per-element statistics")
     if any(out.uses() or out.is_graph_output() for out in bn.outputs[1:]):
         raise RewriteRefused("bn.stats_outputs", "BatchNormalization's running statistics outputs are read")
@@ -55,7 +51,7 @@ def bn_affine(m: Match, ctx: RewriteContext, channels: int, dtype: np.dtype) -> 
         if array.shape != (channels,):
             raise RewriteRefused("bn.param_shape", f"BatchNormalization {key} has shape {array.shape}, expected ({channels},)")
         params[key] = to_float64(array)
-    epsilon = float(np.float32(_attr(bn, "epsilon", 1e-5)))
+    epsilon = float(np.float32(attr(bn, "epsilon", 1e-5)))
     denominator = params["var"] + epsilon
     if not np.all(np.isfinite(denominator)) or np.any(denominator <= 0):
         raise RewriteRefused("bn.variance", "variance + epsilon is not a finite positive number")
@@ -158,7 +154,7 @@ def fold_conv_bn(m: Match, ctx: RewriteContext) -> Replacement:
 def fold_conv_transpose_bn(m: Match, ctx: RewriteContext) -> Replacement:
     refuse_quantized_layer(m["conv"], m["bn"].outputs[0])  # quantized units stay as they are
     weight = _float_weight(m)
-    group = int(_attr(m["conv"], "group", 1))
+    group = int(attr(m["conv"], "group", 1))
     c_in, c_out_per_group = weight.shape[0], weight.shape[1]
     if group < 1 or c_in % group:
         raise RewriteRefused("bn_conv.group", f"group {group} does not divide the {c_in} input channels")
@@ -201,10 +197,10 @@ def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
     weight = _float_weight(m)
     if weight.ndim != 2:
         raise RewriteRefused("bn_gemm.weight_rank", "Gemm weight is not 2-D")
-    trans_b = int(_attr(gemm, "transB", 0))
+    trans_b = int(attr(gemm, "transB", 0))
     channels = weight.shape[0] if trans_b else weight.shape[1]
     scale, shift = bn_affine(m, ctx, channels, weight.dtype)
-    beta = float(np.float32(_attr(gemm, "beta", 1.0)))
+    beta = float(np.float32(attr(gemm, "beta", 1.0)))
     factors = scale[:, None] if trans_b else scale[None, :]
     new_weight = round_folded(to_float64(weight) * factors, weight.dtype, "folded weight")
     bias = m.array("c")

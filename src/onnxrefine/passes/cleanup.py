@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir import edit, tensordata, traversal
+from onnxrefine.ir.attrs import references
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.quantization import merge_refusal
@@ -232,6 +233,8 @@ def run_cse(pctx: PassContext) -> int:
 
 def _constant_condition(node: ir.Node) -> bool | None:
     if node.op_type != "If" or node.domain not in graphedit.STANDARD_DOMAINS or not node.inputs:
+        return None
+    if references(node):  # then_branch=@b in a function body: each caller's own graph
         return None
     cond = constant_array(node.inputs[0])
     if cond is None or cond.size != 1:

@@ -15,8 +15,8 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import Sym
+from onnxrefine.ir.attrs import attr
 from onnxrefine.passes.opargs import (
-    attr,
     axes_arg,
     axes_node_args,
     int64_constant,
@@ -269,8 +269,8 @@ def _feeds_discrete_op(value: ir.Value, main_graph: ir.Graph) -> bool:
             if node.op_type in _DISCRETE_OPS or node.domain not in STANDARD_DOMAINS:
                 return True
             if node.op_type == "Cast":
-                to = node.attributes.get("to")
-                if to is None or not ir.DataType(to.value).is_floating_point():
+                to = attr(node, "to")
+                if to is None or not ir.DataType(to).is_floating_point():
                     return True
             if node.graph is not value.graph or any(
                     a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):

@@ -13,7 +13,8 @@ from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.quantization import refuse_quantized_layer
 from onnxrefine.passes.fusion_chains import _rank
-from onnxrefine.passes.opargs import attr, int64_constant
+from onnxrefine.ir.attrs import attr
+from onnxrefine.passes.opargs import int64_constant
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
 

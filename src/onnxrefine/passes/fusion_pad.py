@@ -13,7 +13,8 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.passes.fusion_chains import _rank
-from onnxrefine.passes.opargs import attr, input_at, int_list_arg, normalize_axes
+from onnxrefine.ir.attrs import attr
+from onnxrefine.passes.opargs import input_at, int_list_arg, normalize_axes
 from onnxrefine.rewrite.pattern import Match, Op, Rest, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
 

@@ -18,7 +18,8 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import is_float_dtype
 from onnxrefine.ir.signed_zero import refuse_if_observable
-from onnxrefine.passes.opargs import attr, input_at, int_list_arg, known_dim, normalize_axes
+from onnxrefine.ir.attrs import attr
+from onnxrefine.passes.opargs import input_at, int_list_arg, known_dim, normalize_axes
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Rest, Var
 from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Replacement, RewriteContext, Rule

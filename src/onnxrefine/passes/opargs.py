@@ -9,6 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.rewrite.rule import RewriteContext
 
@@ -33,11 +34,6 @@ def normalize_axes(axes, rank: int | None) -> list[int] | None:
             return None
         result.append(axis)
     return result if len(set(result)) == len(result) else None
-
-
-def attr(node: ir.Node, name: str, default=None):
-    found = node.attributes.get(name)
-    return default if found is None else found.value
 
 
 def input_at(node: ir.Node, index: int) -> ir.Value | None:

@@ -12,7 +12,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.precision import cast_chain_refusal
-from onnxrefine.passes.opargs import attr
+from onnxrefine.ir.attrs import attr
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Match, Op, Var
 from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule

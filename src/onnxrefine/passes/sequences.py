@@ -16,6 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import StaticShapes
 from onnxrefine.passes import graphedit
@@ -23,11 +24,6 @@ from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassS
 from onnxrefine.rewrite.rule import EXACT
 
 RULE = "split_to_sequence_as_split"
-
-
-def _attr(node: ir.Node, name: str, default=None):
-    attr = node.attributes.get(name)
-    return default if attr is None or attr.is_ref() else attr.value
 
 
 def _sizes(node: ir.Node, oracle: StaticShapes) -> list[int]:
@@ -45,7 +41,7 @@ def _sizes(node: ir.Node, oracle: StaticShapes) -> list[int]:
         raise RewriteRefused("split_seq.split_rank", "split is neither a scalar nor a list")
     chunk = int(split)
     shape = oracle.symbolic_shape(node.inputs[0])
-    axis = int(_attr(node, "axis", 0))
+    axis = int(attr(node, "axis", 0))
     if shape is None or not -len(shape) <= axis < len(shape) or not isinstance(shape[axis], int):
         raise RewriteRefused("split_seq.axis_not_static", "a chunk size needs the axis' size static from trusted facts")
     dim = shape[axis]
@@ -86,10 +82,10 @@ def rewrite_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, oracle:
         try:
             sizes = _sizes(node, oracle)
             readers = _readers(node, graph, len(sizes))
+            axis = int(attr(node, "axis", 0))
         except RewriteRefused as refused:
             graphedit.log_refuse(pctx, RULE, graph, node, refused)
             continue
-        axis = int(_attr(node, "axis", 0))
         inputs = [node.inputs[0]]
         attributes = [ir.AttrInt64("axis", axis)]
         if graphedit.opset_of(pctx.model, graph) >= 13:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import StaticShapes, Sym
 from onnxrefine.passes import graphedit
@@ -26,11 +28,6 @@ FOLDABLE = frozenset("Shape Size Gather Slice Concat Unsqueeze Squeeze Cast Iden
                      + ["Equal"])  # parity helper: Equal of dims and negative ints
 
 
-def _attr(node: ir.Node, name: str, default=None):
-    attr = node.attributes.get(name)
-    return default if attr is None or attr.is_ref() else attr.value
-
-
 def _reshape_target(node: ir.Node, oracle: StaticShapes) -> np.ndarray | None:
     """A constant Reshape target equivalent to the computed one, or None."""
     if len(node.inputs) < 2 or node.inputs[1] is None or constant_array(node.inputs[1]) is not None:
@@ -38,7 +35,7 @@ def _reshape_target(node: ir.Node, oracle: StaticShapes) -> np.ndarray | None:
     target = oracle.elements(node.inputs[1])
     if target is None or target.scalar or target.known():
         return None  # a fully known target is folded as a value
-    if _attr(node, "allowzero", 0):
+    if attr(node, "allowzero", 0):
         return None
     data = oracle.symbolic_shape(node.inputs[0])
     items = []
@@ -59,7 +56,11 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
         if node.graph is not graph or node.domain not in graphedit.STANDARD_DOMAINS:
             continue
         if node.op_type == "Reshape" and "Reshape" in only:
-            target = _reshape_target(node, oracle)
+            try:
+                target = _reshape_target(node, oracle)
+            except RewriteRefused as refused:  # allowzero=@a: the caller's, not known in the body
+                graphedit.log_refuse(pctx, rule, graph, node, refused)
+                continue
             if target is not None:
                 folds.append((node, target, True))
                 continue

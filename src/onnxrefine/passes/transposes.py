@@ -32,7 +32,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
-from onnxrefine.passes.opargs import attr
+from onnxrefine.ir.attrs import attr
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
 from onnxrefine.rewrite.pattern import Match, Op, Rest, Var
 from onnxrefine.rewrite.rule import Replacement, RewriteContext, Rule

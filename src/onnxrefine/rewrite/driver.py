@@ -20,9 +20,10 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir import edit, signed_zero, tensordata, traversal
+from onnxrefine.ir.attrs import references
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
-from onnxrefine.rewrite.log import RewriteLog, node_label
+from onnxrefine.rewrite.log import CERTIFIED, DEFERRED, PROVED, UNCHECKED, RewriteLog, node_label
 from onnxrefine.rewrite.pattern import match
 from onnxrefine.rewrite.rule import (
     CertificateOutcome,
@@ -121,11 +122,15 @@ class RewriteDriver:
         try:
             if not rule.keeps_intermediates:
                 _refuse_shared_intermediates(found.nodes)
+            if not rule.resolves_references:
+                _refuse_attribute_references(found.nodes)
             self.ctx.begin(owner, rule.name)
             replacement = rule.rewrite(found, self.ctx)
             if replacement is None:
                 return None
             matched = _with_extra_nodes(found.nodes, replacement.also_removed, graph)
+            if not rule.resolves_references:
+                _refuse_attribute_references(matched)
             self._check_replacement(replacement, matched, graph)
             freed = edit.freed_bytes(matched)
             new_sizes = [pending.array.nbytes for pending in self.ctx.pending_constants]
@@ -133,17 +138,18 @@ class RewriteDriver:
             reason = edit.over_budget(self.budget, new_sizes, freed)
             if reason is not None:
                 raise RewriteRefused("budget.growth", reason)
-            certificate = self._certify(rule, matched, replacement, owner)
+            evidence = self._certify(rule, matched, replacement, owner)
         except RewriteRefused as refusal:
             self.log.refuse(rule.name, graph.name or "", node_label(node), str(refusal), refusal.guard)
             return None
         self.budget.charge(new_sizes, freed)
-        return self._apply(rule, matched, replacement, site, certificate)
+        return self._apply(rule, matched, replacement, site, evidence)
 
-    def _certify(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, owner) -> str:
-        """The certifier's note for the log; raises RewriteRefused when the certificate fails."""
+    def _certify(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, owner) -> tuple[str, str]:
+        """(evidence, note) for the log (rewrite/log.py EVIDENCE); raises RewriteRefused when the
+        certificate fails, or when none could be made and no end-to-end verdict will judge it."""
         if self.certifier is None:
-            return ""
+            return UNCHECKED, ""
         outcome: CertificateOutcome = self.certifier(
             CertificateRequest(
                 rule=rule.name, kind=rule.kind, model=self.model, owner=owner, matched=list(matched),
@@ -155,7 +161,12 @@ class RewriteDriver:
         )
         if outcome.status == "refused":
             raise RewriteRefused("certificate.failed", f"certificate failed: {outcome.detail}")
-        return f"{outcome.status}: {outcome.detail}" if outcome.detail else outcome.status
+        if outcome.status == "skipped":
+            raise RewriteRefused("certificate.uncertifiable", f"no certificate: {outcome.detail}")
+        note = f"{outcome.status}: {outcome.detail}" if outcome.detail else outcome.status
+        if outcome.status == "deferred":
+            return DEFERRED, note
+        return (PROVED if outcome.proved else CERTIFIED), note
 
     def _check_replacement(self, replacement: Replacement, matched: list[ir.Node], graph: ir.Graph) -> None:
         matched_outputs = {id(v) for n in matched for v in n.outputs}
@@ -168,7 +179,7 @@ class RewriteDriver:
                 raise AssertionError(f"rule changed the dtype of {old.name!r}")
 
     def _apply(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, site: traversal.GraphSite,
-               certificate: str = ""):
+               evidence: tuple[str, str] = (UNCHECKED, "")):
         graph = site.graph
         root = matched[-1]
         # Constants first, in the form the graph allows (Constant nodes inside a function), then
@@ -200,7 +211,8 @@ class RewriteDriver:
             root=node_label(root),
             removed=[node_label(n) for n in removed],
             added=[node_label(n) for n in new_nodes],
-            certificate=certificate,
+            evidence=evidence[0],
+            certificate=evidence[1],
         )
         return touched
 
@@ -222,6 +234,16 @@ def _boundary_inputs(matched: Sequence[ir.Node], new_nodes: Sequence[ir.Node], p
             if value is not None and id(value) not in inside:
                 found.setdefault(id(value), value)
     return list(found.values())
+
+
+def _refuse_attribute_references(matched: list[ir.Node]) -> None:
+    """A matched node inside a function body whose attribute refers to the caller's (`perm=@perm`)
+    computes what each call site says: a rule that does not bind the reference cannot know it."""
+    for node in matched:
+        names = references(node)
+        if names:
+            raise RewriteRefused("driver.attribute_reference",
+                                 f"{node_label(node)} has attribute reference(s) {', '.join(names)} (function body)")
 
 
 def _refuse_shared_intermediates(matched: list[ir.Node]) -> None:

@@ -66,10 +66,14 @@ class CertificateRequest:
 
 @dataclass(frozen=True)
 class CertificateOutcome:
-    """A certifier's answer: "certified", "skipped" (with why) or "refused" (with why)."""
+    """A certifier's answer: "certified" (`proved` when by a proof, without a run for this
+    rewrite), "refused" (with why: the certificate failed), or, when no certificate could be
+    made, "skipped" (with why: the driver refuses the rewrite) or "deferred" (with why: the run
+    verifies end to end, whose verdict judges the rewrite)."""
 
     status: str
     detail: str = ""
+    proved: bool = False
 
 
 # A certifier checks one rewrite on its own matched subgraph (see onnxrefine.verify.certificate.certifier);
@@ -87,6 +91,9 @@ class Rule:
     # Rules that keep matched intermediates alive for their other readers set this; by default
     # the driver refuses a match whose intermediate values are read outside the match.
     keeps_intermediates: bool = False
+    # The driver refuses a match with an attribute reference (`perm=@perm`, in a function body),
+    # whose value is each caller's; a rule that binds references to their values itself sets this.
+    resolves_references: bool = False
 
     def __post_init__(self):
         if self.kind not in (EXACT, REASSOCIATING):

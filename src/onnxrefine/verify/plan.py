@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir.attrs import proto_attr
 from onnxrefine.verify import graphinfo
 
 # Fitted constants (seconds per unit); see the module docstring.
@@ -202,7 +204,7 @@ def _flops(node: onnx.NodeProto, shapes, out_count: int) -> float:
     if node.op_type in ("MatMul", "Gemm", "MatMulInteger", "FusedMatMul"):
         a = shape(0)
         if a and a[-1] is not None:
-            k = a[0] if node.op_type == "Gemm" and _attr_int(node, "transA") else a[-1]
+            k = _gemm_depth(node, a)
             return 2.0 * out_count * k
     return float(out_count)
 
@@ -217,11 +219,15 @@ def _flops_without_output_shape(node: onnx.NodeProto, shapes) -> float:
     return 0.0
 
 
-def _attr_int(node: onnx.NodeProto, name: str) -> int:
-    for attr in node.attribute:
-        if attr.name == name:
-            return attr.i
-    return 0
+def _gemm_depth(node: onnx.NodeProto, a: list) -> int:
+    """The accumulation depth of a product whose first input has shape `a` (known last dim)."""
+    if node.op_type != "Gemm":
+        return a[-1]
+    try:
+        transposed = proto_attr(node, "transA", 0)
+    except RewriteRefused:  # transA=@t inside a function: either way, count the larger
+        return max(d for d in (a[0], a[-1]) if d is not None)
+    return a[0] if transposed and a[0] is not None else a[-1]
 
 
 # Stress sets by what they add to a random set: inf/NaN propagation and signed zeros/subnormals

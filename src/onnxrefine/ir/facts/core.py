@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from onnxrefine.ir.attrs import attr
+
 STANDARD_DOMAIN = ""
 CONTRIB_DOMAIN = "com.microsoft"
 MAX_ELEMENTS = 64
@@ -137,18 +139,6 @@ class Site:
 
 
 # -- dim arithmetic -----------------------------------------------------------------------------
-
-
-def attr(node: ir.Node, name: str, default=None):
-    found = node.attributes.get(name)
-    if found is None or found.is_ref():
-        return default
-    return found.value
-
-
-def text_attr(node: ir.Node, name: str, default: str) -> str:
-    value = attr(node, name, default)
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def normalize_axis(axis: int, rank: int) -> int | None:

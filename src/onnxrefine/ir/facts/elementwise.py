@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxrefine.ir.facts.core import Site, attr, broadcast_shapes, dtype_rule, shape_rule
+from onnxrefine.ir.attrs import attr
+from onnxrefine.ir.facts.core import Site, broadcast_shapes, dtype_rule, shape_rule
 
 # Output 0 has input 0's shape.
 SAME_SHAPE = tuple(

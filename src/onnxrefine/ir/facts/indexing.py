@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxrefine.ir.facts.core import Site, Sym, attr, dtype_rule, normalize_axis, shape_rule, text_attr
+from onnxrefine.ir.attrs import attr, text_attr
+from onnxrefine.ir.facts.core import Site, Sym, dtype_rule, normalize_axis, shape_rule
 from onnxrefine.ir.foldmath import constant_array
 
 # Output 0 has input 0's element type.

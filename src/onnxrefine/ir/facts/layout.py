@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.facts.core import (
-    Site, Sym, attr, broadcast_shapes, dtype_rule, normalize_axis, product, shape_rule,
+    Site, Sym, broadcast_shapes, dtype_rule, normalize_axis, product, shape_rule,
 )
 
 # Output 0 has input 0's element type (the indexing ones are in indexing.py).
@@ -170,8 +171,8 @@ def constant_of_shape_shape(site: Site):
 
 @dtype_rule("ConstantOfShape")
 def constant_of_shape_dtype(site: Site):
-    value = site.node.attributes.get("value")
-    return ir.DataType.FLOAT if value is None else value.as_tensor().dtype
+    value = site.attr("value")
+    return ir.DataType.FLOAT if value is None else value.dtype
 
 
 @shape_rule("Tile")

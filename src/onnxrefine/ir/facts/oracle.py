@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.facts.core import (
     DTYPE_RULES, MAX_ELEMENTS, SHAPE_RULES, VALUE_RULES, Elements, Site, Sym, canonical_domain,
 )
@@ -12,8 +13,9 @@ from onnxrefine.ir.foldmath import constant_array
 
 _MAX_DEPTH = 64
 # A rule reading an attribute or a partial value of an unexpected form (a malformed model)
-# raises one of these; the fact is then unknown.
-_RULE_ERRORS = (TypeError, ValueError, IndexError, OverflowError)
+# raises one of these, and one reading an attribute reference (a function body's `@perm`: the
+# caller's value) RewriteRefused from ir/attrs.py; the fact is then unknown.
+_RULE_ERRORS = (TypeError, ValueError, IndexError, OverflowError, RewriteRefused)
 
 
 def _from_rule(table: dict, oracle: StaticShapes, value: ir.Value, depth: int):

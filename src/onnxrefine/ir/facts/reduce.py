@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxrefine.ir.facts.core import Site, attr, dtype_rule, normalize_axis, shape_rule
+from onnxrefine.ir.attrs import attr
+from onnxrefine.ir.facts.core import Site, dtype_rule, normalize_axis, shape_rule
 
 REDUCE = tuple(
     """ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum

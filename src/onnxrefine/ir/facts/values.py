@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnxrefine.ir.facts.core import Elements, Site, Sym, attr, product, value_rule
+from onnxrefine.ir.attrs import attr
+from onnxrefine.ir.facts.core import Elements, Site, Sym, product, value_rule
 from onnxrefine.ir.facts.indexing import slice_shape
 from onnxrefine.ir.facts.layout import shape_range
 

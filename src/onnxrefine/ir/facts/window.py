@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from onnxrefine.ir.facts.core import Site, Sym, attr, dtype_rule, shape_rule, text_attr
+from onnxrefine.ir.attrs import attr, text_attr
+from onnxrefine.ir.facts.core import Site, Sym, dtype_rule, shape_rule
 
 _SAME_DTYPE = tuple("Conv ConvTranspose MaxPool AveragePool LpPool GlobalAveragePool GlobalMaxPool GlobalLpPool".split())
 

@@ -20,12 +20,13 @@ A rule that proved no reader can observe the sign of a zero in an output says so
 (`Replacement.sign_insensitive`); there +0 and -0 count as equal.
 
 A set on which the ORIGINAL fails to run is dropped; a set on which only the candidate fails
-refuses the rewrite. The certificate is skipped, with its reason recorded in the rewrite log
-(`--report`: applied[].certificate), when it cannot be made concrete: an input whose shape or
-element type nothing vouches for (inside functions and control-flow bodies, mostly), a
-custom-domain or control-flow node, a dtype the sets do not cover (bfloat16, float8, strings), no
-set on which the original runs, or no float64 reference for an operator. Skipping rather than
-refusing keeps the optimizer useful there; the end-to-end verification still covers those rewrites.
+refuses the rewrite. No certificate can be made (outcome "skipped", with the reason) when the
+window cannot be made concrete: an input whose shape or element type nothing vouches for (inside
+functions and control-flow bodies, mostly), a custom-domain or control-flow node, a dtype the sets
+do not cover (bfloat16, float8, strings), no set on which the original runs, or no float64
+reference for an operator. The driver then refuses the rewrite (certificate.uncertifiable), unless
+the run verifies end to end (`defer_uncertified`): the outcome is then "deferred", the rewrite
+applied and left to that verdict (bisected and rolled back when it fails).
 
 Cost: position-wise subgraphs (elementwise ops, convolutions and pools over per-channel
 constants, products by a constant matrix) run on reduced sizes: batch 1, and along a window's axis
@@ -58,6 +59,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxrefine.errors import RewriteRefused
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
 from onnxrefine.verify.certificate import families
 from onnxrefine.verify.certificate.bound import CertificateFailure as _Refuse
@@ -138,8 +140,11 @@ def _check_budget(proto: onnx.ModelProto, activations, fed) -> None:
 class Certifier:
     """Callable given to the rule driver; keeps caches and counts for one optimization run."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, defer_uncertified: bool = False):
         self.seed = seed
+        # A rewrite no certificate can be made for: "deferred" to the end-to-end verdict of a run
+        # that verifies (True), else "skipped", which the driver refuses (certificate.uncertifiable).
+        self.defer_uncertified = defer_uncertified
         self.stats = CertificateStats()
         self._sessions: dict[bytes, object] = {}
         self._results: dict[bytes, CertificateOutcome] = {}
@@ -154,6 +159,8 @@ class Certifier:
             outcome = self._certify(request)
         except _Skip as skip:
             outcome = CertificateOutcome("skipped", str(skip))
+        except RewriteRefused as unknown:  # an attribute reference read by a proof (ir/attrs.py)
+            outcome = CertificateOutcome("skipped", str(unknown))
         except _Refuse as refusal:
             outcome = CertificateOutcome("refused", str(refusal))
         finally:
@@ -168,6 +175,8 @@ class Certifier:
             self.stats.certified += 1
         elif outcome.status == "skipped":
             self.stats.skipped += 1
+            if self.defer_uncertified:
+                outcome = CertificateOutcome("deferred", outcome.detail)
         else:
             self.stats.refused += 1
             self.stats.refusals.append((request.rule, outcome.detail))
@@ -187,7 +196,7 @@ class Certifier:
             family = (request.rule, proof.family)  # a proof's reading is cross-checked per rule and family
             if proof.reading is None or family in self._cross_checked:
                 self.stats.proved += 1
-                return CertificateOutcome("certified", note)
+                return CertificateOutcome("certified", note, proved=True)
             # What the proof reads of the ops (an affine tail's map, a Split's order) is asked of
             # onnxruntime on this model's constants instead of running the whole first rewrite;
             # where it disagrees or cannot say, the run decides.
@@ -195,7 +204,7 @@ class Certifier:
             if reading is not None:
                 self._cross_checked.add(family)
                 self.stats.proved += 1
-                return CertificateOutcome("certified", f"{note}; {reading}")
+                return CertificateOutcome("certified", f"{note}; {reading}", proved=True)
             outcome = self._certify_by_running(request)
             if outcome.status == "certified":
                 # Until a rule's proof has agreed with a run in this optimization, it is also run:
@@ -207,7 +216,7 @@ class Certifier:
 
     def _certify_by_running(self, request: CertificateRequest) -> CertificateOutcome:
         if forwards_through_identity(request):
-            return CertificateOutcome("certified", "bit-identical: forwards a value through Identity")
+            return CertificateOutcome("certified", "bit-identical: forwards a value through Identity", proved=True)
         nodes = list(request.matched) + list(request.replacement)
         for node in nodes:
             if node.domain not in STANDARD_DOMAINS:

@@ -21,6 +21,7 @@ import math
 import numpy as np
 import onnx_ir as ir
 
+from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 
 SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
@@ -188,21 +189,16 @@ def distinct_set(specs: dict[str, tuple[np.dtype, tuple]]) -> list[tuple[str, di
     return [("distinct", feeds)]
 
 
-def _attr(node: ir.Node, name: str, default=None):
-    attr = node.attributes.get(name)
-    return default if attr is None or attr.is_ref() else attr.value
-
-
 def _window(node: ir.Node, axis: int, constants: dict) -> tuple[int, int] | None:
     """(effective kernel extent, stride) of a windowed node along spatial axis `axis` (0-based)."""
-    kernel = _attr(node, "kernel_shape")
+    kernel = attr(node, "kernel_shape")
     if kernel is None and node.op_type in ("Conv", "ConvTranspose") and len(node.inputs) > 1:
         weight = constants.get(node.inputs[1].name) if node.inputs[1] is not None else None
         kernel = list(weight.shape[2:]) if weight is not None else None
     if kernel is None or axis >= len(kernel):
         return None
-    dilations = _attr(node, "dilations") or [1] * len(kernel)
-    strides = _attr(node, "strides") or [1] * len(kernel)
+    dilations = attr(node, "dilations") or [1] * len(kernel)
+    strides = attr(node, "strides") or [1] * len(kernel)
     return (int(kernel[axis]) - 1) * int(dilations[axis]) + 1, int(strides[axis])
 
 
@@ -318,19 +314,19 @@ def _pinned_axes(node: ir.Node, constants: dict, rank: int) -> set[int] | None:
         b = node.inputs[1] if len(node.inputs) > 1 else None
         if b is None or b.name not in constants or constants[b.name].ndim != 2:
             return None
-        if op == "Gemm" and (_attr(node, "transA", 0) or rank != 2):
+        if op == "Gemm" and (attr(node, "transA", 0) or rank != 2):
             return None
         pinned.add(rank - 1)  # the reduced axis K
         exempt = (1,)
     elif op == "Split":
-        axis = int(_attr(node, "axis", 0))
+        axis = int(attr(node, "axis", 0))
         if axis % rank != rank - 1:
             return None
         pinned.add(rank - 1)  # split along the last axis (sibling MatMuls' outputs, say)
         exempt = (1,)
     elif op not in _WINDOWED and op not in _POSITIONWISE:
         return None
-    if op == "ConvTranspose" and _attr(node, "output_shape") is not None:
+    if op == "ConvTranspose" and attr(node, "output_shape") is not None:
         return None
     for index, value in enumerate(node.inputs):
         if value is None or index in exempt or value.name not in constants:
@@ -346,21 +342,21 @@ def _pinned_axes(node: ir.Node, constants: dict, rank: int) -> set[int] | None:
 def _window_geometry(node: ir.Node, axis: int, constants: dict) -> tuple | None:
     """(taps, dilation, stride, pad begin, pad end) along `axis`; None where the output count or
     the pads are implicit (auto_pad, ceil_mode, ConvTranspose)."""
-    if node.op_type == "ConvTranspose" or _attr(node, "auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
+    if node.op_type == "ConvTranspose" or attr(node, "auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
         return None
-    if _attr(node, "ceil_mode", 0):
+    if attr(node, "ceil_mode", 0):
         return None
-    kernel = _attr(node, "kernel_shape")
+    kernel = attr(node, "kernel_shape")
     if kernel is None and len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].name in constants:
         kernel = list(constants[node.inputs[1].name].shape[2:])
     if kernel is None or axis >= len(kernel):
         return None
     rank = len(kernel)
-    pads = _attr(node, "pads") or [0] * (2 * rank)
-    if _attr(node, "auto_pad", "NOTSET") in ("VALID", b"VALID"):
+    pads = attr(node, "pads") or [0] * (2 * rank)
+    if attr(node, "auto_pad", "NOTSET") in ("VALID", b"VALID"):
         pads = [0] * (2 * rank)
-    dilation = int((_attr(node, "dilations") or [1] * rank)[axis])
-    stride = int((_attr(node, "strides") or [1] * rank)[axis])
+    dilation = int((attr(node, "dilations") or [1] * rank)[axis])
+    stride = int((attr(node, "strides") or [1] * rank)[axis])
     return int(kernel[axis]), dilation, stride, int(pads[axis]), int(pads[axis + rank])
 
 

@@ -16,6 +16,7 @@ import onnx
 import onnx_ir as ir
 from onnx import helper, numpy_helper
 
+from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import Sym
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
@@ -136,7 +137,7 @@ def cache_key(request, activations, constants, context) -> bytes | None:
             produced[id(out)] = f"v{len(produced)}"
         ins = [renames.get(v.name) if v is not None and id(v) not in produced else
                (produced.get(id(v)) if v is not None else "") for v in node.inputs]
-        attrs = sorted((k, repr(a.value)) for k, a in node.attributes.items())
+        attrs = sorted((k, repr(attr(node, k))) for k in node.attributes)  # a reference: no key, no certificate
         digest.update(repr((node.op_type, node.domain, ins, [produced[id(o)] for o in node.outputs], attrs)).encode())
     # Which outputs may change a zero's sign is part of the question: the same structure with
     # the sign observable must be judged again, not answered from a sign-insensitive sibling.

@@ -43,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.signed_zero import for_context
@@ -53,7 +54,8 @@ _SLACK = 64.0  # float64 ulps allowed between two derivations of a and d (a few 
 
 
 def _attrs(node: ir.Node) -> dict:
-    return {name: (attr.type, _hashable(attr.value)) for name, attr in node.attributes.items()}
+    """Comparable attributes (a reference refuses: two of them may hold different callers' values)."""
+    return {name: (found.type, _hashable(attr(node, name))) for name, found in node.attributes.items()}
 
 
 def _hashable(value):
@@ -80,7 +82,7 @@ def _tail_step(node: ir.Node, previous: ir.Value, a, d, mag, rank: int, channels
     if node.op_type == "BatchNormalization":
         if opset < 9 or node.inputs[0] is not previous or len(node.inputs) != 5:
             return None
-        if node.attributes.get("training_mode") is not None and node.attributes["training_mode"].value != 0:
+        if attr(node, "training_mode", 0) != 0:
             return None
         if any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
             return None
@@ -88,8 +90,7 @@ def _tail_step(node: ir.Node, previous: ir.Value, a, d, mag, rank: int, channels
         if any(p is None or p.dtype != dtype or p.shape != (channels,) for p in params):
             return None
         gamma, beta, mean, var = (p.astype(np.float64) for p in params)
-        epsilon = node.attributes.get("epsilon")
-        eps = float(np.float32(epsilon.value if epsilon is not None else 1e-5))
+        eps = float(np.float32(attr(node, "epsilon", 1e-5)))
         with np.errstate(all="ignore"):
             s = gamma / np.sqrt(var + eps)
         return a * s, (d - mean) * s + beta, (mag + np.abs(mean)) * np.abs(s) + np.abs(beta)
@@ -293,15 +294,14 @@ def affine_tail(request):
 
 def _split_sizes(split: ir.Node, rank: int | None) -> list[int] | None:
     """The Split's sizes if it splits the last axis (of a rank-`rank` value), or None."""
-    axis = split.attributes.get("axis")
-    axis = 0 if axis is None else axis.value
+    axis = attr(split, "axis", 0)
     if axis != -1 and (rank is None or axis != rank - 1):
         return None
     if len(split.inputs) > 1 and split.inputs[1] is not None:
         sizes = constant_array(split.inputs[1])
         return None if sizes is None else [int(v) for v in sizes.reshape(-1)]
-    attr = split.attributes.get("split")
-    return None if attr is None else [int(v) for v in attr.value]
+    sizes = attr(split, "split")
+    return None if sizes is None else [int(v) for v in sizes]
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -380,11 +380,6 @@ def merged_matmul_proof(request) -> str | None:
             f"concatenation bit for bit and the Split hands each product back")
 
 
-def _attribute(node: ir.Node, name: str, default):
-    attr = node.attributes.get(name)
-    return default if attr is None else attr.value
-
-
 def gemm_from_matmul_add_proof(request) -> str | None:
     """Add(MatMul(a, b), c) -> Gemm(a, b, c), proved without reading a weight.
 
@@ -413,8 +408,8 @@ def gemm_from_matmul_add_proof(request) -> str | None:
     c = others[0]
     if len(gemm.inputs) != 3 or gemm.inputs[0] is not a or gemm.inputs[1] is not b or gemm.inputs[2] is not c:
         return None
-    if (float(_attribute(gemm, "alpha", 1.0)), float(_attribute(gemm, "beta", 1.0)),
-            int(_attribute(gemm, "transA", 0)), int(_attribute(gemm, "transB", 0))) != (1.0, 1.0, 0, 0):
+    if (float(attr(gemm, "alpha", 1.0)), float(attr(gemm, "beta", 1.0)),
+            int(attr(gemm, "transA", 0)), int(attr(gemm, "transB", 0))) != (1.0, 1.0, 0, 0):
         return None
     old, replacement = request.outputs[0]
     if old is not add.outputs[0] or replacement is not gemm.outputs[0]:

@@ -1,0 +1,91 @@
+"""The API checks what the CLI checks, on a path, a ModelProto and an onnx_ir model; its
+parameters are explicit keywords, `verify=True` is accepted and an unknown keyword names the
+valid ones."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from helpers import make_model, run, value_info
+from onnx import TensorProto, helper
+
+import onnxrefine
+from onnxrefine.cli.main import main
+from onnxrefine.errors import BadInputError
+
+
+def _shape_of_negative_dim() -> onnx.ModelProto:
+    # onnxruntime reads the -1 as a dynamic dim; folded, Shape would be the constant [3, -1].
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Size", ["x"], ["n"])]
+    return make_model(nodes, [value_info("x", shape=[3, -1])],
+                      [value_info("s", TensorProto.INT64, [2]), value_info("n", TensorProto.INT64, [])])
+
+
+@pytest.mark.parametrize("kind", ["path", "proto", "ir"])
+def test_a_negative_input_dim_is_refused_for_every_kind_of_model(kind, tmp_path):
+    proto = _shape_of_negative_dim()
+    model = {"proto": proto, "ir": ir.serde.deserialize_model(proto)}.get(kind)
+    if kind == "path":
+        onnx.save(proto, tmp_path / "m.onnx")
+        model = str(tmp_path / "m.onnx")
+    with pytest.raises(BadInputError, match=r"graph input 'x': negative dim in \[3, -1\]"):
+        onnxrefine.optimize(model, ["fold_shapes", "eliminate_shape_op"])
+
+
+def test_the_cli_refuses_the_same_file(tmp_path, capsys):
+    onnx.save(_shape_of_negative_dim(), tmp_path / "m.onnx")
+    assert main(["optimize", str(tmp_path / "m.onnx"), "--no-verify"]) == 2
+    assert "negative dim in [3, -1]" in capsys.readouterr().err
+
+
+def test_a_malformed_tensor_in_a_modelproto_is_refused_as_from_a_file():
+    model = make_model([helper.make_node("Add", ["x", "c"], ["y"])], [value_info("x", shape=[2])],
+                       [value_info("y", shape=[2])], [helper.make_tensor("c", TensorProto.FLOAT, [2], [1.0, 2.0])])
+    model.graph.initializer[0].dims[:] = [3]  # two values for three elements
+    with pytest.raises(BadInputError, match="float_data holds 2 values, but dims \\[3\\] need 3"):
+        onnxrefine.optimize(model)
+
+
+def _relu_model() -> onnx.ModelProto:
+    return make_model([helper.make_node("Identity", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])],
+                      [value_info("x", shape=[2, 3])], [value_info("y", shape=[2, 3])])
+
+
+def test_verify_true_verifies_end_to_end():
+    optimized, report = onnxrefine.optimize_with_report(_relu_model(), verify=True)
+    assert report.verification["status"] == "verified" and report.verification["verdict"] == "exact"
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 3
+    np.testing.assert_array_equal(run(optimized, {"x": x})[0], run(_relu_model(), {"x": x})[0])
+
+
+def test_the_default_certifies_and_does_not_verify_end_to_end():
+    _, report = onnxrefine.optimize_with_report(_relu_model())
+    assert report.verification is None and report.certificates["coverage"]["certified"] + \
+        report.certificates["coverage"]["proved"] == len(report.log.applied) == 1
+    doc = onnxrefine.optimize.__doc__
+    assert "no end-to-end verification" in doc and "verify=True" in doc
+
+
+@pytest.mark.parametrize("function", ["optimize", "optimize_with_report"])
+def test_an_unknown_keyword_names_the_valid_ones(function):
+    with pytest.raises(TypeError) as raised:
+        getattr(onnxrefine, function)(_relu_model(), verfy=True)
+    message = str(raised.value)
+    assert f"{function}() got unknown keyword argument(s) verfy" in message
+    assert "valid: passes, fixed_point, disable, verify, certify" in message
+
+
+def test_the_parameters_are_explicit_keywords():
+    for function in (onnxrefine.optimize, onnxrefine.optimize_with_report):
+        parameters = inspect.signature(function).parameters
+        assert not any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+        assert {"verify", "certify", "disable", "input_shapes"} <= set(parameters)
+
+
+def test_verify_of_another_type_is_a_type_error():
+    with pytest.raises(TypeError, match="verify must be True, False, None or onnxrefine.VerifySettings, not str"):
+        onnxrefine.optimize(_relu_model(), verify="yes")
