@@ -260,3 +260,25 @@ def test_a_planted_wrong_reshape_region_rewrite_is_caught_by_its_certificate(mon
                              {"x": np.linspace(-3, 3, 12, dtype=np.float32).reshape(4, 3)},
                              rule="eliminate_reshape_around_elementwise")
     assert not report.log.applied
+
+
+def test_observed_runs_zero_only_weights_no_integer_depends_on():
+    # A float weight cast to an integer decides a Reshape's target: it is serialized as it is.
+    # One only multiplied into activations becomes zeros made at run time.
+    import onnx_ir as ir
+
+    from onnxrefine.verify.ort import observed
+
+    weight = np.arange(2048, dtype=np.float32).reshape(2, 1024)
+    nodes = [helper.make_node("Mul", ["x", "w"], ["m"]), helper.make_node("Shape", ["m"], ["s"]),
+             helper.make_node("ReduceMax", ["w"], ["top"], keepdims=0),
+             helper.make_node("Cast", ["top"], ["k"], to=TensorProto.INT64)]
+    model = ir.serde.deserialize_model(make_model(
+        nodes, [value_info("x", shape=[2, 1024])], [value_info("s", INT64, [2]), value_info("k", INT64, [])],
+        [tensor("w", weight)], opset=17))
+    shape_value, cast_value = (node.outputs[0] for node in list(model.graph)[1::2])
+    proto, _ = observed._cut(model, [shape_value], lambda v: v.dtype or ir.DataType.FLOAT)
+    assert [n.op_type for n in proto.graph.node][0] == "ConstantOfShape" and not proto.graph.initializer[1:]
+    proto, _ = observed._cut(model, [cast_value], lambda v: v.dtype or ir.DataType.FLOAT)
+    assert "ConstantOfShape" not in [n.op_type for n in proto.graph.node]
+    assert observed.observe(model, [cast_value])[id(cast_value)] == 2047

@@ -135,12 +135,13 @@ def _cut(model: ir.Model, values: list[ir.Value], dtype_of) -> tuple[onnx.ModelP
             needed.update(id(v) for v in node.inputs if v is not None)
             needed.update(id(v) for v in _captured(node))
     weights = [v for v in graph.initializers.values() if id(v) in needed]
-    zeroed = []
-    if not any(_reads_float_into_integers(node, dtype_of) for node in kept + copied):
-        # No float value reaches an integer, a bool or a data-dependent size in what runs, so
-        # no float weight's values can change any shape or integer value the run computes: large
-        # float weights become zeros made at run time (ConstantOfShape), not serialized.
-        zeroed = [v for v in weights if _zeroable(v.const_value)]
+    zeroed = [v for v in weights if _zeroable(v.const_value)]
+    if _weights_reach_integers(zeroed, list(reversed(kept)) + copied, dtype_of):
+        zeroed = []
+    else:
+        # No value computed from these float weights reaches an integer, a bool or a
+        # data-dependent size in what runs, so their values cannot change any shape or integer
+        # value the run computes: they become zeros made at run time (ConstantOfShape).
         weights = [v for v in weights if not _zeroable(v.const_value)]
     if sum(v.const_value.nbytes for v in weights if v.const_value is not None) > MAX_PROTO_BYTES:
         return f"the values depend on more than {MAX_PROTO_BYTES >> 20} MiB of weights"
@@ -185,27 +186,42 @@ def _shapes_of(proto: onnx.ModelProto, names: dict[int, str]) -> dict[int, tuple
 
 # Operators through which a float input can decide an integer or bool value, or a size.
 _FLOAT_TO_INTEGER = frozenset("""Cast CastLike ArgMax ArgMin Equal Less Greater LessOrEqual GreaterOrEqual
-    IsNaN IsInf NonZero Unique Compress TopK NonMaxSuppression Resize Upsample If Loop Scan""".split())
+    IsNaN IsInf NonZero Unique Compress TopK NonMaxSuppression Resize Upsample Range OneHot If Loop Scan""".split())
 _ZEROABLE = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16})
 ZERO_WEIGHT_BYTES = 4096  # smaller float weights are serialized as they are
 
 
-def _reads_float_into_integers(node: ir.Node, dtype_of) -> bool:
-    """Whether `node` may turn a float value into an integer, a bool or a size (a float input,
-    or one of unknown type, to such an operator; any node of a custom domain)."""
+def _weights_reach_integers(weights, nodes, dtype_of) -> bool:
+    """Whether a value computed from `weights` (through `nodes`, in graph order) reaches an
+    operator that may turn it into an integer, a bool or a size."""
+    tainted = {id(v) for v in weights}
+    for node in nodes:
+        read = [v for v in list(node.inputs) + _captured(node) if v is not None and id(v) in tainted]
+        if not read:
+            continue
+        if _reads_float_into_integers(node, dtype_of, read):
+            return True
+        tainted.update(id(v) for v in node.outputs)
+    return False
+
+
+def _reads_float_into_integers(node: ir.Node, dtype_of, read) -> bool:
+    """Whether `node` may turn one of the values `read` into an integer, a bool or a size (a
+    float one, or one of unknown type, read by such an operator; any node of a custom domain)."""
     if node.domain not in ("", "ai.onnx"):
         return True
     if node.op_type not in _FLOAT_TO_INTEGER:
         return False
+    read_ids = {id(v) for v in read}
     if node.op_type in ("Cast", "CastLike"):
         to = node.attributes.get("to")
         target = (dtype_of(node.inputs[1]) if node.op_type == "CastLike" and len(node.inputs) > 1
                   else ir.DataType(to.value) if to is not None and not to.is_ref() else None)
         if target is not None and target.is_floating_point():
             return False  # float to float: no integer comes of it
-        node_inputs = node.inputs[:1]
-        return any(v is not None and (dtype_of(v) is None or dtype_of(v).is_floating_point()) for v in node_inputs)
-    return any(v is not None and (dtype_of(v) is None or dtype_of(v).is_floating_point()) for v in node.inputs)
+        node_inputs = [v for v in node.inputs[:1] if v is not None and id(v) in read_ids]
+        return any(dtype_of(v) is None or dtype_of(v).is_floating_point() for v in node_inputs)
+    return any(dtype_of(v) is None or dtype_of(v).is_floating_point() for v in read)
 
 
 def _zeroable(tensor) -> bool:
