@@ -145,3 +145,33 @@ def test_a_wrong_rewrite_on_a_value_of_unknown_element_type_is_caught_with_a_run
     assert guard == "certificate.failed" and "exact rewrite differs" in reason
     feeds = {"x": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)}  # det = -2
     assert_bit_identical(run(model, feeds), run(optimized, feeds))
+
+
+def _relu_to_contrib_gelu(m, ctx):
+    """Wrong on purpose: onnxruntime's com.microsoft Gelu is not Relu."""
+    node = ctx.node("Gelu", [m["x"]], domain="com.microsoft")
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+def _relu_to_custom(m, ctx):
+    node = ctx.node("Mystery", [m["x"]], domain="com.example")
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+@pytest.mark.parametrize("rule, guard, reason", [
+    # onnxruntime has a kernel for its own contrib operator: the certificate runs it and refuses
+    (Rule("relu_to_contrib_gelu", Op("Relu", Var("x")), _relu_to_contrib_gelu), "certificate.failed",
+     "exact rewrite differs"),
+    # a domain onnxruntime knows nothing of still cannot be certified
+    (Rule("relu_to_custom", Op("Relu", Var("x")), _relu_to_custom), "certificate.uncertifiable",
+     "custom domain 'com.example'"),
+])
+def test_a_wrong_rewrite_to_a_contrib_operator_is_run_in_onnxruntime(monkeypatch, rule, guard, reason):
+    registry._load_pass_modules()
+    spec = PassSpec("planted_contrib", "test only", rules=(rule,), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [value_info("x", shape=[2, 3])],
+                       [value_info("y", shape=[2, 3])])
+    _, report = onnxrefine.optimize_with_report(model, ["planted_contrib"])
+    [(found, why)] = _refusals(report, rule.name)
+    assert found == guard and reason in why

@@ -21,10 +21,11 @@ A rule that proved no reader can observe the sign of a zero in an output says so
 
 A set on which the ORIGINAL fails to run is dropped; a set on which only the candidate fails
 refuses the rewrite. No certificate can be made (outcome "skipped", with the reason) when the
-window cannot be made concrete: an input whose shape or element type nothing vouches for (inside
-functions and control-flow bodies, mostly), a custom-domain or control-flow node, a dtype the sets
-do not cover (bfloat16, float8, strings), no set on which the original runs, or no float64
-reference for an operator. The driver then refuses the rewrite (certificate.uncertifiable), unless
+window cannot be made concrete: an input whose shape or element type neither a fact nor a run of
+the model gives (inside functions and control-flow bodies, mostly), a node of a custom domain other
+than onnxruntime's own (com.microsoft, run where onnxruntime has its kernel) or with a subgraph, a
+dtype the sets do not cover (bfloat16, float8, strings), no set on which the original runs, or no
+float64 reference for an operator. The driver then refuses the rewrite (certificate.uncertifiable), unless
 the run verifies end to end (`defer_uncertified`): the outcome is then "deferred", the rewrite
 applied and left to that verdict (bisected and rolled back when it fails).
 
@@ -66,7 +67,7 @@ from onnxrefine.verify.certificate.bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate.bound import judge_exact, judge_reassociating, side_model
 from onnxrefine.verify.certificate.model import (
-    STANDARD_DOMAINS,
+    RUNTIME_DOMAINS,
     Side,
     boundary,
     build,
@@ -219,7 +220,7 @@ class Certifier:
             return CertificateOutcome("certified", "bit-identical: forwards a value through Identity", proved=True)
         nodes = list(request.matched) + list(request.replacement)
         for node in nodes:
-            if node.domain not in STANDARD_DOMAINS:
+            if node.domain not in RUNTIME_DOMAINS:
                 raise _Skip(f"{node.op_type} is in custom domain '{node.domain}'")
             if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()):
                 raise _Skip(f"{node.op_type} carries a subgraph")

@@ -30,6 +30,10 @@ EMBED_BYTES = 0
 SYM_DIM = 3  # what a dimension nobody can tell us counts as
 MAX_CONTEXT = 16  # producer nodes pulled in to compute integer boundary values
 CACHE_CONSTANT_BYTES = 1 << 16  # certificates whose constants are this small are cached by content
+# Domains a certificate model may hold: the standard ones, and onnxruntime's own contrib operators
+# (its CPU provider registers kernels for them; an operator it has none for fails to load, and the
+# certificate is skipped).
+RUNTIME_DOMAINS = (*STANDARD_DOMAINS, "com.microsoft")
 
 
 @dataclass
@@ -205,8 +209,10 @@ def build(request: CertificateRequest, activations, constants, context, batch_fr
     opsets.update(owner_opsets)
     if "" not in opsets:
         opsets[""] = opsets.pop("ai.onnx", 13)
+    if any(node.domain == "com.microsoft" for node in nodes):
+        opsets.setdefault("com.microsoft", 1)  # a rule's contrib node in a model that imports none
     opset_ids = [helper.make_opsetid(domain, int(version)) for domain, version in opsets.items()
-                 if domain in STANDARD_DOMAINS and domain != "ai.onnx"]
+                 if domain in RUNTIME_DOMAINS and domain != "ai.onnx"]
     proto = helper.make_model(graph, opset_imports=opset_ids)
     proto.ir_version = min(int(request.model.ir_version or 8), onnx.IR_VERSION)
     return proto, fed, outputs
