@@ -175,3 +175,31 @@ def test_a_wrong_rewrite_to_a_contrib_operator_is_run_in_onnxruntime(monkeypatch
     _, report = onnxrefine.optimize_with_report(model, ["planted_contrib"])
     [(found, why)] = _refusals(report, rule.name)
     assert found == guard and reason in why
+
+
+def _transpose_to_identity(m, ctx):
+    """Wrong on purpose: a Transpose [1, 0] of a square matrix is not the matrix."""
+    node = ctx.node("Identity", [m["x"]])
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+def _transposes(elem, count: int) -> onnx.ModelProto:
+    names = ["x"] + [f"t{i}" for i in range(count - 1)] + ["y"]
+    nodes = [helper.make_node("Transpose", [names[i]], [names[i + 1]], perm=[1, 0]) for i in range(count)]
+    model = make_model(nodes, [value_info("x", elem, [2, 2])], [value_info("y", elem, [2, 2])], opset=21)
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("elem", [TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2])
+def test_bfloat16_and_float8_rewrites_are_certified_and_a_wrong_one_caught(monkeypatch, elem):
+    # The certificate used to skip ("'x' is bfloat16, which the certificate does not generate").
+    rule = Rule("transpose_to_identity", Op("Transpose", Var("x")), _transpose_to_identity)
+    registry._load_pass_modules()
+    monkeypatch.setitem(registry._REGISTRY, "planted_narrow", PassSpec("planted_narrow", "test only", rules=(rule,),
+                                                                         default=False))
+    _, report = onnxrefine.optimize_with_report(_transposes(elem, 1), ["planted_narrow"])
+    [(guard, reason)] = _refusals(report, "transpose_to_identity")
+    assert guard == "certificate.failed" and "exact rewrite differs" in reason
+    _, report = onnxrefine.optimize_with_report(_transposes(elem, 2), ["fuse_consecutive_transposes"])
+    assert _certificates(report, "fuse_consecutive_transposes") == ["certified: bit-identical on 6 input sets"]

@@ -76,6 +76,7 @@ from onnxrefine.verify.certificate.model import (
 )
 from onnxrefine.verify.ort import MAX_OBSERVED_VALUES, observe
 from onnxrefine.verify.certificate.inputs import (
+    NARROW_FLOATS,
     SUPPORTED_DTYPES,
     adversarial_sets,
     distinct_set,
@@ -278,6 +279,10 @@ class Certifier:
         constants = [s for s in sides if s.array is not None] + [
             Side(v, v.name, array=v.const_value.numpy()) for v in request.new_constants]
         activations = [s for s in sides if s.array is None]
+        if request.kind != EXACT and any(s.dtype in NARROW_FLOATS for s in activations):
+            raise _Skip(f"'{next(s.name for s in activations if s.dtype in NARROW_FLOATS)}' is "
+                        f"{next(s.dtype for s in activations if s.dtype in NARROW_FLOATS)}, and a "
+                        "reassociating rewrite has no derived bound in that type")
         reduced = reduced_shapes([list(context) + list(request.matched), list(request.replacement)],
                                  {s.name: s.shape for s in activations}, constants)
         if reduced is not None:
@@ -418,8 +423,7 @@ class Certifier:
             session = _make_session(original.SerializeToString())
         except Exception:  # noqa: BLE001
             return True
-        names = {i.name for i in original.graph.input}
-        return isinstance(_run(session, {k: v for k, v in feeds.items() if k in names}), str)
+        return isinstance(_run(session, feeds), str)  # _run feeds the original's inputs only
 
 
 # Operators whose output is not a tensor (no Shape of it to ask for).
@@ -451,6 +455,10 @@ def _make_session(data: bytes):
 
 def _run(session, feeds) -> dict | str:
     wanted = {i.name for i in session.get_inputs()}
+    # A narrow float input is fed as the float32 holding its values (model.build Casts it in).
+    feeds = {(f"{k}_float32" if f"{k}_float32" in wanted else k): (v.astype(np.float32) if v.dtype in NARROW_FLOATS
+                                                                  else v)
+             for k, v in feeds.items()}
     try:
         names = [o.name for o in session.get_outputs()]
         values = session.run(names, {k: v for k, v in feeds.items() if k in wanted})

@@ -22,7 +22,7 @@ from onnxrefine.ir.facts import Sym
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.rewrite.rule import EXACT, CertificateRequest
 from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
-from onnxrefine.verify.certificate.inputs import SUPPORTED_DTYPES
+from onnxrefine.verify.certificate.inputs import NARROW_FLOATS, SUPPORTED_DTYPES
 
 # Constants are fed at run time rather than embedded (no copy, and certificates of the same
 # structure share one onnxruntime session); other dtypes are embedded.
@@ -176,30 +176,37 @@ def build(request: CertificateRequest, activations, constants, context, batch_fr
     rename = {side.name: f"a{i}" for i, side in enumerate(activations)}
     rename.update({side.name: f"k{i}" for i, side in enumerate(constants)})
     inputs, initializers, fed = [], [], {}
+    narrowed = []  # Cast nodes from the float32 an input is fed as, to its own narrow type
     for side in activations:
         elem = helper.np_dtype_to_tensor_dtype(side.dtype)
         # Symbolic dims (the rank is kept): certificates of the same structure over other
         # sizes (channel counts) share one session; the kernels and bits are the same.
         dims = ["batch" if batch_free and axis == 0 else f"{rename[side.name]}_{axis}"
                 for axis in range(len(side.shape))]
-        inputs.append(helper.make_tensor_value_info(rename[side.name], elem, dims))
+        name = rename[side.name]
+        if side.dtype in NARROW_FLOATS:
+            narrowed.append(helper.make_node("Cast", [f"{name}_float32"], [name], to=elem))
+            name, elem = f"{name}_float32", onnx.TensorProto.FLOAT
+        inputs.append(helper.make_tensor_value_info(name, elem, dims))
     for side in constants:
         array = np.require(side.array, requirements="C")  # ascontiguousarray makes a scalar 1-D
         name = rename[side.name]
-        if array.nbytes > EMBED_BYTES and array.dtype in SUPPORTED_DTYPES:
+        if array.nbytes > EMBED_BYTES and array.dtype in SUPPORTED_DTYPES - NARROW_FLOATS:
             inputs.append(helper.make_tensor_value_info(
                 name, helper.np_dtype_to_tensor_dtype(array.dtype), [f"{name}_{axis}" for axis in range(array.ndim)]))
             fed[name] = array
         else:
             initializers.append(numpy_helper.from_array(array, name))
-    nodes = [canonical_node(node, rename) for node in
-             topological(context) + topological(request.matched) + topological(request.replacement)]
+    nodes = narrowed + [canonical_node(node, rename) for node in
+                        topological(context) + topological(request.matched) + topological(request.replacement)]
     outputs, graph_outputs = [], []
     for index, (old, new) in enumerate(request.outputs):
         pair = []
+        narrow = _dtype_of(old, request) in NARROW_FLOATS
         for side, value in (("original", old), ("candidate", new)):
             name = f"__certificate_{side}_{index}"
-            nodes.append(helper.make_node("Identity", [rename[value.name]], [name]))
+            nodes.append(helper.make_node("Cast", [rename[value.name]], [name], to=onnx.TensorProto.FLOAT) if narrow
+                         else helper.make_node("Identity", [rename[value.name]], [name]))
             graph_outputs.append(onnx.ValueInfoProto(name=name))
             pair.append(name)
         outputs.append(tuple(pair))
@@ -216,6 +223,14 @@ def build(request: CertificateRequest, activations, constants, context, batch_fr
     proto = helper.make_model(graph, opset_imports=opset_ids)
     proto.ir_version = min(int(request.model.ir_version or 8), onnx.IR_VERSION)
     return proto, fed, outputs
+
+
+def _dtype_of(value: ir.Value, request: CertificateRequest) -> np.dtype | None:
+    dtype = request.context.facts.dtype(value) or value.dtype
+    try:
+        return None if dtype is None else np.dtype(dtype.numpy())
+    except Exception:  # noqa: BLE001 - strings and other types numpy has no dtype for
+        return None
 
 
 def forwards_through_identity(request: CertificateRequest) -> bool:
