@@ -203,3 +203,33 @@ def test_bfloat16_and_float8_rewrites_are_certified_and_a_wrong_one_caught(monke
     assert guard == "certificate.failed" and "exact rewrite differs" in reason
     _, report = onnxrefine.optimize_with_report(_transposes(elem, 2), ["fuse_consecutive_transposes"])
     assert _certificates(report, "fuse_consecutive_transposes") == ["certified: bit-identical on 6 input sets"]
+
+
+def _function_model(body_nodes, calls=((2, 3), (4, 5))) -> onnx.ModelProto:
+    # A model-local function whose input has no declared shape: its shapes are each caller's.
+    function = helper.make_function("local", "body", ["a"], ["b"], body_nodes,
+                                    [helper.make_opsetid("", 17)])
+    nodes, inputs, outputs = [], [], []
+    for index, shape in enumerate(calls):
+        nodes.append(helper.make_node("body", [f"x{index}"], [f"y{index}"], domain="local"))
+        inputs.append(value_info(f"x{index}", shape=list(shape)))
+        outputs.append(value_info(f"y{index}"))
+    model = make_model(nodes, inputs, outputs, functions=[function])
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    return model
+
+
+def test_a_wrong_rewrite_in_a_function_body_is_caught_at_a_call_site(planted):
+    model = _function_model([helper.make_node("Relu", ["a"], ["b"])])
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("relu_to_abs")])
+    [(guard, reason)] = _refusals(report, "relu_to_abs")
+    assert guard == "certificate.failed" and "exact rewrite differs" in reason
+    feeds = {"x0": -np.ones((2, 3), np.float32), "x1": -np.ones((4, 5), np.float32)}
+    assert_bit_identical(run(model, feeds), run(optimized, feeds))
+
+
+def test_a_right_rewrite_in_a_function_body_is_certified_at_each_call_site():
+    model = _function_model([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Relu", ["r"], ["b"])])
+    _, report = onnxrefine.optimize_with_report(model, ["eliminate_consecutive_idempotent_ops"])
+    [note] = _certificates(report, "idempotent_relu_chain")
+    assert note.startswith("certified: bit-identical") and note.endswith("at each of its 2 call sites")

@@ -66,9 +66,11 @@ from onnxrefine.verify.certificate import families
 from onnxrefine.verify.certificate.bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate.bound import judge_exact, judge_reassociating, side_model
+from onnxrefine.ir import traversal
 from onnxrefine.verify.certificate.model import (
     RUNTIME_DOMAINS,
     Side,
+    boundary_side,
     boundary,
     build,
     cache_key,
@@ -90,6 +92,7 @@ MAX_SESSIONS = 256
 # Runs of the whole model made to learn the shapes of boundary values no fact gives (each one
 # also asks every other value of unknown shape, so the first usually answers for the rest).
 MAX_OBSERVATIONS = 4
+MAX_CALLS = 8  # call sites of a function a rewrite in its body is certified at, one by one
 OBSERVED_NOTE = " (at the shapes of a run of the model)"
 NO_RUN = "the matched subgraph does not run on any generated input set"
 
@@ -229,6 +232,8 @@ class Certifier:
                 raise _Skip(f"{node.op_type} has an attribute reference (function body)")
         sides, context = boundary(request)
         unresolved = [s for s in sides if s.array is None and (s.shape is None or s.dtype is None)]
+        if unresolved and isinstance(request.owner, ir.Function):
+            return self._certify_per_call(request, sides, context)
         if unresolved:
             if not self._observed_shapes(request, sides):
                 what = "element type" if unresolved[0].dtype is None else "shape"
@@ -242,6 +247,48 @@ class Certifier:
             if not str(skip).startswith(NO_RUN) or not self._observed_shapes(request, sides):
                 raise
             return self._certify_sides(request, sides, context, OBSERVED_NOTE)
+
+    def _certify_per_call(self, request: CertificateRequest, sides, context) -> CertificateOutcome:
+        """A rewrite in a model-local function's body, whose inputs' shapes and element types are
+        each caller's: certified once per call site (at most MAX_CALLS), each formal input taking
+        its argument's type and shape there (from the facts, else from a run of the model); every
+        one must pass. A boundary value of the body other than a formal input is skipped as before."""
+        from dataclasses import replace
+
+        identifier = request.owner.identifier()
+        calls = [node for site in traversal.graphs(request.model) for node in site.graph
+                 if node.op_identifier() == identifier]
+        formal = {id(v): index for index, v in enumerate(request.owner.inputs)}
+        unresolved = [s for s in sides if s.array is None and (s.shape is None or s.dtype is None)]
+        if not calls or len(calls) > MAX_CALLS or any(id(s.value) not in formal for s in unresolved):
+            outside = next((s for s in unresolved if id(s.value) not in formal), unresolved[0])
+            what = "element type" if outside.dtype is None else "shape"
+            raise _Skip(f"the {what} of '{outside.name}' is not known"
+                        + ("" if calls and len(calls) <= MAX_CALLS or id(outside.value) not in formal
+                           else f" (the function has {len(calls)} call sites)"))
+        outcomes = []
+        for call in calls:
+            given = []
+            for side in sides:
+                index = formal.get(id(side.value))
+                if side.array is not None or index is None or (side.shape is not None and side.dtype is not None):
+                    given.append(replace(side))
+                    continue
+                argument = call.inputs[index] if index < len(call.inputs) else None
+                if argument is None:
+                    raise _Skip(f"a call of {request.owner.name} leaves '{side.name}' out")
+                bound = boundary_side(argument, request.context.facts) if argument.name else None
+                if bound is not None and bound.array is not None:  # a constant at this call: its type and shape
+                    bound = Side(argument, argument.name, dtype=bound.array.dtype, shape=bound.array.shape)
+                if bound is None or bound.array is not None or bound.dtype is None or bound.shape is None:
+                    observed = Side(argument, argument.name)
+                    if not self._observed_shapes(request, [observed]):
+                        raise _Skip(f"the shape of '{side.name}' is not known at a call of {request.owner.name}")
+                    bound = observed
+                given.append(replace(side, dtype=bound.dtype, shape=bound.shape))
+            outcomes.append(self._certify_sides(request, given, context, ""))
+        first = outcomes[0].detail
+        return CertificateOutcome("certified", f"{first} at each of its {len(calls)} call sites")
 
     def _observed_shapes(self, request: CertificateRequest, sides) -> bool:
         """Give every activation side the shape it has in one onnxruntime run of the model on its
