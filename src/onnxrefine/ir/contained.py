@@ -1,5 +1,7 @@
 """Native code that may abort, run where an abort is an error instead of the end of the process.
 
+`call(function, *args)` runs any function so; `infer_shapes` is onnx's shape inference so run.
+
 onnx's C++ shape inference asserts on shapes a model cannot have (a MaxPool whose window is larger
 than its input, then a strided Slice: `std::clamp` with hi < lo, SIGABRT) and on some malformed
 models; no Python handler can catch that. `infer_shapes` runs it in a forked child: the parent
@@ -32,12 +34,23 @@ def _can_fork() -> bool:
 def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
     """onnx.shape_inference.infer_shapes(model, **options), contained: its exceptions are raised
     as they are (as the onnx call would), an abort or a segfault as NativeCrash."""
+    data = call(_infer_serialized, model.SerializeToString(), options, what="onnx shape inference")
+    return onnx.ModelProto.FromString(data)
+
+
+def _infer_serialized(data: bytes, options: dict) -> bytes:
+    return onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(data), **options).SerializeToString()
+
+
+def call(function, *args, what: str):
+    """function(*args) in a forked child; its result (pickled) or its exception comes back, a
+    crash of the child is a NativeCrash naming `what` and the signal. Where the platform cannot
+    fork (Windows), it runs in the process."""
     if not _can_fork():  # pragma: no cover - Windows
-        return onnx.shape_inference.infer_shapes(model, **options)
-    data = model.SerializeToString()
+        return function(*args)
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: infer, send the result (or the error's text), leave without clean-up
+    if pid == 0:  # the child: run, send the result (or the exception), leave without clean-up
         status = 0
         try:
             os.close(read_end)
@@ -47,8 +60,7 @@ def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
             os.dup2(devnull, 2)
             faulthandler.disable()  # its dump of the child's stack goes to a descriptor of its own
             try:
-                inferred = onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(data), **options)
-                message = b"O" + inferred.SerializeToString()
+                message = b"O" + pickle.dumps(function(*args))
             except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
                 try:
                     message = b"P" + pickle.dumps(exc)
@@ -75,16 +87,16 @@ def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
                 os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
-        raise NativeCrash(f"onnx shape inference crashed ({name}) on this model")
+        raise NativeCrash(f"{what} crashed ({name}) on this model")
     if not message:
-        raise NativeCrash("onnx shape inference ended without a result")
+        raise NativeCrash(f"{what} ended without a result")
     if message[:1] == b"P":
         raise pickle.loads(message[1:])
     if message[:1] == b"E":
         raise InferenceError(message[1:].decode("utf-8", "replace"))
-    return onnx.ModelProto.FromString(message[1:])
+    return pickle.loads(message[1:])
 
 
 class InferenceError(Exception):
-    """onnx shape inference raised an exception that could not be sent back whole (its type and
+    """The contained call raised an exception that could not be sent back whole (its type and
     message, as text)."""
