@@ -282,3 +282,19 @@ def test_observed_runs_zero_only_weights_no_integer_depends_on():
     proto, _ = observed._cut(model, [cast_value], lambda v: v.dtype or ir.DataType.FLOAT)
     assert "ConstantOfShape" not in [n.op_type for n in proto.graph.node]
     assert observed.observe(model, [cast_value])[id(cast_value)] == 2047
+
+
+def test_an_observed_run_falls_back_to_zero_integers_where_generated_ones_are_out_of_range():
+    # Gather(table, idx + 1): the generated indices fit the 2 rows before the + 1, not after it
+    # (idx = [2, 1, 0] reads row 3); zeros read row 1.
+    import onnx_ir as ir
+
+    from onnxrefine.verify.ort import observe
+
+    nodes = [helper.make_node("Add", ["idx", "one"], ["shifted"]),
+             helper.make_node("Gather", ["table", "shifted"], ["g"], axis=0), helper.make_node("Shape", ["g"], ["s"])]
+    model = ir.serde.deserialize_model(make_model(
+        nodes, [value_info("idx", INT64, [3])], [value_info("s", INT64, [2])],
+        [tensor("table", np.zeros((2, 5), np.float32)), tensor("one", np.array(1, np.int64))]))
+    shape_value = list(model.graph)[2].outputs[0]
+    assert observe(model, [shape_value])[id(shape_value)].tolist() == [3, 5]

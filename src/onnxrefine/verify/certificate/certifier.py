@@ -308,6 +308,7 @@ class Certifier:
             asked = list(dict.fromkeys(missing + unknown))[:MAX_OBSERVED_VALUES]
             shapes = observe(request.model, asked, self.seed, shapes=True, facts=request.context.facts)
             if isinstance(shapes, str):
+                self._observations = MAX_OBSERVATIONS  # a model that did not run will not run the next time
                 return False
             values = {id(v): v for v in asked}
             for key, (shape, dtype) in shapes.items():

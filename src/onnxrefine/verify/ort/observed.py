@@ -44,7 +44,7 @@ def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: 
     value outside an iteration or a call)."""
     from onnxrefine.errors import BadInputError
     from onnxrefine.verify.inputs import generate_inputs
-    from onnxrefine.verify.ort.runner import ModelFile, ModelRunner
+    from onnxrefine.verify.ort.runner import ModelFile, ModelRunner, RunFailedError
 
     asked = list(dict.fromkeys(v for v in values if v is not None and v.name))
     if not asked:
@@ -61,8 +61,18 @@ def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: 
         with ModelRunner(ModelFile(proto, None, None), "the model (observed)") as runner:
             feeds = {name: np.asarray(array) for name, array in
                      generate_inputs(proto, seed=seed, stress=False, trials=1)[0].items()}
-            arrays = runner.run_outputs([n for pair in names.values() for n in pair] if shapes
-                                        else list(names.values()), feeds)
+            fetched = [n for pair in names.values() for n in pair] if shapes else list(names.values())
+            try:
+                arrays = runner.run_outputs(fetched, feeds)
+            except Exception as exc:  # noqa: BLE001 - in this process onnxruntime raises its own types
+                if isinstance(exc, BadInputError) and not isinstance(exc, RunFailedError):
+                    raise  # a resource limit: not tried again
+                # Generated integers can be out of a model's range (position ids past a cache's
+                # length): zeros index every axis. Any run the model accepts gives its shapes,
+                # and a folded value no input may change.
+                feeds = {name: np.zeros_like(array) if array.dtype.kind in "iub" else array
+                         for name, array in feeds.items()}
+                arrays = runner.run_outputs(fetched, feeds)
     except BadInputError as exc:  # resource limits and run failures included
         return _first_line(exc)
     except Exception as exc:  # noqa: BLE001 - onnxruntime and the serializer raise many types
