@@ -66,20 +66,18 @@ from onnxrefine.verify.certificate import families
 from onnxrefine.verify.certificate.bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate.bound import judge_exact, judge_reassociating, side_model
-from onnxrefine.ir import traversal
 from onnxrefine.verify.certificate.model import (
     RUNTIME_DOMAINS,
     Side,
-    boundary_side,
     boundary,
     build,
     cache_key,
     forwards_through_identity,
 )
-from onnxrefine.verify.ort import MAX_OBSERVED_VALUES, observe
+from onnxrefine.verify.certificate.concrete import RunShapes
+from onnxrefine.verify.certificate.concrete import unresolved as unresolved_sides
 from onnxrefine.verify.certificate.inputs import (
     NARROW_FLOATS,
-    SUPPORTED_DTYPES,
     adversarial_sets,
     distinct_set,
     moves_data_only,
@@ -89,10 +87,6 @@ from onnxrefine.verify.certificate.inputs import (
 
 HEAVY_BYTES = 1 << 16
 MAX_SESSIONS = 256
-# Runs of the whole model made to learn the shapes of boundary values no fact gives (each one
-# also asks every other value of unknown shape, so the first usually answers for the rest).
-MAX_OBSERVATIONS = 4
-MAX_CALLS = 8  # call sites of a function a rewrite in its body is certified at, one by one
 OBSERVED_NOTE = " (at the shapes of a run of the model)"
 NO_RUN = "the matched subgraph does not run on any generated input set"
 
@@ -155,8 +149,7 @@ class Certifier:
         self._results: dict[bytes, CertificateOutcome] = {}
         self._set_cache: dict[tuple, list] = {}
         self._cross_checked: set[tuple] = set()  # (rule, proof family) whose reading onnxruntime confirmed
-        self._observed: dict[int, tuple] = {}  # id(value) -> (value, its shape, its dtype in a run of the model)
-        self._observations = 0
+        self._runs = RunShapes(seed)  # the shapes and types of a run of the model, where no fact gives them
 
     def __call__(self, request: CertificateRequest) -> CertificateOutcome:
         started = time.perf_counter()
@@ -171,11 +164,7 @@ class Certifier:
         finally:
             self.stats.seconds += time.perf_counter() - started
         if outcome.status != "refused":
-            # The rewrite is applied: each value replacing an observed one has its shape (a value
-            # a rewrite makes is new to the model, and no run has seen it).
-            for old, new in request.outputs:
-                if id(old) in self._observed and id(new) not in self._observed:
-                    self._observed[id(new)] = (new, *self._observed[id(old)][1:])
+            self._runs.inherit(request.outputs)  # the rewrite is applied: its new values are the old ones'
         if outcome.status == "certified":
             self.stats.certified += 1
         elif outcome.status == "skipped":
@@ -231,11 +220,13 @@ class Certifier:
             if any(attr.is_ref() for attr in node.attributes.values()):
                 raise _Skip(f"{node.op_type} has an attribute reference (function body)")
         sides, context = boundary(request)
-        unresolved = [s for s in sides if s.array is None and (s.shape is None or s.dtype is None)]
+        unresolved = unresolved_sides(sides)
         if unresolved and isinstance(request.owner, ir.Function):
-            return self._certify_per_call(request, sides, context)
+            outcomes = [self._certify_sides(request, given, context, "")
+                        for given in self._runs.per_call(request, sides)]
+            return CertificateOutcome("certified", f"{outcomes[0].detail} at each of its {len(outcomes)} call sites")
         if unresolved:
-            if not self._observed_shapes(request, sides):
+            if not self._runs.fill(request, sides):
                 what = "element type" if unresolved[0].dtype is None else "shape"
                 raise _Skip(f"the {what} of '{unresolved[0].name}' is not known")
             return self._certify_sides(request, sides, context, OBSERVED_NOTE)
@@ -244,84 +235,9 @@ class Certifier:
         except _Skip as skip:
             # Shapes made up for symbolic dims (SYM_DIM) may not fit together where the matched
             # subgraph reads a shape computed elsewhere: the shapes of a real run do.
-            if not str(skip).startswith(NO_RUN) or not self._observed_shapes(request, sides):
+            if not str(skip).startswith(NO_RUN) or not self._runs.fill(request, sides):
                 raise
             return self._certify_sides(request, sides, context, OBSERVED_NOTE)
-
-    def _certify_per_call(self, request: CertificateRequest, sides, context) -> CertificateOutcome:
-        """A rewrite in a model-local function's body, whose inputs' shapes and element types are
-        each caller's: certified once per call site (at most MAX_CALLS), each formal input taking
-        its argument's type and shape there (from the facts, else from a run of the model); every
-        one must pass. A boundary value of the body other than a formal input is skipped as before."""
-        from dataclasses import replace
-
-        identifier = request.owner.identifier()
-        calls = [node for site in traversal.graphs(request.model) for node in site.graph
-                 if node.op_identifier() == identifier]
-        formal = {id(v): index for index, v in enumerate(request.owner.inputs)}
-        unresolved = [s for s in sides if s.array is None and (s.shape is None or s.dtype is None)]
-        if not calls or len(calls) > MAX_CALLS or any(id(s.value) not in formal for s in unresolved):
-            outside = next((s for s in unresolved if id(s.value) not in formal), unresolved[0])
-            what = "element type" if outside.dtype is None else "shape"
-            raise _Skip(f"the {what} of '{outside.name}' is not known"
-                        + ("" if calls and len(calls) <= MAX_CALLS or id(outside.value) not in formal
-                           else f" (the function has {len(calls)} call sites)"))
-        outcomes = []
-        for call in calls:
-            given = []
-            for side in sides:
-                index = formal.get(id(side.value))
-                if side.array is not None or index is None or (side.shape is not None and side.dtype is not None):
-                    given.append(replace(side))
-                    continue
-                argument = call.inputs[index] if index < len(call.inputs) else None
-                if argument is None:
-                    raise _Skip(f"a call of {request.owner.name} leaves '{side.name}' out")
-                bound = boundary_side(argument, request.context.facts) if argument.name else None
-                if bound is not None and bound.array is not None:  # a constant at this call: its type and shape
-                    bound = Side(argument, argument.name, dtype=bound.array.dtype, shape=bound.array.shape)
-                if bound is None or bound.array is not None or bound.dtype is None or bound.shape is None:
-                    observed = Side(argument, argument.name)
-                    if not self._observed_shapes(request, [observed]):
-                        raise _Skip(f"the shape of '{side.name}' is not known at a call of {request.owner.name}")
-                    bound = observed
-                given.append(replace(side, dtype=bound.dtype, shape=bound.shape))
-            outcomes.append(self._certify_sides(request, given, context, ""))
-        first = outcomes[0].detail
-        return CertificateOutcome("certified", f"{first} at each of its {len(calls)} call sites")
-
-    def _observed_shapes(self, request: CertificateRequest, sides) -> bool:
-        """Give every activation side the shape it has in one onnxruntime run of the model on its
-        own input shapes (`observed.observe`): every one from the same run, so they agree with each
-        other and with every fact about them. False where no run can say (a value of a function
-        body or of a loop iteration, a model that does not run, MAX_OBSERVATIONS runs made)."""
-        activations = [s for s in sides if s.array is None]
-        missing = [s.value for s in activations if id(s.value) not in self._observed]
-        if missing:
-            if self._observations >= MAX_OBSERVATIONS:
-                return False
-            self._observations += 1
-            # Every tensor of the model whose shape no fact fixes is asked in the same run (only
-            # its Shape is fetched): the next certificates that need one find it here.
-            unknown = [v for node in request.model.graph for v in node.outputs
-                       if id(v) not in self._observed and _not_static(v, request.context.facts)]
-            asked = list(dict.fromkeys(missing + unknown))[:MAX_OBSERVED_VALUES]
-            shapes = observe(request.model, asked, self.seed, shapes=True, facts=request.context.facts)
-            if isinstance(shapes, str):
-                self._observations = MAX_OBSERVATIONS  # a model that did not run will not run the next time
-                return False
-            values = {id(v): v for v in asked}
-            for key, (shape, dtype) in shapes.items():
-                self._observed[key] = (values[key], shape, dtype)
-        if any(id(s.value) not in self._observed for s in activations):
-            return False
-        for side in activations:
-            _, side.shape, dtype = self._observed[id(side.value)]
-            if side.dtype is None:
-                if np.dtype(dtype) not in SUPPORTED_DTYPES:
-                    return False
-                side.dtype = np.dtype(dtype)
-        return True
 
     def _certify_sides(self, request: CertificateRequest, sides, context, note: str) -> CertificateOutcome:
         constants = [s for s in sides if s.array is not None] + [
@@ -472,20 +388,6 @@ class Certifier:
         except Exception:  # noqa: BLE001
             return True
         return isinstance(_run(session, feeds), str)  # _run feeds the original's inputs only
-
-
-# Operators whose output is not a tensor (no Shape of it to ask for).
-_NOT_TENSOR_OPS = frozenset("SequenceConstruct SequenceEmpty SequenceInsert SequenceErase SplitToSequence Optional".split())
-
-
-def _not_static(value: ir.Value, oracle) -> bool:
-    """A named tensor of the model whose shape the facts do not fix (unknown or symbolic)."""
-    producer = value.producer()
-    if not value.name or producer is None or producer.op_type in _NOT_TENSOR_OPS:
-        return False
-    if value.type is not None and not isinstance(value.type, ir.TensorType):
-        return False
-    return oracle.static_shape(value) is None
 
 
 def _make_session(data: bytes):
