@@ -16,6 +16,47 @@ from make_example import build as build_example  # noqa: E402
 os.environ.setdefault("ONNXREFINE_PROGRESS", "off")
 
 
+def _newest_ir_version_onnxruntime_reads() -> int:
+    """The newest IR version the installed onnxruntime loads (1.31 reads up to 13, while onnx 1.23
+    writes 14 by default): probed with a one-node model, newest first."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    info = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])]
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", info,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    for version in range(onnx.IR_VERSION, 6, -1):
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=version)
+        try:
+            onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            return version
+        except Exception:  # noqa: BLE001 - "Unsupported model IR version": try an older one
+            continue
+    return onnx.IR_VERSION
+
+
+def _build_test_models_for_the_installed_onnxruntime() -> None:
+    """The tests build their models with onnx.helper.make_model, which writes the installed onnx's
+    newest IR version; the declared minimum onnxruntime (.ci/minimums.txt) reads one less. The
+    models' contents need no newer IR, so they are built at the newest version onnxruntime reads
+    (an explicit ir_version= is kept)."""
+    newest = _newest_ir_version_onnxruntime_reads()
+    if newest >= onnx.IR_VERSION:
+        return
+    make_model = onnx.helper.make_model
+
+    def make_model_onnxruntime_reads(graph, **kwargs):
+        model = make_model(graph, **kwargs)
+        if "ir_version" not in kwargs:
+            model.ir_version = min(model.ir_version, newest)
+        return model
+
+    onnx.helper.make_model = make_model_onnxruntime_reads
+
+
+_build_test_models_for_the_installed_onnxruntime()
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
 

@@ -75,7 +75,7 @@ def test_limits_stop_only_their_model(tmp_path):
     list_file = tmp_path / "models.txt"
     list_file.write_text("# one model\na.onnx\n")
     # No Python process starts and imports onnxruntime in 50 ms or in 20 MiB.
-    for option, value, status in (("--time-limit", "0.05", "timeout"), ("--memory-limit", "20", "memory")):
+    for option, value, status in (("--time-limit", "0.05", "timeout"), ("--memory-limit", "20MiB", "memory")):
         folder = tmp_path / status
         assert main(["optimize", str(list_file), "--out-dir", str(folder), option, value]) == 1
         (row,) = summary_of(folder).values()
@@ -88,6 +88,7 @@ def test_limits_stop_only_their_model(tmp_path):
     (["-o", "x.onnx"], "use --out-dir"),
     (["--jobs", "2", "--ray", "local"], "give one of them"),
     (["--time-limit", "0"], "positive"),
+    (["--memory-limit", "lots"], "--memory-limit: not a size"),  # a size, as --memory-budget takes
 ])
 def test_batch_bad_input_is_one_line(collection, tmp_path, capsys, extra, fragment):
     assert main(["optimize", str(collection), "--out-dir", str(tmp_path / "o")] + extra) == 2

@@ -192,12 +192,11 @@ def test_every_module_that_declares_passes_is_read():
 
 def test_the_registry_refuses_a_pass_declared_twice_or_undecided_about_fuzzing(monkeypatch):
     fuzzed = PassSpec("twice", "s", run=_count, kind=EXACT, phase=GRAPH, fuzz="identity")
-    monkeypatch.setattr(onnxrefine.passes, "PASS_MODULES", (SimpleNamespace(PASSES=(fuzzed,)),
-                                                            SimpleNamespace(PASSES=(fuzzed,))))
+    monkeypatch.setattr(registry, "PASS_MODULES", (SimpleNamespace(PASSES=(fuzzed,)), SimpleNamespace(PASSES=(fuzzed,))))
     with pytest.raises(ValueError, match="declared twice"):
         declared_passes()
     undecided = PassSpec("undecided", "s", run=_count, kind=EXACT, phase=GRAPH)
-    monkeypatch.setattr(onnxrefine.passes, "PASS_MODULES", (SimpleNamespace(PASSES=(undecided,)),))
+    monkeypatch.setattr(registry, "PASS_MODULES", (SimpleNamespace(PASSES=(undecided,)),))
     with pytest.raises(ValueError, match="fuzz pattern or say why"):
         declared_passes()
 
@@ -222,3 +221,32 @@ def test_pass_list_reads_the_declarations():
         assert row[1:5] == [f"{spec.phase} {spec.order}", spec.kind, "yes" if spec.default else "no",
                             f"`{spec.fuzz}`" if spec.fuzz else "none"]
 
+
+
+def test_every_rule_name_stands_for_its_pass():
+    """The summary prints rule names; each works wherever a pass name does."""
+    from onnxrefine.passes.registry import pass_of_rule
+
+    for spec in all_passes():
+        for rule in spec.rules:
+            assert get_pass(rule.name) is spec and pass_of_rule(rule.name) == spec.name
+    assert pass_of_rule("no_such_rule") is None
+
+
+def test_disable_by_rule_name_leaves_out_its_pass_and_says_what_else_goes(example, capsys):
+    from onnxrefine.api import resolve_passes
+    from onnxrefine.cli.main import main
+
+    assert "fuse_bn_into_conv" not in resolve_passes(None, disable=["conv_bn"])
+    assert "fuse_bn_into_conv" in resolve_passes(["conv_bn"])
+    capsys.readouterr()  # what those two calls logged (where an earlier CLI run set up the handler)
+    out = example.with_name("out.onnx")
+    assert main(["optimize", str(example), str(out), "--disable", "conv_bn", "--no-verify"]) == 0
+    captured = capsys.readouterr()
+    assert "conv_bn " not in captured.out.split("rule")[-1].split("nodes")[0]  # no Conv+BN rewrite ran
+    warning = [line for line in captured.err.splitlines() if "conv_bn is a rule" in line]
+    assert warning == ["onnxrefine: warning: conv_bn is a rule of pass fuse_bn_into_conv, which is chosen "
+                       "(or left out) whole: its other rules are conv_transpose_bn, conv_add_bn"]
+    # A rule that is its pass's only one (and shares its name): nothing to say.
+    assert main(["optimize", str(example), str(out), "--disable", "eliminate_identity", "--no-verify"]) == 0
+    assert "is a rule of" not in capsys.readouterr().err

@@ -1,15 +1,20 @@
 """onnxrefine: an ONNX optimizer whose rewrites never change what a model computes."""
 
-__version__ = "0.1.0"
-
 import importlib.util as _importlib_util
+import logging as _logging
+
+# The library's notes and warnings go to the "onnxrefine" logger; an application decides where
+# (the CLI prints them on stderr as "onnxrefine: warning: ...").
+_logging.getLogger("onnxrefine").addHandler(_logging.NullHandler())
+
+from onnxrefine.version import __version__
 
 # onnxruntime is an extra (any build provides the module: CPU, GPU, OpenVINO...); say which to
 # install rather than fail deep inside an import chain. Looked up, not imported: importing it is
 # most of the CLI's start-up, paid only where a model runs.
 if _importlib_util.find_spec("onnxruntime") is None:  # pragma: no cover - depends on the environment
-    raise ImportError("onnxrefine needs onnxruntime: pip install 'onnxrefine[cpu]' (or 'onnxrefine[gpu]', "
-                      "or any onnxruntime build you already use)")
+    raise ImportError("onnxrefine needs onnxruntime: pip install onnxruntime (or onnxruntime-gpu, or any "
+                      "onnxruntime build you already use; from a clone: pip install '.[cpu]')")
 
 from onnxrefine._deferred import import_onnx_ir  # noqa: E402
 

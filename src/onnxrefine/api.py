@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -13,7 +14,6 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from onnxrefine import __version__
 from onnxrefine.errors import BadInputError
 from onnxrefine.input_shapes import apply as fix_input_shapes
 from onnxrefine.ir import heap, io
@@ -22,7 +22,12 @@ from onnxrefine.passes.pipeline import run_passes
 from onnxrefine.passes.registry import default_pass_names, get_pass
 from onnxrefine.rewrite.log import RewriteLog
 from onnxrefine.verified import VerifySettings, optimize_verified
-from onnxrefine.verify.certificate.certifier import Certifier
+from onnxrefine.verify.certificate import Certifier
+from onnxrefine.version import __version__
+
+logger = logging.getLogger(__name__)
+
+REPORT_SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -39,12 +44,21 @@ class OptimizationReport:
     # The constant budget (ir/budget.py): rewrites it refused, growth used and allowed. A run it
     # stopped short (a 1M-node chain: each Transpose -> Reshape adds a 16-byte shape) says so here.
     constant_budget: dict | None = None
+    # Nodes per operator ("Conv", "com.microsoft.FusedMatMul"), subgraphs and functions included.
+    operators_before: dict[str, int] = field(default_factory=dict)
+    operators_after: dict[str, int] = field(default_factory=dict)
+    # Bytes on disk (external data included), set by whoever saved the model (the CLI).
+    file_sizes: dict | None = None
     # Parts of the input the output does not carry (io.note_unkept_parts: training_info), each a
     # sentence: said in the summary and the report, never dropped silently.
     dropped: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
+            # Documented in onnxrefine/schemas/optimize-report.schema.json: a new field goes there
+            # too; REPORT_SCHEMA_VERSION is raised only when a field is removed or changes meaning.
+            "schema": "onnxrefine-optimize-report",
+            "schema_version": REPORT_SCHEMA_VERSION,
             "onnxrefine_version": __version__,
             "passes": self.passes,
             "nodes_before": self.nodes_before,
@@ -56,9 +70,39 @@ class OptimizationReport:
             "certificates": self.certificates,
             "input_shapes": self.input_shapes,
             "constant_budget": self.constant_budget,
+            "operators": operator_table(self.operators_before, self.operators_after),
+            "file_sizes": self.file_sizes,
             "dropped": list(self.dropped),
             **self.log.to_dict(),
         }
+
+
+def operator_table(before: Mapping[str, int], after: Mapping[str, int]) -> list[dict]:
+    """One row per operator in either model, by name: {"op", "before", "after"}."""
+    return [{"op": op, "before": before.get(op, 0), "after": after.get(op, 0)}
+            for op in sorted(set(before) | set(after))]
+
+
+def count_operators(model: ir.Model) -> dict[str, int]:
+    """Nodes per operator, in the graph, its subgraphs and the model's functions; an operator
+    outside the standard domain is named with its domain."""
+    nodes = list(model.graph.all_nodes()) + [n for f in model.functions.values() for n in f.all_nodes()]
+    return count_by_operator(nodes)
+
+
+def count_by_operator(nodes) -> dict[str, int]:
+    """Nodes (onnx-ir nodes or NodeProtos) per operator_name."""
+    counts: dict[str, int] = {}
+    for node in nodes:
+        name = operator_name(node.domain, node.op_type)
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def operator_name(domain: str, op_type: str) -> str:
+    """How the summary and the report name an operator: the op_type, with its domain outside the
+    standard one ("com.microsoft.FusedConv")."""
+    return f"{domain}.{op_type}" if domain not in ("", "ai.onnx") else op_type
 
 
 def count_nodes(model: ir.Model) -> int:
@@ -73,7 +117,11 @@ def resolve_passes(passes: Sequence[str] | None, disable: Sequence[str] = ()) ->
         at = names.index("default")
         names[at:at + 1] = [n for n in default_pass_names() if n not in names]
     for name in list(names) + list(disable):
-        get_pass(name)  # unknown names fail here, before any work
+        spec = get_pass(name)  # unknown names fail here, before any work
+        if spec.name != name and len(spec.rules) > 1:
+            others = ", ".join(rule.name for rule in spec.rules if rule.name != name)
+            logger.warning("%s is a rule of pass %s, which is chosen (or left out) whole: its other rules "
+                           "are %s", name, spec.name, others)
     disabled = {get_pass(n).name for n in disable}
     return [get_pass(n).name for n in names if get_pass(n).name not in disabled]
 
@@ -115,6 +163,7 @@ def optimize_ir(
             verify = dataclasses.replace(verify, dims={**symbols, **dict(verify.dims or {})})
     budget = ConstantBudget(io.tensor_bytes(model), per_tensor_bytes=per_tensor_bytes, growth_ratio=growth_ratio)
     nodes_before = count_nodes(model)
+    operators_before = count_operators(model)
     rolled_back, verification = [], None
     verifies = verify is not None and verify.enabled is not False
     # Each rule rewrite is checked on its own subgraph; one no certificate can be made for is
@@ -135,6 +184,7 @@ def optimize_ir(
         certificate_summary(certifier, log),
     )
     report.constant_budget = budget.summary()
+    report.operators_before, report.operators_after = operators_before, count_operators(model)
     report.dropped = io.dropped_parts(model)
     if shape_changes is not None:
         report.input_shapes = shape_override_summary(shape_changes, log)

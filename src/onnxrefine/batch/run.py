@@ -6,15 +6,15 @@ limit and resident-memory cap, so one model that hangs, runs out of memory or cr
 costs that model only. Children run on local threads (`jobs`) or as Ray tasks (`ray ADDRESS`; the
 model paths must then be visible to the workers, e.g. a shared filesystem).
 
-The isolation helper here (`run_isolated`) is deliberately small: polling /proc for the child
-tree's RSS, killing the process group past either limit.
+The isolation helper here (`run_isolated`) is deliberately small: polling the child tree's
+RSS (onnxrefine.portable: /proc, psutil or ps), killing the process group past either limit.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -39,18 +39,29 @@ class Job:
 
 
 # -- which models ----------------------------------------------------------------------------------
+def is_glob(path: str) -> bool:
+    """A pattern to expand (the shell left it quoted), not a file whose name holds * ? or [."""
+    return any(c in path for c in "*?[") and not os.path.exists(path)
+
+
 def _is_model(path: Path) -> bool:
     return path.suffix == ".onnx" and not path.name.endswith(".opt.onnx")
 
 
 def collect_models(paths: list[str]) -> list[tuple[Path, Path]]:
     """(model, root) for each model named by `paths`: .onnx files, folders (every .onnx under
-    them, optimized outputs *.opt.onnx excluded) or list files (one path per line, # comments).
+    them, optimized outputs *.opt.onnx excluded), globs (the .onnx files they match, outputs
+    excluded) or list files (one path per line, # comments).
     `root` is the folder a model was found under (for --out-dir's layout), else its own folder."""
     found: list[tuple[Path, Path]] = []
     for text in paths:
         path = Path(text)
-        if path.is_dir():
+        if is_glob(text):
+            matches = sorted(Path(p) for p in glob.glob(text, recursive=True) if _is_model(Path(p)))
+            if not matches:
+                raise BadInputError(f"{text}: no .onnx model matches this pattern")
+            found.extend((model, model.parent) for model in matches)
+        elif path.is_dir():
             models = sorted(p for p in path.rglob("*.onnx") if _is_model(p))
             if not models:
                 raise BadInputError(f"{path}: no .onnx model in this folder")
@@ -93,17 +104,9 @@ def report_name(index: int, model: Path) -> str:
 # -- one model in its own process ----------------------------------------------------------------
 def _tree_rss_mb(pid: int) -> float:
     """Resident memory of `pid` and its descendants (a verification may start helpers)."""
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            with open(f"/proc/{current}/statm") as handle:
-                total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            with open(f"/proc/{current}/task/{current}/children") as handle:
-                todo.extend(int(child) for child in handle.read().split())
-        except (OSError, ValueError):
-            continue
-    return total / 2**20
+    from onnxrefine import portable
+
+    return (portable.tree_rss(pid) or 0) / 2**20
 
 
 def run_isolated(argv: list[str], time_limit_s: float | None, memory_limit_mb: float | None) -> dict:
@@ -125,10 +128,9 @@ def run_isolated(argv: list[str], time_limit_s: float | None, memory_limit_mb: f
         elif time_limit_s is not None and time.perf_counter() - started > time_limit_s:
             limit_hit = "time"
         if limit_hit:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            from onnxrefine import portable
+
+            portable.kill_group(process)
             process.wait()
             break
         time.sleep(POLL_S)
@@ -145,9 +147,11 @@ def run_job(job: Job) -> dict:
     if job.command == "optimize":
         argv += [job.model, "-o", job.output, "--report", job.report]
     else:
-        argv += [job.model, job.output, "--json", job.report]
+        argv += [job.model, job.output, "--json", job.report, "--html", html_report_of(job)]
     run = run_isolated(argv + list(job.argv), job.time_limit_s, job.memory_limit_mb)
     row = {"model": job.model, "output": job.output, "report": job.report, **run}
+    if job.command == "verify" and os.path.isfile(html_report_of(job)):
+        row["html"] = html_report_of(job)
     try:
         row["size_before"] = os.path.getsize(job.model)
     except OSError:
@@ -161,6 +165,11 @@ def run_job(job: Job) -> dict:
     else:
         row.update(_from_report(job, run["exit_code"]))
     return row
+
+
+def html_report_of(job: Job) -> str:
+    """verify's page of one model, beside its JSON report (the batch summary links it)."""
+    return job.report[: -len(".json")] + ".html" if job.report.endswith(".json") else job.report + ".html"
 
 
 def _from_report(job: Job, code: int) -> dict:

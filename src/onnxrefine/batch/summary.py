@@ -75,22 +75,49 @@ def write(folder: str, command: str, rows: list[dict], settings: dict) -> tuple[
     json_path = os.path.join(folder, "summary.json")
     html_path = os.path.join(folder, "summary.html")
     write_atomic(json_path, json.dumps(data, indent=2) + "\n")
-    write_atomic(html_path, page(command, rows))
+    write_atomic(html_path, page(command, rows, folder))
     return json_path, html_path
 
 
-def page(command: str, rows: list[dict]) -> str:
+def _link(target: str | None, folder: str, text: str) -> str:
+    """A link from the summary page to `target` (relative, so the folder can be moved whole)."""
+    if not target or not os.path.exists(target):
+        return ""
+    relative = os.path.relpath(os.path.abspath(target), os.path.abspath(folder))
+    return f'<a href="{html.escape(relative.replace(os.sep, "/"))}">{html.escape(text)}</a>'
+
+
+_PAGE_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
+th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums}tr.bad td{background:#fdd}
+.exact{color:#1a7f37}.rounding{color:#0969da}.unstable{color:#9a6700}.mismatch{color:#cf222e;font-weight:bold}
+.counts span{margin-right:1.5em}"""
+
+
+def page(command: str, rows: list[dict], folder: str = ".") -> str:
+    """One row per model: its figures, its verdict, and links to the model, its output and its
+    reports (relative to `folder`, where the page is written)."""
     total = totals(rows)
-    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in COLUMNS)
+    names = [name for name, _ in COLUMNS]
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in names) + "<th>files</th>"
+    numeric = {"nodes", "size", "seconds", "peak MiB", "refused"}
     body = []
     for row in rows:
         status = "ok" if row["status"] == "ok" else "bad"
-        body.append(f'<tr class="{status}">' + "".join(f"<td>{html.escape(c)}</td>" for c in cells(row)) + "</tr>")
+        cells_html = []
+        for name, cell in zip(names, cells(row)):
+            css = "n" if name in numeric else (html.escape(cell) if name == "verdict" else "")
+            cells_html.append(f'<td class="{css}">{html.escape(cell)}</td>')
+        links = " ".join(link for link in (
+            _link(row.get("model"), folder, "model"), _link(row.get("output"), folder, "output"),
+            _link(row.get("html"), folder, "report"), _link(row.get("report"), folder, "json")) if link)
+        body.append(f'<tr class="{status}">' + "".join(cells_html) + f"<td>{links}</td></tr>")
+    counts = "".join(f"<span>{html.escape(status)}: {count}</span>" for status, count in total["by_status"].items())
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>onnxrefine {command}: {len(rows)} models</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}tr.bad td{{background:#fdd}}</style></head>
+<html lang="en"><head><meta charset="utf-8"><title>onnxrefine {command}: {len(rows)} models</title>
+<style>{_PAGE_STYLE}</style></head>
 <body><h1>onnxrefine {command}: {len(rows)} models</h1>
+<p class="counts">{counts}</p>
 <p>{total['ok']} ok, {total['failed']} failed; nodes {total['nodes_before']} &rarr; {total['nodes_after']};
 size {_size(total['size_before'])} &rarr; {_size(total['size_after'])}; {total['refused']} refused rewrites;
 {total['seconds']:.1f} s of model time.</p>

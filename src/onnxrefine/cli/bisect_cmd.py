@@ -9,7 +9,7 @@ from pathlib import Path
 from onnxrefine import progress
 from onnxrefine.cli.checks import bisect_out
 from onnxrefine.plain import plain
-from onnxrefine.cli.verify_cmd import parse_dims
+from onnxrefine.cli.arguments import parse_dims
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import io
 from onnxrefine.triage.adapters import ADAPTERS
@@ -30,20 +30,22 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default=None, help="bundle folder (default: <model>.bisect beside the model)")
     parser.add_argument("--inputs", help="input sets (.npz) instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--trials", type=int, default=2)
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    parser.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    parser.add_argument("--trials", type=int, default=2, metavar="N",
+                        help="random input sets per verification (default 2)")
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from onnxrefine.verify.inputs import check_inputs, load_inputs
 
-    console = Console()
+    from onnxrefine.cli.output import stdout_console
+
+    console = stdout_console()
     if not ADAPTERS[args.optimizer].available():
         raise BadInputError(f"optimizer '{args.optimizer}' is not installed (pip install {ADAPTERS[args.optimizer].package})")
     with progress.phase(f"load {Path(args.model).name}"):
@@ -70,5 +72,11 @@ def run(args: argparse.Namespace) -> int:
         console.print(plain(f"repro bundle: {result.bundle}"))
         print("verdict: mismatch")
         return 1
-    print("verdict: clean")
+    # No step turns the verdict to mismatch: the verdict is the worst any step had (one of the four
+    # verdict words, as verify prints them).
+    from onnxrefine.verify.judge import VERDICTS, worst
+
+    final = worst(step["status"] for step in result.steps if step["status"] in VERDICTS)
+    print("no step turns the verdict to mismatch")
+    print(f"verdict: {final}")
     return 0

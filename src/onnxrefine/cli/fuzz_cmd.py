@@ -38,8 +38,10 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="fuzz-out", metavar="DIR", help="campaign folder (bundles, journal)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the interrupted campaign in --out with its stored settings")
-    parser.add_argument("--max-nodes", type=int, default=None, metavar="K")
-    parser.add_argument("--opset", type=int, default=None)
+    parser.add_argument("--max-nodes", type=int, default=None, metavar="K",
+                        help="most nodes in a generated graph (default: the generator's, at least 2)")
+    parser.add_argument("--opset", type=int, default=None, metavar="N",
+                        help="opset of the generated models (default: the generator's)")
     parser.add_argument("--trials", type=int, default=None, metavar="N",
                         help="random input sets per verification (default 2)")
     parser.add_argument("--targeted", type=float, default=None, metavar="F",
@@ -48,7 +50,7 @@ def register(subparsers) -> None:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from onnxrefine.fuzz.campaign import CampaignSettings, parse_target
+    from onnxrefine.fuzz.settings import CampaignSettings, parse_target
     from onnxrefine.fuzz.generator import DEFAULT_MAX_NODES, DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 
     optimizer, passes = parse_target(args.target or "onnxrefine")
@@ -132,19 +134,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if owned:
             ray.shutdown()
-    from rich.console import Console
-    from rich.table import Table
+    from onnxrefine.cli.output import Col, fitted_table, stdout_console
 
-    table = Table(title=f"onnxrefine fuzz --target {settings.optimizer}")
-    table.add_column("step", no_wrap=True)
-    for column in ("cases", "fired", "fire rate", "mismatch", "rounding", "unstable", "errors"):
-        table.add_column(column)
-    for step, counts in sorted(summary.per_step.items()):
-        table.add_row(step, str(counts["cases"]), str(counts["fired"]), f"{summary.fire_rate(step):.0%}",
-                      str(counts["mismatch"]), str(counts["rounding"]), str(counts["unstable"]),
-                      str(counts["optimizer_error"] + counts["generator_error"] + counts["crashed"]
-                          + counts["internal_error"]))
-    Console().print(table)
+    console = stdout_console()
+    columns = [Col("step", name=True), Col("cases", "right"), Col("fired", "right"), Col("fire rate", "right", drop=1),
+               Col("mismatch", "right"), Col("rounding", "right", drop=2), Col("unstable", "right"),
+               Col("errors", "right")]
+    rows = [(step, str(counts["cases"]), str(counts["fired"]), f"{summary.fire_rate(step):.0%}",
+             str(counts["mismatch"]), str(counts["rounding"]), str(counts["unstable"]),
+             str(counts["optimizer_error"] + counts["generator_error"] + counts["crashed"] + counts["internal_error"]))
+            for step, counts in sorted(summary.per_step.items())]
+    console.print(fitted_table(console, f"onnxrefine fuzz --target {settings.optimizer}", columns, rows))
     print(summary.line())
     if summary.workers_replaced:
         print(f"workers lost and replaced: {summary.workers_replaced} (their cases re-ran)")

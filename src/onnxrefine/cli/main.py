@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import signal
 import sys
 
-from onnxrefine import __version__, progress
+from onnxrefine import progress
+from onnxrefine.version import __version__
 from onnxrefine.cli.checks import check_args
 from onnxrefine.errors import OnnxRefineError
 
@@ -90,6 +92,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrLines(logging.Handler):
+    """The library's log records as one line each on the stderr of the moment (looked up per
+    record, so a caller that swaps sys.stderr sees them)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from onnxrefine.ir.load_checks import one_line
+
+        print(f"onnxrefine: {record.levelname.lower()}: {one_line(record.getMessage())}", file=sys.stderr)
+
+
+def _log_to_stderr() -> None:
+    logger = logging.getLogger("onnxrefine")
+    # Found by name, not class: a re-imported cli.main (tests do) defines the class anew.
+    if not any(handler.get_name() == _StderrLines.__name__ for handler in logger.handlers):
+        handler = _StderrLines(logging.WARNING)
+        handler.set_name(_StderrLines.__name__)
+        logger.addHandler(handler)
+
+
 def _error(text: str) -> None:
     from onnxrefine.ir.load_checks import one_line  # one line whatever the message quotes
 
@@ -117,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--version"]:  # answered before the subcommands (and the optimizer) are imported
         print(f"onnxrefine {__version__}")
         return 0
+    _log_to_stderr()
     _safe_streams()
     from onnxrefine import STARTUP_FAILURE
 
@@ -135,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args)  # output folders, inputs files: fail before any work, not after it
         # Progress on stderr (live on a terminal, log lines otherwise) for every phase the
         # library reports; the display is closed before the error or result lines below.
-        from onnxrefine import resources
+        from onnxrefine.cli.arguments import from_args
 
-        with progress.showing(progress.display_for_stderr()), resources.from_args(args):
+        with progress.showing(progress.display_for_stderr()), from_args(args):
             code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit where it cannot be handled
         return EXIT_BROKEN_PIPE if _stdout_closed else code

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 from onnxrefine import atomic, progress
 from onnxrefine.api import optimize_ir
 from onnxrefine.plain import plain
-from onnxrefine.cli.verify_cmd import (add_input_shape_argument, add_run_settings_arguments, parse_dims,
-                                       run_settings_from_args)
+from onnxrefine.cli.arguments import (add_input_shape_argument, add_run_settings_arguments, default_output_path,
+                                      parse_dims, run_settings_from_args)
+from onnxrefine.cli.optimize_summary import (describe_rollback, input_shapes_line, refusals_table,  # noqa: F401
+                                             summary_table)
 from onnxrefine.errors import BadInputError
-from onnxrefine.input_shapes import describe as describe_input_shapes
+from onnxrefine.ir.maps import MapTypesError
 from onnxrefine.input_shapes import parse_input_shapes
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES
@@ -32,14 +34,20 @@ def register(subparsers) -> None:
         help="optimize a model without changing what it computes",
         description="Optimize an ONNX model. Every rewrite is guarded; refusals are listed with --explain.",
     )
-    parser.add_argument("model", nargs="?", help="input .onnx file")
-    parser.add_argument("-o", "--output", help="output path (default: <input>.opt.onnx beside the input)")
+    parser.add_argument("model", nargs="?", metavar="IN",
+                        help="the model (.onnx); in batch mode also a folder, a list file or a quoted glob")
+    parser.add_argument("-o", "--output", help="output path, or give it as OUT after IN (default: "
+                        "<input>.opt.onnx beside the input)")
     parser.add_argument("--passes", help="comma-separated pass names (default: the whole default pipeline; "
                         "'default' stands for it, e.g. default,inline_functions)")
     parser.add_argument("--disable", default="", help="comma-separated pass names to leave out")
     parser.add_argument("--list-passes", action="store_true", help="list every pass with its class and exit")
     parser.add_argument("--markdown", action="store_true", help="with --list-passes: print a markdown table")
-    parser.add_argument("--report", help="write a JSON report of every rewrite and refusal")
+    parser.add_argument("--report", metavar="JSON", help="write a JSON report of every rewrite and refusal "
+                        "(schema: onnxrefine/schemas/optimize-report.schema.json)")
+    parser.add_argument("--no-shape-info", dest="shape_info", action="store_false",
+                        help="write no value_info (by default every intermediate value whose type and shape "
+                        "the optimizer's facts know gets one, as onnxsim writes them)")
     parser.add_argument("--explain", action="store_true", help="show every refused rewrite and why")
     parser.add_argument("--no-fixed-point", action="store_true", help="run each round once instead of to a fixed point")
     parser.add_argument(
@@ -61,7 +69,7 @@ def register(subparsers) -> None:
                         help="do not check each rewrite on its own matched subgraph (on by default)")
     parser.add_argument("--verify-budget", type=float, default=None,
                         help="seconds verification may take in auto mode (default: 3x the optimization's own "
-                        f"time, at least 5, at most {DEFAULT_VERIFY_BUDGET_S:g}); input sets are left out, or "
+                        f"time, at most {DEFAULT_VERIFY_BUDGET_S:g}; a random and an inf/NaN set always run); input sets are left out, or "
                         "verification skipped, by an estimate made before it runs")
     parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
@@ -79,10 +87,10 @@ def register(subparsers) -> None:
     parser.add_argument("--link-data", action="store_true",
                         help="clone the input's external-data files copy-on-write (reflink: btrfs, XFS) instead "
                         "of copying their weights; copied where the file system cannot")
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     # -- batch mode (onnxrefine.batch): several models, folders, list files -------------------
-    from onnxrefine.batch.cli import add_batch_arguments
+    from onnxrefine.cli.batch import add_batch_arguments
 
     add_batch_arguments(parser)
     parser.set_defaults(func=run)
@@ -122,31 +130,25 @@ def _pass_rows() -> list[tuple[str, ...]]:
 RULE_EVIDENCE = "each rewrite certified on its own matched subgraph, or proved"
 
 
-def list_passes_table() -> Table:
-    from rich.table import Table
+def list_passes_table(console: Console) -> Table:
+    """The registry as a table that fits the console: at 80 columns the optional columns go
+    (default, phase, class, fuzz pattern), never part of a name."""
+    from onnxrefine.cli.output import Col, fitted_table
 
-    table = Table(title="onnxrefine passes, in schedule order")
-    # The terminal leaves out the fuzz column (README's table has it) to leave the summary room.
-    shown = [i for i, column in enumerate(PASS_COLUMNS) if column != "fuzz pattern"]
-    for i in shown:
-        table.add_column(PASS_COLUMNS[i], overflow="fold")  # a narrow terminal folds names, never cuts them
-    for row in _pass_rows():
-        table.add_row(*(row[i] for i in shown))
-    return table
+    columns = [Col("pass", name=True), Col("phase", drop=3), Col("class", drop=4), Col("default", drop=2),
+               Col("fuzz pattern", name=True, drop=1), Col("what it does", wrap=True)]
+    rows = [tuple(plain(cell) for cell in row) for row in _pass_rows()]
+    return fitted_table(console, "onnxrefine passes, in schedule order", columns, rows)
 
 
-def exactness_table() -> Table:
+def exactness_table(console: Console) -> Table:
     """Why each pass changes nothing the model computes (PassSpec.exactness), the reason every
     applied rewrite of a graph-level pass names in the report unless it was checked itself."""
-    from rich.table import Table
+    from onnxrefine.cli.output import Col, fitted_table
 
-    table = Table(title=f"why each pass is exact (rule passes: {RULE_EVIDENCE})")
-    table.add_column("graph-level pass", overflow="fold")
-    table.add_column("why it is exact", overflow="fold")
-    for spec in all_passes():
-        if spec.run is not None:
-            table.add_row(spec.name, spec.exactness)
-    return table
+    rows = [(spec.name, plain(spec.exactness)) for spec in all_passes() if spec.run is not None]
+    return fitted_table(console, f"why each pass is exact (rule passes: {RULE_EVIDENCE})",
+                        [Col("graph-level pass", name=True), Col("why it is exact", wrap=True)], rows)
 
 
 def passes_markdown() -> str:
@@ -158,30 +160,24 @@ def passes_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-def default_output_path(model_path: Path) -> Path:
-    name = model_path.name
-    stem = name[: -len(".onnx")] if name.endswith(".onnx") else name
-    return model_path.with_name(f"{stem}.opt.onnx")
-
-
 def run(args: argparse.Namespace) -> int:
-    from onnxrefine.batch import cli as batch
+    from onnxrefine.cli import batch
 
     if batch.is_batch("optimize", args):
         return batch.run("optimize", args)
 
-    from rich.console import Console  # here, not at module level: the CLI's start-up
+    from onnxrefine.cli.output import stdout_console
 
-    console = Console()
+    console = stdout_console()
     if args.list_passes:
         if args.markdown:
             print(passes_markdown(), end="")
         else:
-            console.print(list_passes_table())
-            console.print(exactness_table())
+            console.print(list_passes_table(console))
+            console.print(exactness_table(console))
         return 0
     if not args.model:
-        raise BadInputError("no input model given (usage: onnxrefine optimize MODEL [-o OUT])")
+        raise BadInputError("no input model given (usage: onnxrefine optimize IN [OUT])")
     if args.growth_ratio < 1.0:
         raise BadInputError("--growth-ratio must be at least 1.0")
     if args.report and not Path(args.report).resolve().parent.is_dir():
@@ -191,9 +187,18 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.model)
     output = Path(args.output) if args.output else default_output_path(source)
     started = time.perf_counter()
+    around = None  # a model with maps: the tensor part optimized, the rest put back (optimize_maps.py)
     with progress.phase(f"load {source.name}"):
-        model = io.load_model(source)
-    size_before = _stored_size(source, model)
+        try:
+            model = io.load_model(source)
+        except MapTypesError:
+            from onnxrefine.cli import optimize_maps
+
+            try:
+                model, around = optimize_maps.load_core(source)
+            except optimize_maps.PassThrough as why:
+                return _pass_through(args, source, output, str(why), console)
+    size_before = source.stat().st_size if around else _stored_size(source, model)
     settings = VerifySettings(
         enabled=args.verify, budget_s=args.verify_budget, seed=args.seed, dims=parse_dims(args.dims),
         inputs=_checked_inputs(args.inputs, model) if args.inputs else None,
@@ -213,34 +218,73 @@ def run(args: argparse.Namespace) -> int:
             verify=settings,
             on_event=on_event,
             certify=args.certify,
-            source_path=source,  # the original stays on disk: verification reads it from there
+            # The original stays on disk: verification reads it from there (not the core of a map model).
+            source_path=None if around else source,
             input_shapes=input_shapes,
         )
-    layout = output_layout(args)
+    from onnxrefine.ir import shape_info
+
+    if args.shape_info:
+        shape_info.annotate(model)
+    else:
+        shape_info.strip(model)
+    notes, unchanged = [], None
     # Every output of the run (the model, its data files, the report) is written to temp files and
     # made visible together once all are complete: a report that cannot be written replaces
     # nothing, and a reader that goes away (`| head`) finds the outputs already committed.
     with atomic.staging() as stage:
         with progress.phase(f"save {output.name}"):
-            size_after = io.save_model(model, output, input_path=source, layout=layout)
-        with progress.phase(f"check {output.name}"):  # it loads, or nothing is written
-            io.check_staged(stage, output, input_path=source)
-        if args.report:
-            write_json_atomically(Path(args.report), report.to_dict())
-        stage.commit()
+            if around is not None:
+                from onnxrefine.cli import optimize_maps
+
+                try:  # assembled and checked before anything is written
+                    size_after = optimize_maps.save(model, around, output, seed=args.seed, dims=parse_dims(args.dims))
+                    notes.append(around.note())
+                    around.count_into(report)
+                except optimize_maps.PassThrough as why:
+                    unchanged = str(why)
+            else:
+                layout = output_layout(args)
+                size_after = io.save_model(model, output, input_path=source, layout=layout)
+                notes += layout.notes
+        if unchanged is None:
+            with progress.phase(f"check {output.name}"):  # it loads, or nothing is written
+                io.check_staged(stage, output, input_path=source)
+            # Weights outside the model file, in the input or now staged beside the output.
+            external = size_before != source.stat().st_size or any(
+                target.resolve() != output.resolve() for target in stage.targets())
+            report.file_sizes = {"before_bytes": size_before, "after_bytes": size_after,
+                                 "external_data_included": external}
+            if args.report:
+                write_json_atomically(Path(args.report), report.to_dict())
+            stage.commit()
+    if unchanged is not None:
+        return _pass_through(args, source, output, unchanged, console)
     seconds = time.perf_counter() - started
     if report.input_shapes:
         console.print(input_shapes_line(report.input_shapes), highlight=False, markup=False)
-    external = size_before != source.stat().st_size or size_after != output.stat().st_size
-    console.print(summary_table(report, size_before, size_after, seconds, external))
+    console.print(summary_table(report, size_before, size_after, seconds, external, console))
     if args.explain:
-        console.print(refusals_table(report))
+        console.print(refusals_table(report, console))
     for rollback in report.rolled_back:
         console.print(plain(f"rolled back {describe_rollback(rollback)}"))
     for part in report.dropped:
         console.print(plain(f"note: not kept: {part}"), highlight=False)
-    for note in layout.notes:
+    for note in notes:
         console.print(plain(f"note: {note}"), highlight=False)
+    console.print(plain(f"wrote {output}"))
+    return 0
+
+
+def _pass_through(args: argparse.Namespace, source: Path, output: Path, reason: str, console: Console) -> int:
+    """Write the model unchanged (a valid model this optimizer cannot hold), saying why."""
+    from onnxrefine.cli import optimize_maps
+
+    with atomic.staging():  # the model and its report made visible together
+        size = optimize_maps.pass_through(source, output)
+        if args.report:
+            write_json_atomically(Path(args.report), optimize_maps.unchanged_report(source, reason, size))
+    console.print(plain(f"note: written unchanged: {reason}"), highlight=False)
     console.print(plain(f"wrote {output}"))
     return 0
 
@@ -290,99 +334,10 @@ def _event_printer(console: Console):
     return on_event
 
 
-def input_shapes_line(summary: dict) -> str:
-    folded = ", ".join(f"{rule} {n}" for rule, n in summary["folded"].items()) or "nothing"
-    return f"input shapes fixed: {describe_input_shapes(summary['fixed'])}; then folded (rewrites): {folded}"
-
-
-def describe_rollback(rollback: dict) -> str:
-    outputs = ", ".join(rollback.get("outputs") or []) or "?"
-    if rollback.get("rule"):
-        return (f"rewrite {rollback['rule']} at {rollback['root']} (pass {rollback['pass']}): "
-                f"{rollback['verdict']} on {outputs}")
-    return f"pass {rollback['pass']}: {rollback['verdict']} on {outputs}"
-
-
-def summary_table(report, size_before: int, size_after: int, seconds: float, external: bool = False) -> Table:
-    from rich.table import Table
-
-    table = Table(title="onnxrefine optimize")
-    table.add_column("rule")
-    table.add_column("rewrites", justify="right")
-    table.add_column("refused", justify="right")
-    counts = report.log.counts()
-    refusals = report.log.refusal_counts()
-    for rule in sorted(set(counts) | set(refusals)):
-        table.add_row(rule, str(counts.get(rule, 0)), str(refusals.get(rule, 0)))
-    table.add_section()
-    table.add_row("nodes", f"{report.nodes_before} -> {report.nodes_after}", "")
-    text = f"{_size(size_before)} -> {_size(size_after)}"
-    if external:
-        text += " (external data included)"
-    table.add_row("file size", text, "")
-    table.add_row("seconds", f"{seconds:.2f}", "")
-    budget = getattr(report, "constant_budget", None) or {}
-    if budget.get("refused"):  # the run stopped short of what the rules could do: say so (issue 12)
-        table.add_row("constant budget", plain(budget_text(budget)), str(budget["refused"]))
-    verification = report.verification or {"status": "off"}
-    if verification.get("status") == "verified" and verification.get("verifications") == 0:
-        text = "exact (unchanged: no rewrite applied)"
-    elif verification.get("status") == "verified":
-        sets = len(verification.get("input_sets") or [])
-        text = f"{verification['verdict']} (end to end, against onnxruntime and float64, {sets} input set(s))"
-        if report.rolled_back:
-            text += f"; {len(report.rolled_back)} rolled back"
-    elif verification.get("status") == "skipped":
-        text = f"skipped: {verification['reason']}"
-    else:
-        text = "off (--no-verify)"
-    table.add_row("verification", plain(text), "")
-    table.add_row("certificates", plain(coverage_text(report.certificates)), "")
-    return table
-
-
-def coverage_text(certificates: dict | None) -> str:
-    """What stands behind the applied rewrites (rewrite/log.py EVIDENCE), and how many were
-    refused for want of a certificate."""
-    if certificates is None:
-        return "off (--no-certify): rewrites applied unchecked"
-    c = certificates["coverage"]
-    text = f"{c['certified']} certified, {c['proved']} proved, {c['refused']} refused"
-    if c["deferred"]:
-        text += f", {c['deferred']} left to end-to-end verification"
-    if c["unchecked"]:
-        text += f", {c['unchecked']} unchecked"
-    return text
-
-
-def budget_text(budget: dict) -> str:
-    return (f"{budget['refused']} rewrite(s) refused: new constants may add "
-            f"{_size(budget['allowed_growth_bytes'])} in all (--growth-ratio; used {_size(max(0, budget['growth_bytes']))}) "
-            f"and {_size(budget['per_tensor_bytes'])} each (--max-tensor-bytes)")
-
-
-def refusals_table(report) -> Table:
-    from rich.table import Table
-
-    table = Table(title="refused rewrites")
-    table.add_column("rule")
-    table.add_column("node")
-    table.add_column("reason")
-    for refusal in report.log.refused.values():
-        table.add_row(plain(refusal.rule), plain(refusal.node), plain(refusal.reason))  # model names: no markup
-    return table
-
-
-def _size(size: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(size)
-
-
 def write_json_atomically(path: Path, data: dict) -> None:
     folder = path.resolve().parent
     if not folder.is_dir():
         raise BadInputError(f"{path}: folder does not exist")
-    atomic.write_atomic(path, json.dumps(data, indent=2))
+    from onnxrefine.verify.report import json_safe  # non-finite numbers as documented strings
+
+    atomic.write_atomic(path, json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n")

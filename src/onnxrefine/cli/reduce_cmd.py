@@ -19,8 +19,10 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default=None, metavar="DIR", help="output folder (default BUNDLE/reduced)")
     parser.add_argument("--max-checks", type=int, default=300, metavar="N",
                         help="most verifications to spend (default 300)")
-    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS")
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="stop reducing after this many seconds, keeping the smallest model so far "
+                        "(default: no limit but --max-checks)")
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     parser.set_defaults(func=run)
 

@@ -17,7 +17,10 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx_ir._core import TensorBase
+
+# onnx-ir exports no tensor base class yet; its private one is used (onnx-ir bounded <2 in
+# pyproject.toml), the public name first should a release export it.
+TensorBase = getattr(ir, "TensorBase", None) or ir._core.TensorBase
 
 from onnxrefine.ir import traversal
 

@@ -23,6 +23,8 @@ from typing import BinaryIO
 
 import onnx_ir as ir
 
+from onnxrefine import portable
+
 CHUNK_BYTES = 1 << 20
 # Tensors up to this size are fingerprinted by all their bytes; larger ones by SAMPLES windows.
 SMALL_BYTES = 64 * 1024
@@ -65,9 +67,9 @@ def sample_ranges(nbytes: int) -> list[tuple[int, int]]:
 
 
 def _pread_exact(fd: int, length: int, offset: int) -> bytes:
-    data = os.pread(fd, length, offset)
+    data = portable.pread(fd, length, offset)
     while len(data) < length:
-        more = os.pread(fd, length - len(data), offset + len(data))
+        more = portable.pread(fd, length - len(data), offset + len(data))
         if not more:
             raise OSError(errno.EIO, f"external data ends {length - len(data)} bytes early")
         data += more
@@ -155,7 +157,7 @@ def copy_range(source_fd: int, dest: BinaryIO, offset: int, length: int) -> None
                 raise
     while done < length:  # no kernel copy on this platform or between these files
         piece = _pread_exact(source_fd, min(CHUNK_BYTES, length - done), offset + done)
-        os.pwrite(dest_fd, piece, position + done)
+        portable.pwrite(dest_fd, piece, position + done)
         done += len(piece)
     dest.seek(position + length)
 

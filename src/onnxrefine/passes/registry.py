@@ -6,7 +6,8 @@ run function; its class, derived from its rules (a graph-level pass declares it)
 schedule it runs in and its place there; whether it is on by default; and the fuzz generator's
 pattern for it, or why it has none. The schedule (pipeline.py), `onnxrefine optimize
 --list-passes`, README's pass table and the fuzz targets (fuzz/patterns.py) all read these
-declarations; `onnxrefine.passes.PASS_MODULES` lists the modules that hold them.
+declarations; `onnxrefine.passes.PASS_MODULES` lists the modules that hold them (handed to
+`PASS_MODULES` here).
 """
 
 from __future__ import annotations
@@ -107,14 +108,21 @@ class PassSpec:
 
 
 _REGISTRY: dict[str, PassSpec] = {}
+_RULE_OWNERS: dict[str, str] = {}  # rule name -> the pass that holds it
 _loaded = False
+# The modules that declare passes, in module order. passes/__init__.py lists them and hands them over
+# here once imported: the registry cannot import them itself, each of them imports its types.
+PASS_MODULES: tuple = ()
+
+
+def set_pass_modules(modules: tuple) -> None:
+    global PASS_MODULES
+    PASS_MODULES = tuple(modules)
 
 
 def declared_passes() -> list[PassSpec]:
     """Every declaration of every pass module, in module order (duplicates and undecided fuzzing
     refused: each pass says which pattern fuzzes it, or why none does)."""
-    from onnxrefine.passes import PASS_MODULES
-
     seen: set[str] = set()
     specs = []
     for module in PASS_MODULES:
@@ -132,10 +140,20 @@ def declared_passes() -> list[PassSpec]:
 
 
 def get_pass(name: str) -> PassSpec:
+    """The pass of that name, or the pass that holds the rule of that name (the summary and the
+    report name rules: each of those names works wherever a pass name does)."""
     _load_pass_modules()
-    if name not in _REGISTRY:
-        raise BadInputError(f"unknown pass '{name}' (see `onnxrefine optimize --list-passes`)")
-    return _REGISTRY[name]
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if name in _RULE_OWNERS:
+        return _REGISTRY[_RULE_OWNERS[name]]
+    raise BadInputError(f"unknown pass '{name}' (a pass or rule name: see `onnxrefine optimize --list-passes`)")
+
+
+def pass_of_rule(rule: str) -> str | None:
+    """The name of the pass whose rules include `rule`; None for a name that is no rule."""
+    _load_pass_modules()
+    return _RULE_OWNERS.get(rule)
 
 
 def all_passes() -> list[PassSpec]:
@@ -156,4 +174,5 @@ def _load_pass_modules() -> None:
     global _loaded
     if not _loaded:
         _REGISTRY.update((spec.name, spec) for spec in declared_passes())
+        _RULE_OWNERS.update((rule.name, spec.name) for spec in _REGISTRY.values() for rule in spec.rules)
         _loaded = True

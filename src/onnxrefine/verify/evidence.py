@@ -13,11 +13,10 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.judge import compare
-from onnxrefine.verify.judge import verdict as verdict_rules
-from onnxrefine.verify.report.report import OutputReport
-from onnxrefine.verify.ort.runner import RunFailedError, RunSettings
-from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE
+from onnxrefine.verify import judge
+from onnxrefine.verify.report import OutputReport
+from onnxrefine.verify.ort import RunFailedError, RunSettings
+from onnxrefine.verify.judge import EXACT, MISMATCH, ROUNDING, UNSTABLE
 
 
 class Track:
@@ -48,12 +47,12 @@ class Track:
             for name in output_names:
                 if name not in cand_out:
                     continue
-                self.comparisons[name].append(compare.compare_arrays(cand_out[name], first[name]))
-                item = verdict_rules.SetEvidence(first[name], second[name], cand_out[name],
+                self.comparisons[name].append(judge.compare_arrays(cand_out[name], first[name]))
+                item = judge.SetEvidence(first[name], second[name], cand_out[name],
                                                  extreme=extreme, nonfinite_inputs=nonfinite)
                 set_evidence[name] = item
                 self.evidence[name].append(item)
-                if comparable(item) and not np.all(compare.bit_identical(item.candidate, item.original)):
+                if comparable(item) and not np.all(judge.bit_identical(item.candidate, item.original)):
                     if index not in self.differing_sets:
                         self.differing_sets.append(index)
                     if graphinfo.is_float_dtype(item.original.dtype):
@@ -105,14 +104,14 @@ def match_outputs(original_names, candidate_names, notes, by: str = MATCH_BY_NAM
 
 
 def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:
-    return all(verdict_rules.judge_output([item], bounds[name]).verdict in (EXACT, ROUNDING)
+    return all(judge.judge_output([item], bounds[name]).verdict in (EXACT, ROUNDING)
                for name, item in set_evidence.items())
 
 
 def reference_refusal(model_file, feeds) -> str | None:
     """Why the float64 reference must not evaluate the model on `feeds` (resources.py), or None."""
     from onnxrefine import resources
-    from onnxrefine.verify.ort.runner import peak_estimate
+    from onnxrefine.verify.ort import peak_estimate
 
     return resources.reference_refusal(peak_estimate(model_file, feeds))
 
@@ -132,7 +131,7 @@ def apply_hard_bound(report: OutputReport, sets, tolerance) -> None:
             continue
         ref = item.reference if item.reference is not None else item.original.astype(np.float64)
         cand = item.candidate.astype(np.float64)
-        differ = ~compare.bit_identical(item.candidate, item.original)
+        differ = ~judge.bit_identical(item.candidate, item.original)
         within = np.abs(cand - ref) <= atol + rtol * np.abs(ref)
         beyond += int(np.count_nonzero(differ & np.isfinite(ref) & ~within))
     if beyond:
@@ -145,8 +144,8 @@ def bounds(model, feeds, names, u) -> dict:
     try:
         profile = graphinfo.accumulation_profile(model, feeds)
     except Exception:  # an unreadable graph: the widest guess, sensitivity allowed
-        return {name: verdict_rules.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
-    return {name: verdict_rules.RoundingBound.for_value(u, profile[name]) for name in names}
+        return {name: judge.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
+    return {name: judge.RoundingBound.for_value(u, profile[name]) for name in names}
 
 
 # -- evidence for the verdict rules (verdict.py): dependency cones and discrete-output feeds -----
@@ -157,7 +156,7 @@ def add_nonfinite_cones(runner, feeds, set_evidence) -> None:
     changed = {name: None for name in set_evidence}
     for stand_in in (1.0, -2.0):
         try:
-            results = runner.run(verdict_rules.nonfinite_replaced(feeds, stand_in))
+            results = runner.run(judge.nonfinite_replaced(feeds, stand_in))
         except RunFailedError:
             return
         for name, item in set_evidence.items():
@@ -165,7 +164,7 @@ def add_nonfinite_cones(runner, feeds, set_evidence) -> None:
             if moved.shape != item.original.shape:
                 changed[name] = np.ones(item.original.shape, dtype=bool)
                 continue
-            flip = ~compare.bit_identical(moved, item.original)
+            flip = ~judge.bit_identical(moved, item.original)
             changed[name] = flip if changed[name] is None else changed[name] | flip
     for name, cone in changed.items():
         set_evidence[name].nonfinite_cone = cone
@@ -176,7 +175,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
     (`evaluate`: the session's reference evaluator)."""
     if reference_state["status"] == "unavailable":
         return
-    from onnxrefine.verify.judge.decisions import DECISION_OPS, DecisionEvidence
+    from onnxrefine.verify.judge import DECISION_OPS, DecisionEvidence
 
     model = model_file.proto
     producers = {out: node for node in model.graph.node for out in node.output}
@@ -185,7 +184,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
         node = producers.get(name)
         if node is None or node.op_type not in DECISION_OPS or graphinfo.is_float_dtype(item.original.dtype):
             continue
-        if np.all(compare.bit_identical(item.candidate, item.original)):
+        if np.all(judge.bit_identical(item.candidate, item.original)):
             continue
         data = list(node.input[:2] if node.op_type in ("Less", "Greater", "LessOrEqual", "GreaterOrEqual",
                                                         "Equal") else node.input[:1])
@@ -212,12 +211,12 @@ def output_report(name, sets, comps, bound, candidate_name, candidate_failure, r
         return OutputReport(name=name, verdict=MISMATCH, dtype="?", shape=[], candidate_shape=[],
                             candidate_dtype="?", comparison={}, notes=[reason],
                             bound=bound.to_dict())
-    judgement = verdict_rules.judge_output(sets, bound)
+    judgement = judge.judge_output(sets, bound)
     # The table summarizes ordinary input sets; extreme-magnitude sets (overflowing intermediates)
     # would drown it, so they are summarized apart.
     ordinary = [comp for comp, item in zip(comps, sets) if not item.extreme] or comps
     extreme = [comp for comp, item in zip(comps, sets) if item.extreme]
-    merged = compare.merge(ordinary)
+    merged = judge.merge(ordinary)
     first = sets[0]
     needs_reference = judgement.verdict != EXACT and graphinfo.is_float_dtype(first.original.dtype) \
         and first.original.shape == first.candidate.shape
@@ -244,11 +243,12 @@ def output_report(name, sets, comps, bound, candidate_name, candidate_failure, r
         name=name, verdict=judgement.verdict, dtype=str(first.original.dtype),
         shape=list(first.original.shape), candidate_shape=list(first.candidate.shape),
         candidate_dtype=str(first.candidate.dtype), comparison=merged.to_dict(),
-        comparison_extreme=compare.merge(extreme).to_dict() if extreme and len(extreme) < len(comps) else {},
+        comparison_extreme=judge.merge(extreme).to_dict() if extreme and len(extreme) < len(comps) else {},
         differing=judgement.differing, unexplained=judgement.unexplained,
         unstable_positions=judgement.unstable_positions, orig_err_max=judgement.orig_err_max,
         cand_err_max=judgement.cand_err_max, reference=reference, bound=bound.to_dict(),
         scatter=judgement.scatter if judgement.used_reference else {}, notes=notes,
+        worst_elements=judgement.worst_elements,
     )
 
 

@@ -1,4 +1,4 @@
-"""Sliding-window operators: Conv and the pools (and the global pools)."""
+"""Sliding-window operators: Conv, ConvTranspose and the pools (and the global pools)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,40 @@ def same_dtype(site: Site):
 @shape_rule("Conv")
 def conv_shape(site: Site):
     return window_shape(site.node, site.shape(0), site.shape(1), conv=True)
+
+
+@shape_rule("ConvTranspose")
+def conv_transpose_shape(site: Site):
+    """ONNX's formula without output_shape and with explicit pads: stride * (in - 1) +
+    output_padding + dilation * (kernel - 1) + 1 - pad_begin - pad_end; channels: the weight's
+    second dim times group. Other forms (output_shape, auto_pad, an output_padding not below its
+    stride) are left unknown."""
+    node, shape, weight = site.node, site.shape(0), site.shape(1)
+    if shape is None or len(shape) < 3 or weight is None or len(weight) != len(shape):
+        return None
+    if attr(node, "output_shape") is not None or text_attr(node, "auto_pad", "NOTSET") not in ("NOTSET", ""):
+        return None
+    spatial = len(shape) - 2
+    group = attr(node, "group", 1)
+    kernel = list(attr(node, "kernel_shape") or weight[2:])
+    strides = list(attr(node, "strides") or [1] * spatial)
+    dilations = list(attr(node, "dilations") or [1] * spatial)
+    pads = list(attr(node, "pads") or [0] * (2 * spatial))
+    extra = list(attr(node, "output_padding") or [0] * spatial)
+    if not all(len(v) == spatial for v in (kernel, strides, dilations, extra)) or len(pads) != 2 * spatial:
+        return None
+    if not all(isinstance(k, int) and k > 0 for k in kernel) or not isinstance(weight[1], int):
+        return None
+    if any(pad >= stride for pad, stride in zip(extra, strides)):
+        return None  # onnxruntime refuses output_padding of a stride or more: no shape to vouch for
+    out = []
+    for i, size in enumerate(shape[2:]):
+        if not isinstance(size, int) or strides[i] < 1 or dilations[i] < 1:
+            out.append(Sym(node.op_type))
+            continue
+        full = strides[i] * (size - 1) + extra[i] + dilations[i] * (kernel[i] - 1) + 1 - pads[i] - pads[i + spatial]
+        out.append(full if full > 0 else Sym("empty"))
+    return (shape[0], weight[1] * group) + tuple(out)
 
 
 @shape_rule("MaxPool AveragePool LpPool")

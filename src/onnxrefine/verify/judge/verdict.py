@@ -210,6 +210,9 @@ class Judgement:
     scatter: dict = field(default_factory=lambda: {"ref": [], "orig": [], "cand": []})
     notes: list = field(default_factory=list)
     excused: dict = field(default_factory=dict)  # rule name -> elements it explained
+    # The differing elements that weigh most, unexplained ones first, then by |candidate -
+    # original|: {"set", "index", "original", "candidate", "reference", "explained"} (_record_worst).
+    worst_elements: list = field(default_factory=list)
 
 
 def nonfinite_replaced(feeds, value: float) -> dict:
@@ -335,7 +338,7 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
     """The verdict for one output (or any value) over all input sets (module docstring)."""
     judgement = Judgement(verdict=EXACT)
     per_set = []
-    for evidence in sets:
+    for set_index, evidence in enumerate(sets):
         original, candidate = evidence.original, evidence.candidate
         if original.shape != candidate.shape or original.dtype != candidate.dtype:
             judgement.notes.append(
@@ -358,6 +361,7 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
         judgement.unstable_positions += int(np.count_nonzero(unstable))
         unexplained = differ & ~explained
         judgement.unexplained += int(np.count_nonzero(unexplained))
+        _record_worst(judgement, set_index, evidence, differ, unexplained)
         if not unexplained.any():
             per_set.append(ROUNDING)
         elif not (unexplained & ~unstable).any():
@@ -368,6 +372,35 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
     judgement.nonfinite_excused = _excused(judgement, "nonfinite-order", "saturation")
     judgement.verdict = worst(per_set)
     return judgement
+
+
+WORST_ELEMENTS = 10
+
+
+def _record_worst(judgement: Judgement, set_index: int, evidence: SetEvidence, differ: np.ndarray,
+                  unexplained: np.ndarray) -> None:
+    """Keep the WORST_ELEMENTS differing elements that weigh most over all sets: unexplained
+    first, then the largest |candidate - original| (a NaN against a number counts as infinite)."""
+    if evidence.original.dtype.kind not in "biuf" or not differ.any():
+        return
+    original = evidence.original.astype(np.float64)
+    candidate = evidence.candidate.astype(np.float64)
+    reference = None if evidence.reference is None else np.asarray(evidence.reference, dtype=np.float64)
+    flat = np.flatnonzero(differ.ravel())
+    with np.errstate(invalid="ignore", over="ignore"):
+        gap = np.abs(candidate.ravel()[flat] - original.ravel()[flat])
+    gap = np.where(np.isnan(gap), np.inf, gap)
+    bad = unexplained.ravel()[flat]
+    for k in np.lexsort((-gap, ~bad))[:WORST_ELEMENTS]:
+        position = int(flat[k])
+        judgement.worst_elements.append({
+            "set": set_index, "index": [int(i) for i in np.unravel_index(position, original.shape)],
+            "original": float(original.flat[position]), "candidate": float(candidate.flat[position]),
+            "reference": None if reference is None or reference.shape != original.shape
+            else float(reference.flat[position]),
+            "difference": float(gap[k]), "explained": not bool(bad[k])})
+    judgement.worst_elements.sort(key=lambda e: (e["explained"], -e["difference"]))
+    del judgement.worst_elements[WORST_ELEMENTS:]
 
 
 _RULES_BY_NAME = {rule.name: rule for rule in RULES}

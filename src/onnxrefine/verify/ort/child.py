@@ -54,7 +54,7 @@ def _serve() -> None:
     import numpy as np
 
     from onnxrefine.verify.ort.errors import describe
-    from onnxrefine.verify.ort.runner import RunSettings, session_options
+    from onnxrefine.verify.ort.settings import RunSettings, session_options
 
     import onnxruntime  # noqa: F401  (imported before "ready": start-up is not a run's time)
 
@@ -172,10 +172,9 @@ class _Worker:
         if process is None:
             return
         if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except OSError:
-                process.kill()
+            from onnxrefine import portable
+
+            portable.kill_group(process)
         process.wait()
         for stream in (process.stdin, process.stdout):
             try:
@@ -240,11 +239,11 @@ STARTUP_LIMIT_S = 120.0
 
 
 def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+    """0 where memory cannot be measured (no /proc, psutil or ps): the wall-clock limit still holds,
+    and the memory budget is then only what the estimate before the run enforces."""
+    from onnxrefine import portable
+
+    return portable.process_rss(pid) or 0
 
 
 def _die_with_parent() -> None:
@@ -254,7 +253,7 @@ def _die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # not Linux: no prctl (Windows: no CDLL(None))
         pass
 
 

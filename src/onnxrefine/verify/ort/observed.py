@@ -44,7 +44,8 @@ def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: 
     value outside an iteration or a call)."""
     from onnxrefine.errors import BadInputError
     from onnxrefine.verify.inputs import generate_inputs
-    from onnxrefine.verify.ort.runner import ModelFile, ModelRunner, RunFailedError
+    from onnxrefine.verify.ort.files import ModelFile
+    from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError
 
     asked = list(dict.fromkeys(v for v in values if v is not None and v.name))
     if not asked:

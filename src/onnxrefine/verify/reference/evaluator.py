@@ -76,8 +76,11 @@ def fallback_op_types() -> frozenset[str]:
     """Standard-domain ops evaluated through onnx.reference (on float64 arrays)."""
     global _FALLBACK_CACHE
     if _FALLBACK_CACHE is None:
-        from onnx.reference.ops._op_list import load_op
-
+        try:  # a private module of onnx (bounded <2 in pyproject.toml): where it moved, no fallback
+            from onnx.reference.ops._op_list import load_op  # kernels: those ops are refused, never guessed
+        except ImportError:
+            _FALLBACK_CACHE = frozenset()
+            return _FALLBACK_CACHE
         names = {
             schema.name
             for schema in onnx.defs.get_all_schemas_with_history()

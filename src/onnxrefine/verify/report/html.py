@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from html import escape
 
+from onnxrefine.verify.judge import VERDICTS
+
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}
@@ -21,6 +23,16 @@ th{background:#f3f3f3}td.l{text-align:left}
 """
 
 _WIDTH, _HEIGHT, _MARGIN = 420, 300, 48
+# Tick labels per axis at most: a mismatch spans 1e-45..1e38, and a label per decade overprinted
+# into a bar. "1e-45" at 10px is ~30px wide; the x axis has 324px.
+_MAX_TICKS = 6
+
+
+def tick_exponents(low: int, high: int) -> list[int]:
+    """Decades to label between `low` and `high` (both included): every k-th, k the smallest
+    step that keeps at most _MAX_TICKS labels."""
+    step = max(1, math.ceil((high - low) / (_MAX_TICKS - 1)))
+    return list(range(low, high + 1, step))
 
 
 def _fmt(value) -> str:
@@ -55,12 +67,12 @@ def _scatter_svg(name: str, scatter: dict) -> str:
              f'role="img" aria-label="error versus magnitude for {escape(name)}">',
              f'<rect x="{_MARGIN}" y="{_MARGIN}" width="{plot_w}" height="{plot_h}" '
              'fill="#fafafa" stroke="#bbb"/>']
-    for exponent in range(x_low, x_high + 1):
+    for exponent in tick_exponents(x_low, x_high):
         x = px(10.0 ** exponent)
         parts.append(f'<line x1="{x:.1f}" y1="{_HEIGHT - _MARGIN}" x2="{x:.1f}" '
                      f'y2="{_HEIGHT - _MARGIN + 4}" stroke="#888"/>')
         parts.append(f'<text x="{x:.1f}" y="{_HEIGHT - _MARGIN + 15}" text-anchor="middle">1e{exponent}</text>')
-    for exponent in range(y_low, y_high + 1):
+    for exponent in tick_exponents(y_low, y_high):
         y = py(10.0 ** exponent)
         parts.append(f'<line x1="{_MARGIN - 4}" y1="{y:.1f}" x2="{_MARGIN}" y2="{y:.1f}" stroke="#888"/>')
         parts.append(f'<text x="{_MARGIN - 6}" y="{y + 3:.1f}" text-anchor="end">1e{exponent}</text>')
@@ -81,13 +93,46 @@ def _scatter_svg(name: str, scatter: dict) -> str:
     return "".join(parts)
 
 
+def _number(value) -> str:
+    """A value as float64 shows it (17 significant digits): a difference of one ulp stays visible."""
+    if value is None:
+        return "-"
+    if isinstance(value, str) or not math.isfinite(value):
+        return escape(str(value))
+    return f"{value:.17g}"
+
+
+def _worst_html(report) -> str:
+    """Per output, the elements that weigh most (judge.verdict._record_worst): where they are and
+    the original's, the candidate's and the float64 reference's values."""
+    parts = []
+    labels = list(getattr(report, "input_sets", []) or [])
+    for out in report.outputs:
+        rows = getattr(out, "worst_elements", None) or []
+        if not rows:
+            continue
+        parts.append(f"<h3>{escape(out.name)}</h3><table class=\"worst\"><tr><th>input set</th><th>index</th>"
+                     "<th>original</th><th>candidate</th><th>float64 reference</th><th>|candidate - original|</th>"
+                     "<th>explained</th></tr>")
+        for row in rows:
+            where = labels[row["set"]] if row["set"] < len(labels) else str(row["set"])
+            parts.append(
+                f'<tr><td class="l">{escape(where)}</td><td class="l">[{", ".join(map(str, row["index"]))}]</td>'
+                f"<td>{_number(row['original'])}</td><td>{_number(row['candidate'])}</td>"
+                f"<td>{_number(row['reference'])}</td><td>{_fmt(row['difference'])}</td>"
+                f'<td class="l">{"by rounding" if row["explained"] else "no"}</td></tr>')
+        parts.append("</table>")
+    if not parts:
+        return ""
+    return ('<h2 id="worst">Worst elements</h2><p>The differing elements that weigh most: those no '
+            "rounding rule explains first, then the largest differences.</p>" + "".join(parts))
+
+
 def _localisation_html(report) -> str:
     """The first bad intermediate value and the worst ones (localize/layerwise.py)."""
     section = getattr(report, "localisation", None)
     if not section:
         return ""
-    from onnxrefine.verify.report.report import worst_values
-
     parts = ['<h2 id="localisation">Intermediate values</h2>']
     first = section.get("first_bad")
     if first:
@@ -161,9 +206,25 @@ def render_html(report) -> str:
         f'<span class="{report.verdict}">{report.verdict}</span></p>'
         f"<p>Input sets: {escape(', '.join(report.input_sets))}</p>"
         + _output_rows(report.outputs)
+        + _worst_html(report)
         + _deployment_html(report)
         + _localisation_html(report)
         + ("<h2>Error versus magnitude</h2>" + "".join(plots) if plots else "")
         + ("<h2>Notes</h2><ul class=\"notes\">" + "".join(notes) + "</ul>" if notes else "")
         + "</body></html>\n"
     )
+
+
+def worst_values(section: dict, count: int = 8) -> list[dict]:
+    """The differing values, worst verdict first, then the largest candidate error, then order."""
+    severity = {name: index for index, name in enumerate(VERDICTS)}
+    rows = [v for v in section.get("values", []) if v.get("differing")]
+
+    def ratio(value):
+        cand, orig = value.get("cand_err_max"), value.get("orig_err_max")
+        if cand is None:
+            return value.get("max_ulp", 0.0)
+        return cand / orig if orig else (float("inf") if cand else 0.0)
+
+    rows.sort(key=lambda v: (-severity.get(v["verdict"], 0), -ratio(v), v["order"]))
+    return rows[:count]

@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass, field
 
 from onnxrefine.atomic import write_atomic
-from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
+from onnxrefine.verify.judge import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
+from onnxrefine.verify.report.html import render_html, worst_values
 
 __all__ = ["EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "OutputReport",
            "VerificationReport", "write_atomic"]
@@ -31,10 +32,11 @@ class OutputReport:
     reference: str = "none"  # "float64", "no float64 reference", "not needed"
     bound: dict = field(default_factory=dict)
     scatter: dict = field(default_factory=dict)
+    worst_elements: list = field(default_factory=list)  # judge.verdict.Judgement.worst_elements
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return _json_safe(dict(self.__dict__))
+        return json_safe(dict(self.__dict__))
 
 
 @dataclass
@@ -62,7 +64,7 @@ class VerificationReport:
                           if out.verdict in (UNSTABLE, MISMATCH) and out.name not in failing]
 
     def to_dict(self) -> dict:
-        return _json_safe({
+        return json_safe({
             "verdict": self.verdict,
             "exit_code": self.exit_code,
             "outputs": [out.to_dict() for out in self.outputs],
@@ -81,8 +83,6 @@ class VerificationReport:
         write_atomic(path, self.to_json() + "\n")
 
     def write_html(self, path) -> None:
-        from onnxrefine.verify.report.html import render_html
-
         write_atomic(path, render_html(self))
 
     @property
@@ -100,11 +100,11 @@ class VerificationReport:
         return verdict
 
 
-def _json_safe(value):
+def json_safe(value):
     if isinstance(value, dict):
-        return {str(key): _json_safe(item) for key, item in value.items()}
+        return {str(key): json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
+        return [json_safe(item) for item in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
     if isinstance(value, float):
@@ -213,18 +213,3 @@ def render_localisation(report: VerificationReport, console) -> None:
 
 def _no_ref(out: OutputReport) -> str:
     return "no f64 ref" if out.reference == "no float64 reference" else "-"
-
-
-def worst_values(section: dict, count: int = 8) -> list[dict]:
-    """The differing values, worst verdict first, then the largest candidate error, then order."""
-    severity = {name: index for index, name in enumerate(VERDICTS)}
-    rows = [v for v in section.get("values", []) if v.get("differing")]
-
-    def ratio(value):
-        cand, orig = value.get("cand_err_max"), value.get("orig_err_max")
-        if cand is None:
-            return value.get("max_ulp", 0.0)
-        return cand / orig if orig else (float("inf") if cand else 0.0)
-
-    rows.sort(key=lambda v: (-severity.get(v["verdict"], 0), -ratio(v), v["order"]))
-    return rows[:count]

@@ -4,8 +4,9 @@
     onnxrefine verify models/ --out-dir out/ --jobs 4      # each X.onnx against out/X.opt.onnx
 
 A folder stands for every .onnx model under it (optimized *.opt.onnx outputs excluded), a .txt
-file for the paths it lists. Batch mode starts when a folder or list file is given, several models
-are given to optimize, or any of --batch, --jobs, --ray, --out-dir is. Each model runs the
+file for the paths it lists, a quoted glob ('models/*.onnx', ** for any depth) for the models it
+matches. Batch mode starts when a folder, list file or glob is given, or any of --batch, --jobs,
+--ray, --out-dir is; two model paths without them are `optimize IN OUT` (as onnxsim is called). Each model runs the
 single-model command in its own process (batch/run.py); the exit code is 0 when every model
 succeeded (optimize: written; verify: exact or rounding), 1 otherwise, 2 for bad input.
 """
@@ -14,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
+from onnxrefine.batch.run import LIST_SUFFIXES, is_glob
 from onnxrefine.errors import BadInputError
 
 # (dest, child flag, kind): options of the single-model commands passed on to each child.
@@ -26,7 +27,7 @@ FORWARDED = {
                  ("certify", "--no-certify", "false"), ("no_fixed_point", "--no-fixed-point", "true"),
                  ("verify_budget", "--verify-budget", "value"), ("seed", "--seed", "value"),
                  ("dims", "--dims", "value"), ("max_tensor_bytes", "--max-tensor-bytes", "value"),
-                 ("growth_ratio", "--growth-ratio", "value")],
+                 ("growth_ratio", "--growth-ratio", "value"), ("shape_info", "--no-shape-info", "false")],
     "verify": [("trials", "--trials", "value"), ("seed", "--seed", "value"), ("dims", "--dims", "value"),
                ("no_stress", "--no-stress", "true"), ("time_budget", "--time-budget", "value"),
                ("no_localize", "--no-localize", "true")],
@@ -41,8 +42,12 @@ SINGLE_ONLY = {"optimize": (("output", "-o/--output"), ("report", "--report"), (
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "batch mode", "many models at once (folders, list files, several paths), each in its own process")
-    group.add_argument("more_models", nargs="*", metavar="MORE", help=argparse.SUPPRESS)
-    group.add_argument("--batch", action="store_true", help="treat every path as a model, folder or list file")
+    group.add_argument("more_models", nargs="*", metavar="OUT",
+                       help="optimize: the output file, as onnxsim takes it (IN OUT; or give -o); in "
+                       "batch mode: more models, folders, list files or globs")
+    group.add_argument("--batch", action="store_true",
+                       help="treat every path as a model, folder, list file or glob (several model files "
+                       "need it: two paths alone are IN OUT)")
     group.add_argument("--jobs", type=int, default=None, metavar="N", help="models run in parallel (default 1)")
     group.add_argument("--ray", default=None, metavar="ADDRESS",
                        help="run the models on a Ray cluster (auto, HOST:PORT, ray://..., local); "
@@ -55,8 +60,9 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
                        "(default: --out-dir, else ./onnxrefine-COMMAND-batch)")
     group.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                        help="wall-clock limit per model; past it the model's process is killed")
-    group.add_argument("--memory-limit", type=float, default=None, metavar="MIB",
-                       help="resident-memory limit per model (its process tree); past it the process is killed")
+    group.add_argument("--memory-limit", default=None, metavar="SIZE",
+                       help="resident-memory limit per model (its process tree), a size as --memory-budget "
+                       "takes (500MB, 2GiB; a bare number is MiB); past it the process is killed")
 
 
 def paths_of(command: str, args: argparse.Namespace) -> list[str]:
@@ -64,21 +70,22 @@ def paths_of(command: str, args: argparse.Namespace) -> list[str]:
     return [p for p in first + list(args.more_models or []) if p]
 
 
+def batch_options_given(args: argparse.Namespace) -> bool:
+    return bool(args.batch or args.jobs is not None or args.ray or args.out_dir)
+
+
 def is_batch(command: str, args: argparse.Namespace) -> bool:
     if command == "optimize" and getattr(args, "list_passes", False):
         return False
-    paths = paths_of(command, args)
-    if args.batch or args.jobs is not None or args.ray or args.out_dir:
+    if batch_options_given(args):
         return True
-    if command == "optimize" and len(paths) > 1:
-        return True
-    return any(os.path.isdir(p) or Path(p).suffix in (".txt", ".lst", ".list") for p in paths)
+    return any(os.path.isdir(p) or Path(p).suffix in LIST_SUFFIXES or is_glob(p) for p in paths_of(command, args))
 
 
 def check(command: str, args: argparse.Namespace) -> list:
     """Early one-line errors for batch arguments; the models to run."""
     from onnxrefine.batch.run import collect_models, output_path
-    from onnxrefine.cli.checks import writable_folder
+    from onnxrefine.cli.arguments import writable_folder
 
     for dest, flag in SINGLE_ONLY[command]:
         if getattr(args, dest, None):
@@ -89,10 +96,18 @@ def check(command: str, args: argparse.Namespace) -> list:
         raise BadInputError("--jobs runs models in local processes and --ray on the cluster: give one of them")
     if args.jobs is not None and args.jobs < 1:
         raise BadInputError("--jobs must be at least 1")
-    for name in ("time_limit", "memory_limit"):
-        value = getattr(args, name)
-        if value is not None and not value > 0:
-            raise BadInputError(f"--{name.replace('_', '-')} must be a positive number")
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise BadInputError("--time-limit must be a positive number")
+    if args.memory_limit is not None:
+        from onnxrefine.resources import parse_bytes
+
+        if not isinstance(args.memory_limit, float):  # parsed once (check runs before run)
+            args.memory_limit = parse_bytes(args.memory_limit, "--memory-limit", bare_unit="MiB") / 2**20
+        from onnxrefine import portable
+
+        if not portable.can_measure_memory():
+            raise BadInputError("--memory-limit: resident memory cannot be measured here (no /proc, "
+                                "psutil or ps); the limit would never fire")
     models = collect_models(paths_of(command, args))
     if args.out_dir:
         writable_folder(args.out_dir, "--out-dir")
@@ -132,8 +147,6 @@ _DEFAULTS = {("optimize", "seed"): 0, ("verify", "seed"): 0, ("verify", "trials"
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from onnxrefine import progress
     from onnxrefine.batch import summary
     from onnxrefine.batch.run import Job, output_path, report_name, run_jobs
@@ -166,8 +179,9 @@ def run(command: str, args: argparse.Namespace) -> int:
     settings = {"paths": paths_of(command, args), "jobs": args.jobs, "ray": args.ray, "out_dir": args.out_dir,
                 "time_limit_s": args.time_limit, "memory_limit_mb": args.memory_limit, "options": options}
     json_path, html_path = summary.write(folder, command, rows, settings)
-    console = Console(file=sys.stdout, width=max(120, Console().width))
-    console.print(summary.table(command, rows))
+    from onnxrefine.cli.output import stdout_console
+
+    stdout_console().print(summary.table(command, rows))
     total = summary.totals(rows)
     print(f"{total['models']} models: {total['ok']} ok, {total['failed']} failed")
     print(f"summary: {json_path} and {html_path}")

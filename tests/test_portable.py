@@ -1,0 +1,145 @@
+"""The fallbacks of onnxrefine.portable, each with its missing service simulated: what macOS and
+Windows lack (os.pread/os.pwrite, /proc, resource, fcntl, the kernel copies) must not turn a
+valid model into "not a readable ONNX model", or a memory limit into one that never fires."""
+
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxrefine import portable, resources
+from onnxrefine.cli.main import main as cli_main
+from onnxrefine.ir import tensordata
+
+HIDDEN = 64
+
+
+def _external_model(path):
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32), "W")
+    one = numpy_helper.from_array(np.float32(1.0), "one")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Mul", ["m", "one"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, HIDDEN])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, HIDDEN])], [weight, one])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=path.name + ".data", size_threshold=1024)
+    return path
+
+
+def _run(path):
+    x = np.random.default_rng(1).standard_normal((2, HIDDEN)).astype(np.float32)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def _without_positioned_io(monkeypatch):
+    for name in ("pread", "pwrite", "copy_file_range", "sendfile"):
+        monkeypatch.delattr(os, name, raising=False)
+
+
+def test_pread_and_pwrite_without_the_os_calls(tmp_path, monkeypatch):
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(200)))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        expected = os.pread(fd, 10, 100)
+        _without_positioned_io(monkeypatch)
+        assert portable.pread(fd, 10, 100) == expected == bytes(range(100, 110))
+        assert portable.pwrite(fd, b"\xff\xfe", 5) == 2
+        assert portable.pread(fd, 3, 4) == bytes([4, 0xFF, 0xFE])
+    finally:
+        os.close(fd)
+
+
+def test_external_data_model_optimizes_without_pread_pwrite_or_kernel_copies(tmp_path, monkeypatch):
+    source = _external_model(tmp_path / "m.onnx")
+    expected = _run(source)
+    _without_positioned_io(monkeypatch)
+    out = tmp_path / "out.onnx"
+    assert cli_main(["optimize", str(source), "-o", str(out), "--no-verify"]) == 0
+    assert (tmp_path / "out.onnx.data").is_file()  # the weights went through the pread/pwrite fallback
+    assert np.array_equal(_run(out), expected)
+
+
+def test_copy_range_falls_back_to_reads_and_writes(tmp_path, monkeypatch):
+    source = tmp_path / "s.bin"
+    source.write_bytes(os.urandom(3 * tensordata.CHUNK_BYTES + 17))
+    _without_positioned_io(monkeypatch)
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        with open(tmp_path / "d.bin", "wb") as dest:
+            dest.write(b"head")
+            tensordata.copy_range(fd, dest, 5, 2 * tensordata.CHUNK_BYTES + 3)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "d.bin").read_bytes() == b"head" + source.read_bytes()[5:5 + 2 * tensordata.CHUNK_BYTES + 3]
+
+
+def _no_proc(monkeypatch, psutil=None):
+    monkeypatch.setattr(portable, "has_proc", lambda: False)
+    monkeypatch.setattr(portable, "_psutil", lambda: psutil)
+
+
+@pytest.mark.skipif(portable.shutil.which("ps") is None, reason="no ps on this machine")
+def test_memory_is_measured_by_ps_without_proc_or_psutil(monkeypatch):
+    from_proc = portable.process_rss(os.getpid())
+    _no_proc(monkeypatch)
+    from_ps = portable.process_rss(os.getpid())
+    assert from_proc and from_ps and 0.5 < from_ps / from_proc < 2
+    assert portable.tree_rss(os.getpid()) >= from_ps
+
+
+def test_memory_limit_is_refused_where_memory_cannot_be_measured(tmp_path, monkeypatch, capsys):
+    _no_proc(monkeypatch)
+    monkeypatch.setattr(portable.shutil, "which", lambda name: None)
+    assert portable.process_rss(os.getpid()) is None and portable.tree_rss(os.getpid()) is None
+    source = _external_model(tmp_path / "m.onnx")
+    assert cli_main(["optimize", str(source), "--batch", "--memory-limit", "500", "--out-dir",
+                     str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--memory-limit: resident memory cannot be measured" in err
+
+
+def test_budget_without_resource_or_proc(monkeypatch):
+    monkeypatch.setitem(sys.modules, "resource", None)  # `import resource` raises ImportError
+    assert portable.rlimit_headroom() == []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: (_ for _ in ()).throw(FileNotFoundError(path))
+                        if str(path).startswith(("/proc", "/sys")) else real_open(path, *a, **k))
+    monkeypatch.setattr(portable, "_psutil", lambda: None)
+    assert resources.available_memory() is None
+    assert resources.default_memory_budget() == resources.DEFAULT_BUDGET_CAP
+
+
+def test_link_data_without_fcntl_copies_and_says_so(tmp_path, monkeypatch, capsys):
+    source = _external_model(tmp_path / "m.onnx")
+    monkeypatch.setitem(sys.modules, "fcntl", None)
+    out = tmp_path / "out.onnx"
+    assert cli_main(["optimize", str(source), "-o", str(out), "--no-verify", "--link-data"]) == 0
+    assert "no reflink of m.onnx.data here (no ioctl on this platform)" in capsys.readouterr().out
+    assert np.array_equal(_run(out), _run(source))
+
+
+def test_reference_without_onnx_private_op_list(monkeypatch):
+    from onnxrefine.verify.reference import evaluator as reference
+
+    monkeypatch.setitem(sys.modules, "onnx.reference.ops._op_list", None)
+    monkeypatch.setattr(reference, "_FALLBACK_CACHE", None)
+    assert reference.fallback_op_types() == frozenset()  # those ops are refused, not guessed
+    assert reference.native_op_types() <= reference.supported_op_types()
+
+
+def test_kill_group_without_killpg_kills_the_child(monkeypatch):
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    monkeypatch.delattr(os, "killpg")
+    portable.kill_group(child)
+    assert child.wait(timeout=10) != 0
