@@ -207,7 +207,10 @@ def test_a_dropped_epsilon_sized_error_is_refused_by_the_float64_meaning_check(m
     # the replacement evaluated in float64 can.
     from onnxrefine.verify.certificate import certifier as certificate
 
-    monkeypatch.setattr(certificate, "affine_fold_proof", lambda request: None)  # the run is under test
+    from onnxrefine.verify.certificate import families
+
+    # the run is under test, not the proof
+    monkeypatch.setattr(families, "PROOFS", tuple(p for p in families.PROOFS if p.family != "affine_fold"))
     registry._load_pass_modules()
     pad = kernel // 2
     spec = PassSpec("planted_scale_conv", "test only", rules=(_scale_conv(error, pad),), default=False)
@@ -343,8 +346,11 @@ def test_report_and_explain_show_the_refusal(planted, tmp_path, capsys):
 
 
 def _mul_by_two_in_a_function() -> onnx.ModelProto:
+    # The Mul reads n, computed in the body: its shape is each call's, and the certificate takes
+    # only the formal inputs' types and shapes from the call sites.
     body = [helper.make_node("Constant", [], ["two"], value=tensor("v", np.array(2, np.float32))),
-            helper.make_node("Mul", ["a", "two"], ["t"]), helper.make_node("Relu", ["t"], ["b"])]
+            helper.make_node("Neg", ["a"], ["n"]),
+            helper.make_node("Mul", ["n", "two"], ["t"]), helper.make_node("Relu", ["t"], ["b"])]
     function = helper.make_function("local", "f", ["a"], ["b"], body, [helper.make_opsetid("", 17)])
     model = make_model([helper.make_node("f", ["x"], ["y"], domain="local")], [value_info("x", shape=[2])],
                        [value_info("y", shape=[2])], functions=[function])
@@ -353,15 +359,15 @@ def _mul_by_two_in_a_function() -> onnx.ModelProto:
 
 
 def test_a_rewrite_no_certificate_can_be_made_for_is_refused_without_verification(planted):
-    # Inside a model-local function nothing vouches for the input shapes: no certificate, and no
-    # end-to-end verdict to judge the rewrite either, so it is refused with the reason.
+    # Inside a model-local function nothing vouches for the shape of a value the body computes: no
+    # certificate, and no end-to-end verdict to judge the rewrite either, so it is refused with the reason.
     optimized, report = expect_guard(_mul_by_two_in_a_function(), [planted("double_to_add")],
                                      "certificate.uncertifiable", rule="double_to_add")
     assert not report.log.applied and report.certificates["skipped"] == 1
     (refusal,) = report.log.refused.values()
     assert refusal.reason.startswith("no certificate: the ")  # element type or shape of the body input
     assert report.certificates["coverage"]["refused"] == 1
-    assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Mul", "Relu"]
+    assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Neg", "Mul", "Relu"]
 
 
 def test_a_rewrite_no_certificate_can_be_made_for_is_left_to_end_to_end_verification(planted):
@@ -371,7 +377,7 @@ def test_a_rewrite_no_certificate_can_be_made_for_is_left_to_end_to_end_verifica
     assert applied.evidence == "deferred" and applied.certificate.startswith("deferred: the ")
     assert report.certificates["coverage"]["deferred"] == 1
     assert report.verification["status"] == "verified" and report.verification["verdict"] == "exact"
-    assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Add", "Relu"]
+    assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Neg", "Add", "Relu"]
 
 
 def test_a_wrong_rewrite_left_to_end_to_end_verification_is_bisected_and_rolled_back(planted):
@@ -391,7 +397,7 @@ def test_rewrites_left_to_a_verification_that_then_does_not_run_are_refused(plan
     assert report.verification["status"] == "skipped", report.verification
     assert not report.log.applied and "certificate.uncertifiable" in report.log.refusal_guards("double_to_add")
     assert "were refused" in report.verification["notes"][0]
-    assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Mul", "Relu"]
+    assert [n.op_type for n in optimized.functions[0].node if n.op_type != "Constant"] == ["Neg", "Mul", "Relu"]
 
 
 def test_coverage_in_the_summary_and_every_applied_entry_names_its_evidence(tmp_path, capsys):

@@ -126,6 +126,10 @@ def _pass_rows() -> list[tuple[str, ...]]:
              spec.fuzz or "none", spec.summary) for spec in all_passes()]
 
 
+# What stands behind a rule pass's rewrites; a graph-level pass declares its own reason.
+RULE_EVIDENCE = "each rewrite certified on its own matched subgraph, or proved"
+
+
 def list_passes_table(console: Console) -> Table:
     """The registry as a table that fits the console: at 80 columns the optional columns go
     (default, phase, class, fuzz pattern), never part of a name."""
@@ -135,6 +139,16 @@ def list_passes_table(console: Console) -> Table:
                Col("fuzz pattern", name=True, drop=1), Col("what it does", wrap=True)]
     rows = [tuple(plain(cell) for cell in row) for row in _pass_rows()]
     return fitted_table(console, "onnxrefine passes, in schedule order", columns, rows)
+
+
+def exactness_table(console: Console) -> Table:
+    """Why each pass changes nothing the model computes (PassSpec.exactness), the reason every
+    applied rewrite of a graph-level pass names in the report unless it was checked itself."""
+    from onnxrefine.cli.output import Col, fitted_table
+
+    rows = [(spec.name, plain(spec.exactness)) for spec in all_passes() if spec.run is not None]
+    return fitted_table(console, f"why each pass is exact (rule passes: {RULE_EVIDENCE})",
+                        [Col("graph-level pass", name=True), Col("why it is exact", wrap=True)], rows)
 
 
 def passes_markdown() -> str:
@@ -160,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
             print(passes_markdown(), end="")
         else:
             console.print(list_passes_table(console))
+            console.print(exactness_table(console))
         return 0
     if not args.model:
         raise BadInputError("no input model given (usage: onnxrefine optimize IN [OUT])")

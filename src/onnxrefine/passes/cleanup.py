@@ -369,20 +369,28 @@ WHERE_NOT = Rule(
 PASSES = (
     PassSpec("eliminate_if_with_const_cond",
              "Inline the taken branch of an If whose condition is a constant (names kept unique)",
-             run=run_if_with_const_cond, kind=EXACT, phase=GRAPH, order=8, fuzz="if_const_cond"),
+             run=run_if_with_const_cond, kind=EXACT, phase=GRAPH, order=8, fuzz="if_const_cond",
+             exactness="If's definition: it computes the branch its condition selects, and a constant "
+                       "condition selects one branch on every input"),
     PassSpec("rewrite_where", "Where(Not(c), a, b) -> Where(c, b, a)", rules=(WHERE_NOT,), order=20,
              fuzz="where_not"),
     PassSpec("eliminate_common_subexpression",
              "Merge nodes with the same operator, attributes (bit-exact) and inputs; never random "
              "operators, subgraph-carrying nodes or custom domains",
-             run=run_cse, kind=EXACT, phase=CLEANUP, order=80, fuzz="common_subexpression"),
+             run=run_cse, kind=EXACT, phase=CLEANUP, order=80, fuzz="common_subexpression",
+             exactness="the same deterministic operator on the same input values with bit-identical "
+                       "attributes computes the same outputs"),
     PassSpec("eliminate_duplicate_initializer",
              "Merge initializers with the same dtype, shape and bytes (never graph inputs or outputs)",
-             run=run_duplicate_initializer, kind=EXACT, phase=CLEANUP, order=85, fuzz="duplicate_initializer"),
+             run=run_duplicate_initializer, kind=EXACT, phase=CLEANUP, order=85, fuzz="duplicate_initializer",
+             exactness="initializers of the same dtype, shape and bytes are the same value"),
     PassSpec("eliminate_deadend",
              "Remove nodes whose outputs reach no graph output (subgraph captures counted; custom "
-             "domains kept)", run=run_deadend, kind=EXACT, phase=CLEANUP, order=90, fuzz="deadend"),
+             "domains kept)", run=run_deadend, kind=EXACT, phase=CLEANUP, order=90, fuzz="deadend",
+             exactness="it removes only nodes whose outputs nothing reads, and standard operators "
+                       "have no side effects"),
     PassSpec("eliminate_unused_initializer",
              "Remove initializers nothing reads (graph inputs kept)", run=run_unused_initializer, kind=EXACT,
-             phase=CLEANUP, order=95, fuzz="unused_initializer"),
+             phase=CLEANUP, order=95, fuzz="unused_initializer",
+             exactness="it removes only initializers nothing reads"),
 )

@@ -355,6 +355,7 @@ PASSES = (
         phase=GRAPH,
         order=5,
         fuzz="constant_to_initializer",
+        exactness="the Constant's tensor becomes an initializer under the same name, its bytes unchanged",
     ),
     PassSpec(
         "fold_constants",
@@ -365,5 +366,8 @@ PASSES = (
         phase=GRAPH,
         order=10,
         not_fuzzed=NO_PATTERN_YET,
+        exactness="evaluated by onnxruntime's own kernel on the same constant inputs (a non-finite result "
+                  "from finite inputs refused): the value the model computes; onnx's reference evaluator only "
+                  "for integer, bool and string results, which have one right answer",
     ),
 )

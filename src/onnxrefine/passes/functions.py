@@ -40,5 +40,7 @@ PASSES = (
         order=5,
         default=False,
         not_fuzzed="the fuzz generator builds no model-local functions",
+        exactness="a call of a model-local function means its body with the call's inputs, outputs and "
+                  "attributes bound (ONNX function semantics); onnx-ir's inliner binds them",
     ),
 )

@@ -16,7 +16,7 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir import edit, traversal
 from onnxrefine.ir.opsets import STANDARD_DOMAINS, opset_version  # noqa: F401 - passes read graphedit.STANDARD_DOMAINS
 from onnxrefine.passes.registry import PassContext
-from onnxrefine.rewrite.log import UNCHECKED, node_label
+from onnxrefine.rewrite.log import DEFERRED, UNCHECKED, node_label
 
 subgraphs_of = traversal.subgraphs_of
 
@@ -57,6 +57,15 @@ def log_apply(pctx: PassContext, rule: str, kind: str, graph: ir.Graph, node: ir
     """Log a graph-level rewrite with what stands behind it (rewrite/log.py EVIDENCE) and its note."""
     pctx.log.apply(rule=rule, kind=kind, graph=graph.name or "", root=node_label(node),
                    removed=[node_label(node)], added=list(added), evidence=evidence, certificate=certificate)
+
+
+def uncertified(pctx: PassContext, rule: str, graph: ir.Graph, node: ir.Node, reason: str) -> tuple[str, str] | None:
+    """A graph-level rewrite that no check could vouch for: left to the end-to-end verdict
+    ((evidence, note)) in a run that verifies, else refused here and logged (None)."""
+    if getattr(pctx.certifier, "defer_uncertified", False):
+        return DEFERRED, f"deferred: {reason}"
+    log_refuse(pctx, rule, graph, node, f"no certificate: {reason}", guard="certificate.graph_uncertifiable")
+    return None
 
 
 def log_refuse(pctx: PassContext, rule: str, graph: ir.Graph, node: ir.Node, reason: str | RewriteRefused,

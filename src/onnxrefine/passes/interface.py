@@ -388,25 +388,36 @@ def _init_net_values(model: ir.Model) -> dict[str, np.ndarray]:
     return dict(zip(names, session.run(names, {})))
 
 
+# The two halves of a split keep every node as it was (inputs, attributes, order): composed, the
+# init net's outputs feeding the predict net's new inputs, they compute the original graph;
+# verification composes them through the recorded interface.
+SPLIT_EXACTNESS = ("every node keeps its inputs, attributes and order; the init net's outputs fed to the predict "
+                   "net's new inputs compute the original graph (verification composes them)")
+
 PASSES = (
     PassSpec("rename_input_output", "Interface change: rename inputs and outputs by position to input_%d / "
              "output_%d (patterns from OPTIMIZER_RENAME_INPUT_PATTERN / _OUTPUT_PATTERN); refused where a "
              "new name is taken", run=run_rename_input_output, kind=EXACT, phase=INTERFACE, order=10,
-             default=False, not_fuzzed="renames the interface: tests pair it by position"),
+             default=False, not_fuzzed="renames the interface: tests pair it by position",
+             exactness="renames graph inputs and outputs only: every value keeps its producer and data, and verification pairs the names through the recorded interface"),
     PassSpec("rewrite_input_dtype", "Interface change: int64 inputs become int32 inputs followed by a Cast to "
              "int64 (values outside int32 can no longer be fed)", run=run_rewrite_input_dtype, kind=EXACT,
-             phase=INTERFACE, order=20, default=False, not_fuzzed="retypes the interface: tested on its own"),
+             phase=INTERFACE, order=20, default=False, not_fuzzed="retypes the interface: tested on its own",
+             exactness="a Cast back to int64 follows the int32 input: every feed the new interface takes reaches the graph with the value it had (verification feeds it through the recorded interface)"),
     PassSpec("split_init", "Interface change: keep only the init net (what initializers alone compute), its "
              "outputs the values the predict net reads", run=run_split_init, kind=EXACT, phase=INTERFACE,
-             order=30, default=False, not_fuzzed="splits the model: tested by composing the two nets"),
+             order=30, default=False, not_fuzzed="splits the model: tested by composing the two nets",
+             exactness=SPLIT_EXACTNESS),
     PassSpec("split_predict", "Interface change: keep only the predict net, the init net's values read as "
              "new inputs", run=run_split_predict, kind=EXACT, phase=INTERFACE, order=30, default=False,
-             not_fuzzed="splits the model: tested by composing the two nets"),
+             not_fuzzed="splits the model: tested by composing the two nets", exactness=SPLIT_EXACTNESS),
     PassSpec("set_unique_name_for_nodes", "Name every unnamed node, and rename a node whose name an earlier "
              "node holds", run=run_set_unique_name_for_nodes, kind=EXACT, phase=INTERFACE, order=5,
-             default=False, not_fuzzed="names nodes only: nothing computed changes"),
+             default=False, not_fuzzed="names nodes only: nothing computed changes",
+             exactness="node names only: no value, input, attribute or order changes"),
     PassSpec("lift_lexical_references", "Record the outer values each If/Loop/Scan subgraph captures in "
              "metadata onnxrefine.captures; unresolved references are an error",
              run=run_lift_lexical_references, kind=EXACT, phase=GRAPH, order=1, default=False,
-             not_fuzzed="writes metadata only: nothing computed changes"),
+             not_fuzzed="writes metadata only: nothing computed changes",
+             exactness="writes metadata only: the graph is untouched"),
 )

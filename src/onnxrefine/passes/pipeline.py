@@ -32,7 +32,7 @@ from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.passes.registry import INTERFACE, PassContext, PassSpec, get_pass
 from onnxrefine.rewrite.driver import RewriteDriver
-from onnxrefine.rewrite.log import RewriteLog, node_label
+from onnxrefine.rewrite.log import PROVED, UNCHECKED, RewriteLog, node_label
 from onnxrefine.rewrite.rule import Rule
 from onnxrefine.rewrite.rule import Certifier
 
@@ -83,12 +83,14 @@ def run_passes(
 
     `max_rewrites` caps rule rewrites and skips graph passes (bisect.replay narrows one rule pass
     with it); `max_steps` caps steps of the whole schedule (see the module docstring);
-    `certifier` checks each rule rewrite on its matched subgraph (graph-level passes are not).
+    `certifier` checks each rule rewrite on its matched subgraph; graph-level passes that check
+    their own rewrites read it from the pass context, the others' rewrites stand on their declared
+    reason for being exact.
     """
     specs = ordered_specs(pass_names)
     log = log if log is not None else RewriteLog()
     emit = on_event or (lambda kind, **info: None)
-    context = PassContext(model, names or NameAllocator(model), budget, log)
+    context = PassContext(model, names or NameAllocator(model), budget, log, certifier)
     pass_of_rule = {rule.name: spec.name for spec in specs for rule in spec.rules}
     rules = [_vetoable(rule, frozenset(vetoed)) if vetoed else rule for spec in specs for rule in spec.rules]
     # Phase "rules" is the driver run below; the graph-level passes are the later phases' ("graph",
@@ -133,8 +135,10 @@ def run_passes(
                             detail=f"round {round_index}: {spec.name}")
             if room() is not None and room() <= 0:
                 break
-            pass_started = time.perf_counter()
+            pass_started, first = time.perf_counter(), len(log.applied)
             made = spec.run(context)
+            if certifier is not None:
+                _record_exactness(log, first, spec)
             changes += made
             if made:
                 steps += 1
@@ -154,6 +158,17 @@ def run_passes(
         emit("pass", round=rounds, name=spec.name, changes=made, seconds=time.perf_counter() - pass_started)
     emit("done", rounds=rounds, steps=steps, seconds=time.perf_counter() - started)
     return log
+
+
+def _record_exactness(log: RewriteLog, first: int, spec: PassSpec) -> None:
+    """Every rewrite the graph-level pass logged from `first` on without evidence of its own
+    stands on the pass's declared reason for being exact (PassSpec.exactness): a proof."""
+    if not spec.exactness:
+        return
+    for index in range(first, len(log.applied)):
+        entry = log.applied[index]
+        if entry.evidence == UNCHECKED:
+            log.applied[index] = dataclasses.replace(entry, evidence=PROVED, certificate=f"proof: {spec.exactness}")
 
 
 def _vetoable(rule: Rule, vetoed: frozenset) -> Rule:

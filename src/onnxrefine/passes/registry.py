@@ -21,7 +21,7 @@ from onnxrefine.errors import BadInputError
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.rewrite.log import RewriteLog
-from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Rule
+from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Certifier, Rule
 
 # The phases of one round of the schedule, in the order they run (pipeline.run_passes).
 RULES = "rules"      # every rule of every chosen pass, in one worklist driver run
@@ -47,6 +47,10 @@ class PassContext:
     names: NameAllocator
     budget: ConstantBudget
     log: RewriteLog = field(default_factory=RewriteLog)
+    # The run's per-rewrite certifier (verify/certificate.py), None with certificates off: a
+    # graph-level pass that checks its rewrites itself asks it, or follows its policy for what
+    # cannot be checked (refused, or deferred to the end-to-end verdict).
+    certifier: Certifier | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class PassSpec:
     graph-level pass names GRAPH or CLEANUP. `order`: its place within its phase (lower first;
     equal orders run in the order the passes were asked for, the default list's by name).
     `fuzz`: the name of its pattern in fuzz/patterns.PATTERNS, or `not_fuzzed`: why it has none.
+    `exactness`: a graph-level pass's reason for changing nothing the model computes (a rule
+    pass's rewrites are each certified instead, so it gives none); every applied rewrite of the
+    pass names it in the report, unless the pass checked that rewrite itself.
     """
 
     name: str
@@ -71,6 +78,7 @@ class PassSpec:
     kind: str | None = None
     fuzz: str | None = None
     not_fuzzed: str = ""
+    exactness: str = ""
 
     def __post_init__(self):
         if bool(self.rules) == (self.run is not None):
@@ -80,6 +88,9 @@ class PassSpec:
                 raise ValueError(f"pass {self.name}: a rule pass's class is derived from its rules, not declared")
             if self.phase not in (None, RULES):
                 raise ValueError(f"pass {self.name}: rules run in phase {RULES!r}, not {self.phase!r}")
+            if self.exactness:
+                raise ValueError(f"pass {self.name}: a rule pass's rewrites are certified one by one; "
+                                 "exactness is for graph-level passes")
             kind = REASSOCIATING if any(rule.kind == REASSOCIATING for rule in self.rules) else EXACT
             object.__setattr__(self, "kind", kind)
             object.__setattr__(self, "phase", RULES)
@@ -125,6 +136,9 @@ def declared_passes() -> list[PassSpec]:
                 raise ValueError(f"pass {spec.name}: name its fuzz pattern or say why it has none (not_fuzzed)")
             seen.add(spec.name)
             specs.append(spec)
+    for spec in specs:
+        if spec.run is not None and not spec.exactness:
+            raise ValueError(f"pass {spec.name}: a graph-level pass says why it is exact (exactness)")
     return specs
 
 

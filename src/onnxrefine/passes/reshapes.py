@@ -14,7 +14,8 @@ single-element constants (rank at most x's rank, so no broadcast adds axes) besi
 it reads the first Reshape's output and nothing else that varies; no value of the region (first
 Reshape's output included) is read outside it or is a graph output, and the last value is read only
 by the second Reshape; both shapes (x's and the second Reshape's output) are static from trusted
-facts and equal.
+facts and equal. Each rewrite is then certified like a rule's (both Reshapes and the region against
+a copy of the region reading x), before the region is rewired in place.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import StaticShapes
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
-from onnxrefine.rewrite.rule import EXACT
+from onnxrefine.rewrite.log import CERTIFIED, PROVED, UNCHECKED
+from onnxrefine.rewrite.rule import EXACT, CertificateRequest, RewriteContext
 
 RULE = "eliminate_reshape_around_elementwise"
 UNARY = frozenset("""Abs Acos Acosh Asin Asinh Atan Atanh Ceil Cos Cosh Erf Exp Floor Identity IsInf IsNaN Log
@@ -87,6 +89,38 @@ def _check_closed(nodes: list[ir.Node], entry: ir.Value, outer: ir.Node) -> None
             raise RewriteRefused("reshape_region.read_outside", f"{value.name!r} is read outside the region")
 
 
+def _certify(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes, nodes: list[ir.Node], entry: ir.Value,
+             source: ir.Value, outer: ir.Node) -> tuple[str, str] | None:
+    """Certify the rewrite like a rule's (verify/certificate.py): the matched side is both
+    Reshapes and the region, the replacement a copy of the region reading `source`. (evidence,
+    note); None where no certificate could be made and the run does not verify end to end (the
+    refusal logged); RewriteRefused where the certificate refuses."""
+    if pctx.certifier is None:
+        return UNCHECKED, ""
+    copies: dict[int, ir.Value] = {id(entry): source}
+    replacement = []
+    position = {id(node): index for index, node in enumerate(graph)}
+    nodes = sorted(nodes, key=lambda node: position[id(node)])  # the graph's order is topological
+    for node in nodes:
+        copy = ir.Node(node.domain, node.op_type, [copies.get(id(v), v) for v in node.inputs],
+                       [ir.Attr(a.name, a.type, a.value) for a in node.attributes.values()],
+                       num_outputs=1, name=pctx.names.fresh(node.name or node.op_type))
+        copy.outputs[0].name = pctx.names.fresh(node.outputs[0].name or "region")
+        copies[id(node.outputs[0])] = copy.outputs[0]
+        replacement.append(copy)
+    exit_value = outer.inputs[0]
+    request = CertificateRequest(
+        rule=RULE, kind=EXACT, model=pctx.model, owner=graph, matched=[entry.producer(), *nodes, outer],
+        replacement=replacement, outputs=[(outer.outputs[0], copies[id(exit_value)])], inputs=[source],
+        new_constants=[], context=RewriteContext(pctx.model, pctx.names, pctx.budget, facts=oracle))
+    outcome = pctx.certifier(request)
+    if outcome.status == "refused":
+        raise RewriteRefused("certificate.graph_failed", f"certificate failed: {outcome.detail}")
+    if outcome.status in ("skipped", "deferred"):
+        return graphedit.uncertified(pctx, RULE, graph, outer, outcome.detail)
+    return (PROVED if getattr(outcome, "proved", False) else CERTIFIED), f"certified: {outcome.detail}"
+
+
 def eliminate_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes) -> int:
     changes = 0
     for outer in list(graph):
@@ -104,9 +138,12 @@ def eliminate_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes)
             if oracle.static_shape(source) != target:
                 raise RewriteRefused("reshape_region.shape_differs", f"the Reshapes do not return to {source.name!r}'s own static shape")
             _check_closed(nodes, entry, outer)
+            evidence = _certify(pctx, graph, oracle, nodes, entry, source, outer)
         except RewriteRefused as refused:
             graphedit.log_refuse(pctx, RULE, graph, outer, refused)
             continue
+        if evidence is None:
+            continue  # no certificate could be made, and nothing verifies the run: refused, logged
         inner = entry.producer()
         for node in nodes:
             for index, value in enumerate(node.inputs):
@@ -117,7 +154,7 @@ def eliminate_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes)
         graphedit.replace_value(pctx, graph, outer.outputs[0], exit_value)  # a graph output keeps its name
         graph.remove(outer, safe=True)
         graph.remove(inner, safe=True)
-        graphedit.log_apply(pctx, RULE, EXACT, graph, outer)
+        graphedit.log_apply(pctx, RULE, EXACT, graph, outer, evidence=evidence[0], certificate=evidence[1])
         oracle.forget()  # the region's values changed shape: no memoised fact may outlive that
         changes += 1
     return changes
@@ -137,5 +174,8 @@ PASSES = (
         "Reshape -> elementwise ops with single-element constants -> Reshape back to the first input's "
         "shape: the Reshapes are removed (static shapes)",
         run=run, kind=EXACT, phase=GRAPH, order=23, not_fuzzed=NO_PATTERN_YET,
+        exactness="elementwise operators with single-element constants compute each element from the "
+                  "element at the same row-major position, which a Reshape keeps (each rewrite also "
+                  "certified on its own region)",
     ),
 )

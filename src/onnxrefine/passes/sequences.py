@@ -135,5 +135,7 @@ PASSES = (
         RULE,
         "SplitToSequence read only by SequenceAt at constant positions -> Split (constant split sizes)",
         run=run, kind=EXACT, phase=GRAPH, order=23, not_fuzzed=NO_PATTERN_YET,
+        exactness="SequenceAt(SplitToSequence(x, sizes), i) is the i-th piece of Split(x, sizes) by both "
+                  "operators' definitions, at constant positions and sizes",
     ),
 )

@@ -20,6 +20,7 @@ from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import StaticShapes, Sym
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
+from onnxrefine.rewrite.log import CERTIFIED, UNCHECKED
 from onnxrefine.rewrite.rule import EXACT
 
 # Operators whose output value the oracle can compute from partial shape information.
@@ -57,7 +58,7 @@ def copying_target(items, data_shape) -> list[int] | None:
 
 def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, oracle: StaticShapes,
                          only: frozenset[str], rule: str) -> int:
-    changes = 0
+    folds = []  # (node, the constant it gives, whether it is a Reshape's new target)
     for node in list(graph):
         if node.graph is not graph or node.domain not in graphedit.STANDARD_DOMAINS:
             continue
@@ -68,12 +69,7 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
                 graphedit.log_refuse(pctx, rule, graph, node, refused)
                 continue
             if target is not None:
-                old_target = node.inputs[1]
-                value = graphedit.new_constant(pctx, graph, in_function, target,
-                                               f"{old_target.name or 'shape'}_static", before=node)
-                node.replace_input_with(1, value)
-                graphedit.log_apply(pctx, rule, EXACT, graph, node, [value.name])
-                changes += 1
+                folds.append((node, target, True))
                 continue
         if node.op_type not in only or len(node.outputs) != 1:
             continue
@@ -83,20 +79,87 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
         elements = oracle.elements(output)
         if elements is None or not elements.known():
             continue
-        array = elements.array()
         if output.type is not None and output.dtype is not None and output.dtype != elements.dtype:
             graphedit.log_refuse(pctx, rule, graph, node,
                                  f"declared element type {output.dtype} differs from the computed {elements.dtype}",
                                  guard="static_shape.declared_dtype")
             continue
-        value = graphedit.new_constant(pctx, graph, in_function, array, f"{output.name or node.op_type}_static",
-                                       before=node)
-        graphedit.replace_value(pctx, graph, output, value)
-        graph.remove(node, safe=True)
-        graphedit.pass_on_name(output, value)
-        graphedit.log_apply(pctx, rule, EXACT, graph, node, [value.name])
+        folds.append((node, elements.array(), False))
+    changes = 0
+    for (node, array, is_target), evidence in zip(folds, _checked(pctx, graph, folds, rule, oracle)):
+        if evidence is None:
+            continue  # refused, and logged
+        if is_target:
+            old_target = node.inputs[1]
+            value = graphedit.new_constant(pctx, graph, in_function, array,
+                                           f"{old_target.name or 'shape'}_static", before=node)
+            node.replace_input_with(1, value)
+        else:
+            output = node.outputs[0]
+            value = graphedit.new_constant(pctx, graph, in_function, array, f"{output.name or node.op_type}_static",
+                                           before=node)
+            graphedit.replace_value(pctx, graph, output, value)
+            graph.remove(node, safe=True)
+            graphedit.pass_on_name(output, value)
+        graphedit.log_apply(pctx, rule, EXACT, graph, node, [value.name], evidence=evidence[0], certificate=evidence[1])
         changes += 1
     return changes
+
+
+def _checked(pctx: PassContext, graph: ir.Graph, folds, rule: str, oracle: StaticShapes) -> list[tuple[str, str] | None]:
+    """Each fold's (evidence, note), after comparing what it folds with the value onnxruntime
+    computes in one run of the model on its own input shapes; None for a fold refused here (the
+    runtime disagrees, or nothing could be checked in a run that does not verify end to end)."""
+    if pctx.certifier is None or not folds:
+        return [(UNCHECKED, "")] * len(folds)
+    from onnxrefine.verify import ort
+
+    probes = [v for node, _, is_target in folds for v in probes_of(node, is_target)]
+    observed = ort.observe(pctx.model, probes, facts=oracle)
+    if isinstance(observed, str):
+        reason = f"the model does not run in onnxruntime to check it: {observed}"
+        return [graphedit.uncertified(pctx, rule, graph, node, reason) for node, _, _ in folds]
+    checked = []
+    for node, array, is_target in folds:
+        if any(id(v) not in observed for v in probes_of(node, is_target)):
+            checked.append(graphedit.uncertified(
+                pctx, rule, graph, node, "its value depends on a function's or a loop body's inputs, which "
+                "onnxruntime gives values only within a call or an iteration"))
+            continue
+        if is_target:
+            data, output = observed[id(node.inputs[0])], observed[id(node.outputs[0])]
+            got, want = _reshaped(data.shape, array), tuple(output.shape)
+            agrees = got == want
+            detail = f"Reshape to {list(array)} gives {list(got) if got else got} where onnxruntime's is {list(want)}"
+        else:
+            computed = observed[id(node.outputs[0])]
+            agrees = computed.dtype == array.dtype and computed.shape == array.shape and np.array_equal(computed, array)
+            detail = f"folded {array.tolist()} where onnxruntime computes {computed.tolist()}"
+        if not agrees:
+            graphedit.log_refuse(pctx, rule, graph, node, f"{detail} on the model's own input shapes",
+                                 guard="static_shape.runtime_disagrees")
+            checked.append(None)
+        else:
+            checked.append((CERTIFIED, "certified: onnxruntime computes the same value on the model's own input shapes"))
+    return checked
+
+
+def probes_of(node: ir.Node, is_target: bool) -> list[ir.Value]:
+    """The values whose runtime arrays check a fold: the folded output, or a Reshape's data and output."""
+    return [node.inputs[0], node.outputs[0]] if is_target else [node.outputs[0]]
+
+
+def _reshaped(shape: tuple, target) -> tuple | None:
+    """The output shape of Reshape(data of `shape`, `target`) with allowzero=0 (None: no such)."""
+    dims = [int(shape[i]) if int(t) == 0 and i < len(shape) else int(t) for i, t in enumerate(target)]
+    if dims.count(-1) > 1:
+        return None
+    if -1 in dims:
+        known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+        if known == 0:
+            return None
+        dims[dims.index(-1)] = int(np.prod(shape, dtype=np.int64)) // known
+    return tuple(dims) if int(np.prod(dims, dtype=np.int64)) == int(np.prod(shape, dtype=np.int64)) else None
 
 
 def _runner(only: frozenset[str], rule: str):
@@ -110,6 +173,9 @@ def _runner(only: frozenset[str], rule: str):
     return run
 
 
+SHAPE_EXACTNESS = ("integer bookkeeping over the dims the trusted facts give; each folded value checked "
+                   "against onnxruntime on the model's own input shapes")
+
 PASSES = (
     PassSpec(
         "fold_shapes",
@@ -119,6 +185,7 @@ PASSES = (
         kind=EXACT,
         phase=GRAPH,
         order=12,
+        exactness=SHAPE_EXACTNESS,
         not_fuzzed=NO_PATTERN_YET,
     ),
     PassSpec(
@@ -129,6 +196,7 @@ PASSES = (
         kind=EXACT,
         phase=GRAPH,
         order=12,
+        exactness=SHAPE_EXACTNESS,
         default=False,
         fuzz="shape_op",
     ),
@@ -139,6 +207,7 @@ PASSES = (
         kind=EXACT,
         phase=GRAPH,
         order=12,
+        exactness=SHAPE_EXACTNESS,
         default=False,
         fuzz="shape_gather",
     ),
@@ -150,6 +219,7 @@ PASSES = (
         kind=EXACT,
         phase=GRAPH,
         order=12,
+        exactness=SHAPE_EXACTNESS,
         default=False,
         fuzz="slice_after_shape",
     ),

@@ -21,10 +21,11 @@ A rule that proved no reader can observe the sign of a zero in an output says so
 
 A set on which the ORIGINAL fails to run is dropped; a set on which only the candidate fails
 refuses the rewrite. No certificate can be made (outcome "skipped", with the reason) when the
-window cannot be made concrete: an input whose shape or element type nothing vouches for (inside
-functions and control-flow bodies, mostly), a custom-domain or control-flow node, a dtype the sets
-do not cover (bfloat16, float8, strings), no set on which the original runs, or no float64
-reference for an operator. The driver then refuses the rewrite (certificate.uncertifiable), unless
+window cannot be made concrete: an input whose shape or element type neither a fact nor a run of
+the model gives (inside functions and control-flow bodies, mostly), a node of a custom domain other
+than onnxruntime's own (com.microsoft, run where onnxruntime has its kernel) or with a subgraph, a
+dtype the sets do not cover (bfloat16, float8, strings), no set on which the original runs, or no
+float64 reference for an operator. The driver then refuses the rewrite (certificate.uncertifiable), unless
 the run verifies end to end (`defer_uncertified`): the outcome is then "deferred", the rewrite
 applied and left to that verdict (bisected and rolled back when it fails).
 
@@ -41,10 +42,11 @@ accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each co
 multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
 A rewrite that only removes Identity nodes is certified by Identity's definition
 (`model.forwards_through_identity`), one that removes x + 0 or x - 0 by IEEE 754's
-(`proofs.zero_addition_proof`). Some families are certified by proof
-(`certificate/proofs.py`), once the proof's reading of the ops has been checked against
-onnxruntime in the optimization: by asking onnxruntime for an affine fold's tail map
-(`certificate/reading.py`), or else by running the rule's first rewrite whole. Building the
+(`proofs.zero_addition_proof`). Some families are certified by proof (the records of
+`families.PROOFS`: proofs.py's proofs, each with reading.py's check beside it), once the proof's
+reading of the ops has been checked against onnxruntime in the optimization: by asking
+onnxruntime for an affine fold's tail map, a Split's order or a Gemm's reading, or else by
+running the rule's first rewrite whole. Building the
 model (boundary, canonical names, cache key) is `certificate/model.py`.
 """
 
@@ -60,28 +62,22 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
-from onnxrefine.verify.certificate.proofs import (
-    affine_fold_proof,
-    affine_tail,
-    gemm_from_matmul_add_proof,
-    gemm_parts,
-    merged_matmul_parts,
-    merged_matmul_proof,
-    zero_addition_proof,
-)
-from onnxrefine.verify.certificate.reading import gemm_reading_agrees, split_reading_agrees, tail_reading_agrees
+from onnxrefine.verify.certificate import families
 from onnxrefine.verify.certificate.bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate.bound import judge_exact, judge_reassociating, side_model
 from onnxrefine.verify.certificate.model import (
-    STANDARD_DOMAINS,
+    RUNTIME_DOMAINS,
     Side,
     boundary,
     build,
     cache_key,
     forwards_through_identity,
 )
+from onnxrefine.verify.certificate.concrete import RunShapes
+from onnxrefine.verify.certificate.concrete import unresolved as unresolved_sides
 from onnxrefine.verify.certificate.inputs import (
+    NARROW_FLOATS,
     adversarial_sets,
     distinct_set,
     moves_data_only,
@@ -91,6 +87,8 @@ from onnxrefine.verify.certificate.inputs import (
 
 HEAVY_BYTES = 1 << 16
 MAX_SESSIONS = 256
+OBSERVED_NOTE = " (at the shapes of a run of the model)"
+NO_RUN = "the matched subgraph does not run on any generated input set"
 
 
 @dataclass
@@ -152,6 +150,7 @@ class Certifier:
         self._results: dict[bytes, CertificateOutcome] = {}
         self._set_cache: dict[tuple, list] = {}
         self._cross_checked: set[tuple] = set()  # (rule, proof family) whose reading onnxruntime confirmed
+        self._runs = RunShapes(seed)  # the shapes and types of a run of the model, where no fact gives them
 
     def __call__(self, request: CertificateRequest) -> CertificateOutcome:
         started = time.perf_counter()
@@ -165,6 +164,8 @@ class Certifier:
             outcome = CertificateOutcome("refused", str(refusal))
         finally:
             self.stats.seconds += time.perf_counter() - started
+        if outcome.status != "refused":
+            self._runs.inherit(request.outputs)  # the rewrite is applied: its new values are the old ones'
         if outcome.status == "certified":
             self.stats.certified += 1
         elif outcome.status == "skipped":
@@ -179,73 +180,80 @@ class Certifier:
     # -- building -----------------------------------------------------------------------------
 
     def _certify(self, request: CertificateRequest) -> CertificateOutcome:
-        definition = zero_addition_proof(request)  # by IEEE 754's definition: nothing to cross-check
-        if definition is not None:
-            self.stats.proved += 1
-            return CertificateOutcome("certified", definition, proved=True)
-        proof = reading = None
-        if request.kind != EXACT:
-            proof, reading = affine_fold_proof(request), "tail"
-            if proof is None:
-                proof, reading = merged_matmul_proof(request), "split"
-            if proof is None:
-                proof, reading = gemm_from_matmul_add_proof(request), "gemm"
-        family = (request.rule, reading)  # a proof's reading is cross-checked per rule and family
-        if proof is not None and family in self._cross_checked:
-            self.stats.proved += 1
-            return CertificateOutcome("certified", proof, proved=True)
-        if proof is not None and reading in ("tail", "split", "gemm"):
+        """The first proof family (families.PROOFS) that proves the rewrite, once its reading of
+        the ops has been checked against onnxruntime in this optimization; else a run."""
+        for proof in families.PROOFS:
+            if request.kind == EXACT and not proof.exact:
+                continue
+            note = proof.prove(request)
+            if note is None:
+                continue
+            family = (request.rule, proof.family)  # a proof's reading is cross-checked per rule and family
+            if proof.reading is None or family in self._cross_checked:
+                self.stats.proved += 1
+                return CertificateOutcome("certified", note, proved=True)
             # What the proof reads of the ops (an affine tail's map, a Split's order) is asked of
-            # onnxruntime on this model's constants (certificate/reading.py) instead of running
-            # the whole first rewrite; where it disagrees or cannot say, the run decides.
-            if reading == "tail":
-                tail = affine_tail(request)
-                reading = None if tail is None else tail_reading_agrees(tail, _make_session, _run)
-            elif reading == "split":
-                parts = merged_matmul_parts(request)
-                reading = None if parts is None else split_reading_agrees(
-                    parts, request.outputs, dict(request.model.opset_imports), _make_session, _run)
-            else:
-                dtype = request.context.facts.dtype(request.outputs[0][0]) or request.outputs[0][0].dtype
-                reading = None if dtype is None else gemm_reading_agrees(
-                    gemm_parts(request), dtype.numpy(), dict(request.model.opset_imports), _make_session, _run)
+            # onnxruntime on this model's constants instead of running the whole first rewrite;
+            # where it disagrees or cannot say, the run decides.
+            reading = proof.reading(request, RUNTIME)
             if reading is not None:
                 self._cross_checked.add(family)
                 self.stats.proved += 1
-                return CertificateOutcome("certified", f"{proof}; {reading}", proved=True)
-        outcome = self._certify_by_running(request)
-        if proof is not None and outcome.status == "certified":
-            # Until a rule's proof has agreed with a run in this optimization, it is also run:
-            # the proof's reading of the ops is checked against onnxruntime on real constants.
-            self._cross_checked.add(family)
-            outcome = CertificateOutcome("certified", f"{outcome.detail}; the proof agrees")
-        return outcome
+                return CertificateOutcome("certified", f"{note}; {reading}", proved=True)
+            outcome = self._certify_by_running(request)
+            if outcome.status == "certified":
+                # Until a rule's proof has agreed with a run in this optimization, it is also run:
+                # the proof's reading of the ops is checked against onnxruntime on real constants.
+                self._cross_checked.add(family)
+                outcome = CertificateOutcome("certified", f"{outcome.detail}; the proof agrees")
+            return outcome
+        return self._certify_by_running(request)
 
     def _certify_by_running(self, request: CertificateRequest) -> CertificateOutcome:
         if forwards_through_identity(request):
             return CertificateOutcome("certified", "bit-identical: forwards a value through Identity", proved=True)
         nodes = list(request.matched) + list(request.replacement)
         for node in nodes:
-            if node.domain not in STANDARD_DOMAINS:
+            if node.domain not in RUNTIME_DOMAINS:
                 raise _Skip(f"{node.op_type} is in custom domain '{node.domain}'")
             if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()):
                 raise _Skip(f"{node.op_type} carries a subgraph")
             if any(attr.is_ref() for attr in node.attributes.values()):
                 raise _Skip(f"{node.op_type} has an attribute reference (function body)")
         sides, context = boundary(request)
-        unresolved = [s.name for s in sides if s.array is None and s.shape is None]
+        unresolved = unresolved_sides(sides)
+        if unresolved and isinstance(request.owner, ir.Function):
+            outcomes = [self._certify_sides(request, given, context, "")
+                        for given in self._runs.per_call(request, sides)]
+            return CertificateOutcome("certified", f"{outcomes[0].detail} at each of its {len(outcomes)} call sites")
         if unresolved:
-            raise _Skip(f"the shape of '{unresolved[0]}' is not known")
+            if not self._runs.fill(request, sides):
+                what = "element type" if unresolved[0].dtype is None else "shape"
+                raise _Skip(f"the {what} of '{unresolved[0].name}' is not known")
+            return self._certify_sides(request, sides, context, OBSERVED_NOTE)
+        try:
+            return self._certify_sides(request, sides, context, "")
+        except _Skip as skip:
+            # Shapes made up for symbolic dims (SYM_DIM) may not fit together where the matched
+            # subgraph reads a shape computed elsewhere: the shapes of a real run do.
+            if not str(skip).startswith(NO_RUN) or not self._runs.fill(request, sides):
+                raise
+            return self._certify_sides(request, sides, context, OBSERVED_NOTE)
+
+    def _certify_sides(self, request: CertificateRequest, sides, context, note: str) -> CertificateOutcome:
         constants = [s for s in sides if s.array is not None] + [
             Side(v, v.name, array=v.const_value.numpy()) for v in request.new_constants]
         activations = [s for s in sides if s.array is None]
+        if request.kind != EXACT and any(s.dtype in NARROW_FLOATS for s in activations):
+            raise _Skip(f"'{next(s.name for s in activations if s.dtype in NARROW_FLOATS)}' is "
+                        f"{next(s.dtype for s in activations if s.dtype in NARROW_FLOATS)}, and a "
+                        "reassociating rewrite has no derived bound in that type")
         reduced = reduced_shapes([list(context) + list(request.matched), list(request.replacement)],
                                  {s.name: s.shape for s in activations}, constants)
-        note = ""
         if reduced is not None:
             for side in activations:
                 side.shape = reduced[side.name]
-            note = " (reduced sizes)"
+            note += " (reduced sizes)"
         # A declared dim of 2^40 (hostile or absurd) must not reach numpy: skip, do not allocate.
         from onnxrefine.verify.inputs import generation_limit_bytes
 
@@ -310,7 +318,7 @@ class Certifier:
                     raise _Refuse(f"the replacement fails on the '{label}' inputs where the original runs: {result}")
                 runs.append((label, feeds, result))
             if not runs:
-                raise _Skip(f"the matched subgraph does not run on any generated input set ({', '.join(dropped)})")
+                raise _Skip(f"{NO_RUN} ({', '.join(dropped)})")
         names = [(o, c) for o, c in outputs]
         unsigned = {o for (o, _), (old, _) in zip(outputs, request.outputs)
                     if any(old is v for v in request.sign_insensitive)}
@@ -380,8 +388,7 @@ class Certifier:
             session = _make_session(original.SerializeToString())
         except Exception:  # noqa: BLE001
             return True
-        names = {i.name for i in original.graph.input}
-        return isinstance(_run(session, {k: v for k, v in feeds.items() if k in names}), str)
+        return isinstance(_run(session, feeds), str)  # _run feeds the original's inputs only
 
 
 def _make_session(data: bytes):
@@ -399,12 +406,19 @@ def _make_session(data: bytes):
 
 def _run(session, feeds) -> dict | str:
     wanted = {i.name for i in session.get_inputs()}
+    # A narrow float input is fed as the float32 holding its values (model.build Casts it in).
+    feeds = {(f"{k}_float32" if f"{k}_float32" in wanted else k): (v.astype(np.float32) if v.dtype in NARROW_FLOATS
+                                                                  else v)
+             for k, v in feeds.items()}
     try:
         names = [o.name for o in session.get_outputs()]
         values = session.run(names, {k: v for k, v in feeds.items() if k in wanted})
     except Exception as exc:  # noqa: BLE001
         return _first_line(exc)
     return {name: np.asarray(value) for name, value in zip(names, values)}
+
+
+RUNTIME = families.Runtime(_make_session, _run)  # how a proof's reading check reaches onnxruntime
 
 
 def _first_line(exc: BaseException) -> str:

@@ -18,15 +18,23 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 
+# Float types onnxruntime's Python binding neither takes nor returns: a certificate model reads
+# them as float32 (every value of theirs is one, exactly) and Casts them in, and Casts its outputs
+# of these types back to float32 (a widening: bit-identical there iff bit-identical in the type,
+# NaN payloads aside). Only exact rewrites use them (no derived bound of theirs yet).
+NARROW_FLOATS = frozenset(np.dtype(t) for t in (
+    ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2,
+    ml_dtypes.float8_e5m2fnuz))
 SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
-    np.uint32, np.uint64, np.bool_))
+    np.uint32, np.uint64, np.bool_)) | NARROW_FLOATS
 
 # Ops whose result is the same function of the input at every batch and spatial position (given
 # constants that are per-channel), so a certificate may run them on smaller batch/spatial sizes.
@@ -42,7 +50,7 @@ MIN_ELEMENTWISE = 4
 
 
 def _edge_values(dtype: np.dtype) -> list[float]:
-    info = np.finfo(dtype)
+    info = ml_dtypes.finfo(dtype)
     mant = info.nmant
     values = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -3.5, 0.1, -1 / 3,
               1 + float(info.eps), 1 - float(info.eps) / 2, -(2.0 - float(info.eps)),
@@ -54,7 +62,7 @@ def _edge_values(dtype: np.dtype) -> list[float]:
 
 
 def _float_sets(shape, dtype: np.dtype, rng: np.random.Generator, heavy: bool) -> dict[str, np.ndarray]:
-    info = np.finfo(dtype)
+    info = ml_dtypes.finfo(dtype)
     size = int(np.prod(shape, dtype=np.int64))
 
     # Built in the dtype itself: each element is rounded once from its float64 value, as a
@@ -117,7 +125,7 @@ def adversarial_sets(specs: dict[str, tuple[np.dtype, tuple]], seed: int = 0, he
     per_input = {}
     for name, (dtype, shape) in specs.items():
         dtype = np.dtype(dtype)
-        if dtype.kind == "f":
+        if dtype.kind == "f" or dtype in NARROW_FLOATS:
             per_input[name] = _float_sets(shape, dtype, rng, heavy)
         elif dtype == np.bool_:
             per_input[name] = _bool_sets(shape, rng)

@@ -22,7 +22,7 @@ from onnxrefine.ir.facts import Sym
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.rewrite.rule import EXACT, CertificateRequest
 from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
-from onnxrefine.verify.certificate.inputs import SUPPORTED_DTYPES
+from onnxrefine.verify.certificate.inputs import NARROW_FLOATS, SUPPORTED_DTYPES
 
 # Constants are fed at run time rather than embedded (no copy, and certificates of the same
 # structure share one onnxruntime session); other dtypes are embedded.
@@ -30,6 +30,10 @@ EMBED_BYTES = 0
 SYM_DIM = 3  # what a dimension nobody can tell us counts as
 MAX_CONTEXT = 16  # producer nodes pulled in to compute integer boundary values
 CACHE_CONSTANT_BYTES = 1 << 16  # certificates whose constants are this small are cached by content
+# Domains a certificate model may hold: the standard ones, and onnxruntime's own contrib operators
+# (its CPU provider registers kernels for them; an operator it has none for fails to load, and the
+# certificate is skipped).
+RUNTIME_DOMAINS = (*STANDARD_DOMAINS, "com.microsoft")
 
 
 @dataclass
@@ -72,7 +76,7 @@ def boundary(request: CertificateRequest) -> tuple[list[Side], list[ir.Node]]:
             if side is None:
                 side = known[id(value)] = boundary_side(value, oracle)
             producer = value.producer()
-            if (side.array is None and side.dtype.kind in "iu" and producer is not None
+            if (side.array is None and side.dtype is not None and side.dtype.kind in "iu" and producer is not None
                     and producer.domain in STANDARD_DOMAINS and len(context) < MAX_CONTEXT
                     and not any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
                                 for a in producer.attributes.values())):
@@ -95,7 +99,7 @@ def boundary_side(value: ir.Value, oracle) -> Side:
         return Side(value, value.name, array=np.asarray(array))
     dtype = oracle.dtype(value) or value.dtype
     if dtype is None:
-        raise _Skip(f"the element type of '{value.name}' is not known")
+        return Side(value, value.name)  # the certifier gives it a run's element type and shape, or skips
     np_dtype = np.dtype(dtype.numpy())
     if np_dtype not in SUPPORTED_DTYPES:
         raise _Skip(f"'{value.name}' is {np_dtype}, which the certificate does not generate")
@@ -103,9 +107,9 @@ def boundary_side(value: ir.Value, oracle) -> Side:
     if shape is None and value.shape is not None:
         shape = tuple(d if isinstance(d, int) else Sym() for d in value.shape)
     if shape is None:
-        if np_dtype.kind in "iu" and value.producer() is not None:
-            return Side(value, value.name, dtype=np_dtype)  # computed from context, if any
-        raise _Skip(f"the shape of '{value.name}' is not known")
+        # An integer is computed from context, if any; the certifier gives the rest the shapes
+        # of a run of the model, or skips.
+        return Side(value, value.name, dtype=np_dtype)
     concrete = tuple(d if isinstance(d, int) and d >= 0 else SYM_DIM for d in shape)
     return Side(value, value.name, dtype=np_dtype, shape=concrete)
 
@@ -172,30 +176,37 @@ def build(request: CertificateRequest, activations, constants, context, batch_fr
     rename = {side.name: f"a{i}" for i, side in enumerate(activations)}
     rename.update({side.name: f"k{i}" for i, side in enumerate(constants)})
     inputs, initializers, fed = [], [], {}
+    narrowed = []  # Cast nodes from the float32 an input is fed as, to its own narrow type
     for side in activations:
         elem = helper.np_dtype_to_tensor_dtype(side.dtype)
         # Symbolic dims (the rank is kept): certificates of the same structure over other
         # sizes (channel counts) share one session; the kernels and bits are the same.
         dims = ["batch" if batch_free and axis == 0 else f"{rename[side.name]}_{axis}"
                 for axis in range(len(side.shape))]
-        inputs.append(helper.make_tensor_value_info(rename[side.name], elem, dims))
+        name = rename[side.name]
+        if side.dtype in NARROW_FLOATS:
+            narrowed.append(helper.make_node("Cast", [f"{name}_float32"], [name], to=elem))
+            name, elem = f"{name}_float32", onnx.TensorProto.FLOAT
+        inputs.append(helper.make_tensor_value_info(name, elem, dims))
     for side in constants:
         array = np.require(side.array, requirements="C")  # ascontiguousarray makes a scalar 1-D
         name = rename[side.name]
-        if array.nbytes > EMBED_BYTES and array.dtype in SUPPORTED_DTYPES:
+        if array.nbytes > EMBED_BYTES and array.dtype in SUPPORTED_DTYPES - NARROW_FLOATS:
             inputs.append(helper.make_tensor_value_info(
                 name, helper.np_dtype_to_tensor_dtype(array.dtype), [f"{name}_{axis}" for axis in range(array.ndim)]))
             fed[name] = array
         else:
             initializers.append(numpy_helper.from_array(array, name))
-    nodes = [canonical_node(node, rename) for node in
-             topological(context) + topological(request.matched) + topological(request.replacement)]
+    nodes = narrowed + [canonical_node(node, rename) for node in
+                        topological(context) + topological(request.matched) + topological(request.replacement)]
     outputs, graph_outputs = [], []
     for index, (old, new) in enumerate(request.outputs):
         pair = []
+        narrow = _dtype_of(old, request) in NARROW_FLOATS
         for side, value in (("original", old), ("candidate", new)):
             name = f"__certificate_{side}_{index}"
-            nodes.append(helper.make_node("Identity", [rename[value.name]], [name]))
+            nodes.append(helper.make_node("Cast", [rename[value.name]], [name], to=onnx.TensorProto.FLOAT) if narrow
+                         else helper.make_node("Identity", [rename[value.name]], [name]))
             graph_outputs.append(onnx.ValueInfoProto(name=name))
             pair.append(name)
         outputs.append(tuple(pair))
@@ -205,11 +216,21 @@ def build(request: CertificateRequest, activations, constants, context, batch_fr
     opsets.update(owner_opsets)
     if "" not in opsets:
         opsets[""] = opsets.pop("ai.onnx", 13)
+    if any(node.domain == "com.microsoft" for node in nodes):
+        opsets.setdefault("com.microsoft", 1)  # a rule's contrib node in a model that imports none
     opset_ids = [helper.make_opsetid(domain, int(version)) for domain, version in opsets.items()
-                 if domain in STANDARD_DOMAINS and domain != "ai.onnx"]
+                 if domain in RUNTIME_DOMAINS and domain != "ai.onnx"]
     proto = helper.make_model(graph, opset_imports=opset_ids)
     proto.ir_version = min(int(request.model.ir_version or 8), onnx.IR_VERSION)
     return proto, fed, outputs
+
+
+def _dtype_of(value: ir.Value, request: CertificateRequest) -> np.dtype | None:
+    dtype = request.context.facts.dtype(value) or value.dtype
+    try:
+        return None if dtype is None else np.dtype(dtype.numpy())
+    except Exception:  # noqa: BLE001 - strings and other types numpy has no dtype for
+        return None
 
 
 def forwards_through_identity(request: CertificateRequest) -> bool:

@@ -1,0 +1,136 @@
+"""Concrete shapes and element types for a certificate's boundary values that no fact gives.
+
+Two sources, tried by the certifier (certifier.py) after the shape facts:
+
+- a run of the model (`RunShapes.fill`): every activation of the window takes the shape and
+  element type it has in one onnxruntime run of the model on its own input shapes
+  (`verify/ort/observed.py`), all from the same run, so they agree with each other and with every
+  fact about them. Each run also asks every other value of the model whose shape no fact fixes
+  (only Shapes and one element of each are fetched), so the first run usually answers for the
+  rest; a value a rewrite makes inherits the shape of the value it replaces (`inherit`);
+- the call sites of a model-local function (`RunShapes.per_call`), for a rewrite in its body: one
+  set of sides per call, each formal input taking its argument's type and shape there (from the
+  facts, else from a run).
+
+The run only chooses the sizes the certificate is judged at: a wrong choice can make a
+certificate impossible, never make a wrong rewrite pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import onnx_ir as ir
+
+from onnxrefine.ir import traversal
+from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
+from onnxrefine.verify.certificate.inputs import SUPPORTED_DTYPES
+from onnxrefine.verify.certificate.model import Side, boundary_side
+from onnxrefine.verify.ort import MAX_OBSERVED_VALUES, observe
+
+# Runs of the model made to learn shapes no fact gives, per optimization.
+MAX_OBSERVATIONS = 4
+MAX_CALLS = 8  # call sites of a function a rewrite in its body is certified at, one by one
+# Operators whose output is not a tensor (no Shape of it to ask for).
+_NOT_TENSOR_OPS = frozenset("SequenceConstruct SequenceEmpty SequenceInsert SequenceErase SplitToSequence Optional".split())
+
+
+def unresolved(sides) -> list[Side]:
+    """The activation sides without a concrete shape or element type."""
+    return [s for s in sides if s.array is None and (s.shape is None or s.dtype is None)]
+
+
+class RunShapes:
+    """The shapes and element types of runs of the model, kept for one optimization."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self._observed: dict[int, tuple] = {}  # id(value) -> (value, shape, dtype) in a run
+        self._runs = 0
+
+    def inherit(self, outputs) -> None:
+        """An applied rewrite: each value replacing an observed one has its shape and type."""
+        for old, new in outputs:
+            if id(old) in self._observed and id(new) not in self._observed:
+                self._observed[id(new)] = (new, *self._observed[id(old)][1:])
+
+    def fill(self, request, sides) -> bool:
+        """Give every activation side the shape (and, where none is known, the element type) it
+        has in a run of the model. False where no run can say (a value of a function body or of
+        a loop iteration, a model that does not run, MAX_OBSERVATIONS runs made)."""
+        activations = [s for s in sides if s.array is None]
+        missing = [s.value for s in activations if id(s.value) not in self._observed]
+        if missing:
+            if self._runs >= MAX_OBSERVATIONS:
+                return False
+            self._runs += 1
+            unknown = [v for node in request.model.graph for v in node.outputs
+                       if id(v) not in self._observed and _not_static(v, request.context.facts)]
+            asked = list(dict.fromkeys(missing + unknown))[:MAX_OBSERVED_VALUES]
+            shapes = observe(request.model, asked, self.seed, shapes=True, facts=request.context.facts)
+            if isinstance(shapes, str):
+                self._runs = MAX_OBSERVATIONS  # a model that did not run will not run the next time
+                return False
+            values = {id(v): v for v in asked}
+            for key, (shape, dtype) in shapes.items():
+                self._observed[key] = (values[key], shape, dtype)
+        if any(id(s.value) not in self._observed for s in activations):
+            return False
+        for side in activations:
+            _, side.shape, dtype = self._observed[id(side.value)]
+            if side.dtype is None:
+                if np.dtype(dtype) not in SUPPORTED_DTYPES:
+                    return False
+                side.dtype = np.dtype(dtype)
+        return True
+
+    def per_call(self, request, sides) -> list[list[Side]]:
+        """One copy of `sides` per call site of the function `request` rewrites in, its formal
+        inputs' types and shapes taken from the call's arguments; _Skip where a boundary value
+        is not a formal input or a call's argument has no known shape."""
+        function = request.owner
+        identifier = function.identifier()
+        calls = [node for site in traversal.graphs(request.model) for node in site.graph
+                 if node.op_identifier() == identifier]
+        formal = {id(v): index for index, v in enumerate(function.inputs)}
+        open_sides = unresolved(sides)
+        open_ids = {id(s) for s in open_sides}
+        outside = next((s for s in open_sides if id(s.value) not in formal), None)
+        if outside is not None or not calls or len(calls) > MAX_CALLS:
+            side = outside or open_sides[0]
+            what = "element type" if side.dtype is None else "shape"
+            count = "" if outside is not None or calls and len(calls) <= MAX_CALLS else \
+                f" (the function has {len(calls)} call sites)"
+            raise _Skip(f"the {what} of '{side.name}' is not known{count}")
+        per_call = []
+        for call in calls:
+            given = []
+            for side in sides:
+                index = formal.get(id(side.value))
+                if id(side) not in open_ids or index is None:
+                    given.append(replace(side))
+                    continue
+                argument = call.inputs[index] if index < len(call.inputs) else None
+                if argument is None or not argument.name:
+                    raise _Skip(f"a call of {function.name} leaves '{side.name}' out")
+                bound = boundary_side(argument, request.context.facts)
+                if bound.array is not None:  # a constant at this call: its type and shape
+                    bound = Side(argument, argument.name, dtype=bound.array.dtype, shape=bound.array.shape)
+                if bound.dtype is None or bound.shape is None:
+                    bound = Side(argument, argument.name)
+                    if not self.fill(request, [bound]):
+                        raise _Skip(f"the shape of '{side.name}' is not known at a call of {function.name}")
+                given.append(replace(side, dtype=bound.dtype, shape=bound.shape))
+            per_call.append(given)
+        return per_call
+
+
+def _not_static(value: ir.Value, oracle) -> bool:
+    """A named tensor of the model whose shape the facts do not fix (unknown or symbolic)."""
+    producer = value.producer()
+    if not value.name or producer is None or producer.op_type in _NOT_TENSOR_OPS:
+        return False
+    if value.type is not None and not isinstance(value.type, ir.TensorType):
+        return False
+    return oracle.static_shape(value) is None

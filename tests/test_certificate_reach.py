@@ -1,0 +1,235 @@
+"""Certificates where they used to be skipped: each one a planted wrong rewrite of that kind that
+the new certificate catches, next to the right rewrite it certifies."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import make_model, run, value_info
+from onnx import TensorProto, helper
+from passutil import assert_bit_identical
+
+import onnxrefine
+from onnxrefine.passes import registry
+from onnxrefine.passes.registry import PassSpec
+from onnxrefine.rewrite.pattern import Op, Var
+from onnxrefine.rewrite.rule import EXACT, Replacement, Rule
+
+
+def _relu_to_abs(m, ctx):
+    """Wrong on purpose: Abs(x) is Relu(x) only where x >= 0."""
+    node = ctx.node("Abs", [m["x"]])
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+PLANTED = {
+    "relu_to_abs": Rule("relu_to_abs", Op("Relu", Var("x")), _relu_to_abs, kind=EXACT),
+}
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    registry._load_pass_modules()
+    for name, rule in PLANTED.items():
+        spec = PassSpec(f"planted_{name}", "test only", rules=(rule,), default=False)
+        monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    return lambda name: f"planted_{name}"
+
+
+def _unknown_shape_model(twice: bool = False) -> onnx.ModelProto:
+    # Expand's target is chosen at run time (Where over a graph input): no fact gives e's shape,
+    # the certificate used to skip the Relu behind it ("the shape of 'e' is not known").
+    nodes = [
+        helper.make_node("Where", ["pick", "wide", "narrow"], ["target"]),
+        helper.make_node("Expand", ["x", "target"], ["e"]),
+        helper.make_node("Relu", ["e"], ["y"]),
+    ] if not twice else [
+        helper.make_node("Where", ["pick", "wide", "narrow"], ["target"]),
+        helper.make_node("Expand", ["x", "target"], ["e"]),
+        helper.make_node("Relu", ["e"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    inits = [helper.make_tensor("wide", TensorProto.INT64, [2], [4, 3]),
+             helper.make_tensor("narrow", TensorProto.INT64, [2], [1, 3])]
+    return make_model(nodes, [value_info("x", shape=[1, 3]), value_info("pick", TensorProto.BOOL, [2])],
+                      [value_info("y")], inits)
+
+
+def _certificates(report, rule):
+    return [entry.certificate for entry in report.log.applied if entry.rule == rule]
+
+
+def _refusals(report, rule):
+    return [(r.guard, r.reason) for r in report.log.refused.values() if r.rule == rule]
+
+
+def test_a_wrong_rewrite_on_a_value_of_unknown_shape_is_caught_at_the_shapes_of_a_run(planted):
+    model = _unknown_shape_model()
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("relu_to_abs")])
+    [(guard, reason)] = _refusals(report, "relu_to_abs")
+    assert guard == "certificate.failed"
+    assert "exact rewrite differs" in reason
+    feeds = {"x": np.array([[-1.0, 0.5, -0.0]], np.float32), "pick": np.array([True, False])}
+    assert_bit_identical(run(model, feeds), run(optimized, feeds))
+
+
+def test_a_right_rewrite_on_a_value_of_unknown_shape_is_certified_at_the_shapes_of_a_run():
+    # Relu(Relu(e)) -> Relu(e), the real rule
+    _, report = onnxrefine.optimize_with_report(_unknown_shape_model(twice=True),
+                                                ["eliminate_consecutive_idempotent_ops"])
+    [note] = _certificates(report, "idempotent_relu_chain")
+    assert note.startswith("certified: bit-identical") and "at the shapes of a run of the model" in note
+
+
+def test_a_model_onnxruntime_cannot_run_still_skips_as_before(planted, monkeypatch):
+    from onnxrefine.verify.certificate import concrete
+
+    monkeypatch.setattr(concrete, "observe", lambda *args, **options: "no run")
+    _, report = onnxrefine.optimize_with_report(_unknown_shape_model(), [planted("relu_to_abs")])
+    notes = _certificates(report, "relu_to_abs") + [reason for _, reason in _refusals(report, "relu_to_abs")]
+    assert notes and all("the shape of 'e' is not known" in note for note in notes)
+
+
+def test_every_proof_family_names_tests_that_exist():
+    import ast
+    from pathlib import Path
+
+    from onnxrefine.verify.certificate.families import PROOFS
+
+    root = Path(__file__).resolve().parent.parent
+    defined = {}
+    for proof in PROOFS:
+        assert proof.why and proof.legitimate and proof.counterexamples, proof.family
+        for test in proof.legitimate + proof.counterexamples:
+            path, name = test.split("::")
+            if path not in defined:
+                tree = ast.parse((root / path).read_text())
+                defined[path] = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+            assert name in defined[path], f"{proof.family}: {test} does not exist"
+
+
+def test_a_proof_family_is_one_record_the_certifier_walks(monkeypatch):
+    # A planted family that "proves" Relu -> Abs by fiat: the certifier uses it as soon as it is a
+    # record (no other place names it), and its reading check, run first, is what stops it.
+    from onnxrefine.rewrite.rule import CertificateRequest
+    from onnxrefine.verify.certificate import families
+
+    asked = []
+
+    def by_fiat(request: CertificateRequest):
+        return "proved: by fiat" if request.rule == "relu_to_abs" else None
+
+    def reading(request, runtime):
+        asked.append(request.rule)
+        return None  # onnxruntime does not read it so: the first rewrite is run whole
+
+    planted_family = families.Proof("fiat", "test only", by_fiat, reading, ("t",), ("t",), exact=True)
+    monkeypatch.setattr(families, "PROOFS", (planted_family, *families.PROOFS))
+    model = _unknown_shape_model()
+    registry._load_pass_modules()
+    spec = PassSpec("planted_relu_to_abs", "test only", rules=(PLANTED["relu_to_abs"],), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    _, report = onnxrefine.optimize_with_report(model, ["planted_relu_to_abs"])
+    assert asked == ["relu_to_abs"]
+    assert [guard for guard, _ in _refusals(report, "relu_to_abs")] == ["certificate.failed"]
+
+
+def test_a_wrong_rewrite_on_a_value_of_unknown_element_type_is_caught_with_a_run_s_type(planted):
+    # No fact gives Det's element type: the certificate used to skip ("the element type of 'd' is
+    # not known"); the run's says float32.
+    nodes = [helper.make_node("Det", ["x"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    model = make_model(nodes, [value_info("x", shape=[2, 2])], [value_info("y")])
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("relu_to_abs")])
+    [(guard, reason)] = _refusals(report, "relu_to_abs")
+    assert guard == "certificate.failed" and "exact rewrite differs" in reason
+    feeds = {"x": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)}  # det = -2
+    assert_bit_identical(run(model, feeds), run(optimized, feeds))
+
+
+def _relu_to_contrib_gelu(m, ctx):
+    """Wrong on purpose: onnxruntime's com.microsoft Gelu is not Relu."""
+    node = ctx.node("Gelu", [m["x"]], domain="com.microsoft")
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+def _relu_to_custom(m, ctx):
+    node = ctx.node("Mystery", [m["x"]], domain="com.example")
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+@pytest.mark.parametrize("rule, guard, reason", [
+    # onnxruntime has a kernel for its own contrib operator: the certificate runs it and refuses
+    (Rule("relu_to_contrib_gelu", Op("Relu", Var("x")), _relu_to_contrib_gelu), "certificate.failed",
+     "exact rewrite differs"),
+    # a domain onnxruntime knows nothing of still cannot be certified
+    (Rule("relu_to_custom", Op("Relu", Var("x")), _relu_to_custom), "certificate.uncertifiable",
+     "custom domain 'com.example'"),
+])
+def test_a_wrong_rewrite_to_a_contrib_operator_is_run_in_onnxruntime(monkeypatch, rule, guard, reason):
+    registry._load_pass_modules()
+    spec = PassSpec("planted_contrib", "test only", rules=(rule,), default=False)
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [value_info("x", shape=[2, 3])],
+                       [value_info("y", shape=[2, 3])])
+    _, report = onnxrefine.optimize_with_report(model, ["planted_contrib"])
+    [(found, why)] = _refusals(report, rule.name)
+    assert found == guard and reason in why
+
+
+def _transpose_to_identity(m, ctx):
+    """Wrong on purpose: a Transpose [1, 0] of a square matrix is not the matrix."""
+    node = ctx.node("Identity", [m["x"]])
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+def _transposes(elem, count: int) -> onnx.ModelProto:
+    names = ["x"] + [f"t{i}" for i in range(count - 1)] + ["y"]
+    nodes = [helper.make_node("Transpose", [names[i]], [names[i + 1]], perm=[1, 0]) for i in range(count)]
+    model = make_model(nodes, [value_info("x", elem, [2, 2])], [value_info("y", elem, [2, 2])], opset=21)
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("elem", [TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2])
+def test_bfloat16_and_float8_rewrites_are_certified_and_a_wrong_one_caught(monkeypatch, elem):
+    # The certificate used to skip ("'x' is bfloat16, which the certificate does not generate").
+    rule = Rule("transpose_to_identity", Op("Transpose", Var("x")), _transpose_to_identity)
+    registry._load_pass_modules()
+    monkeypatch.setitem(registry._REGISTRY, "planted_narrow", PassSpec("planted_narrow", "test only", rules=(rule,),
+                                                                         default=False))
+    _, report = onnxrefine.optimize_with_report(_transposes(elem, 1), ["planted_narrow"])
+    [(guard, reason)] = _refusals(report, "transpose_to_identity")
+    assert guard == "certificate.failed" and "exact rewrite differs" in reason
+    _, report = onnxrefine.optimize_with_report(_transposes(elem, 2), ["fuse_consecutive_transposes"])
+    assert _certificates(report, "fuse_consecutive_transposes") == ["certified: bit-identical on 6 input sets"]
+
+
+def _function_model(body_nodes, calls=((2, 3), (4, 5))) -> onnx.ModelProto:
+    # A model-local function whose input has no declared shape: its shapes are each caller's.
+    function = helper.make_function("local", "body", ["a"], ["b"], body_nodes,
+                                    [helper.make_opsetid("", 17)])
+    nodes, inputs, outputs = [], [], []
+    for index, shape in enumerate(calls):
+        nodes.append(helper.make_node("body", [f"x{index}"], [f"y{index}"], domain="local"))
+        inputs.append(value_info(f"x{index}", shape=list(shape)))
+        outputs.append(value_info(f"y{index}"))
+    model = make_model(nodes, inputs, outputs, functions=[function])
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    return model
+
+
+def test_a_wrong_rewrite_in_a_function_body_is_caught_at_a_call_site(planted):
+    model = _function_model([helper.make_node("Relu", ["a"], ["b"])])
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("relu_to_abs")])
+    [(guard, reason)] = _refusals(report, "relu_to_abs")
+    assert guard == "certificate.failed" and "exact rewrite differs" in reason
+    feeds = {"x0": -np.ones((2, 3), np.float32), "x1": -np.ones((4, 5), np.float32)}
+    assert_bit_identical(run(model, feeds), run(optimized, feeds))
+
+
+def test_a_right_rewrite_in_a_function_body_is_certified_at_each_call_site():
+    model = _function_model([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Relu", ["r"], ["b"])])
+    _, report = onnxrefine.optimize_with_report(model, ["eliminate_consecutive_idempotent_ops"])
+    [note] = _certificates(report, "idempotent_relu_chain")
+    assert note.startswith("certified: bit-identical") and note.endswith("at each of its 2 call sites")
