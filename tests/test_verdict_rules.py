@@ -433,9 +433,13 @@ def test_near_boundary_reads_argmax_layouts_and_bool_casts():
     last = DecisionEvidence("ArgMax", [np.array([[2.0, 2.0, 1.0]])], {"axis": 1, "keepdims": 0,
                                                                         "select_last_index": 1})
     assert reference_decision(last, np.array([0], np.int64))[0].tolist() == [1]
-    to_bool = DecisionEvidence("Cast", [np.array([1e-9, 0.5, nan])])
-    flags = np.array([True, True, False])
-    assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [True, False, True]
+    # each element's own margin: 1e-9 is near 0 only where its bound reaches 0 (a cancellation),
+    # not because the tensor holds a 0.5 (the old RMS scale made every small value "near")
+    to_bool = DecisionEvidence("Cast", [np.array([1e-9, 1e-9, 0.5, nan])])
+    flags = np.array([True, True, True, False])
+    assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [False, False, False, True]
+    to_bool.margins = [np.array([1e-9, 0.0, 0.0, 0.0])]
+    assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [True, False, False, True]
 
 
 def test_every_runtime_explanation_is_documented_and_names_existing_tests():

@@ -150,38 +150,74 @@ def add_nonfinite_cones(runner, feeds, set_evidence) -> None:
 
 
 def add_decision_evidence(model_file, feeds, set_evidence, reference_state, evaluate) -> None:
-    """SetEvidence.decision for differing discrete outputs: the float64 values feeding the op
-    (`evaluate`: the session's reference evaluator)."""
+    """SetEvidence.decision for differing outputs made by a decision (decisions.py): the float64
+    values feeding the op (`evaluate`: the session's reference evaluator) and their margins (0
+    where the feed is computed exactly, else the stand-in of decisions.margin_stand_in)."""
     if reference_state["status"] == "unavailable":
         return
-    from onnxrefine.verify.decisions import DECISION_OPS, DecisionEvidence
+    from onnxrefine.verify import decisions
 
     model = model_file.proto
     producers = {out: node for node in model.graph.node for out in node.output}
     wanted = {}
     for name, item in set_evidence.items():
-        node = producers.get(name)
-        if node is None or node.op_type not in DECISION_OPS or graphinfo.is_float_dtype(item.original.dtype):
-            continue
-        if np.all(compare.bit_identical(item.candidate, item.original)):
-            continue
-        data = list(node.input[:2] if node.op_type in ("Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                                        "Equal") else node.input[:1])
-        wanted[name] = (node, data)
+        found = _decision_feed(producers, name, item)
+        if found is not None and not np.all(compare.bit_identical(item.candidate, item.original)):
+            wanted[name] = found
     if not wanted or reference_refusal(model_file, feeds) is not None:
         return
     extra = {"base_dir": model_file.base_dir} if model_file.base_dir is not None else {}
     try:
-        values = evaluate(model, feeds, outputs=sorted({v for _, data in wanted.values() for v in data}), **extra)
+        values = evaluate(model, feeds, outputs=sorted({v for _, data, _ in wanted.values() for v in data}), **extra)
     except Exception:  # no decision evidence: the perturbation controls decide instead
         return
-    for name, (node, data) in wanted.items():
+    exact = decisions.exact_values(model)
+    for name, (node, data, through_where) in wanted.items():
         arrays = [np.asarray(values[value]) for value in data]
         if not all(graphinfo.is_float_dtype(array.dtype) for array in arrays):
             continue
         attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
-        set_evidence[name].decision = DecisionEvidence(
-            node.op_type, [array.astype(np.float64) for array in arrays], attrs)
+        set_evidence[name].decision = decisions.DecisionEvidence(
+            node.op_type, [array.astype(np.float64) for array in arrays], attrs,
+            margins=[0.0 if value in exact else None for value in data],
+            output_index=list(node.output).index(name) if name in node.output else 0, through_where=through_where)
+
+
+def add_exact_decisions(model, tracks, names) -> None:
+    """SetEvidence.exact_decisions of every output (decisions.exact_decisions), on every track."""
+    from onnxrefine.verify import decisions
+
+    try:
+        exact = decisions.exact_decisions(model, names)
+    except Exception:  # an unreadable graph: every decision may have rounded
+        return
+    for track in tracks:
+        for name, sets in track.evidence.items():
+            for item in sets:
+                item.exact_decisions = exact.get(name, False)
+
+
+def _decision_feed(producers, name, item):
+    """(decision node, its float input names, through a Where) for an output a decision makes, or None."""
+    from onnxrefine.verify import decisions
+
+    node = producers.get(name)
+    if node is None:
+        return None
+    is_float = graphinfo.is_float_dtype(item.original.dtype)
+    if node.op_type == "Where" and len(node.input) == 3:
+        condition = producers.get(node.input[0])
+        if condition is not None and condition.op_type in decisions.COMPARISON_OPS:
+            return condition, list(condition.input[:2]), True
+        return None
+    if node.op_type not in decisions.DECISION_OPS:
+        return None
+    if node.op_type in decisions.ROUNDING_OPS:
+        return (node, list(node.input[:1]), False) if is_float else None
+    if is_float or (node.op_type == "TopK" and list(node.output).index(name) != 1):
+        return None
+    comparison = node.op_type in decisions.COMPARISON_OPS
+    return node, list(node.input[:2] if comparison else node.input[:1]), False
 
 
 def output_report(name, sets, comps, bound, candidate_name, candidate_failure, reference_state):
@@ -218,6 +254,9 @@ def output_report(name, sets, comps, bound, candidate_name, candidate_failure, r
     if judgement.verdict == UNSTABLE:
         notes.append(f"the original itself is unstable at {judgement.unstable_positions} element(s); "
                      "the candidate's differences there are not blamed on it")
+    if judgement.unstable_by:
+        notes.append("unstable by control: " + ", ".join(
+            f"{name} {count}" for name, count in sorted(judgement.unstable_by.items())))
     return OutputReport(
         name=name, verdict=judgement.verdict, dtype=str(first.original.dtype),
         shape=list(first.original.shape), candidate_shape=list(first.candidate.shape),

@@ -259,7 +259,10 @@ class DiscreteFacts:
 
     def follows(self) -> np.ndarray:
         ev = self.evidence
-        expected, defined = reference_decision(ev.decision, ev.original)
+        restated = reference_decision(ev.decision, ev.original)
+        if restated is None:
+            return np.zeros(ev.original.shape, dtype=bool)
+        expected, defined = restated
         near = near_boundary(ev.decision, ev.original, ev.candidate, self.bound.gamma, ERROR_FACTOR)
         return defined & ~near & (ev.candidate == expected) & (ev.original != expected)
 
@@ -284,6 +287,9 @@ class ControlFacts:
         self.none = np.zeros(original.shape, dtype=bool)
         # a discrete output with its float64 feed: the decision boundary decides, not the perturbed runs
         self.decided = evidence.decision is not None and evidence.decision.usable(original.shape)
+        # every decision behind the output reads values computed exactly: no rounding precedes it,
+        # so a few-ulp input move is no move within the original's own bound (Floor of an input)
+        self.exact_decisions = bool(evidence.exact_decisions)
         self.is_float = is_float_dtype(original.dtype)
         self.moved = [moved for moved in evidence.perturbed if moved.shape == original.shape]
         self.reshaped = len(self.moved) < len(evidence.perturbed)
@@ -298,6 +304,24 @@ class ControlFacts:
             moved64 = moved.astype(np.float64)
             yield moved64, value_class(moved64)
 
+    def within_span(self) -> np.ndarray:
+        """Elements where the candidate lies within the range the original and its perturbed runs
+        span (each end widened by (PERTURB_ULPS + n) * u of itself: the candidate's own rounding).
+        A NaN among them spans every value (the original has no value there); an infinity extends
+        the range to it. A position the original does not move is no span: the controls mark it
+        only where it moves."""
+        runs = [self.evidence.original.astype(np.float64)] + [m.astype(np.float64) for m in self.moved]
+        stacked = np.stack(runs)
+        undefined = np.isnan(stacked).any(axis=0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            low = np.nanmin(np.where(np.isnan(stacked), np.inf, stacked), axis=0)
+            high = np.nanmax(np.where(np.isnan(stacked), -np.inf, stacked), axis=0)
+            widen = (PERTURB_ULPS + self.bound.n) * self.bound.u if self.is_float else 0.0
+            low = low - widen * np.abs(np.where(np.isfinite(low), low, 0.0))
+            high = high + widen * np.abs(np.where(np.isfinite(high), high, 0.0))
+            candidate = self.evidence.candidate.astype(np.float64)
+            return undefined | ((candidate >= low) & (candidate <= high))
+
 
 def _rerun(f: ControlFacts) -> np.ndarray:
     return ~bit_identical(f.evidence.rerun, f.evidence.original)
@@ -311,7 +335,7 @@ def _decision_boundary(f: ControlFacts) -> np.ndarray:
 
 
 def _perturbed_shape(f: ControlFacts) -> np.ndarray:
-    return f.none | (not f.decided and f.reshaped)
+    return f.none | (not f.decided and not f.exact_decisions and f.reshaped)
 
 
 def _perturbed_class(f: ControlFacts) -> np.ndarray:
@@ -321,29 +345,29 @@ def _perturbed_class(f: ControlFacts) -> np.ndarray:
     unstable = f.none.copy()
     for _, moved_class in f.perturbed_float():
         unstable |= moved_class != base_class
-    return unstable
+    return unstable & f.within_span() if unstable.any() else unstable
 
 
 def _perturbed_jump(f: ControlFacts) -> np.ndarray:
     # a continuous value moving far (a cancellation, x - 1e6 near 1e6) is sensitive, not unstable:
-    # only a discontinuous op behind it can make it jump
-    if f.decided or not f.is_float or not f.bound.discontinuous:
+    # only a discontinuous op behind it can make it jump, and only where rounding reaches its input
+    if f.decided or not f.is_float or not f.bound.discontinuous or f.exact_decisions:
         return f.none
     unstable = f.none.copy()
     for moved64, _ in f.perturbed_float():
         both_finite = np.isfinite(moved64) & np.isfinite(f.base)
         with np.errstate(invalid="ignore"):
             unstable |= both_finite & (np.abs(moved64 - f.base) > f.threshold)
-    return unstable
+    return unstable & f.within_span() if unstable.any() else unstable
 
 
 def _perturbed_discrete(f: ControlFacts) -> np.ndarray:
-    if f.decided or f.is_float:
+    if f.decided or f.is_float or f.exact_decisions:
         return f.none
     unstable = f.none.copy()
     for moved in f.moved:
         unstable |= ~bit_identical(moved, f.evidence.original)
-    return unstable
+    return unstable & f.within_span() if unstable.any() else unstable
 
 
 @dataclass(frozen=True)
@@ -361,39 +385,55 @@ class Control:
 # The perturbation controls stand aside for a discrete output with decision evidence: the old
 # perturbation control called a Cast flipped to -2 at a wavering boundary `unstable`.
 _DECIDED_INSTEAD = (_R + "test_cast_to_int_flipped_beyond_the_boundary_is_mismatch",)
+_D = "tests/test_decision_margins.py::"
+# the perturbation controls mark only where rounding reaches a decision and the candidate lies
+# within the perturbed originals' span (an exact Floor of an input, a candidate 1000 away)
+_WITH_A_DISTANCE = (_D + "test_control_marks_only_a_candidate_within_the_span_of_the_perturbed_originals",
+                    _D + "test_control_marks_nothing_where_no_rounding_reaches_the_decision",
+                    _D + "test_floor_of_an_input_off_by_a_thousand_is_mismatch")
 
 CONTROLS = (
     Control("rerun", "elements where a second run of the original on the same inputs differs",
             "a nondeterministic original (threaded reductions, unseeded kernels) has no single answer",
             (_V + "test_judge_nondeterministic_original_makes_unstable",),
             (_V + "test_judge_nondeterministic_original_makes_unstable",), _rerun),
-    Control("decision-boundary", "a discrete output's elements whose float64 feed is within rounding of "
-            "the decision boundary (decisions.near_boundary)",
-            "rounding can flip an ArgMax, comparison or Cast to int only where the exact value is at the boundary",
+    Control("decision-boundary", "a decision's elements (ArgMax/ArgMin, TopK indices, comparisons and Where "
+            "conditions, Cast to int/bool, Floor/Ceil/Round) whose float64 feed is within its own bound of the "
+            "boundary (decisions.near_boundary)",
+            "rounding can flip a decision only where the exact value lies within its rounding error of the boundary",
             (_V + "test_argmax_over_one_ulp_gap_is_unstable_not_mismatch",
-             _R + "test_comparison_flip_near_the_boundary_is_unstable_and_far_is_mismatch"),
+             _R + "test_comparison_flip_near_the_boundary_is_unstable_and_far_is_mismatch",
+             _D + "test_argmax_over_a_rounded_near_tie_is_unstable",
+             _D + "test_where_condition_flip_near_its_threshold_is_unstable_and_far_is_mismatch"),
             (_R + "test_argmax_flip_far_from_a_tie_is_mismatch",
              _R + "test_cast_to_int_flipped_beyond_the_boundary_is_mismatch",
-             _R + "test_argmax_of_an_overflowing_exp_rewritten_to_argmax_is_mismatch"), _decision_boundary),
+             _R + "test_argmax_of_an_overflowing_exp_rewritten_to_argmax_is_mismatch",
+             _D + "test_cast_of_floor_dropped_far_from_integers_is_mismatch",
+             _D + "test_argmax_beside_one_large_constant_element_is_judged_per_row",
+             _D + "test_select_last_index_dropped_on_exact_ties_is_mismatch",
+             _D + "test_topk_tie_order_reversed_is_mismatch",
+             _D + "test_round_of_an_exact_half_is_decided"), _decision_boundary),
     Control("perturbed-shape", "every element, when a perturbed run of the original has another shape",
             "a data-dependent shape (NonZero, Compress) that few-ulp input moves change has no stable elements",
             (_R + "test_control_perturbed_shape_marks_every_element",),
             _DECIDED_INSTEAD + (_R + "test_control_perturbed_shape_marks_every_element",), _perturbed_shape),
-    Control("perturbed-class", "float elements whose class (finite, +-inf, NaN) changes under few-ulp input moves",
+    Control("perturbed-class", "float elements whose class (finite, +-inf, NaN) changes under few-ulp input moves, "
+            "the candidate within the moved originals' span (a NaN among them spans every value)",
             "an overflow or a 0/0 at the edge of the input domain flips under rounding",
             (_R + "test_control_perturbed_class_change_is_unstable_only_there",),
             _DECIDED_INSTEAD + (_R + "test_control_perturbed_class_change_is_unstable_only_there",),
             _perturbed_class),
     Control("perturbed-jump", "float elements behind a discontinuous op (Floor, Round, Cast to int, ...) that "
-            "move beyond JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O) under few-ulp input moves",
+            "rounding reaches, that move beyond JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O) under few-ulp "
+            "input moves, where the candidate lies within the span of the moved originals",
             "Floor(x) near an integer jumps by 1 under an ulp; rounding can do the same to the candidate",
             (_R + "test_control_perturbed_jump_only_behind_a_discontinuous_op",),
-            _DECIDED_INSTEAD + (_R + "test_control_perturbed_jump_only_behind_a_discontinuous_op",),
+            _DECIDED_INSTEAD + _WITH_A_DISTANCE + (_R + "test_control_perturbed_jump_only_behind_a_discontinuous_op",),
             _perturbed_jump),
     Control("perturbed-discrete", "integer/bool elements that change under few-ulp input moves (no decision "
-            "evidence)", "a discrete value computed from floats flips where its float feed is at a boundary",
+            "evidence; rounding reaches a decision behind them), the candidate within the moved originals' span", "a discrete value computed from floats flips where its float feed is at a boundary",
             (_R + "test_control_perturbed_discrete_change_is_unstable_only_there",),
-            _DECIDED_INSTEAD + (_R + "test_control_perturbed_discrete_change_is_unstable_only_there",),
+            _DECIDED_INSTEAD + _WITH_A_DISTANCE + (_R + "test_control_perturbed_discrete_change_is_unstable_only_there",),
             _perturbed_discrete),
 )
 

@@ -301,6 +301,7 @@ class VerificationSession:
         Sets holding inf/NaN always get their run: it also measures the dependency cones, which
         narrow what the inf/NaN rules excuse."""
         run.bounds = evidence.bounds(run.original_file.proto, run.labelled[0][1], run.output_names, run.u)
+        evidence.add_exact_decisions(run.original_file.proto, run.tracks, run.output_names)
         for track in run.tracks:
             pending = [index for index in track.differing_sets
                        if evidence.has_nonfinite(run.labelled[index][1])

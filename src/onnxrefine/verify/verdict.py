@@ -64,19 +64,23 @@ Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fall
 |C - O| <= 2*gamma*max(|O|, m_O), plus 2*k*(s_i + max s) behind an ill-conditioned op; every
 class change is unexplained unless nonfinite-order, saturation or overflow-territory applies.
 
-Discrete outputs (integer/bool): no element is explained. A differing element of an output made
-directly by ArgMax/ArgMin, a comparison or a Cast to int/bool counts as unstable only when the
-float64 value feeding it lies within rounding of the decision boundary (SetEvidence.decision,
-decisions.near_boundary); otherwise it is a mismatch. Other discrete outputs, and any output when
-no decision evidence is available, use the perturbation controls below.
+Decisions: no element of a discrete (integer/bool) output is explained. A differing element of an
+output made directly by a decision -- ArgMax/ArgMin, TopK's indices, a comparison or a Where on one,
+a Cast to int/bool, Floor/Ceil/Round -- counts as unstable only when the float64 value feeding it
+lies within that element's own bound of the decision boundary (SetEvidence.decision,
+decisions.near_boundary; a feed computed exactly has a bound of 0); otherwise it is a mismatch.
+Other outputs, and any output when no decision evidence is available, use the controls below.
 
-unstable positions (controls on the ORIGINAL: CONTROLS in rules.py, each named with its tests)
+unstable positions (controls on the ORIGINAL: CONTROLS in rules.py, each named with its tests;
+Judgement.unstable_by counts the unexplained elements each one marked)
     - the original run twice on the same inputs: any element that differs;
     - the original on float inputs moved by up to PERTURB_ULPS ulps (checkerboard runs, then random
       ones; at least 8 when the graph holds discrete ops): an element whose class changes, an
       integer element that changes, or, behind a discontinuous op (Floor, Round, comparisons,
       Cast to int, ...: graphinfo.DISCRETE_OPS), a float element that moves by more than
-      JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O).
+      JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O) -- each only where the candidate lies within
+      the range the moved originals span, and the jump/discrete ones only where rounding reaches a
+      decision behind the output (SetEvidence.exact_decisions is False).
 """
 
 from __future__ import annotations
@@ -194,6 +198,9 @@ class SetEvidence:
     # bool per element: depends on the non-finite input elements (None: unknown, all assumed to)
     nonfinite_cone: np.ndarray | None = None
     decision: DecisionEvidence | None = None  # float64 values feeding a discrete output's op
+    # every decision (DISCRETE_OPS, Cast to int) behind the output reads exactly computed values
+    # (decisions.exact_decisions): few-ulp input moves then stand for no rounding of the original
+    exact_decisions: bool = False
 
 
 @dataclass
@@ -210,6 +217,8 @@ class Judgement:
     scatter: dict = field(default_factory=lambda: {"ref": [], "orig": [], "cand": []})
     notes: list = field(default_factory=list)
     excused: dict = field(default_factory=dict)  # rule name -> elements it explained
+    # control name -> unexplained elements it marked unstable (one element may have several)
+    unstable_by: dict = field(default_factory=dict)
 
 
 def nonfinite_replaced(feeds, value: float) -> dict:
@@ -258,13 +267,17 @@ def perturb(array: np.ndarray, rng: np.random.Generator, max_ulps: int = PERTURB
     return np.where(keep, array, result).astype(array.dtype)
 
 
-def unstable_positions(evidence: SetEvidence, bound: RoundingBound) -> np.ndarray:
-    """Elements where the original itself is not a fixed function of its inputs: any of CONTROLS."""
+def unstable_positions(evidence: SetEvidence, bound: RoundingBound, by_control: dict | None = None) -> np.ndarray:
+    """Elements where the original itself is not a fixed function of its inputs: any of CONTROLS
+    (`by_control`, when given, receives each control's own mask)."""
     facts = ControlFacts(evidence, bound)
     unstable = facts.none
     for control in CONTROLS:
         # not in place: a 0-d output's masks broadcast to the (1,) that bit_identical makes of it
-        unstable = unstable | control.apply(facts)
+        marked = control.apply(facts)
+        if by_control is not None:
+            by_control[control.name] = marked
+        unstable = unstable | marked
     return unstable
 
 
@@ -350,13 +363,18 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
         if not differ.any():
             per_set.append(EXACT)
             continue
-        unstable = unstable_positions(evidence, bound)
+        by_control: dict = {}
+        unstable = unstable_positions(evidence, bound, by_control)
         if graphinfo.is_float_dtype(original.dtype):
             explained = _explained_float(evidence, bound, unstable, differ, judgement)  # may veto unstable
         else:
             explained = _explained_discrete(evidence, bound, differ, judgement)
         judgement.unstable_positions += int(np.count_nonzero(unstable))
         unexplained = differ & ~explained
+        for name, marked in by_control.items():
+            count = int(np.count_nonzero(unexplained & unstable & marked))
+            if count:
+                judgement.unstable_by[name] = judgement.unstable_by.get(name, 0) + count
         judgement.unexplained += int(np.count_nonzero(unexplained))
         if not unexplained.any():
             per_set.append(ROUNDING)
