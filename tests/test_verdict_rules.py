@@ -438,7 +438,7 @@ def test_near_boundary_reads_argmax_layouts_and_bool_casts():
     to_bool = DecisionEvidence("Cast", [np.array([1e-9, 1e-9, 0.5, nan])])
     flags = np.array([True, True, True, False])
     assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [False, False, False, True]
-    to_bool.margins = [np.array([1e-9, 0.0, 0.0, 0.0])]
+    to_bool.bounds = [np.array([1e-9, 0.0, 0.0, np.nan])]
     assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [True, False, False, True]
 
 

@@ -6,10 +6,11 @@ an integer or bool type, Floor/Ceil/Round -- can flip only where the exact (floa
 it lies within that element's own error bound of the boundary; there the element is `unstable`,
 elsewhere a flip is a `mismatch` (verdict.py).
 
-The margin of each feed element is DecisionEvidence.margins (evidence.py fills it): the element's
-own bound on the original's rounding error, zero where the feed is computed exactly (a graph input,
-a Floor of one, data movement: exact_values below). tol = factor * margin, factor 2 (the original
-and the candidate each round). No term is shared across elements: one large element of a tensor
+The margin of each feed element is DecisionEvidence.bounds (evidence.py fills it): the element's
+own bound on the original's rounding error (the per-element forward bound computed beside the
+float64 reference), zero where the feed is computed exactly (a graph input, a Floor of one, data
+movement: exact_values below). Where no bound is derived, gamma * |v| of that element stands in.
+tol = factor * margin, factor 2 (the original and the candidate each round). No term is shared across elements: one large element of a tensor
 lends no other element a margin.
 
 - ArgMax/ArgMin, TopK: the float64 values at the original's pick and at the candidate's pick are
@@ -59,8 +60,8 @@ class DecisionEvidence:
     values: list  # float64 arrays: the op's data input (two for comparisons)
     attrs: dict = field(default_factory=dict)  # axis, keepdims, select_last_index, largest
     # per value, per element: the bound on the original's rounding error of that feed (0: exact);
-    # None (for the list or one value): unknown, margin_stand_in() of gamma decides
-    margins: list | None = None
+    # None (for the list or one value) or NaN (one element): not derived, margin_stand_in() decides
+    bounds: list | None = None
     output_index: int = 0  # TopK: only its indices (output 1) are judged as a decision
     # a Where whose condition is the comparison above: the comparison's mask is broadcast to it
     through_where: bool = False
@@ -86,9 +87,16 @@ def margin_stand_in(values: np.ndarray, gamma: float) -> np.ndarray:
 
 
 def _margins(decision: DecisionEvidence, gamma: float) -> list:
-    given = decision.margins or [None] * len(decision.values)
-    return [margin_stand_in(v, gamma) if m is None else np.broadcast_to(np.asarray(m, dtype=np.float64), v.shape)
-            for m, v in zip(given, decision.values)]
+    given = decision.bounds or [None] * len(decision.values)
+    margins = []
+    for bound, value in zip(given, decision.values):
+        stand_in = margin_stand_in(value, gamma)
+        if bound is None:
+            margins.append(stand_in)
+            continue
+        bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), value.shape)
+        margins.append(np.where(np.isnan(bound), stand_in, bound))
+    return margins
 
 
 def _arg_shape(decision: DecisionEvidence, output_shape):

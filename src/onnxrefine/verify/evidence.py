@@ -173,13 +173,14 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
         return
     exact = decisions.exact_values(model)
     for name, (node, data, through_where) in wanted.items():
+        # the per-element bound travels on the evaluator's arrays: read it before converting
+        bounds = [0.0 if value in exact else getattr(values[value], "error_bound", None) for value in data]
         arrays = [np.asarray(values[value]) for value in data]
         if not all(graphinfo.is_float_dtype(array.dtype) for array in arrays):
             continue
         attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
         set_evidence[name].decision = decisions.DecisionEvidence(
-            node.op_type, [array.astype(np.float64) for array in arrays], attrs,
-            margins=[0.0 if value in exact else None for value in data],
+            node.op_type, [array.astype(np.float64) for array in arrays], attrs, bounds=bounds,
             output_index=list(node.output).index(name) if name in node.output else 0, through_where=through_where)
 
 
