@@ -123,6 +123,7 @@ def evaluate_float64(
     functions = {(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
     evaluator = _Evaluator(opsets, functions)
     evaluator.narrow_types = _dtype.narrow_value_types(model)
+    evaluator.model = model
     evaluator.base_dir = base_dir
     evaluator.observe = observe
     graph = model.graph
@@ -177,6 +178,22 @@ class _Evaluator:
         self.peak_live = 0  # most computed values held at once by one graph (freed after last use)
         self._last_uses: dict[int, tuple] = {}
         self.observe = None  # see evaluate_float64
+        self.model: onnx.ModelProto | None = None
+        self._declared: dict | None = None
+
+    def declared_elem_type(self, name: str) -> int | None:
+        """The element type the model gives value `name` (graph inputs, initializers, inferred for
+        the rest; computed once, on first use); None when unknown."""
+        if self._declared is None:
+            declared = {}
+            if self.model is not None:
+                graph = self.model.graph
+                declared.update({init.name: init.data_type for init in graph.initializer})
+                declared.update({value.name: value.type.tensor_type.elem_type for value in graph.input
+                                 if value.type.HasField("tensor_type")})
+                declared.update(_dtype.inferred_types(self.model) or {})
+            self._declared = declared
+        return self._declared.get(name) or None
 
     # -- graphs -------------------------------------------------------------------------------------------
     def bind_graph_inputs(self, graph: onnx.GraphProto, feeds: Mapping[str, np.ndarray]) -> _Scope:
