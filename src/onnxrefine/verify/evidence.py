@@ -9,6 +9,8 @@ VerificationSession (session.py) calls them in order.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import onnx
 
@@ -32,6 +34,7 @@ class Track:
         self.set_evidence: list[dict] = []
         self.differing_sets: list[int] = []
         self.differing_float: dict[int, list] = {}
+        self.converted: dict[str, str] = {}  # output name -> the candidate's own float dtype
 
     def collect(self, output_names, output_map, labelled) -> None:
         self.evidence = {name: [] for name in output_names}
@@ -40,7 +43,8 @@ class Track:
             return
         for index, ((first, second), produced) in enumerate(zip(self.original_runs, self.candidate_runs)):
             feeds = labelled[index][1]
-            cand_out = {name: produced[output_map[name]] for name in output_names if name in output_map}
+            cand_out = {name: _as_original(produced[output_map[name]], first[name], name, self.converted)
+                        for name in output_names if name in output_map}
             extreme, nonfinite = is_extreme(feeds), has_nonfinite(feeds)
             set_evidence = {}
             differing_float = []
@@ -62,13 +66,94 @@ class Track:
                 self.differing_float[index] = differing_float
 
 
-def candidate_input_problem(original: onnx.ModelProto, candidate: onnx.ModelProto) -> str | None:
+@dataclass
+class Conversion:
+    """How the candidate's declared inputs relate to the original's (a conversion to another
+    precision, an input dropped): what the runs must do about it, or why they cannot run."""
+
+    problem: str | None = None
+    dropped: list = field(default_factory=list)  # inputs of the original the candidate does not declare
+    retyped: list = field(default_factory=list)  # inputs it declares in another float type
+    narrower: dict = field(default_factory=dict)  # input name -> the candidate's narrower float dtype
+    notes: list = field(default_factory=list)
+
+    @property
+    def changes_inputs(self) -> bool:
+        return bool(self.dropped or self.retyped)
+
+
+def conversion(original: onnx.ModelProto, candidate: onnx.ModelProto) -> Conversion:
+    """The candidate may declare a float input in another float type (an fp16 conversion: it is fed
+    the inputs cast to its type, and where that type is narrower both models get the values rounded
+    to it, so each is judged on what it was given) and may drop an input the original never reads
+    (it is fed what it declares). Any other difference is a problem: the candidate cannot run."""
     want = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(original)}
     have = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(candidate)}
-    if want != have:
-        return (f"candidate inputs {sorted(have)} do not match the original's {sorted(want)} "
-                "(names or types)")
-    return None
+    extra = sorted(set(have) - set(want))
+    dropped = sorted(set(want) - set(have))
+    read = [name for name in dropped if _reads(original.graph, name)]
+    retyped = [name for name in have if name in want and have[name] != want[name]]
+    unconvertible = [name for name in retyped if not (graphinfo.is_float_dtype(have[name])
+                                                      and graphinfo.is_float_dtype(want[name]))]
+    result = Conversion(dropped=dropped, retyped=retyped)
+    if extra or read or unconvertible:
+        why = [f"declares input(s) {', '.join(extra)} the original lacks" if extra else "",
+               f"drops input(s) {', '.join(read)} the original reads" if read else "",
+               f"declares input(s) {', '.join(unconvertible)} in a non-float type of its own" if unconvertible else ""]
+        result.problem = (f"candidate inputs {sorted(have)} do not match the original's {sorted(want)}: "
+                          + "; ".join(part for part in why if part))
+        return result
+    if dropped:
+        result.notes.append(f"candidate drops input(s) {', '.join(dropped)}, which the original never reads: "
+                            "fed the inputs it declares")
+    for name in retyped:
+        if np.dtype(have[name]).itemsize < np.dtype(want[name]).itemsize:
+            result.narrower[name] = np.dtype(have[name])
+    if retyped:
+        result.notes.append("candidate declares input(s) " + ", ".join(
+            f"{name} as {have[name]} (the original {want[name]})" for name in retyped)
+            + ": each model is fed the inputs cast to its declared types" + (
+                ", both given the values rounded to the narrower type" if result.narrower else ""))
+    return result
+
+
+def _reads(graph: onnx.GraphProto, name: str) -> bool:
+    """Whether any node of `graph` or of its subgraphs (which see outer names), or an output, reads `name`."""
+    if any(out.name == name for out in graph.output):
+        return True
+    for node in graph.node:
+        if name in node.input:
+            return True
+        for attr in node.attribute:
+            subgraphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
+            if any(_reads(sub, name) for sub in subgraphs):
+                return True
+    return False
+
+
+def rounded_to(feeds, narrower: dict) -> dict:
+    """The feeds with each input named in `narrower` rounded to that dtype and back (exact values
+    of the narrower type, in the original's dtype)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return {name: (np.asarray(value).astype(narrower[name]).astype(np.asarray(value).dtype)
+                       if name in narrower else value) for name, value in feeds.items()}
+
+
+def declared_feeds(specs, feeds) -> dict:
+    """The feeds a model declares (InputSpecs), cast to its declared types."""
+    return {spec.name: (np.asarray(feeds[spec.name]).astype(spec.dtype) if spec.dtype != np.dtype(object)
+                        else feeds[spec.name]) for spec in specs if spec.name in feeds}
+
+
+def _as_original(value, original, name, converted: dict):
+    """A candidate float output in another float type (a conversion), cast to the original's type."""
+    value, original = np.asarray(value), np.asarray(original)
+    if value.dtype != original.dtype and graphinfo.is_float_dtype(value.dtype) \
+            and graphinfo.is_float_dtype(original.dtype):
+        converted[name] = str(value.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return value.astype(original.dtype)
+    return value
 
 
 def match_outputs(original_names, candidate_names, notes) -> dict[str, str]:

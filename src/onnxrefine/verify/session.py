@@ -160,6 +160,7 @@ class VerificationSession:
 
     def check_outputs(self, run: _Run) -> VerificationReport:
         """The output check: every step but localisation."""
+        self.plan_conversion(run)
         self.plan_precision(run)
         self.run_original(run)
         self.run_candidate(run)
@@ -181,6 +182,27 @@ class VerificationSession:
             labelled = [(f"given{index}", feeds) for index, feeds in enumerate(sets)]
         checked = check_inputs(model, [feeds for _, feeds in labelled])
         return [(label, feeds) for (label, _), feeds in zip(labelled, checked)]
+
+    def plan_conversion(self, run: _Run) -> None:
+        """A candidate in another precision or without an input the original never reads
+        (evidence.conversion): where it declares a narrower float type, every set is rounded to it
+        for both models (generated sets are drawn for the narrower type, so they fit it)."""
+        if run.candidate_failure is not None:
+            return
+        plan = evidence.conversion(run.original_file.proto, run.candidate_file.proto)
+        run.candidate_failure = plan.problem
+        run.notes.extend(plan.notes)
+        if plan.changes_inputs:
+            run.early = None  # localisation feeds both models alike: it is not run (localise says so)
+        if plan.problem is not None or not plan.narrower:
+            return
+        if not run.inputs_given:
+            drawn = self.plan_inputs(run.candidate_file.proto, None)
+            originals = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(run.original_file.proto)}
+            run.labelled = [(label, {name: np.asarray(drawn_feeds.get(name, value)).astype(originals[name])
+                                     for name, value in feeds.items()})
+                            for (label, feeds), (_, drawn_feeds) in zip(run.labelled, drawn)]
+        run.labelled = [(label, evidence.rounded_to(feeds, plan.narrower)) for label, feeds in run.labelled]
 
     def plan_precision(self, run: _Run) -> None:
         original_model = run.original_file.proto
@@ -213,9 +235,6 @@ class VerificationSession:
 
     def run_candidate(self, run: _Run) -> None:
         """The candidate on the strict track; then both models under the deployment settings."""
-        if run.candidate_failure is None:
-            run.candidate_failure = evidence.candidate_input_problem(run.original_file.proto,
-                                                                     run.candidate_file.proto)
         if run.candidate_failure is None:
             run.output_map = evidence.match_outputs(
                 run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes)
@@ -344,6 +363,11 @@ class VerificationSession:
             for name, sets in track.evidence.items():
                 if any(not np.all(compare.bit_identical(item.rerun, item.original)) for item in sets):
                     notes.append(f"control: the original is not deterministic on output {name}{where}")
+        converted = {name: dtype for track in tracks for name, dtype in track.converted.items()}
+        if converted:
+            notes.append("candidate output(s) " + ", ".join(f"{name} ({dtype})" for name, dtype in converted.items())
+                         + " in another float type: compared in the original's type, judged with the bound "
+                         "of the narrowest precision either graph computes in")
         if run.discrete:
             notes.append(f"graph has discrete ops: {run.perturb_count} perturbation runs of the original "
                          "per input set where the candidate differs")
@@ -379,6 +403,10 @@ class VerificationSession:
         if original_model is None or candidate_model is None:
             report.localisation = {"status": f"not run: a model's weights exceed {LOCALIZE_MAX_BYTES >> 20} MiB "
                                              "(localisation holds both models in memory)"}
+            return
+        if evidence.conversion(original_model, candidate_model).changes_inputs:
+            report.localisation = {"status": "not run: the candidate declares other inputs (a conversion), "
+                                             "so its intermediates are not the original's"}
             return
         used = [(label, feeds) for label, feeds in labelled if label in report.input_sets]
         from onnxrefine import resources  # the float64 evaluation of every value must fit the budget
@@ -430,12 +458,13 @@ def _candidate_runs(track, candidate_file, labelled, custom_op_library, failure)
     except BadInputError as exc:
         track.candidate_failure = str(exc)
         return
+    specs = graphinfo.graph_inputs(candidate_file.proto)  # what it declares (a conversion may differ)
     with runner:
         for index, (label, feeds) in enumerate(labelled):
             progress.report(done=index, total=len(labelled),
                             detail=f"input set {label}: candidate run ({track.settings.level})")
             try:
-                track.candidate_runs.append(runner.run(feeds))
+                track.candidate_runs.append(runner.run(evidence.declared_feeds(specs, feeds)))
             except RunFailedError as exc:
                 track.candidate_failure = f"input set {label}: {exc}"
                 return
