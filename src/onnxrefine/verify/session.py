@@ -231,6 +231,11 @@ class VerificationSession:
             run.notes.append(f"time budget of {self.time_budget_s:g}s spent: {len(run.labelled) - len(first_runs)} "
                              f"of {len(run.labelled)} input sets not run")
             run.labelled = run.labelled[:len(first_runs)]
+        failed = [label for (label, _), result in zip(run.labelled, first_runs) if result is None]
+        if failed:
+            run.notes.append(f"generated branch set(s) {', '.join(failed)} not used: the original does not run on them")
+            kept = [(item, result) for item, result in zip(run.labelled, first_runs) if result is not None]
+            run.labelled, first_runs = [item for item, _ in kept], [result for _, result in kept]
         run.tracks = [Track(strict, first_runs)]
 
     def run_candidate(self, run: _Run) -> None:
@@ -441,6 +446,9 @@ def _original_runs(model_file, settings, labelled, custom_op_library, deadline, 
             try:
                 first = runner.run(feeds)
             except RunFailedError as exc:
+                if not given_inputs and label.startswith("branch:"):
+                    results.append(None)  # a set drawn to reach a branch may leave the valid domain
+                    continue
                 hint = "" if given_inputs else " (generated inputs; pass --inputs or --dims)"
                 raise BadInputError(f"input set {label}: {exc}{hint}") from None
             results.append((first, runner.run(feeds)))
