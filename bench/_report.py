@@ -166,7 +166,7 @@ def render(cache: dict, model_order: list[str], tool_order: list[str]) -> str:
         "original, interleaved in one process; median of the runs each. Below 1 is faster.",
         "- **max abs vs original**: largest |Δ| over all outputs against the original model in "
         "onnxruntime (same settings, same fixed inputs). **max abs vs float64**: against "
-        "`onnxrefine.verify.reference.evaluate_float64` of the original (n/a if not available); "
+        "`onnxrefine.verify.reference.evaluator.evaluate_float64` of the original (n/a if not available); "
         "compare with the original's own float64 error in the corpus table: a rewrite that only "
         "re-rounds stays near that figure.",
         "- Tools: onnxrefine `optimize(model)` default pipeline; onnxoptimizer "

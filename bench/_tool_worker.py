@@ -4,7 +4,7 @@ Modes (each writes a JSON report to --report; the tools themselves may print any
   optimize   load a model, run one optimizer, save the result; wall time and peak RSS
   evaluate   onnxruntime (optimizations off, 1 thread) outputs of a model, and optionally its latency
              interleaved with a baseline model's latency in the same process
-  float64    float64 evaluation of a model through onnxrefine.verify.reference.evaluate_float64
+  float64    float64 evaluation of a model through onnxrefine.verify.reference.evaluator.evaluate_float64
 
 A separate process per measurement keeps peak RSS honest (ru_maxrss is per process) and lets the
 runner survive a tool that crashes, hangs or exhausts memory.
@@ -216,7 +216,7 @@ def run_float64(args) -> dict:
     import onnx
 
     try:
-        from onnxrefine.verify.reference import evaluate_float64
+        from onnxrefine.verify.reference.evaluator import evaluate_float64
     except ImportError as exc:
         return {"ok": False, "unavailable": True, "error": f"{type(exc).__name__}: {exc}"}
     model = onnx.load(args.model)

@@ -25,7 +25,7 @@ def main() -> None:
     args = parser.parse_args()
     from onnxrefine import resources
     from onnxrefine.verify import verify_models
-    from onnxrefine.verify.runner import light_proto
+    from onnxrefine.verify.ort.runner import light_proto
 
     print("| model | estimate | estimate s | uncertain | watched (auto) | never s | auto s | always s |")
     print("|---|---|---|---|---|---|---|---|")

@@ -51,7 +51,7 @@ _CERTIFIER_CPU = [0.0]
 
 def _count_certifier_cpu() -> None:
     """The certifier's own CPU time (process_time), next to the wall time it reports itself."""
-    from onnxrefine.verify.certificate import Certifier
+    from onnxrefine.verify.certificate.certifier import Certifier
 
     call = Certifier.__call__
 

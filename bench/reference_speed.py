@@ -17,7 +17,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxrefine.verify.reference import evaluate_float64
+from onnxrefine.verify.reference.evaluator import evaluate_float64
 
 
 class _Builder:

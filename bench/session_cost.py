@@ -1,5 +1,5 @@
 """What creating an onnxruntime session costs from serialized bytes vs from a temp file written by
-the streaming saver (verify/runner.py picks bytes below IN_MEMORY_SESSION_MAX_BYTES).
+the streaming saver (verify/ort/runner.py picks bytes below IN_MEMORY_SESSION_MAX_BYTES).
 
     python bench/session_cost.py     # one-MatMul models of 10 KiB .. 256 MiB, best of 3, in ms
 """
@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from rich.console import Console
 from rich.table import Table
 
-from onnxrefine.verify import runner
+from onnxrefine.verify.ort import runner
 
 
 def model(mib: float) -> onnx.ModelProto:

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxrefine.verify import graphinfo, verify_models
 from onnxrefine.verify.inputs import generate_inputs
-from onnxrefine.verify.runner import ModelRunner
+from onnxrefine.verify.ort.runner import ModelRunner
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 

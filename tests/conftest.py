@@ -41,6 +41,6 @@ def example(tmp_path) -> Path:
 def _idle_machine_for_verification_plans(monkeypatch):
     """Verification plans scale their estimates by the machine's load average; tests pin it so a
     plan (how many input sets fit a budget) does not depend on what else the machine runs."""
-    from onnxrefine import verify_plan
+    from onnxrefine.verify import plan as verify_plan
 
     monkeypatch.setattr(verify_plan, "machine_slowdown", lambda: 1.0)

@@ -19,7 +19,7 @@ from hostile.bombs import bomb_cases, loop_case, loop_scan_case
 from onnxrefine import resources
 from onnxrefine.cli.main import main
 from onnxrefine.errors import BadInputError
-from onnxrefine.verify.runner import ModelRunner
+from onnxrefine.verify.ort.runner import ModelRunner
 
 BOMB_BYTES = 200 << 20
 FEEDS = {"x": np.ones((2, 3), np.float32)}

@@ -18,7 +18,7 @@ from onnxrefine.passes import registry
 from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Const, Op, Var
 from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Replacement, Rule
-from onnxrefine.verify.certificate_inputs import adversarial_sets, reduced_shapes
+from onnxrefine.verify.certificate.inputs import adversarial_sets, reduced_shapes
 
 
 def _sub_from_zero_to_neg(m, ctx):
@@ -196,7 +196,7 @@ def test_a_dropped_epsilon_sized_error_is_refused_by_the_float64_meaning_check(m
     # 1e-5 relative (an epsilon of 1e-5 dropped against a variance of 0.5) is within the a priori
     # bound of 16*9 float32 roundings, so float32 runs alone cannot tell it from reassociation;
     # the replacement evaluated in float64 can.
-    from onnxrefine.verify import certificate
+    from onnxrefine.verify.certificate import certifier as certificate
 
     monkeypatch.setattr(certificate, "affine_fold_proof", lambda request: None)  # the run is under test
     registry._load_pass_modules()
@@ -272,7 +272,7 @@ def test_sets_side_by_side_in_one_image_still_catch_a_zero_sign_flip(monkeypatch
 def test_width_stacking_only_where_each_column_is_computed_alone():
     import onnx_ir as ir
 
-    from onnxrefine.verify.certificate_inputs import width_stackable
+    from onnxrefine.verify.certificate.inputs import width_stackable
 
     class Side:
         def __init__(self, name, array):

@@ -14,7 +14,7 @@ from helpers import make_model, tensor, value_info
 from onnx import TensorProto, helper
 
 from onnxrefine.verify import MISMATCH, UNSTABLE, verify_models
-from onnxrefine.verify.verdict import RoundingBound, SetEvidence, judge_output
+from onnxrefine.verify.judge.verdict import RoundingBound, SetEvidence, judge_output
 
 F, I32, I64, B = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL
 
@@ -159,7 +159,7 @@ def test_floor_of_an_input_off_by_a_thousand_is_mismatch():
 
 
 def test_exact_decisions_follow_exact_ops_only():
-    from onnxrefine.verify.decisions import exact_decisions
+    from onnxrefine.verify.judge.decisions import exact_decisions
 
     model = build([node("Floor", ["x"], ["f"]), node("Relu", ["f"], ["r"]), node("Mul", ["x", "k"], ["m"]),
                    node("Floor", ["m"], ["g"]), node("Add", ["r", "g"], ["y"])], [("k", np.float32(0.1))])

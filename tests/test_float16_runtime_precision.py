@@ -1,4 +1,4 @@
-"""Float16 graphs where onnxruntime, not the rewrite, moves the answer (verify/spec_identity.py).
+"""Float16 graphs where onnxruntime, not the rewrite, moves the answer (verify/judge/spec_identity.py).
 
 onnxruntime computes float16 Exp and Log in float32 and drops the float16 rounding between them
 when one Unsqueeze separates them, but not when two do; fusing the two Unsqueezes (an exact
@@ -13,7 +13,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxrefine.verify import verify_models
-from onnxrefine.verify.spec_identity import rounding_fully_modelled
+from onnxrefine.verify.judge.spec_identity import rounding_fully_modelled
 
 X = np.array([1e-4, -2e-4, 3e-4, 2e-4], np.float16)   # exp(x) rounds to 1.0 in float16
 

@@ -155,7 +155,7 @@ def test_clip_without_min_makes_minus_inf_finite_in_the_reference():
     # -inf. Clip's omitted min is numeric_limits::lowest(), so onnxruntime's Clip gives -FLT_MAX,
     # the original's Log(Softmax) -inf and LogSoftmax a finite value; the reference passed -inf
     # through Clip and so blamed the candidate.
-    from onnxrefine.verify.reference import evaluate_float64
+    from onnxrefine.verify.reference.evaluator import evaluate_float64
 
     nodes = [onnx.helper.make_node("Clip", ["x", "", "c"], ["k"]),
              onnx.helper.make_node("Softmax", ["k"], ["s"], axis=1),

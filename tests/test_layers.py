@@ -27,10 +27,10 @@ FORBIDDEN = {
     "runtime": {"*"},
 }
 LEAF_IMPORTS = {"errors": set(), "atomic": {"errors"}, "runtime": set()}
-# The one crossing: verify/certificate.py implements the rule engine's certificate hook, so it
+# The one crossing: verify/certificate/certifier.py implements the rule engine's certificate hook, so it
 # reads the hook's request/outcome types (and the EXACT class name) from rewrite/rule.py.
-ALLOWED = {("verify/certificate.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateOutcome", "CertificateRequest"},
-           ("verify/certificate_model.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateRequest"}}
+ALLOWED = {("verify/certificate/certifier.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateOutcome", "CertificateRequest"},
+           ("verify/certificate/model.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateRequest"}}
 
 
 def imports_of(source: str) -> list[tuple[str, set[str], int]]:
@@ -96,9 +96,10 @@ def test_a_forbidden_import_is_reported(tmp_path, monkeypatch):
     fake = tmp_path / "onnxrefine"
     (fake / "verify").mkdir(parents=True)
     (fake / "verify" / "bad.py").write_text("def f():\n    from onnxrefine.passes.registry import all_passes\n")
-    (fake / "verify" / "certificate.py").write_text("from onnxrefine.rewrite.rule import EXACT, Rule\n")
+    (fake / "verify" / "certificate").mkdir()
+    (fake / "verify" / "certificate" / "certifier.py").write_text("from onnxrefine.rewrite.rule import EXACT, Rule\n")
     monkeypatch.setattr(sys.modules[__name__], "SRC", fake)
     assert _violations() == [
         "verify/bad.py:2: verify imports onnxrefine.passes.registry ['all_passes']",
-        "verify/certificate.py:1: verify imports onnxrefine.rewrite.rule ['EXACT', 'Rule']",
+        "verify/certificate/certifier.py:1: verify imports onnxrefine.rewrite.rule ['EXACT', 'Rule']",
     ]

@@ -11,8 +11,8 @@ from onnx import TensorProto
 
 import onnxrefine
 from onnxrefine.verify import verify_models
-from onnxrefine.verify.localize import localize
-from onnxrefine.verify.reference import evaluate_float64
+from onnxrefine.verify.localize.layerwise import localize
+from onnxrefine.verify.reference.evaluator import evaluate_float64
 
 NAN, INF = np.nan, np.inf
 

@@ -17,8 +17,8 @@ from onnxrefine.rewrite.pattern import Op, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, Rule
 from onnxrefine.triage.bisect import bisect
 from onnxrefine.verify import verify_models
-from onnxrefine.verify.localize import batches_of, find_pairs, localize
-from onnxrefine.verify.reference import evaluate_float64
+from onnxrefine.verify.localize.layerwise import batches_of, find_pairs, localize
+from onnxrefine.verify.reference.evaluator import evaluate_float64
 
 EPS = 1e-5
 # One channel per BatchNormalization has a variance of SMALL_VAR: there a fold that drops epsilon
@@ -354,7 +354,7 @@ def test_bisect_names_the_rewrite_and_the_value_it_broke(tmp_path, monkeypatch, 
 
 
 def test_where_the_reference_stops_later_values_use_the_fallback(monkeypatch):
-    from onnxrefine.verify import reference
+    from onnxrefine.verify.reference import evaluator as reference
 
     kernel = reference._NATIVE["Relu"]
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 from test_localize import DILUTED_VAR, residual_net
 
-from onnxrefine.verify import reference, verify_models
-from onnxrefine.verify.localize import localize
+from onnxrefine.verify import verify_models
+from onnxrefine.verify.reference import evaluator as reference
+from onnxrefine.verify.localize.layerwise import localize
 
 
 def _evaluations(monkeypatch) -> list:

@@ -18,7 +18,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from onnxrefine.verify.reference import UnsupportedOperatorError, evaluate_float64, supported_op_types
+from onnxrefine.verify.reference.evaluator import UnsupportedOperatorError, evaluate_float64, supported_op_types
 
 RTOL, ATOL = 1e-3, 1e-5
 

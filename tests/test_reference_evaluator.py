@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxrefine.errors import OnnxRefineError
-from onnxrefine.verify.reference import (
+from onnxrefine.verify.reference.evaluator import (
     UnsupportedOperatorError,
     evaluate_float64,
     supported_op_types,
@@ -391,7 +391,7 @@ def test_float16_feeds_and_initializers_are_upcast():
     got = evaluate_float64(model, {"x": x})["y"]
     assert got.dtype == np.float64
     exact = x.astype(np.float64) * np.array([0.1, 3], np.float16).astype(np.float64)
-    # the float16 Mul's result is a float16 value (reference_kernels_dtype), carried as float64
+    # the float16 Mul's result is a float16 value (kernels/dtype.py), carried as float64
     np.testing.assert_array_equal(got, exact.astype(np.float16).astype(np.float64))
 
 

@@ -10,8 +10,8 @@ from onnx import TensorProto, helper
 
 from helpers import make_model, run, tensor, value_info
 from onnxrefine.verify import verify_models
-from onnxrefine.verify.reference import evaluate_float64
-from onnxrefine.verify.reference_kernels_dtype import round_ieee
+from onnxrefine.verify.reference.evaluator import evaluate_float64
+from onnxrefine.verify.reference.kernels.dtype import round_ieee
 
 F, H, D = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE
 

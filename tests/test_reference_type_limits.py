@@ -9,7 +9,7 @@ import pytest
 from helpers import make_model, tensor, value_info
 from onnx import TensorProto, helper
 
-from onnxrefine.verify.reference import evaluate_float64
+from onnxrefine.verify.reference.evaluator import evaluate_float64
 
 
 @pytest.mark.parametrize("elem, top", [(TensorProto.FLOAT, float(np.finfo(np.float32).max)),

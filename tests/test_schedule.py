@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 import onnxrefine
 import onnxrefine.verify as verify_package
-from onnxrefine import verify_plan
+from onnxrefine.verify import plan as verify_plan
 from onnxrefine.cli.main import main
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import ConstantBudget

@@ -19,8 +19,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxrefine.ir import io
-from onnxrefine.verify import runner, verify_models
-from onnxrefine.verify.reference import _Evaluator, evaluate_float64
+from onnxrefine.verify import verify_models
+from onnxrefine.verify.ort import runner
+from onnxrefine.verify.reference.evaluator import _Evaluator, evaluate_float64
 
 
 def mlp(layers: int = 3, hidden: int = 64, seed: int = 0) -> onnx.ModelProto:

@@ -1,4 +1,4 @@
-"""The named verdict rules (verify/verdict.py RULES): each exemption's legitimate case, and the
+"""The named verdict rules (verify/judge/verdict.py RULES): each exemption's legitimate case, and the
 counterexamples of issue 9 that it must not excuse (each of these passed as `rounding` or
 `unstable` before the rules were narrowed).
 
@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from onnxrefine.verify import MISMATCH, ROUNDING, UNSTABLE, run_settings, verify_models
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.verdict import CONTROLS, RULES, RoundingBound, SetEvidence, judge_output
+from onnxrefine.verify.judge.verdict import CONTROLS, RULES, RoundingBound, SetEvidence, judge_output
 
 F = TensorProto.FLOAT
 inf, nan = np.inf, np.nan
@@ -209,7 +209,7 @@ def test_matmul_chain_fold_on_inf_inputs_is_rounding():
 
 def test_nonfinite_cone_is_measured_per_element():
     from onnxrefine.verify.evidence import add_nonfinite_cones as _add_nonfinite_cones
-    from onnxrefine.verify.runner import ModelRunner
+    from onnxrefine.verify.ort.runner import ModelRunner
 
     original, _, feeds = _cube_overflow_models()
     runner = ModelRunner(original, "original")
@@ -418,7 +418,7 @@ def test_argmax_of_an_overflowing_exp_rewritten_to_argmax_is_mismatch():
 
 
 def test_near_boundary_reads_argmax_layouts_and_bool_casts():
-    from onnxrefine.verify.decisions import DecisionEvidence, near_boundary, reference_decision
+    from onnxrefine.verify.judge.decisions import DecisionEvidence, near_boundary, reference_decision
 
     data = np.array([[1.0, 1.0 + 1e-9, 0.0], [0.0, 5.0, 1.0]])
     for keepdims in (0, 1):
@@ -445,7 +445,7 @@ def test_near_boundary_reads_argmax_layouts_and_bool_casts():
 def test_every_runtime_explanation_is_documented_and_names_existing_tests():
     import pathlib
 
-    from onnxrefine.verify.rules import RUNTIME_EXPLANATIONS
+    from onnxrefine.verify.judge.rules import RUNTIME_EXPLANATIONS
 
     root = pathlib.Path(__file__).resolve().parent.parent
     names = [item.name for item in RUNTIME_EXPLANATIONS]

@@ -23,13 +23,13 @@ from helpers import run
 from test_schedule import conv_bn_residual, planted_rule  # noqa: F401 (a fixture)
 
 import onnxrefine
-from onnxrefine import verify_plan
+from onnxrefine.verify import plan as verify_plan
 from onnxrefine.api import optimize_ir
 from onnxrefine.cli.main import main
 from onnxrefine.ir import io
 from onnxrefine.verified import VerifySettings
-from onnxrefine.verify import runner
-from onnxrefine.verify.runner import light_proto
+from onnxrefine.verify.ort import runner
+from onnxrefine.verify.ort.runner import light_proto
 
 ROOT = Path(__file__).resolve().parent.parent
 THRESHOLD = 256  # bytes: conv_bn_residual's weights (W1, W2, G: 576-1536 bytes) go external

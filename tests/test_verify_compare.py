@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from onnxrefine.verify import compare
+from onnxrefine.verify.judge import compare
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16])

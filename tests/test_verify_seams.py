@@ -25,17 +25,17 @@ def _imports(path: pathlib.Path) -> set[str]:
 
 
 def test_kernel_modules_and_the_leaf_never_import_the_evaluator():
-    """The import circle of reference*.py is gone: kernels import the leaf, never reference.py."""
-    modules = sorted(VERIFY.glob("reference_kernels_*.py")) + [VERIFY / "reference_base.py"]
+    """The import circle of reference*.py is gone: kernels import the leaf, never reference/evaluator.py."""
+    modules = sorted((VERIFY / "reference" / "kernels").glob("[!_]*.py")) + [VERIFY / "reference" / "base.py"]
     assert len(modules) >= 6
     for path in modules:
-        assert "onnxrefine.verify.reference" not in _imports(path), path.name
-    assert not {name for name in _imports(VERIFY / "reference_base.py") if name.startswith("onnxrefine.verify")}
+        assert "onnxrefine.verify.reference.evaluator" not in _imports(path), path.name
+    assert not {name for name in _imports(VERIFY / "reference" / "base.py") if name.startswith("onnxrefine.verify")}
 
 
 def test_every_kernel_module_registers_into_the_one_table():
-    from onnxrefine.verify import reference
-    from onnxrefine.verify.reference_base import KERNELS
+    from onnxrefine.verify.reference import evaluator as reference
+    from onnxrefine.verify.reference.base import KERNELS
 
     assert reference._NATIVE is KERNELS
     for op_type in ("Add", "Conv", "Reshape", "Resize", "LRN", "GroupNormalization", "If", "Loop", "Scan",
@@ -45,7 +45,7 @@ def test_every_kernel_module_registers_into_the_one_table():
 
 
 def test_a_second_kernel_for_one_op_is_refused():
-    from onnxrefine.verify.reference_base import KERNELS, kernel
+    from onnxrefine.verify.reference.base import KERNELS, kernel
 
     with pytest.raises(RuntimeError, match="two float64 kernels registered for Relu"):
         kernel("Relu")(lambda call: [call.inputs[0]])
@@ -57,7 +57,7 @@ def test_a_kernel_refuses_through_the_leaf_error_type():
     from onnx import helper
 
     from helpers import make_model, value_info
-    from onnxrefine.verify.reference import UnsupportedOperatorError, evaluate_float64
+    from onnxrefine.verify.reference.evaluator import UnsupportedOperatorError, evaluate_float64
 
     model = make_model([helper.make_node("Dropout", ["x", "r", "t"], ["y"])],
                        [value_info("x", shape=[2]), value_info("r", shape=[]),
@@ -98,7 +98,7 @@ def test_localisation_on_its_own_uses_the_injected_reference():
     import numpy as np
 
     from onnxrefine.verify import DECLINING_REFERENCE
-    from onnxrefine.verify.localize import localize
+    from onnxrefine.verify.localize.layerwise import localize
 
     original, candidate = _pair()
     sets = [("given0", {"x": np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)})]
@@ -142,7 +142,7 @@ def test_verdict_enum_reads_as_its_string_everywhere():
     import json
 
     from onnxrefine.verify import VERDICTS, Verdict
-    from onnxrefine.verify.verdict import worst
+    from onnxrefine.verify.judge.verdict import worst
 
     assert [str(v) for v in VERDICTS] == ["exact", "rounding", "unstable", "mismatch"]
     assert Verdict.MISMATCH == "mismatch" and f"{Verdict.ROUNDING}" == "rounding"
@@ -168,8 +168,9 @@ def test_verified_and_bisect_read_the_enum():
 def test_value_classes_are_the_rules_classes():
     import numpy as np
 
-    from onnxrefine.verify import rules, verdict
-    from onnxrefine.verify.compare import ValueClass, value_class
+    from onnxrefine.verify.judge import rules
+    from onnxrefine.verify.judge import verdict
+    from onnxrefine.verify.judge.compare import ValueClass, value_class
 
     assert (rules.FIN, rules.PINF, rules.NINF, rules.NAN) == tuple(int(c) for c in ValueClass)
     assert verdict.FIN == ValueClass.FINITE

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 from helpers import make_model, tensor, value_info
 from onnxrefine.verify import EXACT, MISMATCH, ROUNDING, UNSTABLE, run_settings, verify_models
 from onnxrefine.verify.session import DECLINING_REFERENCE
-from onnxrefine.verify.verdict import RoundingBound, SetEvidence, judge_output
+from onnxrefine.verify.judge.verdict import RoundingBound, SetEvidence, judge_output
 
 
 @pytest.fixture(params=["float64", "fallback"])
@@ -24,7 +24,7 @@ def reference_mode(request):
             yield request.param
         return
     try:
-        import onnxrefine.verify.reference  # noqa: F401
+        import onnxrefine.verify.reference.evaluator  # noqa: F401
     except ImportError as exc:
         pytest.skip(f"float64 reference not importable: {exc}")
     yield request.param

@@ -20,7 +20,7 @@ from onnxrefine.passes.pipeline import run_passes
 from onnxrefine.passes.registry import default_pass_names, get_pass
 from onnxrefine.rewrite.log import RewriteLog
 from onnxrefine.verified import VerifySettings, optimize_verified
-from onnxrefine.verify.certificate import Certifier
+from onnxrefine.verify.certificate.certifier import Certifier
 
 
 @dataclass

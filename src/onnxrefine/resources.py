@@ -14,9 +14,9 @@ onnxruntime's arena keeps a second buffer on a repeated run, the float64 referen
 values; the cap keeps a multi-GB bomb off an ordinary machine).
 
 Where the estimate cannot be trusted (a Loop or Scan, values whose shape inference cannot tell) or
-is close to the budget, verify/runner_child.py runs onnxruntime in a child process whose RSS the
+is close to the budget, verify/ort/child.py runs onnxruntime in a child process whose RSS the
 parent polls and whose wall clock it bounds: a model that defeats the estimate is killed and
-reported as one line, and the tool goes on (see verify/runner.py).
+reported as one line, and the tool goes on (see verify/ort/runner.py).
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def estimate_peak(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None
     """Estimate from shapes alone (no weights read, nothing evaluated); `feeds` pins the inputs'
     shapes (their values are not read)."""
     from onnxrefine.verify import graphinfo
-    from onnxrefine.verify_plan import light_model
+    from onnxrefine.verify.plan import light_model
 
     estimate = PeakEstimate()
     light = light_model(model)

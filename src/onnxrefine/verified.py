@@ -1,7 +1,7 @@
 """Optimization with proof: the schedule runs once, the result is verified end to end, once.
 
 The schedule is passes/pipeline.py's, the one `--no-verify` runs, so both apply the same rewrites.
-Before anything runs, verify_plan.py estimates what one verification costs from the model and
+Before anything runs, verify/plan.py estimates what one verification costs from the model and
 says what will happen (how many input sets, or why verification is skipped). After the schedule,
 the final model is verified against the original. Only when that verdict is not exact/rounding
 does onnxrefine bisect the schedule's deterministic replay: pass run by pass run, then rewrite by
@@ -19,9 +19,9 @@ The original stays a FILE throughout, so a model of any size (over protobuf's 2 
 optimized and verified with its weights read memory-mapped: the user's path when the model came
 from one (`source_path`), else the in-memory model written once by the streaming saver into a temp
 folder (removed at the end). Every run and replay loads that file lazily (io.load_model: unchanged
-weights stay memory-mapped), the plan reads only its graph (verify/runner.py light_proto), and
+weights stay memory-mapped), the plan reads only its graph (verify/ort/runner.py light_proto), and
 verify_models gets the original as that file and each candidate as an ir.Model (written to a temp
-folder whose unchanged weights are hard links, verify/runner.py open_model). Nothing serializes
+folder whose unchanged weights are hard links, verify/ort/runner.py open_model). Nothing serializes
 the whole model.
 """
 
@@ -44,7 +44,7 @@ from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.rewrite.log import RewriteLog
 from onnxrefine.rewrite.rule import EXACT
-from onnxrefine.verify.verdict import Verdict
+from onnxrefine.verify.judge.verdict import Verdict
 
 DEFAULT_VERIFY_BUDGET_S = 120.0  # the most auto mode spends unless --verify-budget says otherwise
 AUTO_BUDGET_FACTOR = 3.0
@@ -119,7 +119,7 @@ def optimize_verified(
 
 
 def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float) -> VerifiedRun:
-    from onnxrefine.verify_plan import VerifyPlan, make_plan  # numpy-heavy: only when verifying
+    from onnxrefine.verify.plan import VerifyPlan, make_plan  # numpy-heavy: only when verifying
 
     emit = state.emit
     forced = bool(settings.enabled)
@@ -185,10 +185,10 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
 
 
 def _original_file(model: ir.Model, source_path):
-    """The original as a verify/runner.py ModelFile: the user's file, or `model` written to a temp
+    """The original as a verify/ort/runner.py ModelFile: the user's file, or `model` written to a temp
     folder (hard links for weights already memory-mapped from a file, else the streaming saver:
     large tensors as external data). Its graph is read without the large weights' bytes."""
-    from onnxrefine.verify.runner import ModelFile, _write_temp, light_proto
+    from onnxrefine.verify.ort.runner import ModelFile, _write_temp, light_proto
 
     if source_path is not None:
         path = os.fspath(source_path)
@@ -247,7 +247,7 @@ def _check_resources(original) -> None:
     or holds a Loop over the trip-count limit (resources.py; symbolic dims taken as 1 here, the
     runner checks again with each input set's shapes)."""
     from onnxrefine import resources
-    from onnxrefine.verify.runner import peak_estimate
+    from onnxrefine.verify.ort.runner import peak_estimate
 
     resources.check_runnable(peak_estimate(original, None), "original model")
 
@@ -275,7 +275,7 @@ class _Schedule:
 
     def __init__(self, original, pass_names, budget, fixed_point, on_progress, emit,
                  settings: VerifySettings, certifier=None):
-        self.original = original  # a verify/runner.py ModelFile with a path
+        self.original = original  # a verify/ort/runner.py ModelFile with a path
         self.certifier = certifier  # shared by every replay: its caches keep replays cheap and alike
         self.pass_names = list(pass_names)
         self.budget = budget

@@ -1,7 +1,7 @@
 """`onnxrefine verify ORIGINAL CANDIDATE`: did the candidate change what the original computes?
 
 Prints a per-output table, the worst intermediate values and the first bad one ("first bad
-value: NAME (OP node NODE) mismatch: ..."; see verify/localize.py) and, as the last line of
+value: NAME (OP node NODE) mismatch: ..."; see verify/localize/layerwise.py) and, as the last line of
 stdout, `verdict: <exact|rounding|unstable|mismatch>`. Exit 0 for exact/rounding, 1 for
 unstable/mismatch, 2 for bad input.
 """
@@ -86,7 +86,7 @@ def add_run_settings_arguments(parser) -> None:
 def run_settings_from_args(args) -> dict:
     """verify_models' keyword arguments from the flags above; BadInputError (one line) for an
     unknown level or provider, an unavailable provider or a missing custom-op library."""
-    from onnxrefine.verify.runner import RunSettings, check_run_settings
+    from onnxrefine.verify.ort.runner import RunSettings, check_run_settings
 
     providers = tuple(part.strip() for part in args.providers.split(",") if part.strip())
     deployment = None if args.no_deployment_check else RunSettings(level=args.ort_level, providers=providers)
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
     from onnxrefine.verify import verify_models
     from onnxrefine.verify.inputs import load_inputs
-    from onnxrefine.verify.report import render_table
+    from onnxrefine.verify.report.report import render_table
 
     from onnxrefine.batch import cli as batch
 

@@ -150,7 +150,7 @@ def _session(model: onnx.ModelProto):
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 4
-    from onnxrefine.verify.runner import inference_session
+    from onnxrefine.verify.ort.runner import inference_session
 
     return inference_session(model, options)
 

@@ -26,7 +26,7 @@ from onnx import helper
 from onnxrefine.errors import BadInputError
 from onnxrefine.fuzz.generator import random_inputs
 from onnxrefine.atomic import staged_folder
-from onnxrefine.verify.runner import inference_session
+from onnxrefine.verify.ort.runner import inference_session
 
 Step = Callable[[onnx.ModelProto], onnx.ModelProto]
 

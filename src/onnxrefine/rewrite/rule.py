@@ -72,7 +72,7 @@ class CertificateOutcome:
     detail: str = ""
 
 
-# A certifier checks one rewrite on its own matched subgraph (see onnxrefine.verify.certificate);
+# A certifier checks one rewrite on its own matched subgraph (see onnxrefine.verify.certificate.certifier);
 # the driver refuses the rewrite when the outcome is "refused".
 Certifier = Callable[[CertificateRequest], CertificateOutcome]
 

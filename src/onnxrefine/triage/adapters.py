@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import onnx
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.verify.runner import inference_session
+from onnxrefine.verify.ort.runner import inference_session
 
 Step = tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto]]
 

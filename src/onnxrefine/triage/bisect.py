@@ -1,7 +1,7 @@
 """Bisection: apply an optimizer's steps one at a time, verify after each, name the first step
 whose result is a real mismatch, and write a repro bundle for it.
 
-Verification localises (verify/localize.py), so a step that breaks a value deep inside the model
+Verification localises (verify/localize/layerwise.py), so a step that breaks a value deep inside the model
 is found even where the outputs dilute the change, and the result, the bundle's report and README
 title name the first bad intermediate value with the rewrite that broke it.
 
@@ -29,7 +29,7 @@ from onnxrefine.passes.registry import get_pass
 from onnxrefine.resources import ResourceLimitError
 from onnxrefine.triage.adapters import get_adapter
 from onnxrefine.triage.bundle import write_bundle
-from onnxrefine.verify.verdict import Verdict
+from onnxrefine.verify.judge.verdict import Verdict
 
 
 @dataclass

@@ -22,11 +22,11 @@ import numpy as np
 
 from onnxrefine import progress
 from onnxrefine.verify.inputs import generate_inputs, load_inputs, save_inputs
-from onnxrefine.verify.report import OutputReport, VerificationReport
-from onnxrefine.verify.runner import RunSettings
+from onnxrefine.verify.report.report import OutputReport, VerificationReport
+from onnxrefine.verify.ort.runner import RunSettings
 from onnxrefine.verify.session import (DECLINING_REFERENCE, DEFAULT_DEPLOYMENT, LOCALIZE_MAX_BYTES,
                                        VerificationSession, float64_reference)
-from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, Verdict
+from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, Verdict
 
 __all__ = [
     "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "Verdict", "verify_models", "VerificationReport",
@@ -87,11 +87,11 @@ def verify_models(original, candidate, *,
     onnxruntime cannot load or run is a `mismatch` (the rewrite broke the model), not bad input.
 
     `localize`: also judge the intermediate values both models hold (paired by name or role) and
-    name the first bad one (localize.py); a mismatch there makes the verdict a mismatch. It costs
+    name the first bad one (localize/layerwise.py); a mismatch there makes the verdict a mismatch. It costs
     one float64 evaluation of the original, 3 onnxruntime runs and the judging of every paired
     value per input set: about 3x the time of verification without it on resnet50.
 
-    `reference`: the float64 evaluator (session.ReferenceEvaluator; default: reference.py's);
+    `reference`: the float64 evaluator (session.ReferenceEvaluator; default: reference/evaluator.py's);
     None: the default. DECLINING_REFERENCE declines every model, so the no-reference fallback judges.
     """
     scoped = _SCOPED.get()

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from onnxrefine.verify import compare, graphinfo
-from onnxrefine.verify import verdict as verdict_rules
-from onnxrefine.verify.report import OutputReport
-from onnxrefine.verify.runner import RunFailedError, RunSettings
-from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE
+from onnxrefine.verify import graphinfo
+from onnxrefine.verify.judge import compare
+from onnxrefine.verify.judge import verdict as verdict_rules
+from onnxrefine.verify.report.report import OutputReport
+from onnxrefine.verify.ort.runner import RunFailedError, RunSettings
+from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE
 
 
 class Track:
@@ -175,7 +176,7 @@ def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:
 def reference_refusal(model_file, feeds) -> str | None:
     """Why the float64 reference must not evaluate the model on `feeds` (resources.py), or None."""
     from onnxrefine import resources
-    from onnxrefine.verify.runner import peak_estimate
+    from onnxrefine.verify.ort.runner import peak_estimate
 
     return resources.reference_refusal(peak_estimate(model_file, feeds))
 
@@ -240,7 +241,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
     where the feed is computed exactly, else the stand-in of decisions.margin_stand_in)."""
     if reference_state["status"] == "unavailable":
         return
-    from onnxrefine.verify import decisions
+    from onnxrefine.verify.judge import decisions
 
     model = model_file.proto
     producers = {out: node for node in model.graph.node for out in node.output}
@@ -271,7 +272,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
 
 def add_exact_decisions(model, tracks, names) -> None:
     """SetEvidence.exact_decisions of every output (decisions.exact_decisions), on every track."""
-    from onnxrefine.verify import decisions
+    from onnxrefine.verify.judge import decisions
 
     try:
         exact = decisions.exact_decisions(model, names)
@@ -285,7 +286,7 @@ def add_exact_decisions(model, tracks, names) -> None:
 
 def _decision_feed(producers, name, item):
     """(decision node, its float input names, through a Where) for an output a decision makes, or None."""
-    from onnxrefine.verify import decisions
+    from onnxrefine.verify.judge import decisions
 
     node = producers.get(name)
     if node is None:

@@ -148,7 +148,7 @@ def static_shapes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None
     """Value name -> shape tuple (ints where known, None elsewhere), with inputs pinned to feeds."""
     # A copy without the large weights' bytes (dims kept): shape inference needs none, and copying
     # and serializing them was most of the time (and memory) on big models.
-    from onnxrefine.verify_plan import light_model
+    from onnxrefine.verify.plan import light_model
 
     pinned = light_model(model)
     if feeds:

@@ -1,7 +1,7 @@
 """One verification, as named steps: VerificationSession (verify_models is a thin wrapper of it).
 
 The session holds the options and the reference evaluator, injected: by default the float64
-reference (reference.py, imported on first use); a caller (a test, a benchmark column) may pass any
+reference (reference/evaluator.py, imported on first use); a caller (a test, a benchmark column) may pass any
 callable of the same signature, DECLINING_REFERENCE among them, which declines every model so that
 verification takes the documented no-reference fallback. Nothing is swapped in sys.modules.
 
@@ -14,7 +14,7 @@ verify() runs the steps in this order, each a method below:
   add_controls    perturbation runs of the original where the bound alone leaves a difference
   compare         one OutputReport per output and track (the verdict rules, the hard bound)
   verdict         the VerificationReport: overall verdict, notes, settings
-  localise        layer-wise localisation (localize.py), which can turn the verdict to mismatch
+  localise        layer-wise localisation (localize/layerwise.py), which can turn the verdict to mismatch
 """
 
 from __future__ import annotations
@@ -31,14 +31,15 @@ import onnx
 from onnxrefine import progress
 from onnxrefine.errors import BadInputError
 from onnxrefine.resources import ResourceLimitError
-from onnxrefine.verify import compare, evidence, graphinfo
-from onnxrefine.verify import verdict as verdict_rules
+from onnxrefine.verify.judge import compare
+from onnxrefine.verify import evidence, graphinfo
+from onnxrefine.verify.judge import verdict as verdict_rules
 from onnxrefine.verify.evidence import Track
 from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
-from onnxrefine.verify.reference_base import UnsupportedOperatorError
-from onnxrefine.verify.spec_identity import excuse_float16_runtime
-from onnxrefine.verify.report import VerificationReport
-from onnxrefine.verify.runner import ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model
+from onnxrefine.verify.reference.base import UnsupportedOperatorError
+from onnxrefine.verify.judge.spec_identity import excuse_float16_runtime
+from onnxrefine.verify.report.report import VerificationReport
+from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model
 
 __all__ = ["DECLINING_REFERENCE", "DecliningReference", "ReferenceEvaluator", "VerificationSession",
            "float64_reference"]
@@ -55,7 +56,7 @@ class ReferenceNotImportable(Exception):
 def float64_reference(model, feeds, *, outputs=None, base_dir=None, observe=None) -> dict:
     """The default reference: reference.evaluate_float64, imported when first needed."""
     try:
-        from onnxrefine.verify.reference import evaluate_float64
+        from onnxrefine.verify.reference.evaluator import evaluate_float64
     except ImportError as exc:
         raise ReferenceNotImportable(str(exc)) from exc
     return evaluate_float64(model, feeds, outputs=outputs, base_dir=base_dir, observe=observe)
@@ -144,9 +145,9 @@ class VerificationSession:
                 labelled = self.plan_inputs(original_file.proto, inputs)
                 early = None
                 if self.localize and candidate_file is not None:
-                    from onnxrefine.verify.localize_shared import EarlyLocalisation
+                    from onnxrefine.verify.localize.shared import EarlyLocalisation
 
-                    # localisation observes the output check's float64 evaluations (localize_shared.py)
+                    # localisation observes the output check's float64 evaluations (localize/shared.py)
                     early = EarlyLocalisation(original, candidate, self.seed, _whole_proto)
                 run = _Run(original_file, candidate_file, candidate_failure, labelled, inputs is not None, early)
                 report = self.check_outputs(run)
@@ -281,7 +282,7 @@ class VerificationSession:
 
     def _reference_on_set(self, model_file, feeds, names, evidence_sets, state, observer=None) -> None:
         """`observer`: a callable giving (observe, finish) for localisation to watch this evaluation
-        (localize_shared.py) or None."""
+        (localize/shared.py) or None."""
         if state["status"] == "unavailable":
             return
         refusal = evidence.reference_refusal(model_file, feeds)
@@ -394,8 +395,8 @@ class VerificationSession:
         )
 
     def localise(self, report, original, candidate, labelled, early=None) -> None:
-        """Layer-wise localisation on the input sets the output checks used (see localize.py)."""
-        from onnxrefine.verify.localize import include_outputs, localize
+        """Layer-wise localisation on the input sets the output checks used (see localize/layerwise.py)."""
+        from onnxrefine.verify.localize.layerwise import include_outputs, localize
 
         if any("candidate failed" in note for note in report.notes):
             report.localisation = {"status": "not run: the candidate failed to load or run"}

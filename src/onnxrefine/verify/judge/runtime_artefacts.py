@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxrefine.verify import compare
+from onnxrefine.verify.judge import compare
 
 MAX_DEPTH = 8  # nodes walked up from V
 MAX_VALUES = 64  # values fetched to check one V
@@ -56,7 +56,7 @@ class ArtefactCheck:
 
     def __init__(self, original: onnx.ModelProto, candidate: onnx.ModelProto, fetch):
         # fetch(model, names, feeds) -> {name: array}: one onnxruntime run exposing `names`
-        from onnxrefine.verify.spec_identity import SpecIdentity
+        from onnxrefine.verify.judge.spec_identity import SpecIdentity
 
         self.original, self.candidate = _Side(original), _Side(candidate)
         self.spec = SpecIdentity(original, candidate)
@@ -67,7 +67,7 @@ class ArtefactCheck:
     def review(self, set_index: int, pair, item, judgement, feeds, result) -> None:
         """A mismatch the runtime explains becomes unstable (run-dependent at most), with the note
         in `result.runtime_artefact`; one it does not is remembered for the values after it."""
-        from onnxrefine.verify import verdict
+        from onnxrefine.verify.judge import verdict
 
         if judgement.verdict != verdict.MISMATCH:
             return

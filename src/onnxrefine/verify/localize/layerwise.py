@@ -19,7 +19,7 @@ it is listed as not comparable and not judged.
 
 How. Per input set (the ones verification used), the original is evaluated once in float64 with an
 observer (reference.evaluate_float64(observe=...)): the output check's own evaluation of that set
-where it makes one (verify_models, localize_shared.py), else one of localisation's; values are grouped into batches, in topological
+where it makes one (verify_models, localize/shared.py), else one of localisation's; values are grouped into batches, in topological
 order, whose estimated size (one copy in their own dtype) stays under `max_batch_bytes`; once the
 reference has produced a batch's last value, both models run in onnxruntime with that batch exposed
 as extra graph outputs (original twice, candidate once), each value is judged, and everything of the
@@ -43,11 +43,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from onnxrefine.verify import compare, graphinfo
-from onnxrefine.verify.correspond import Pair, find_pairs  # noqa: F401 - find_pairs re-exported
-from onnxrefine.verify import verdict as verdict_rules
-from onnxrefine.verify.runner import ModelRunner, RunFailedError
-from onnxrefine.verify.runtime_artefacts import ArtefactCheck
+from onnxrefine.verify import graphinfo
+from onnxrefine.verify.judge import compare
+from onnxrefine.verify.localize.correspond import Pair, find_pairs  # noqa: F401 - find_pairs re-exported
+from onnxrefine.verify.judge import verdict as verdict_rules
+from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError
+from onnxrefine.verify.judge.runtime_artefacts import ArtefactCheck
 from onnxrefine.resources import ResourceLimitError
 
 DEFAULT_BATCH_BYTES = 128 << 20
@@ -169,7 +170,7 @@ class Localizer:
         observe, finish = self.set_observer(set_index, feeds, extreme=extreme, nonfinite=nonfinite, label=label)
         evaluate = self.evaluate
         if evaluate is None:
-            from onnxrefine.verify.reference import evaluate_float64 as evaluate
+            from onnxrefine.verify.reference.evaluator import evaluate_float64 as evaluate
 
         try:
             evaluate(self.original, feeds, outputs=[], observe=observe)
@@ -356,7 +357,7 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
              max_batch_bytes: int = DEFAULT_BATCH_BYTES,
              time_budget_s: float | None = None, early=None, reference=None) -> dict:
     """Judge the shared intermediate values on `labelled_sets` [(label, feeds)]; the report section.
-    `early`: the localisation verify_models began during its output check (localize_shared.py; the
+    `early`: the localisation verify_models began during its output check (localize/shared.py; the
     sets it localised then are not run again). `reference`: the float64 evaluator to use (a
     VerificationSession's); None: reference.evaluate_float64."""
     started = time.perf_counter()

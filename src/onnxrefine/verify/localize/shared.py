@@ -14,7 +14,7 @@ import time
 
 import onnx
 
-from onnxrefine.verify.localize import DEFAULT_BATCH_BYTES, Localizer, _prepare
+from onnxrefine.verify.localize.layerwise import DEFAULT_BATCH_BYTES, Localizer, _prepare
 
 
 class EarlyLocalisation:

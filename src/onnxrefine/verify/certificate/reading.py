@@ -1,6 +1,6 @@
 """A proof's reading of the ops, checked against onnxruntime without running the rewrite.
 
-A certificate by proof (`certificate_proofs.py`) reads each op's meaning itself, so it could
+A certificate by proof (`certificate/proofs.py`) reads each op's meaning itself, so it could
 share a misreading with the rule it checks (both ignoring an epsilon attribute, say): until a
 rule's proof has been checked against onnxruntime in an optimization, none of its rewrites rests
 on the proof alone (`certificate.Certifier`). That check used to be the whole run-based
@@ -23,7 +23,7 @@ within the float32 rounding of a few operations on values of magnitude |a| T + |
 
     |a_ort - a| <= c (|a| + m / T) eps    and    |d_ort - d| <= c m eps,    c = 16 (nodes + 1)
 
-where m bounds the magnitudes summed into d (`certificate_proofs._tail_step`) and eps = 2^-23.
+where m bounds the magnitudes summed into d (`proofs._tail_step`) and eps = 2^-23.
 A dropped or misread epsilon changes a by ~epsilon / (2 var) relative (5e-4 for 1e-3 and a
 variance of 1: ~130x the tolerance of one node); a swapped Sub changes the sign of a.
 
@@ -46,7 +46,7 @@ import onnx_ir as ir
 from onnx import helper, numpy_helper
 
 from onnxrefine.ir.foldmath import constant_array
-from onnxrefine.verify.certificate_model import canonical_node
+from onnxrefine.verify.certificate.model import canonical_node
 
 PROBE = 2.0 ** 20
 _EPS32 = 2.0 ** -23
@@ -92,7 +92,7 @@ def tail_reading_agrees(tail, make_session, run) -> str | None:
     None when it does not, or the check does not apply (the rewrite is then run whole).
 
     `tail`: (nodes, data value, rank, channels, dtype, a, d, m) from
-    `certificate_proofs.affine_tail`; `make_session` and `run` are the certifier's own."""
+    `proofs.affine_tail`; `make_session` and `run` are the certifier's own."""
     nodes, data, rank, channels, dtype, a, d, magnitude, opsets = tail
     if np.dtype(dtype) != np.float32 or not nodes:
         return None
@@ -127,7 +127,7 @@ def split_reading_agrees(parts, outputs, opsets: dict, make_session, run) -> str
     the product's rank with K = 1, x = 1, and each weight's first row. A product by 1 with one
     term is exact, so each Split output must be, bit for bit, the first row of the weight of the
     MatMul whose output it replaces (`outputs`: the request's (original, replacement) pairs).
-    `parts`: `certificate_proofs.merged_matmul_parts`."""
+    `parts`: `proofs.merged_matmul_parts`."""
     order, weights, merged, merged_weight, split, rank = parts
     if rank is None or rank < 2 or merged_weight.dtype not in (np.float32, np.float64, np.float16):
         return None
@@ -177,7 +177,7 @@ def split_reading_agrees(parts, outputs, opsets: dict, make_session, run) -> str
 def gemm_reading_agrees(parts, dtype, opsets: dict, make_session, run) -> str | None:
     """The certificate's note when onnxruntime's Gemm (the rewrite's node, attributes as they are)
     gives MatMul + Add's values on a miniature, None when it does not or the check does not apply
-    (the first rewrite is then run whole). `parts`: `certificate_proofs.gemm_parts`."""
+    (the first rewrite is then run whole). `parts`: `proofs.gemm_parts`."""
     if parts is None or np.dtype(dtype) not in (np.float32, np.float64, np.float16):
         return None
     matmul, add, gemm, c_rank, c_one_row, c_one_column = parts

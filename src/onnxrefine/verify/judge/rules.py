@@ -18,8 +18,8 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
-from onnxrefine.verify.compare import ValueClass, bit_identical, value_class
-from onnxrefine.verify.decisions import near_boundary, reference_decision
+from onnxrefine.verify.judge.compare import ValueClass, bit_identical, value_class
+from onnxrefine.verify.judge.decisions import near_boundary, reference_decision
 from onnxrefine.verify.graphinfo import is_float_dtype
 
 ERROR_FACTOR = 2.0  # the original and the candidate each round: twice one side's error
@@ -463,7 +463,7 @@ RUNTIME_EXPLANATIONS = (
         "buffer (fuzz case 282 of seed 500000)",
         (_L + "test_float16_softmax_artefact_of_onnxruntime_is_not_named_as_first_bad_value",),
         (_L + "test_a_real_change_next_to_the_float16_softmax_artefact_is_still_named",),
-        "verify/runtime_artefacts.py"),
+        "verify/judge/runtime_artefacts.py"),
     RuntimeExplanation(
         "float16-spec-identity", "a value of a float16 graph that the float64 reference, rounding every "
         "float16 value, computes bit for bit alike in both models on every set where it differs",
@@ -473,5 +473,5 @@ RUNTIME_EXPLANATIONS = (
          _H + "test_a_value_inside_the_graph_is_excused_the_same_way"),
         (_H + "test_a_real_change_in_a_float16_graph_stays_a_mismatch",
          _H + "test_float32_arithmetic_anywhere_disables_the_excuse"),
-        "verify/spec_identity.py"),
+        "verify/judge/spec_identity.py"),
 )

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from onnxrefine.verify.reference_base import register_kernels
+from onnxrefine.verify.reference.base import register_kernels
 
 
 def _source_coordinates(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:

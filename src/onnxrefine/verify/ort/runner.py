@@ -29,7 +29,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.verify.ort_errors import describe as describe_ort_failure
+from onnxrefine.verify.ort.errors import describe as describe_ort_failure
 
 # Tensors up to this many bytes in all may be handed to onnxruntime as serialized bytes; above
 # it the model goes through a temp file. Measured here (session creation, best of 3; a one-MatMul
@@ -364,7 +364,7 @@ class ModelRunner:
     the session is made (symbolic dims as 1) and before each run with new input shapes; over the
     memory budget, or a Loop over the trip-count limit, is a ResourceLimitError. Where the estimate
     is uncertain (Loop/Scan, unknown shapes) or close to the budget, the session lives in a watched
-    child process (runner_child.py) with an RSS cap and a wall-clock limit; otherwise in this one
+    child process (ort/child.py) with an RSS cap and a wall-clock limit; otherwise in this one
     (no start-up cost)."""
 
     def __init__(self, model, role: str = "model", settings: RunSettings | None = None,
@@ -400,7 +400,7 @@ class ModelRunner:
     def _watch(self) -> None:
         """Move the session into a watched child process (see resources.py)."""
         from onnxrefine import resources
-        from onnxrefine.verify.runner_child import ChildFailed, WatchedSession
+        from onnxrefine.verify.ort.child import ChildFailed, WatchedSession
 
         self.session = None
         limits = resources.current_limits()
@@ -414,7 +414,7 @@ class ModelRunner:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         from onnxrefine import resources
-        from onnxrefine.verify.runner_child import ChildFailed
+        from onnxrefine.verify.ort.child import ChildFailed
 
         estimate = peak_estimate(self.source, feeds)
         resources.check_runnable(estimate, self.role)
@@ -440,7 +440,7 @@ class ModelRunner:
     def run_outputs(self, names, feeds) -> list:
         """The named values of one run, as onnxruntime returns them (any graph outputs)."""
         if self.watched is not None:
-            from onnxrefine.verify.runner_child import ChildFailed
+            from onnxrefine.verify.ort.child import ChildFailed
 
             try:
                 return self.watched.run(names, feeds)

@@ -8,12 +8,12 @@ compares float32 runs against.
 Known, deliberate departures from a float32 runtime:
 - float32 is modelled as real arithmetic (no rounding, no overflow), Cast to float32 included. Narrower
   formats are not: a Cast to float16/bfloat16/float8 and every float16/bfloat16 node output are rounded
-  to that type as the spec says (see ``reference_kernels_dtype``).
+  to that type as the spec says (see ``kernels.dtype``).
 - Cast of NaN/inf or out-of-range floats to an integer type is undefined in ONNX; we return numpy's result.
 - Random* ops are not evaluated (their values are not part of a model's deterministic meaning).
 
-Most ops run in hand-written numpy kernels (``reference_kernels_*``, registered at import into
-``reference_base.KERNELS``, the leaf module they and this one share);
+Most ops run in hand-written numpy kernels (``kernels/*``, registered at import into
+``base.KERNELS``, the leaf module they and this one share);
 other standard ops fall back to ``onnx.reference`` on the float64 arrays, with a check that the fallback did
 not hand back a lower-precision float.
 """
@@ -31,16 +31,16 @@ from onnx import helper, numpy_helper
 from onnxrefine.errors import OnnxRefineError
 from onnxrefine.ir.opsets import STANDARD_DOMAINS as _STANDARD_DOMAINS
 from onnxrefine.ir.validate import sparse_to_dense
-from onnxrefine.verify import reference_kernels_control  # noqa: F401  (registers its kernels)
-from onnxrefine.verify import reference_kernels_dtype as _dtype
-from onnxrefine.verify import reference_kernels_nn  # noqa: F401  (registers its kernels)
-from onnxrefine.verify import reference_kernels_shape  # noqa: F401  (registers its kernels)
-from onnxrefine.verify import reference_kernels_tensor as _tensor
-from onnxrefine.verify.reference_base import (KERNELS, NodeCall, ReferencePrecisionWarning,
+from onnxrefine.verify.reference.kernels import control  # noqa: F401  (registers its kernels)
+from onnxrefine.verify.reference.kernels import dtype as _dtype
+from onnxrefine.verify.reference.kernels import nn  # noqa: F401  (registers its kernels)
+from onnxrefine.verify.reference.kernels import shape  # noqa: F401  (registers its kernels)
+from onnxrefine.verify.reference.kernels import tensor as _tensor
+from onnxrefine.verify.reference.base import (KERNELS, NodeCall, ReferencePrecisionWarning,
                                               UnsupportedOperatorError)
-from onnxrefine.verify.reference_kernels_tensor import to_internal
-from onnxrefine.verify.reference_memory import Initializer as _Initializer
-from onnxrefine.verify.reference_memory import last_uses
+from onnxrefine.verify.reference.kernels.tensor import to_internal
+from onnxrefine.verify.reference.memory import Initializer as _Initializer
+from onnxrefine.verify.reference.memory import last_uses
 
 __all__ = [
     "NodeCall",
@@ -61,7 +61,7 @@ _REFUSED = {
 }
 
 
-# The native kernels: reference_base's table, filled by the kernel modules imported above (the
+# The native kernels: base.py's table, filled by the kernel modules imported above (the
 # same dict object, so a test that swaps one kernel with monkeypatch.setitem swaps it here).
 _NATIVE = KERNELS
 

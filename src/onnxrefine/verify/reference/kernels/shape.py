@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxrefine.verify.reference_base import register_kernels
-from onnxrefine.verify.reference_kernels_tensor import to_internal
+from onnxrefine.verify.reference.base import register_kernels
+from onnxrefine.verify.reference.kernels.tensor import to_internal
 
 
 def _ints(value) -> list[int]:
@@ -312,7 +312,7 @@ def _compress(call):
 def _eye_like(call):
     x = call.inputs[0]
     dtype_attr = call.attr("dtype")
-    from onnxrefine.verify.reference_kernels_tensor import internal_dtype_for
+    from onnxrefine.verify.reference.kernels.tensor import internal_dtype_for
 
     dtype = internal_dtype_for(dtype_attr) if dtype_attr is not None else x.dtype
     return [np.eye(x.shape[0], x.shape[1], k=call.attr("k", 0), dtype=dtype)]

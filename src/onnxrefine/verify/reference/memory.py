@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnxrefine.verify import reference_kernels_tensor as _tensor
-from onnxrefine.verify.reference_kernels_tensor import to_internal
+from onnxrefine.verify.reference.kernels import tensor as _tensor
+from onnxrefine.verify.reference.kernels.tensor import to_internal
 
 
 class Initializer:

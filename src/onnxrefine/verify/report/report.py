@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from onnxrefine.atomic import write_atomic
-from onnxrefine.verify.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
+from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
 
 __all__ = ["EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "OutputReport",
            "VerificationReport", "write_atomic"]
@@ -47,7 +47,7 @@ class VerificationReport:
     timings: dict = field(default_factory=dict)
     # OutputReport per output, candidate vs original both run under the deployment settings.
     deployment: list = field(default_factory=list)
-    # Layer-wise localisation (localize.py): None when not run; else its section, with
+    # Layer-wise localisation (localize/layerwise.py): None when not run; else its section, with
     # "first_bad" (the first intermediate judged mismatch, in the original's topological order).
     localisation: dict | None = None
 
@@ -81,7 +81,7 @@ class VerificationReport:
         write_atomic(path, self.to_json() + "\n")
 
     def write_html(self, path) -> None:
-        from onnxrefine.verify.html import render_html
+        from onnxrefine.verify.report.html import render_html
 
         write_atomic(path, render_html(self))
 

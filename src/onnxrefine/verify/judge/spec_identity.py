@@ -7,7 +7,7 @@ Unsqueezes fused into one: fuzz case 3969 of seed 20000) can make onnxruntime sk
 spec requires, and the candidate's run departs from the spec where the original's does not.
 
 The evidence that the rewrite changed nothing is the spec itself: the float64 reference evaluates
-both models, rounding every float16/bfloat16 value where it is produced (reference_kernels_dtype),
+both models, rounding every float16/bfloat16 value where it is produced (kernels/dtype.py),
 and on the input set judged the two give bit-identical values. That evidence holds only where the
 reference models every rounding of the graph; it models float32 as real arithmetic, so a model
 that computes any float32 value other than by moving data (where a reassociation could overflow
@@ -21,9 +21,9 @@ import numpy as np
 import onnx
 
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
-from onnxrefine.verify import compare
-from onnxrefine.verify.reference_kernels_dtype import inferred_types
-from onnxrefine.verify.verdict import MISMATCH, UNSTABLE
+from onnxrefine.verify.judge import compare
+from onnxrefine.verify.reference.kernels.dtype import inferred_types
+from onnxrefine.verify.judge.verdict import MISMATCH, UNSTABLE
 
 # Ops whose float32 outputs are copies of float32 input elements (or constants): exact in the
 # reference as in float32.
@@ -115,7 +115,7 @@ class SpecIdentity:
     def _evaluator(self):
         if self.evaluate is not None:
             return self.evaluate
-        from onnxrefine.verify.reference import evaluate_float64
+        from onnxrefine.verify.reference.evaluator import evaluate_float64
 
         return evaluate_float64
 

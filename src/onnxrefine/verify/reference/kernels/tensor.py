@@ -1,6 +1,6 @@
 """Float64 kernels for elementwise math, casts, reductions and softmax-like ops.
 
-Each handler takes a ``NodeCall`` (see ``reference_base.py``) and returns the list of its outputs. Floating
+Each handler takes a ``NodeCall`` (see ``base.py``) and returns the list of its outputs. Floating
 tensors are float64 throughout; integer and bool tensors keep their dtype.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxrefine.verify.reference_base import UnsupportedOperatorError, register_kernels
+from onnxrefine.verify.reference.base import UnsupportedOperatorError, register_kernels
 
 _EXTRA_FLOAT_NAMES = ("bfloat16", "float8", "float4", "float6")
 
@@ -220,12 +220,12 @@ def _cast_to(x: np.ndarray, elem_type: int, call) -> np.ndarray:
 
 
 def _cast(call):
-    from onnxrefine.verify.reference_kernels_dtype import narrow_float_type, round_to
+    from onnxrefine.verify.reference.kernels.dtype import narrow_float_type, round_to
 
     to = call.attr("to")
     result = _cast_to(call.inputs[0], to, call)
     if narrow_float_type(to):
-        # The spec's rounding and overflow to the narrow type (module reference_kernels_dtype).
+        # The spec's rounding and overflow to the narrow type (module kernels.dtype).
         result = round_to(result, to, saturate=bool(call.attr("saturate", 1)))
     return [result]
 

@@ -24,7 +24,7 @@ Rules, for a value U that a main-graph node of the original produces:
 - an If/Loop/Scan kept by name whose subgraphs now capture a name they did not makes it suspect;
 - a kept node whose own output name is suspect is no witness: its slots may read new values (the
   fused Conv's weight slot reads the scaled weight), so its votes are dropped (to a fixed point).
-The shape/dtype check in localize.py stays as a further guard.
+The shape/dtype check in localize/layerwise.py stays as a further guard.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify import verdict as verdict_rules
+from onnxrefine.verify.judge import verdict as verdict_rules
 
 # Ops whose output, with the other inputs fixed, determines the input in the one slot that changed:
 # only these vouch that a changed input holds the original's value. Idempotent (Relu, Abs, Floor),
@@ -242,7 +242,7 @@ def structural_digests(model: onnx.ModelProto) -> dict[str, bytes]:
     return digests
 
 
-# -- the pairs localisation judges (moved from localize.py) ------------------------------------------
+# -- the pairs localisation judges (moved from localize/layerwise.py) ------------------------------------------
 
 UNKNOWN_VALUE_BYTES = 1 << 20  # what a value of unknown shape counts as when batching
 

@@ -6,13 +6,13 @@ the replacement nodes ("candidate"), reading the same boundary values, each expo
 replacement made graph outputs through Identity (which copies bits). Constants are the model's own
 values, fed at run time; integer boundary values nothing vouches for are computed by pulling in
 their producers (shape arithmetic), so a dim agrees with the data it describes; activations get
-adversarial input sets (`certificate_inputs.py`). Both sides run in one onnxruntime session (CPU,
+adversarial input sets (`certificate/inputs.py`). Both sides run in one onnxruntime session (CPU,
 graph optimizations off, one thread: the settings of `runner.py`).
 
 exact rewrites
     every output bit-identical to the original's on every set (two NaNs are equal whatever their
     payloads; +0 and -0 differ: that is the sign-of-zero class end-to-end inputs rarely reach).
-reassociating rewrites (see `certificate_bound.py` for the bound and its derivation)
+reassociating rewrites (see `certificate/bound.py` for the bound and its derivation)
     judged against the float64 reference of the matched subgraph, and the float64 value of the
     replacement is compared with it on the finite set (the meaning of the folded constants,
     without float32 arithmetic noise). An exact zero may not change sign there either.
@@ -29,7 +29,7 @@ refusing keeps the optimizer useful there; the end-to-end verification still cov
 
 Cost: position-wise subgraphs (elementwise ops, convolutions and pools over per-channel
 constants, products by a constant matrix) run on reduced sizes: batch 1, and along a window's axis
-the smallest size that shows every window pattern of the full size (`certificate_inputs.
+the smallest size that shows every window pattern of the full size (`inputs.
 reduced_shapes`); all sets stacked in one run, along the batch axis, or side by side along the
 last axis where every column is computed alone (`width_stackable`: 1x1 convolutions, whose
 weights onnxruntime then reads once instead of once per set). Values get canonical names and
@@ -39,12 +39,12 @@ sign-insensitive when the constants are small. Large
 accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each costs ~100x per
 multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
 A rewrite that only removes Identity nodes is certified by Identity's definition
-(`certificate_model.forwards_through_identity`), one that removes x + 0 or x - 0 by IEEE 754's
-(`certificate_proofs.zero_addition_proof`). Some families are certified by proof
-(`certificate_proofs.py`), once the proof's reading of the ops has been checked against
+(`model.forwards_through_identity`), one that removes x + 0 or x - 0 by IEEE 754's
+(`proofs.zero_addition_proof`). Some families are certified by proof
+(`certificate/proofs.py`), once the proof's reading of the ops has been checked against
 onnxruntime in the optimization: by asking onnxruntime for an affine fold's tail map
-(`certificate_reading.py`), or else by running the rule's first rewrite whole. Building the
-model (boundary, canonical names, cache key) is `certificate_model.py`.
+(`certificate/reading.py`), or else by running the rule's first rewrite whole. Building the
+model (boundary, canonical names, cache key) is `certificate/model.py`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
-from onnxrefine.verify.certificate_proofs import (
+from onnxrefine.verify.certificate.proofs import (
     affine_fold_proof,
     affine_tail,
     gemm_from_matmul_add_proof,
@@ -67,11 +67,11 @@ from onnxrefine.verify.certificate_proofs import (
     merged_matmul_proof,
     zero_addition_proof,
 )
-from onnxrefine.verify.certificate_reading import gemm_reading_agrees, split_reading_agrees, tail_reading_agrees
-from onnxrefine.verify.certificate_bound import CertificateFailure as _Refuse
-from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
-from onnxrefine.verify.certificate_bound import judge_exact, judge_reassociating, side_model
-from onnxrefine.verify.certificate_model import (
+from onnxrefine.verify.certificate.reading import gemm_reading_agrees, split_reading_agrees, tail_reading_agrees
+from onnxrefine.verify.certificate.bound import CertificateFailure as _Refuse
+from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
+from onnxrefine.verify.certificate.bound import judge_exact, judge_reassociating, side_model
+from onnxrefine.verify.certificate.model import (
     STANDARD_DOMAINS,
     Side,
     boundary,
@@ -79,7 +79,7 @@ from onnxrefine.verify.certificate_model import (
     cache_key,
     forwards_through_identity,
 )
-from onnxrefine.verify.certificate_inputs import (
+from onnxrefine.verify.certificate.inputs import (
     adversarial_sets,
     distinct_set,
     moves_data_only,
@@ -97,7 +97,7 @@ class CertificateStats:
     skipped: int = 0
     refused: int = 0
     cache_hits: int = 0
-    proved: int = 0  # certified by `certificate_proofs`'s proof alone, without a run
+    proved: int = 0  # certified by `proofs`'s proof alone, without a run
     seconds: float = 0.0
     refusals: list = field(default_factory=list)
 
@@ -186,7 +186,7 @@ class Certifier:
             return CertificateOutcome("certified", proof)
         if proof is not None and reading in ("tail", "split", "gemm"):
             # What the proof reads of the ops (an affine tail's map, a Split's order) is asked of
-            # onnxruntime on this model's constants (certificate_reading.py) instead of running
+            # onnxruntime on this model's constants (certificate/reading.py) instead of running
             # the whole first rewrite; where it disagrees or cannot say, the run decides.
             if reading == "tail":
                 tail = affine_tail(request)

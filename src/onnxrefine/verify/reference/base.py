@@ -1,11 +1,11 @@
 """What the float64 reference evaluator and its kernels share: the leaf of verify/reference*.py.
 
-The evaluator (reference.py) and the kernel modules (reference_kernels_*.py) both import this module
+The evaluator (reference/evaluator.py) and the kernel modules (kernels/*.py) both import this module
 and nothing here imports either, so there is no import circle: a kernel module registers its
 kernels into KERNELS when it is imported (``@kernel("Relu")`` or ``register_kernels({...})`` for
-kernels made by a factory), and reference.py imports the kernel modules once, then dispatches on
+kernels made by a factory), and reference/evaluator.py imports the kernel modules once, then dispatches on
 KERNELS. A kernel raises UnsupportedOperatorError (defined here, so it needs no import of
-reference.py) when it cannot evaluate a node honestly (Dropout in training mode, say).
+reference/evaluator.py) when it cannot evaluate a node honestly (Dropout in training mode, say).
 """
 
 from __future__ import annotations

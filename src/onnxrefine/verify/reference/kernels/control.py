@@ -11,8 +11,8 @@ import numpy as np
 import onnx
 
 from onnxrefine.errors import OnnxRefineError
-from onnxrefine.verify import reference_kernels_tensor as _tensor
-from onnxrefine.verify.reference_base import NodeCall, kernel
+from onnxrefine.verify.reference.kernels import tensor as _tensor
+from onnxrefine.verify.reference.base import NodeCall, kernel
 
 
 @kernel("Constant")

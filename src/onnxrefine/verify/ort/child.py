@@ -1,6 +1,6 @@
 """An onnxruntime session in a child process that the parent watches (resources.py).
 
-The parent (`WatchedSession`) starts `python -m onnxrefine.verify.runner_child`, sends it the
+The parent (`WatchedSession`) starts `python -m onnxrefine.verify.ort.child`, sends it the
 session's source (a model path, or a small model's bytes) and the run settings, then run requests
 (output names, feeds); messages are length-prefixed pickles over the child's stdin/stdout. While it
 waits, the parent polls the child's resident set size and the wall clock: past the memory cap (the
@@ -53,8 +53,8 @@ def _read_exact(stream, count: int) -> bytes:
 def _serve() -> None:
     import numpy as np
 
-    from onnxrefine.verify.ort_errors import describe
-    from onnxrefine.verify.runner import RunSettings, session_options
+    from onnxrefine.verify.ort.errors import describe
+    from onnxrefine.verify.ort.runner import RunSettings, session_options
 
     import onnxruntime  # noqa: F401  (imported before "ready": start-up is not a run's time)
 
@@ -108,7 +108,7 @@ class _Worker:
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "onnxrefine.verify.runner_child"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "onnxrefine.verify.ort.child"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
         self.next_key = 0
         try:  # start-up (imports) is waited for here, outside any run's time limit

@@ -1,7 +1,7 @@
 """The certificate of a reassociating rewrite: the float64 bound it must stay within.
 
 Per output element, with O the original and C the replacement (onnxruntime, the model's dtype),
-R the float64 reference of the matched subgraph on the same inputs (`reference.py`), and all
+R the float64 reference of the matched subgraph on the same inputs (`reference/evaluator.py`), and all
 arithmetic in float64:
 
     u      unit roundoff of the output's dtype (2^-24 for float32)
@@ -50,8 +50,8 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.compare import bit_identical
-from onnxrefine.verify.reference import UnsupportedOperatorError, evaluate_float64
+from onnxrefine.verify.judge.compare import bit_identical
+from onnxrefine.verify.reference.evaluator import UnsupportedOperatorError, evaluate_float64
 
 
 class CertificateSkip(Exception):

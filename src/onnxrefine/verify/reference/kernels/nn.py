@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from onnxrefine.verify.reference_base import kernel, register_kernels
-from onnxrefine.verify.reference_kernels_resize import HANDLERS as _RESIZE_HANDLERS
+from onnxrefine.verify.reference.base import kernel, register_kernels
+from onnxrefine.verify.reference.kernels.resize import HANDLERS as _RESIZE_HANDLERS
 
 
 def _same_pads(in_sizes, effective, strides, auto_pad):

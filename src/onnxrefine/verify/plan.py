@@ -248,7 +248,7 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
     chose them) unless their estimate exceeds the limit in auto mode, which skips. `differs`:
     see estimate_cost (False when only exact rewrites were applied: bit-identical outputs expected)."""
     limit_s = budget_s if limit_s is None else limit_s
-    from onnxrefine.verify import verdict as verdict_rules
+    from onnxrefine.verify.judge import verdict as verdict_rules
     from onnxrefine.verify.inputs import generate_labelled_inputs
 
     light = light_model(model)

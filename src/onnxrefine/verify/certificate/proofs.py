@@ -34,7 +34,7 @@ that would underflow or overflow, opset < 9 BatchNormalization, function bodies.
 The proof reads each op's meaning itself, so it could share a misreading with the rule. Until a
 rule's proof has been checked against onnxruntime in an optimization, no rewrite rests on the
 proof alone (`certificate.Certifier`). For these folds the check asks onnxruntime for the tail's
-map on the first rewrite's own constants (`certificate_reading.py`, from `affine_tail`); for the
+map on the first rewrite's own constants (`certificate/reading.py`, from `affine_tail`); for the
 other proofs, and wherever that check cannot say, the first rewrite is run whole.
 """
 
@@ -270,7 +270,7 @@ def affine_fold_proof(request) -> str | None:
 
 def affine_tail(request):
     """For a request `affine_fold_proof` proved: the tail's own map t -> a t + d read from its
-    nodes (a = 1, d = 0 before the first), with what `certificate_reading` needs to ask
+    nodes (a = 1, d = 0 before the first), with what `reading` needs to ask
     onnxruntime for the same map: (nodes, the Conv's output, rank, channels, dtype, a, d, m,
     opsets), m bounding the magnitudes summed into d. None if the tail cannot be read."""
     matched = list(request.matched)
@@ -434,7 +434,7 @@ def gemm_from_matmul_add_proof(request) -> str | None:
 
 def gemm_parts(request):
     """(matmul, add, gemm, rank of c, c broadcast over rows, c broadcast over columns) for the
-    Gemm reading check (certificate_reading.gemm_reading_agrees), or None; called only once
+    Gemm reading check (reading.gemm_reading_agrees), or None; called only once
     `gemm_from_matmul_add_proof` has proved the request."""
     matmul, add = list(request.matched)
     gemm = next(n for n in request.replacement if n.op_type == "Gemm")

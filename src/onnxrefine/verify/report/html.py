@@ -82,11 +82,11 @@ def _scatter_svg(name: str, scatter: dict) -> str:
 
 
 def _localisation_html(report) -> str:
-    """The first bad intermediate value and the worst ones (localize.py)."""
+    """The first bad intermediate value and the worst ones (localize/layerwise.py)."""
     section = getattr(report, "localisation", None)
     if not section:
         return ""
-    from onnxrefine.verify.report import worst_values
+    from onnxrefine.verify.report.report import worst_values
 
     parts = ['<h2 id="localisation">Intermediate values</h2>']
     first = section.get("first_bad")

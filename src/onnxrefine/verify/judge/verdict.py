@@ -92,9 +92,9 @@ from enum import StrEnum
 import numpy as np
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.compare import ValueClass, bit_identical, ordered_int
-from onnxrefine.verify.decisions import DecisionEvidence
-from onnxrefine.verify.rules import (CONTROLS, JUMP, PERTURB_ULPS, RULES, Control, ControlFacts, DiscreteFacts,
+from onnxrefine.verify.judge.compare import ValueClass, bit_identical, ordered_int
+from onnxrefine.verify.judge.decisions import DecisionEvidence
+from onnxrefine.verify.judge.rules import (CONTROLS, JUMP, PERTURB_ULPS, RULES, Control, ControlFacts, DiscreteFacts,
                                      OutputFacts, Rule)
 
 

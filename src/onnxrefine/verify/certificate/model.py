@@ -1,6 +1,6 @@
 """Building a certificate's two-sided model: its boundary, canonical names and cache key.
 
-Split from `certificate.py` (which runs and judges the model): `boundary` finds the values both
+Split from `certifier.py` (which runs and judges the model): `boundary` finds the values both
 sides read from outside (constants, activations with a concrete shape, and the producers pulled in
 to compute integer ones), `cache_key` digests everything the outcome depends on, `build` writes the
 ONNX model with canonical names so that certificates of the same structure share one session.
@@ -20,8 +20,8 @@ from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import Sym
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.rewrite.rule import EXACT, CertificateRequest
-from onnxrefine.verify.certificate_bound import CertificateSkip as _Skip
-from onnxrefine.verify.certificate_inputs import SUPPORTED_DTYPES
+from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
+from onnxrefine.verify.certificate.inputs import SUPPORTED_DTYPES
 
 # Constants are fed at run time rather than embedded (no copy, and certificates of the same
 # structure share one onnxruntime session); other dtypes are embedded.

@@ -1,0 +1,8 @@
+"""Per-rewrite certificates: the certifier (certifier.py) checks one rewrite on its matched subgraph,
+built as a model by model.py, run on inputs.py's input sets and judged against bound.py's derived
+error bound; some families are proved instead (proofs.py), once reading.py has checked the proof's
+reading of the ops against onnxruntime. The face below is what the rest of the package uses."""
+
+from onnxrefine.verify.certificate.certifier import Certifier
+
+__all__ = ["Certifier"]
