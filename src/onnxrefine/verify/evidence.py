@@ -284,6 +284,29 @@ def add_exact_decisions(model, tracks, names) -> None:
                 item.exact_decisions = exact.get(name, False)
 
 
+_MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+
+
+def made_by_maxpool(model: onnx.ModelProto, name: str) -> bool:
+    """The value is a MaxPool's output Y, possibly moved by data-movement ops after it."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    current, node = name, producers.get(name)
+    while node is not None and node.op_type in _MOVES and node.input:
+        current = node.input[0]
+        node = producers.get(current)
+    return node is not None and node.op_type == "MaxPool" and node.output[0] == current
+
+
+def add_maxpool_producers(original, candidate, tracks, output_map) -> None:
+    """SetEvidence.maxpool_made of every output, on every track (rule maxpool-lowest)."""
+    for name, other in output_map.items():
+        made = (made_by_maxpool(original, name), made_by_maxpool(candidate, other))
+        if any(made):
+            for track in tracks:
+                for item in track.evidence.get(name, []):
+                    item.maxpool_made = made
+
+
 def _decision_feed(producers, name, item):
     """(decision node, its float input names, through a Where) for an output a decision makes, or None."""
     from onnxrefine.verify.judge import decisions

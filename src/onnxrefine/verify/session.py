@@ -327,6 +327,9 @@ class VerificationSession:
         narrow what the inf/NaN rules excuse."""
         run.bounds = evidence.bounds(run.original_file.proto, run.labelled[0][1], run.output_names, run.u)
         evidence.add_exact_decisions(run.original_file.proto, run.tracks, run.output_names)
+        if run.candidate_file is not None:
+            evidence.add_maxpool_producers(run.original_file.proto, run.candidate_file.proto, run.tracks,
+                                           run.output_map)
         for track in run.tracks:
             pending = [index for index in track.differing_sets
                        if evidence.has_nonfinite(run.labelled[index][1])

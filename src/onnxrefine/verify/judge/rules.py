@@ -155,6 +155,16 @@ def _fallback(f: OutputFacts) -> np.ndarray:
         return finite & (np.abs(f.c - f.a) <= allowed)
 
 
+def _maxpool_lowest(f: OutputFacts) -> np.ndarray:
+    # onnxruntime's float MaxPool starts each window at lowest(), so a window holding only -inf
+    # gives -FLT_MAX where the spec (and float64) says -inf; only the side whose output a MaxPool
+    # makes, and only where the true value is -inf
+    made_o, made_c = f.evidence.maxpool_made
+    low = -f.top
+    pair = ((f.a == -np.inf) & (f.c == low) & made_c) | ((f.c == -np.inf) & (f.a == low) & made_o)
+    return pair & (True if f.r is None else f.r == -np.inf)
+
+
 def _sign_flip(f: OutputFacts) -> np.ndarray:
     flip = ((f.ca == PINF) & (f.cc == NINF)) | ((f.ca == NINF) & (f.cc == PINF))
     if f.crd is not None:  # the candidate's infinity against the true value's overflow
@@ -245,6 +255,13 @@ RULES = (
          (_R + "test_cast_to_int_following_the_reference_is_rounding",),
          (_R + "test_cast_to_int_flipped_beyond_the_boundary_is_mismatch",),
          lambda f: f.follows(), True, discrete=True),
+    Rule("maxpool-lowest", "-inf <-> -largest finite where a MaxPool makes the -largest side's output and R "
+         "is -inf", "onnxruntime's float MaxPool gives lowest() (-FLT_MAX) for a window of only -inf, the spec "
+         "-inf: a rewrite that moves a MaxPool before or after an op that maps -inf to -inf shows it",
+         ("tests/test_false_alarm_rules.py::test_maxpool_window_of_only_minus_inf_is_onnxruntimes_lowest",),
+         ("tests/test_false_alarm_rules.py::test_clip_turning_minus_inf_into_lowest_is_still_mismatch",
+          "tests/test_false_alarm_rules.py::test_maxpool_lowest_where_the_true_value_is_finite_is_mismatch"),
+         _maxpool_lowest, None),
     Rule("sign-flip", "nothing: a +inf <-> -inf flip is always unexplained",
          "no rounding turns +inf into -inf; a sign-of-zero change before a division does",
          (), (_R + "test_sign_flip_of_infinity_is_mismatch",), _sign_flip, None, veto=True),

@@ -59,6 +59,8 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        whose true value overflows (R non-finite or |R| > sqrt(max); without R,
                        the same of O): which intermediate overflows first depends on evaluation
                        order. A candidate +-inf where R is finite and moderate is NOT excused.
+    maxpool-lowest     -inf <-> -largest finite where R is -inf and a MaxPool makes the side's output
+                       showing -largest (onnxruntime's float MaxPool over a window of only -inf).
     sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
 Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fallback" requires
 |C - O| <= 2*gamma*max(|O|, m_O), plus 2*k*(s_i + max s) behind an ill-conditioned op; every
@@ -201,6 +203,8 @@ class SetEvidence:
     # every decision (DISCRETE_OPS, Cast to int) behind the output reads exactly computed values
     # (decisions.exact_decisions): few-ulp input moves then stand for no rounding of the original
     exact_decisions: bool = False
+    # (original, candidate): the output is made by a MaxPool (through data movement), rule maxpool-lowest
+    maxpool_made: tuple = (False, False)
 
 
 @dataclass
