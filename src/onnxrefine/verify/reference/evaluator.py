@@ -34,6 +34,7 @@ from onnxrefine.ir.validate import sparse_to_dense
 from onnxrefine.verify.reference.kernels import control  # noqa: F401  (registers its kernels)
 from onnxrefine.verify.reference.kernels import dtype as _dtype
 from onnxrefine.verify.reference.kernels import nn  # noqa: F401  (registers its kernels)
+from onnxrefine.verify.reference.kernels import quant  # noqa: F401  (registers its kernels)
 from onnxrefine.verify.reference.kernels import shape  # noqa: F401  (registers its kernels)
 from onnxrefine.verify.reference.kernels import tensor as _tensor
 from onnxrefine.verify.reference.base import (KERNELS, NodeCall, ReferencePrecisionWarning,
