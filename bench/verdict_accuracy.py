@@ -25,7 +25,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxrefine.verify import graphinfo, verify_models
+from onnxrefine.verify import verify_models
+from onnxrefine.verify.evidence import declared_feeds
 from onnxrefine.verify.inputs import generate_inputs
 from onnxrefine.verify.ort.runner import ModelRunner
 
@@ -637,12 +638,6 @@ def cases():
         ("unused graph input dropped", unused_input_dropped),
     ]
     return [("rounding", *c) for c in rounding] + [("bug", *c) for c in bugs] + [("exact", *c) for c in exact]
-
-
-def declared_feeds(model_proto, feeds):
-    """The feeds a model declares, cast to its declared types (a conversion, a dropped input)."""
-    declared = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(model_proto)}
-    return {name: np.asarray(value).astype(declared[name]) for name, value in feeds.items() if name in declared}
 
 
 def allclose_passes(original, candidate, input_sets) -> bool:

@@ -132,18 +132,54 @@ def _reads(graph: onnx.GraphProto, name: str) -> bool:
     return False
 
 
-def rounded_to(feeds, narrower: dict) -> dict:
-    """The feeds with each input named in `narrower` rounded to that dtype and back (exact values
-    of the narrower type, in the original's dtype)."""
+def apply_conversion(original, candidate, labelled, draw, notes) -> tuple:
+    """(problem or None, the sets as both models get them, whether the candidate's inputs differ):
+    conversion() applied, its notes added to `notes`; `draw()` gives the sets generated for the
+    candidate's own types (None: the sets were given)."""
+    plan = conversion(original, candidate)
+    notes.extend(plan.notes)
+    if plan.problem is None and plan.narrower:
+        labelled = converted_sets(plan, original, labelled, {} if draw is None else draw())
+    return plan.problem, labelled, plan.changes_inputs
+
+
+def localisation_refusal(original, candidate, max_bytes: int) -> str | None:
+    """Why layer-wise localisation is not run on the pair (models None: weights beyond max_bytes)."""
+    if original is None or candidate is None:
+        return f"not run: a model's weights exceed {max_bytes >> 20} MiB (localisation holds both models in memory)"
+    if conversion(original, candidate).changes_inputs:
+        return "not run: the candidate declares other inputs (a conversion), so its intermediates are not the original's"
+    return None
+
+
+def converted_sets(plan: Conversion, original: onnx.ModelProto, labelled, drawn: dict) -> list:
+    """The (label, feeds) sets as both models get them under `plan`: each input the candidate
+    declares narrower rounded to that type (exact values of it, in the original's dtype). `drawn`:
+    label -> the sets generated for the candidate's own types, which replace the original's draw
+    of the same label (a set drawn for float32 overflows float16)."""
+    dtypes = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(original)}
+    sets = []
     with np.errstate(over="ignore", invalid="ignore"):
-        return {name: (np.asarray(value).astype(narrower[name]).astype(np.asarray(value).dtype)
-                       if name in narrower else value) for name, value in feeds.items()}
+        for label, feeds in labelled:
+            mine = drawn.get(label, {})
+            sets.append((label, {name: (np.asarray(mine.get(name, value)).astype(plan.narrower[name]).astype(dtypes[name])
+                                        if name in plan.narrower else value) for name, value in feeds.items()}))
+    return sets
 
 
-def declared_feeds(specs, feeds) -> dict:
-    """The feeds a model declares (InputSpecs), cast to its declared types."""
+def converted_output_notes(tracks) -> list:
+    converted = {name: dtype for track in tracks for name, dtype in track.converted.items()}
+    if not converted:
+        return []
+    return ["candidate output(s) " + ", ".join(f"{name} ({dtype})" for name, dtype in converted.items())
+            + " in another float type: compared in the original's type, judged with the bound of the "
+            "narrowest precision either graph computes in"]
+
+
+def declared_feeds(model: onnx.ModelProto, feeds) -> dict:
+    """The feeds the model declares, cast to its declared types (a conversion may declare others)."""
     return {spec.name: (np.asarray(feeds[spec.name]).astype(spec.dtype) if spec.dtype != np.dtype(object)
-                        else feeds[spec.name]) for spec in specs if spec.name in feeds}
+                        else feeds[spec.name]) for spec in graphinfo.graph_inputs(model) if spec.name in feeds}
 
 
 def _as_original(value, original, name, converted: dict):
@@ -270,18 +306,34 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
             output_index=list(node.output).index(name) if name in node.output else 0, through_where=through_where)
 
 
-def add_exact_decisions(model, tracks, names) -> None:
-    """SetEvidence.exact_decisions of every output (decisions.exact_decisions), on every track."""
+def add_static_facts(original, candidate_file, tracks, output_map) -> None:
+    """What the graphs say of each output, on every track: SetEvidence.exact_decisions
+    (decisions.exact_decisions) and SetEvidence.maxpool_made (rule maxpool-lowest)."""
     from onnxrefine.verify.judge import decisions
 
+    names = list(tracks[0].evidence) if tracks else []
     try:
-        exact = decisions.exact_decisions(model, names)
+        exact = decisions.exact_decisions(original, names)
     except Exception:  # an unreadable graph: every decision may have rounded
-        return
-    for track in tracks:
-        for name, sets in track.evidence.items():
-            for item in sets:
+        exact = {}
+    candidate = None if candidate_file is None else candidate_file.proto
+    for name in names:
+        made = (made_by_maxpool(original, name),
+                candidate is not None and name in output_map and made_by_maxpool(candidate, output_map[name]))
+        for track in tracks:
+            for item in track.evidence.get(name, []):
                 item.exact_decisions = exact.get(name, False)
+                item.maxpool_made = made
+
+
+def runnable_sets(labelled, first_runs, notes) -> tuple:
+    """The sets and the original's runs without the generated branch sets it could not run (None)."""
+    failed = [label for (label, _), result in zip(labelled, first_runs) if result is None]
+    if not failed:
+        return labelled, first_runs
+    notes.append(f"generated branch set(s) {', '.join(failed)} not used: the original does not run on them")
+    kept = [(item, result) for item, result in zip(labelled, first_runs) if result is not None]
+    return [item for item, _ in kept], [result for _, result in kept]
 
 
 _MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
@@ -295,16 +347,6 @@ def made_by_maxpool(model: onnx.ModelProto, name: str) -> bool:
         current = node.input[0]
         node = producers.get(current)
     return node is not None and node.op_type == "MaxPool" and node.output[0] == current
-
-
-def add_maxpool_producers(original, candidate, tracks, output_map) -> None:
-    """SetEvidence.maxpool_made of every output, on every track (rule maxpool-lowest)."""
-    for name, other in output_map.items():
-        made = (made_by_maxpool(original, name), made_by_maxpool(candidate, other))
-        if any(made):
-            for track in tracks:
-                for item in track.evidence.get(name, []):
-                    item.maxpool_made = made
 
 
 def _decision_feed(producers, name, item):

@@ -185,25 +185,12 @@ class VerificationSession:
         return [(label, feeds) for (label, _), feeds in zip(labelled, checked)]
 
     def plan_conversion(self, run: _Run) -> None:
-        """A candidate in another precision or without an input the original never reads
-        (evidence.conversion): where it declares a narrower float type, every set is rounded to it
-        for both models (generated sets are drawn for the narrower type, so they fit it)."""
-        if run.candidate_failure is not None:
-            return
-        plan = evidence.conversion(run.original_file.proto, run.candidate_file.proto)
-        run.candidate_failure = plan.problem
-        run.notes.extend(plan.notes)
-        if plan.changes_inputs:
-            run.early = None  # localisation feeds both models alike: it is not run (localise says so)
-        if plan.problem is not None or not plan.narrower:
-            return
-        if not run.inputs_given:
-            drawn = self.plan_inputs(run.candidate_file.proto, None)
-            originals = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(run.original_file.proto)}
-            run.labelled = [(label, {name: np.asarray(drawn_feeds.get(name, value)).astype(originals[name])
-                                     for name, value in feeds.items()})
-                            for (label, feeds), (_, drawn_feeds) in zip(run.labelled, drawn)]
-        run.labelled = [(label, evidence.rounded_to(feeds, plan.narrower)) for label, feeds in run.labelled]
+        """A candidate in another precision, or without an input the original never reads (evidence.conversion)."""
+        if run.candidate_failure is None:
+            draw = None if run.inputs_given else (lambda: dict(self.plan_inputs(run.candidate_file.proto, None)))
+            run.candidate_failure, run.labelled, changed = evidence.apply_conversion(
+                run.original_file.proto, run.candidate_file.proto, run.labelled, draw, run.notes)
+            run.early = None if changed else run.early  # localisation feeds both models alike (localise says so)
 
     def plan_precision(self, run: _Run) -> None:
         original_model = run.original_file.proto
@@ -232,11 +219,7 @@ class VerificationSession:
             run.notes.append(f"time budget of {self.time_budget_s:g}s spent: {len(run.labelled) - len(first_runs)} "
                              f"of {len(run.labelled)} input sets not run")
             run.labelled = run.labelled[:len(first_runs)]
-        failed = [label for (label, _), result in zip(run.labelled, first_runs) if result is None]
-        if failed:
-            run.notes.append(f"generated branch set(s) {', '.join(failed)} not used: the original does not run on them")
-            kept = [(item, result) for item, result in zip(run.labelled, first_runs) if result is not None]
-            run.labelled, first_runs = [item for item, _ in kept], [result for _, result in kept]
+        run.labelled, first_runs = evidence.runnable_sets(run.labelled, first_runs, run.notes)
         run.tracks = [Track(strict, first_runs)]
 
     def run_candidate(self, run: _Run) -> None:
@@ -326,10 +309,7 @@ class VerificationSession:
         Sets holding inf/NaN always get their run: it also measures the dependency cones, which
         narrow what the inf/NaN rules excuse."""
         run.bounds = evidence.bounds(run.original_file.proto, run.labelled[0][1], run.output_names, run.u)
-        evidence.add_exact_decisions(run.original_file.proto, run.tracks, run.output_names)
-        if run.candidate_file is not None:
-            evidence.add_maxpool_producers(run.original_file.proto, run.candidate_file.proto, run.tracks,
-                                           run.output_map)
+        evidence.add_static_facts(run.original_file.proto, run.candidate_file, run.tracks, run.output_map)
         for track in run.tracks:
             pending = [index for index in track.differing_sets
                        if evidence.has_nonfinite(run.labelled[index][1])
@@ -372,11 +352,7 @@ class VerificationSession:
             for name, sets in track.evidence.items():
                 if any(not np.all(compare.bit_identical(item.rerun, item.original)) for item in sets):
                     notes.append(f"control: the original is not deterministic on output {name}{where}")
-        converted = {name: dtype for track in tracks for name, dtype in track.converted.items()}
-        if converted:
-            notes.append("candidate output(s) " + ", ".join(f"{name} ({dtype})" for name, dtype in converted.items())
-                         + " in another float type: compared in the original's type, judged with the bound "
-                         "of the narrowest precision either graph computes in")
+        notes.extend(evidence.converted_output_notes(tracks))
         if run.discrete:
             notes.append(f"graph has discrete ops: {run.perturb_count} perturbation runs of the original "
                          "per input set where the candidate differs")
@@ -409,13 +385,9 @@ class VerificationSession:
         else:
             original_model = _whole_proto(original, "original model")
             candidate_model = _whole_proto(candidate, "candidate model")
-        if original_model is None or candidate_model is None:
-            report.localisation = {"status": f"not run: a model's weights exceed {LOCALIZE_MAX_BYTES >> 20} MiB "
-                                             "(localisation holds both models in memory)"}
-            return
-        if evidence.conversion(original_model, candidate_model).changes_inputs:
-            report.localisation = {"status": "not run: the candidate declares other inputs (a conversion), "
-                                             "so its intermediates are not the original's"}
+        refusal = evidence.localisation_refusal(original_model, candidate_model, LOCALIZE_MAX_BYTES)
+        if refusal is not None:
+            report.localisation = {"status": refusal}
             return
         used = [(label, feeds) for label, feeds in labelled if label in report.input_sets]
         from onnxrefine import resources  # the float64 evaluation of every value must fit the budget
@@ -470,13 +442,12 @@ def _candidate_runs(track, candidate_file, labelled, custom_op_library, failure)
     except BadInputError as exc:
         track.candidate_failure = str(exc)
         return
-    specs = graphinfo.graph_inputs(candidate_file.proto)  # what it declares (a conversion may differ)
     with runner:
         for index, (label, feeds) in enumerate(labelled):
             progress.report(done=index, total=len(labelled),
                             detail=f"input set {label}: candidate run ({track.settings.level})")
             try:
-                track.candidate_runs.append(runner.run(evidence.declared_feeds(specs, feeds)))
+                track.candidate_runs.append(runner.run(evidence.declared_feeds(candidate_file.proto, feeds)))
             except RunFailedError as exc:
                 track.candidate_failure = f"input set {label}: {exc}"
                 return

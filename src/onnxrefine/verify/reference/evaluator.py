@@ -182,6 +182,15 @@ class _Evaluator:
         self.model: onnx.ModelProto | None = None
         self._declared: dict | None = None
 
+    def declared_finfo(self, name: str, computed_dtype):
+        """finfo of the float type the model gives value `name` (that of `computed_dtype` when unknown)."""
+        import ml_dtypes
+
+        elem = self.declared_elem_type(name)
+        if elem in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+            return ml_dtypes.finfo(helper.tensor_dtype_to_np_dtype(elem))
+        return np.finfo(computed_dtype)
+
     def declared_elem_type(self, name: str) -> int | None:
         """The element type the model gives value `name` (graph inputs, initializers, inferred for
         the rest; computed once, on first use); None when unknown."""

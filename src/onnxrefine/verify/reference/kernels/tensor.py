@@ -146,7 +146,7 @@ def _clip(call):
         # Omitted bounds are numeric_limits::lowest()/max() of the tensor's type (the spec;
         # onnxruntime does so), so Clip turns -inf/+inf into finite values: FLT_MAX for float32,
         # 65504 for float16, not float64's limits, in which the reference computes.
-        limits = _declared_finfo(call, x.dtype)
+        limits = call.evaluator.declared_finfo(call.node.input[0], x.dtype)
         lo = limits.min if lo is None else lo
         hi = limits.max if hi is None else hi
     out = x
@@ -155,17 +155,6 @@ def _clip(call):
     if hi is not None:
         out = np.minimum(out, np.asarray(hi, dtype=x.dtype))
     return [np.asarray(out)]
-
-
-def _declared_finfo(call, computed_dtype):
-    """finfo of the type the model declares for the node's first input (the computed dtype when unknown)."""
-    import ml_dtypes
-
-    declared = getattr(call.evaluator, "declared_elem_type", None)
-    elem = declared(call.node.input[0]) if declared is not None else None
-    if elem in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
-        return ml_dtypes.finfo(helper.tensor_dtype_to_np_dtype(elem))
-    return np.finfo(computed_dtype)
 
 
 def _gelu(x, call):
