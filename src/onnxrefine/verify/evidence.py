@@ -86,8 +86,9 @@ class Conversion:
 def conversion(original: onnx.ModelProto, candidate: onnx.ModelProto) -> Conversion:
     """The candidate may declare a float input in another float type (an fp16 conversion: it is fed
     the inputs cast to its type, and where that type is narrower both models get the values rounded
-    to it, so each is judged on what it was given) and may drop an input the original never reads
-    (it is fed what it declares). Any other difference is a problem: the candidate cannot run."""
+    to it, so each is judged on what it was given) and may drop an input (it is fed what it
+    declares; its outputs show whether the original needed the values). An input the original lacks,
+    or one retyped to a non-float type, is a problem: the candidate cannot run on the original's sets."""
     want = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(original)}
     have = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(candidate)}
     extra = sorted(set(have) - set(want))
@@ -97,16 +98,22 @@ def conversion(original: onnx.ModelProto, candidate: onnx.ModelProto) -> Convers
     unconvertible = [name for name in retyped if not (graphinfo.is_float_dtype(have[name])
                                                       and graphinfo.is_float_dtype(want[name]))]
     result = Conversion(dropped=dropped, retyped=retyped)
-    if extra or read or unconvertible:
+    if extra or unconvertible:
         why = [f"declares input(s) {', '.join(extra)} the original lacks" if extra else "",
-               f"drops input(s) {', '.join(read)} the original reads" if read else "",
                f"declares input(s) {', '.join(unconvertible)} in a non-float type of its own" if unconvertible else ""]
         result.problem = (f"candidate inputs {sorted(have)} do not match the original's {sorted(want)}: "
                           + "; ".join(part for part in why if part))
         return result
-    if dropped:
-        result.notes.append(f"candidate drops input(s) {', '.join(dropped)}, which the original never reads: "
+    unread = [name for name in dropped if name not in read]
+    if unread:
+        result.notes.append(f"candidate drops input(s) {', '.join(unread)}, which the original never reads: "
                             "fed the inputs it declares")
+    if read:
+        # a graph cannot read a value it does not declare: the candidate answers without it (onnxslim
+        # folds a Shape of an input of static shape); judged on what it declares, its outputs show
+        # whether the original needed the values
+        result.notes.append(f"candidate drops input(s) {', '.join(read)}, which the original reads: fed the "
+                            "inputs it declares, judged on its outputs")
     for name in retyped:
         if np.dtype(have[name]).itemsize < np.dtype(want[name]).itemsize:
             result.narrower[name] = np.dtype(have[name])
