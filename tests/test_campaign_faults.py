@@ -171,3 +171,40 @@ def test_the_lowest_index_case_is_the_bundle_whatever_the_arrival_order(tmp_path
                   {**early, "bundle": str(tmp_path / "case_4_seed4")}, {**late, "index": 12}):
         again.replay(entry)
     assert replayed.bundles == summary.bundles and replayed.duplicates == 2
+
+
+def test_a_case_that_always_crashes_gets_a_bundle_with_its_seed(tmp_path, monkeypatch):
+    """A crashed case used to leave only a count: no model, no seed. It is filed now (one bundle
+    per step that crashes), with the generated model and how to reproduce the crash."""
+    import onnx
+
+    settings = campaign.CampaignSettings(passes=("fuse_pad_into_pool",), cases=4, seed=0, max_nodes=8)
+    monkeypatch.setattr(campaign, "run_chunk", functools.partial(crashing_chunk, str(tmp_path), 1))
+    summary = campaign.run_campaign(settings, str(tmp_path / "out"), jobs=1)
+    crash = [path for path in summary.bundles if os.path.basename(path) == "case_1_seed1"]
+    assert crash, summary.bundles
+    meta = json.loads(open(os.path.join(crash[0], "report.json")).read())
+    assert meta["status"] == "crashed" and meta["seed"] == 1 and "exit code 9" in meta["error"]
+    readme = open(os.path.join(crash[0], "README.md")).read()
+    assert "seed 1" in readme and "crashes the process" in readme and "--trials 2" in readme
+    regenerated = campaign.generate_model(1, max_nodes=8, opset=settings.opset,
+                                          target=campaign.case_pattern(settings, 1, "fuse_pad_into_pool")).model
+    assert onnx.load(os.path.join(crash[0], "model.onnx")).SerializeToString() == regenerated.SerializeToString()
+
+
+def test_mismatch_bundle_readme_gives_the_trials_its_verify_needs(tmp_path, monkeypatch):
+    """The README's verify line without --trials used the default 3 sets where the campaign used
+    its own count: a different set of inputs, and some bundles then showed `rounding`."""
+    settings = campaign.CampaignSettings(passes=("fuse_pad_into_pool",), cases=30, seed=0, max_nodes=8, trials=4)
+    monkeypatch.setattr(campaign, "run_chunk", planted_chunk)
+    summary = campaign.run_campaign(settings, str(tmp_path / "out"), jobs=0)
+    assert summary.bundles
+    readme = open(os.path.join(summary.bundles[0], "README.md")).read()
+    assert "--trials 4" in readme
+
+
+def test_fuzz_help_names_every_target():
+    from onnxrefine.cli.fuzz_cmd import TARGET_HELP
+    from onnxrefine.triage.adapters import ADAPTERS
+
+    assert all(name in TARGET_HELP.replace("[", " ").split() or f"{name}[" in TARGET_HELP for name in ADAPTERS)

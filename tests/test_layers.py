@@ -26,7 +26,7 @@ FORBIDDEN = {
     "atomic": {"*"},
     "runtime": {"*"},
 }
-LEAF_IMPORTS = {"errors": set(), "atomic": {"errors"}, "runtime": set()}
+LEAF_IMPORTS = {"errors": set(), "atomic": {"errors"}, "runtime": {"errors"}}
 # The one crossing: verify/certificate/certifier.py implements the rule engine's certificate hook, so it
 # reads the hook's request/outcome types (and the EXACT class name) from rewrite/rule.py.
 ALLOWED = {("verify/certificate/certifier.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateOutcome", "CertificateRequest"},

@@ -13,7 +13,31 @@ if _importlib_util.find_spec("onnxruntime") is None:  # pragma: no cover - depen
 
 from onnxrefine._deferred import import_onnx_ir  # noqa: E402
 
-import_onnx_ir()  # before any module of the package imports onnx_ir: sympy stays unloaded
+
+def _memory_limited() -> bool:
+    try:
+        import resource
+
+        return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+    except ImportError:  # pragma: no cover - not on Windows
+        return False
+    except BaseException:  # noqa: BLE001 - too little memory even to ask: that is the answer
+        return True
+
+
+# Why the package cannot work in this process, when its native dependencies (numpy, onnx,
+# ml_dtypes) could not be loaded for want of memory (`ulimit -v`, `prlimit --as`): the CLI says
+# it in one line and exits 2; the API raises it on first use. Any other import failure raises.
+STARTUP_FAILURE: str | None = None
+try:
+    import_onnx_ir()  # before any module of the package imports onnx_ir: sympy stays unloaded
+except (ImportError, MemoryError, SystemError, KeyboardInterrupt) as _exc:
+    # A loader that ran out of address space fails in any of these ways (OpenBLAS's failed thread
+    # buffers even surface as KeyboardInterrupt inside numpy's import).
+    if not (isinstance(_exc, MemoryError) or _memory_limited()):
+        raise
+    _text = str(_exc).splitlines()[0] if str(_exc) else type(_exc).__name__
+    STARTUP_FAILURE = f"not enough memory to load onnxrefine's native libraries (numpy, onnx): {_text}"
 
 __all__ = ["__version__", "optimize", "optimize_with_report", "VerifySettings"]
 
@@ -21,6 +45,8 @@ __all__ = ["__version__", "optimize", "optimize_with_report", "VerifySettings"]
 def __getattr__(name: str):
     # The API is imported on first use, so that `onnxrefine --version` and the CLI's argument
     # checks do not pay for the optimizer's imports.
+    if STARTUP_FAILURE is not None and name in ("optimize", "optimize_with_report", "VerifySettings"):
+        raise ImportError(STARTUP_FAILURE)
     if name in ("optimize", "optimize_with_report"):
         from onnxrefine import api
 

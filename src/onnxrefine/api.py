@@ -37,6 +37,9 @@ class OptimizationReport:
     # The constant budget (ir/budget.py): rewrites it refused, growth used and allowed. A run it
     # stopped short (a 1M-node chain: each Transpose -> Reshape adds a 16-byte shape) says so here.
     constant_budget: dict | None = None
+    # Parts of the input the output does not carry (io.note_unkept_parts: training_info), each a
+    # sentence: said in the summary and the report, never dropped silently.
+    dropped: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -51,6 +54,7 @@ class OptimizationReport:
             "certificates": self.certificates,
             "input_shapes": self.input_shapes,
             "constant_budget": self.constant_budget,
+            "dropped": list(self.dropped),
             **self.log.to_dict(),
         }
 
@@ -126,6 +130,7 @@ def optimize_ir(
         certifier.stats.to_dict() if certifier is not None else None,
     )
     report.constant_budget = budget.summary()
+    report.dropped = io.dropped_parts(model)
     if shape_changes is not None:
         report.input_shapes = shape_override_summary(shape_changes, log)
     stamp_metadata(model, report)

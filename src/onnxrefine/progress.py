@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
 __all__ = ["Reporter", "phase", "in_phase", "report", "reporting", "LiveDisplay", "PlainDisplay",
-           "display_for_stderr", "showing"]
+           "display_for_stderr", "showing", "failed_phase"]
 
 
 class Reporter(Protocol):
@@ -61,16 +61,25 @@ _CURRENT: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("onnx
 def phase(name: str, *, total: int | None = None, detail: str = "") -> Iterator[None]:
     """Mark a phase (nested inside the current one) for as long as the block runs."""
     reporter = _CURRENT.get()
-    if reporter is None:
-        yield
-        return
-    reporter.push(name, total, detail)
+    if reporter is not None:
+        reporter.push(name, total, detail)
     try:
         yield
-    except BaseException:
-        reporter.pop(False)
+    except BaseException as exc:
+        if failed_phase(exc) is None:  # the innermost phase: where the error happened
+            with contextlib.suppress(AttributeError, TypeError):
+                exc.onnxrefine_phase = name
+        if reporter is not None:
+            reporter.pop(False)
         raise
-    reporter.pop(True)
+    if reporter is not None:
+        reporter.pop(True)
+
+
+def failed_phase(exc: BaseException) -> str | None:
+    """The innermost phase an exception ended (for an error line that says where: "not enough
+    memory during optimize model.onnx")."""
+    return getattr(exc, "onnxrefine_phase", None)
 
 
 def in_phase(name: str) -> Callable:

@@ -35,6 +35,7 @@ import onnx
 
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
+from onnxrefine.ir import contained
 
 DEFAULT_BUDGET_FRACTION = 0.5
 DEFAULT_BUDGET_CAP = 2 << 30
@@ -271,7 +272,7 @@ def infer_shapes_bounded(model: onnx.ModelProto) -> onnx.ModelProto:
     """onnx shape inference with data propagation (exporters compute Reshape targets from
     Shape->Gather->Concat chains) unless a plain pass shows a 0-D/1-D value of a propagating
     operator larger than DATA_PROP_MAX_ELEMENTS: then the plain pass's result."""
-    plain = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    plain = contained.infer_shapes(model, strict_mode=False)
     if not any(node.op_type in _DATA_PROP_OPS for node in model.graph.node):
         return plain  # nothing to propagate: one pass (a 200,000-node Relu chain: 7 s a pass here)
     sizes = {}
@@ -288,7 +289,7 @@ def infer_shapes_bounded(model: onnx.ModelProto) -> onnx.ModelProto:
         if node.op_type in _DATA_PROP_OPS and any(sizes.get(name, 0) > DATA_PROP_MAX_ELEMENTS
                                                   for name in (*node.input, *node.output)):
             return plain
-    return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    return contained.infer_shapes(model, strict_mode=False, data_prop=True)
 
 
 def _nbytes(elem_type: int, shape: tuple, float64: bool = False) -> int:

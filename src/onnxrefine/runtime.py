@@ -32,5 +32,33 @@ def require_onnxruntime():
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt) and interrupted(exc):
             raise KeyboardInterrupt from None
+        if out_of_memory(exc):
+            from onnxrefine.errors import BadInputError
+
+            limit = address_space_limit()
+            raise BadInputError("not enough memory to load onnxruntime" + (f" (address-space limit {limit})"
+                                if limit else "") + f": {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
         raise
     return onnxruntime
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether an import failed for want of memory: a MemoryError, or the dynamic loader's 'failed to
+    map segment' / 'cannot allocate memory' for a native extension under an address-space limit."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, ImportError) and ("failed to map segment" in text or "cannot allocate memory" in text)
+
+
+def address_space_limit() -> str | None:
+    """The process's address-space limit (`ulimit -v`, `prlimit --as`) as text, or None when there
+    is none (or the platform cannot say)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return f"{soft / (1 << 20):.0f} MiB"

@@ -135,7 +135,7 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
         # Input sets are cut to the budget; only when one set would exceed the limit (the user's
         # --verify-budget, else DEFAULT_VERIFY_BUDGET_S) is verification skipped.
         limit_s = settings.budget_s if settings.budget_s is not None else DEFAULT_VERIFY_BUDGET_S
-        _check_resources(original)
+        _check_resources(original, settings.dims)
         plan = make_plan(original.proto, budget_s=budget_s, forced=forced, trials=settings.trials,
                          seed=settings.seed, dims=settings.dims, inputs=settings.inputs,
                          weight_bytes=io.tensor_bytes(work), budget_text=budget_text, limit_s=limit_s,
@@ -242,14 +242,14 @@ def _budget(settings: VerifySettings, schedule_s: float) -> tuple[float, str]:
         f"{MIN_AUTO_BUDGET_S:g} s)"
 
 
-def _check_resources(original) -> None:
+def _check_resources(original, dims=None) -> None:
     """ResourceLimitError before any plan when the original cannot run within the memory budget
-    or holds a Loop over the trip-count limit (resources.py; symbolic dims taken as 1 here, the
-    runner checks again with each input set's shapes)."""
+    or holds a Loop over the trip-count limit (resources.py; symbolic dims at the user's --dims,
+    else taken as 1 here; the runner checks again with each input set's shapes)."""
     from onnxrefine import resources
     from onnxrefine.verify.ort.runner import peak_estimate
 
-    resources.check_runnable(peak_estimate(original, None), "original model")
+    resources.check_runnable(peak_estimate(original, None, dims), "original model")
 
 
 def _not_runnable(exc: Exception) -> str:

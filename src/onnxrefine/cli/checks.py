@@ -39,6 +39,12 @@ def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 
 def writable_file(path: str | os.PathLike, label: str, inputs: Sequence[str | os.PathLike] = ()) -> None:
     """`path` can be written (atomically, by a rename in its folder) and is none of `inputs`."""
+    from onnxrefine.atomic import check_name
+
+    try:
+        check_name(path)
+    except BadInputError as exc:
+        raise BadInputError(f"{label}: {exc}") from None
     if os.path.isdir(path):
         raise BadInputError(f"{label}: {path} is a folder; give a file name")
     if os.path.exists(path) and not os.path.isfile(path):

@@ -9,6 +9,12 @@ from onnxrefine import progress
 from onnxrefine.errors import BadInputError
 
 
+# Written out rather than read from triage/adapters.py (whose import pulls in the verifier for every
+# command's start-up); tests/test_reduce_faults.py checks it names every adapter.
+TARGET_HELP = ("onnxrefine[:pass,...] (each pass a step) | onnxrefine-pipeline (the whole default pipeline "
+               "as one step) | onnxoptimizer[:pass,...] | onnxsim | onnxslim | onnxscript | ort (default: onnxrefine)")
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "fuzz",
@@ -18,7 +24,7 @@ def register(subparsers) -> None:
         "write a bundle for each distinct mismatch. Rounding and unstable cases are counted, not filed.",
     )
     parser.add_argument("--target", default=None, metavar="OPTIMIZER[:PASS,...]",
-                        help="onnxrefine | onnxoptimizer[:pass] | onnxsim | onnxslim | onnxscript | ort")
+                        help=TARGET_HELP)
     parser.add_argument("--passes", default=None, help="comma-separated pass names to fuzz")
     # Settings options default to None so that --resume can tell a given option from a default.
     parser.add_argument("--cases", type=int, default=None, metavar="N", help="cases (default 100)")

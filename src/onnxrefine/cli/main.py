@@ -1,15 +1,25 @@
 """The `onnxrefine` command: one subcommand per module in this folder.
 
 Each subcommand module exposes `register(subparsers)`, which adds its parser and sets
-`func(args) -> int` as the default. Exit codes: 0 success, 1 a negative verdict, 2 bad input.
-Arguments are checked (cli/checks.py) before the subcommand runs; the subcommand runs under the
-progress display (onnxrefine.progress).
+`func(args) -> int` as the default. Arguments are checked (cli/checks.py) before the subcommand
+runs; the subcommand runs under the progress display (onnxrefine.progress).
+
+Exit codes (the README's table; scripts rely on them being distinct):
+  0    success
+  1    a negative verdict: the models differ (verify), or the result was not verified as asked
+  2    bad input or environment: an unusable model, file or option, a full disk, a permission,
+       a name the file system cannot hold, not enough memory
+  3    internal error: a bug of onnxrefine's (one line; --debug shows the traceback)
+  130  interrupted (SIGINT); 129 / 143 hung up or terminated (SIGHUP / SIGTERM)
+  141  standard output closed early (`| head`): outputs already committed are kept
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 from onnxrefine import __version__, progress
@@ -24,17 +34,82 @@ SUBCOMMAND_MODULES = (
     "onnxrefine.cli.reduce_cmd",
 )
 
+EXIT_OK, EXIT_DIFFER, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_BROKEN_PIPE = 128 + 13
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program is, so that every clean-up a Ctrl-C runs (temp
+    files, staged outputs, child processes) runs for them too."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _install_signal_handlers() -> None:
+    main_pid = os.getpid()
+
+    def terminate(signum, frame):
+        if os.getpid() != main_pid:  # a forked worker: die as the signal says, as it always did
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated(signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), terminate)
+
+
+def _safe_streams() -> None:
+    """Output that cannot be encoded in the locale's charset (an ellipsis under LC_ALL=POSIX, a
+    model's non-ASCII names) is escaped, never a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # pragma: no cover - a closed or exotic stream
+                pass
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="onnxrefine",
         description="Optimize ONNX models without changing what they compute, and prove it.",
+        epilog="exit codes: 0 ok, 1 the models differ or the result is not verified as asked, 2 bad input "
+        "or environment, 3 internal error, 130/129/143 interrupted, 141 output pipe closed",
     )
     parser.add_argument("--version", action="version", version=f"onnxrefine {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an internal error (also ONNXREFINE_DEBUG=1)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
     return parser
+
+
+def _error(text: str) -> None:
+    from onnxrefine.ir.load_checks import one_line  # one line whatever the message quotes
+
+    print(f"onnxrefine: {one_line(text)}", file=sys.stderr, flush=True)
+
+
+def _os_error_text(exc: OSError) -> str:
+    cause = exc.strerror or str(exc)
+    where = exc.filename if exc.filename is not None else None
+    return f"error: {where}: {cause}" if where else f"error: {cause}"
+
+
+def _memory_text(exc: MemoryError) -> str:
+    from onnxrefine.runtime import address_space_limit
+
+    where = progress.failed_phase(exc)
+    during = f" during {where}" if where else ""
+    limit = address_space_limit()
+    return (f"error: not enough memory{during}" + (f" (address-space limit {limit})" if limit else "")
+            + (f": {exc}" if str(exc) else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,28 +117,91 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--version"]:  # answered before the subcommands (and the optimizer) are imported
         print(f"onnxrefine {__version__}")
         return 0
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    _safe_streams()
+    from onnxrefine import STARTUP_FAILURE
+
+    if STARTUP_FAILURE is not None:
+        print(f"onnxrefine: error: {STARTUP_FAILURE}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    _install_signal_handlers()
+    debug = "--debug" in argv[:1] or os.environ.get("ONNXREFINE_DEBUG", "") not in ("", "0")
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        debug = debug or args.debug
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_BAD_INPUT
         check_args(args)  # output folders, inputs files: fail before any work, not after it
         # Progress on stderr (live on a terminal, log lines otherwise) for every phase the
         # library reports; the display is closed before the error or result lines below.
         from onnxrefine import resources
 
         with progress.showing(progress.display_for_stderr()), resources.from_args(args):
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit where it cannot be handled
+        return EXIT_BROKEN_PIPE if _stdout_closed else code
     except OnnxRefineError as exc:
-        # One line whatever the message quotes (a name from the model may hold a newline).
-        from onnxrefine.ir.load_checks import one_line
-
-        print(f"onnxrefine: error: {one_line(str(exc))}", file=sys.stderr)
-        return 2
+        _error(f"error: {exc}")
+        return EXIT_BAD_INPUT
+    except SystemExit as exc:
+        if not isinstance(exc.__context__, BrokenPipeError):
+            raise
+        # rich answers a closed pipe with SystemExit(1) (after pointing stdout at /dev/null):
+        # the same event as below, and the same exit.
+        return EXIT_BROKEN_PIPE
+    except BrokenPipeError:
+        # The reader went away (`onnxrefine ... | head -1`): the outputs were committed before the
+        # summary was printed, and stay. Nothing more can be said on stdout; exit quietly.
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except Terminated as exc:
+        name = "hung up" if exc.signum == getattr(signal, "SIGHUP", -1) else "terminated"
+        _error(name)
+        return 128 + exc.signum
     except KeyboardInterrupt:
-        print("onnxrefine: interrupted", file=sys.stderr)
+        _error("interrupted")
         return 130
+    except OSError as exc:  # the environment: a full disk, a permission, a name too long
+        if debug:
+            raise
+        _error(_os_error_text(exc))
+        return EXIT_BAD_INPUT
+    except MemoryError as exc:
+        if debug:
+            raise
+        _error(_memory_text(exc))
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, a distinct code
+        if debug:
+            raise
+        _error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+        return EXIT_INTERNAL
+
+
+_stdout_closed = False
+
+
+def closed_pipe(exc: BaseException) -> bool:
+    """Whether `exc` is standard output's reader going away: a BrokenPipeError, or the
+    SystemExit(1) rich raises for one. Work in progress goes on (its outputs are still committed);
+    what it would have printed is dropped, and the run exits 141."""
+    global _stdout_closed
+    if isinstance(exc, BrokenPipeError) or (isinstance(exc, SystemExit)
+                                             and isinstance(exc.__context__, BrokenPipeError)):
+        _stdout_closed = True
+        _silence_stdout()
+        return True
+    return False
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # pragma: no cover - no real stdout to replace
+        pass
 
 
 if __name__ == "__main__":

@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onnxrefine import progress
+from onnxrefine import atomic, progress
 from onnxrefine.api import optimize_ir
-from onnxrefine.atomic import write_atomic
 from onnxrefine.plain import plain
 from onnxrefine.cli.verify_cmd import (add_input_shape_argument, add_run_settings_arguments, parse_dims,
                                        run_settings_from_args)
@@ -199,25 +198,28 @@ def run(args: argparse.Namespace) -> int:
             input_shapes=input_shapes,
         )
     layout = output_layout(args)
-    with progress.phase(f"save {output.name}"):
-        size_after = io.save_model(model, output, input_path=source, layout=layout)
-    seconds = time.perf_counter() - started
-    try:
+    # Every output of the run (the model, its data files, the report) is written to temp files and
+    # made visible together once all are complete: a report that cannot be written replaces
+    # nothing, and a reader that goes away (`| head`) finds the outputs already committed.
+    with atomic.staging() as stage:
+        with progress.phase(f"save {output.name}"):
+            size_after = io.save_model(model, output, input_path=source, layout=layout)
         if args.report:
             write_json_atomically(Path(args.report), report.to_dict())
-        if report.input_shapes:
-            console.print(input_shapes_line(report.input_shapes), highlight=False, markup=False)
-        external = size_before != source.stat().st_size or size_after != output.stat().st_size
-        console.print(summary_table(report, size_before, size_after, seconds, external))
-        if args.explain:
-            console.print(refusals_table(report))
-        for rollback in report.rolled_back:
-            console.print(plain(f"rolled back {describe_rollback(rollback)}"))
-        for note in layout.notes:
-            console.print(plain(f"note: {note}"), highlight=False)
-    except BaseException:
-        output.unlink(missing_ok=True)  # a run that fails (or is interrupted) leaves no output
-        raise
+        stage.commit()
+    seconds = time.perf_counter() - started
+    if report.input_shapes:
+        console.print(input_shapes_line(report.input_shapes), highlight=False, markup=False)
+    external = size_before != source.stat().st_size or size_after != output.stat().st_size
+    console.print(summary_table(report, size_before, size_after, seconds, external))
+    if args.explain:
+        console.print(refusals_table(report))
+    for rollback in report.rolled_back:
+        console.print(plain(f"rolled back {describe_rollback(rollback)}"))
+    for part in report.dropped:
+        console.print(plain(f"note: not kept: {part}"), highlight=False)
+    for note in layout.notes:
+        console.print(plain(f"note: {note}"), highlight=False)
     console.print(plain(f"wrote {output}"))
     return 0
 
@@ -246,6 +248,16 @@ def _event_printer(console: Console):
     live display shows the phases themselves)."""
 
     def on_event(kind: str, **info) -> None:
+        try:
+            _print_event(kind, **info)
+        except (BrokenPipeError, SystemExit) as exc:  # the reader went away: the work goes on
+            from onnxrefine.cli.main import closed_pipe
+
+            if not closed_pipe(exc):
+                raise
+            console.quiet = True
+
+    def _print_event(kind: str, **info) -> None:
         if kind == "verify_plan":
             console.print(plain(f"verification: {info['text']}"), highlight=False)
         elif kind == "bisect":
@@ -337,4 +349,4 @@ def write_json_atomically(path: Path, data: dict) -> None:
     folder = path.resolve().parent
     if not folder.is_dir():
         raise BadInputError(f"{path}: folder does not exist")
-    write_atomic(path, json.dumps(data, indent=2))
+    atomic.write_atomic(path, json.dumps(data, indent=2))

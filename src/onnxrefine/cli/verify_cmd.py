@@ -46,6 +46,9 @@ def register(subparsers) -> None:
     parser.add_argument("--no-localize", action="store_true",
                         help="skip layer-wise localisation (judging the intermediate values both models "
                              "hold and naming the first bad one)")
+    parser.add_argument("--match-outputs", choices=("name", "position"), default="name",
+                        help="pair the two models' outputs by name (default: a candidate with other output "
+                        "names or count is a mismatch of interfaces) or by position (for a renamed candidate)")
     parser.add_argument("--json", metavar="OUT", help="write the full report as JSON")
     parser.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     add_run_settings_arguments(parser)
@@ -162,11 +165,15 @@ def run(args: argparse.Namespace) -> int:
         original, dims = _shape_fixed_original(args.original, input_shapes, dims)
     report = verify_models(original, args.candidate, inputs=inputs, trials=args.trials,
                            seed=args.seed, dims=dims, stress=not args.no_stress,
-                           time_budget_s=args.time_budget, localize=not args.no_localize, **run_settings)
-    if args.json:
-        report.write_json(args.json)
-    if args.html:
-        report.write_html(args.html)
+                           time_budget_s=args.time_budget, localize=not args.no_localize,
+                           match_outputs=args.match_outputs, **run_settings)
+    from onnxrefine import atomic
+
+    with atomic.staging():  # both reports become visible together, or neither replaces anything
+        if args.json:
+            report.write_json(args.json)
+        if args.html:
+            report.write_html(args.html)
     console = Console(file=sys.stdout, width=max(120, Console().width))
     render_table(report, console)
     sys.stdout.flush()

@@ -108,6 +108,15 @@ def case_step(settings: CampaignSettings, index: int) -> str:
     return names[index % len(names)]
 
 
+def case_pattern(settings: CampaignSettings, seed: int, step: str) -> str | None:
+    """The pattern the case of `seed` is grown around (None: an untargeted case). Per-pass
+    optimizers get their pass's pattern; whole-model ones a rotating pattern."""
+    if (seed * 2654435761 % 1000) < settings.targeted * 1000:
+        names = sorted(TARGET_PATTERNS)
+        return step if step in TARGET_PATTERNS else names[seed % len(names)]
+    return None
+
+
 def run_case(settings: CampaignSettings, index: int) -> dict:
     """One case, self-contained so that it can run in another process or on a Ray worker."""
     from onnxrefine.verify import verify_models
@@ -116,11 +125,7 @@ def run_case(settings: CampaignSettings, index: int) -> dict:
     step = case_step(settings, index)
     result = {"index": index, "seed": seed, "step": step, "status": None, "pattern": None}
     started = time.perf_counter()
-    pattern = None
-    if (seed * 2654435761 % 1000) < settings.targeted * 1000:
-        # Per-pass optimizers get their pass's pattern; whole-model ones a rotating pattern.
-        names = sorted(TARGET_PATTERNS)
-        pattern = step if step in TARGET_PATTERNS else names[seed % len(names)]
+    pattern = case_pattern(settings, seed, step)
     result["pattern"] = pattern
     try:
         case = generate_model(seed, max_nodes=settings.max_nodes, opset=settings.opset, target=pattern)
@@ -237,8 +242,8 @@ cd {folder}
 python -c "import onnx; from onnxrefine.fuzz.generator import generate_model; onnx.save(generate_model({result['seed']}, max_nodes={settings.max_nodes}, opset={settings.opset}{pattern}).model, 'model.onnx')"
 # apply the step
 {optimize}
-# verify
-onnxrefine verify model.onnx model.opt.onnx --seed {result['seed']}{dims_flag}
+# verify (the same input sets as the campaign: --trials {settings.trials}; or exactly these: --inputs inputs.npz)
+onnxrefine verify model.onnx model.opt.onnx --seed {result['seed']} --trials {settings.trials}{dims_flag}
 # shrink to a minimal repro
 onnxrefine reduce .
 ```
@@ -273,6 +278,58 @@ def write_bundle(out_dir: str, settings: CampaignSettings, result: dict) -> str:
     return final
 
 
+CRASHED = "crashed"
+
+
+def write_crash_bundle(out_dir: str, settings: CampaignSettings, result: dict) -> str:
+    """case_<n>_seed<s>/ for a case whose worker died every time (a segfault, an abort, an OOM
+    kill in the step or in onnxruntime): the generated model, the reason, and how to reproduce."""
+    from onnxrefine.atomic import staged_folder
+    from onnxrefine.ir import contained
+    from onnxrefine.triage.adapters import get_adapter
+
+    name = f"case_{result['index']}_seed{result['seed']}"
+    pattern = case_pattern(settings, result["seed"], result["step"])
+    # Generated where a crash of the generator's own onnxruntime check cannot take the campaign.
+    model = contained.call(_generated, result["seed"], settings.max_nodes, settings.opset, pattern,
+                           what="the generator")
+    final = os.path.join(out_dir, name)
+    optimize = get_adapter(settings.optimizer).command(result["step"]).replace(
+        "original.onnx", "model.onnx").replace("optimized.onnx", "model.opt.onnx")
+    target = f", target={pattern!r}" if pattern else ""
+    with staged_folder(final, replace=True) as staging:
+        with open(os.path.join(staging, "model.onnx"), "wb") as handle:
+            handle.write(model)
+        meta = {key: result.get(key) for key in ("index", "seed", "step", "status", "error")}
+        meta.update(pattern=pattern, optimizer=settings.optimizer, trials=settings.trials,
+                    max_nodes=settings.max_nodes, opset=settings.opset)
+        with open(os.path.join(staging, "report.json"), "w") as handle:
+            json.dump(meta, handle, indent=2)
+        with open(os.path.join(staging, "README.md"), "w") as handle:
+            handle.write(f"""# {settings.optimizer} step `{result['step']}` crashes the process
+
+Found by `onnxrefine fuzz` (case {result['index']}, seed {result['seed']}): the worker running this case
+died every time it was tried ({result.get('error') or 'no reason given'}). The step, or onnxruntime
+verifying its output, crashes on this model.
+
+Reproduce:
+
+```sh
+cd {name}
+# regenerate the original (byte-identical to model.onnx)
+python -c "import onnx; from onnxrefine.fuzz.generator import generate_model; onnx.save(generate_model({result['seed']}, max_nodes={settings.max_nodes}, opset={settings.opset}{target}).model, 'model.onnx')"
+# apply the step (the crash is here, or in the verify below)
+{optimize}
+onnxrefine verify model.onnx model.opt.onnx --seed {result['seed']} --trials {settings.trials}
+```
+""")
+    return final
+
+
+def _generated(seed: int, max_nodes: int, opset: int, pattern: str | None) -> bytes:
+    return generate_model(seed, max_nodes=max_nodes, opset=opset, target=pattern).model.SerializeToString()
+
+
 def run_chunk(settings: CampaignSettings, indices) -> list[dict]:
     """Several cases in one task. A case that raises out of run_case (a verifier bug) is counted
     as `internal_error` rather than ending a campaign of thousands of cases."""
@@ -303,9 +360,20 @@ def run_chunk_with_environment(settings: CampaignSettings, indices) -> dict:
 
 def _crashed(settings: CampaignSettings):
     def make(index: int, reason: str) -> dict:
-        return {"index": index, "seed": settings.seed + index, "step": case_step(settings, index),
-                "status": "crashed", "pattern": None, "error": reason}
+        seed, step = settings.seed + index, case_step(settings, index)
+        # One bundle per step that crashes: the crash's reason varies with the address it died at.
+        return {"index": index, "seed": seed, "step": step, "status": CRASHED,
+                "pattern": case_pattern(settings, seed, step), "error": reason, "signature": CRASHED}
     return make
+
+
+def _crash_bundle_or_none(out_dir: str, settings: CampaignSettings, result: dict) -> str | None:
+    from onnxrefine.ir.contained import NativeCrash
+
+    try:
+        return write_crash_bundle(out_dir, settings, result)
+    except NativeCrash:  # the generator itself crashes on this seed: the journal has the seed
+        return None
 
 
 def _backend(settings: CampaignSettings, jobs: int, ray_address: str | None):
@@ -357,6 +425,8 @@ def run_campaign(settings: CampaignSettings | None, out_dir: str, *, jobs: int =
                 bundle = None
                 if result["status"] == FILED:
                     bundle = filing.file(result, lambda: write_bundle(out_dir, settings, result))
+                elif result["status"] == CRASHED:
+                    bundle = filing.file(result, lambda: _crash_bundle_or_none(out_dir, settings, result))
                 log.append(result, bundle)   # after the bundle: a journaled case is complete
                 summary.add(result)
                 if on_result is not None:

@@ -151,7 +151,7 @@ class Filing:
         self._summary.bundles = [path for _, path in sorted(self._filed.values())]
 
     def replay(self, entry: dict) -> None:
-        if entry["status"] != "mismatch":
+        if entry["status"] not in ("mismatch", "crashed"):
             return
         if entry.get("bundle"):
             self._take(entry, entry["bundle"])
@@ -164,6 +164,8 @@ class Filing:
         if not self._take(result, None):
             return None
         path = write()
+        if path is None:
+            return None
         self._filed[(result["step"], result.get("signature", ""))] = (result["index"], path)
         self._publish()
         return path

@@ -26,6 +26,7 @@ from onnx import helper
 from onnxrefine.errors import BadInputError
 from onnxrefine.fuzz.generator import random_inputs
 from onnxrefine.atomic import staged_folder
+from onnxrefine.ir import contained
 from onnxrefine.verify.ort.runner import inference_session
 
 Step = Callable[[onnx.ModelProto], onnx.ModelProto]
@@ -113,26 +114,83 @@ def runtime_types(model: onnx.ModelProto, dims: dict, seed: int) -> dict[str, tu
 def valid(model: onnx.ModelProto) -> bool:
     try:
         onnx.checker.check_model(model, full_check=True)
-        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        contained.infer_shapes(model, check_type=True, strict_mode=True)  # a reduced model may abort it
         return True
     except Exception:
         return False
 
 
+class StableInputs:
+    """The input sets every check of a reduction verifies on: generated once from the case's own
+    model (as its bundle's inputs.npz was), and restricted to the inputs an edited model still
+    has. Generating them afresh for each edited model gave other values to the inputs left when an
+    unused one was dropped (the generator draws per input position), so the mismatch could vanish
+    with an edit that did not touch it, or appear with one that did. Inputs an edit creates (a cut
+    makes a value a graph input) are generated for that model, and so is an input whose shape an
+    edit changed, or every input when the dims change (a shrink: those values cannot stay)."""
+
+    def __init__(self, model: onnx.ModelProto, seed: int, trials: int):
+        self.model, self.seed, self.trials = model, seed, trials
+        self._pool: dict[tuple, list] = {}
+
+    def for_model(self, model: onnx.ModelProto, dims: dict) -> list[dict]:
+        from onnxrefine.verify.inputs import generate_labelled_inputs
+
+        key = tuple(sorted(dims.items()))
+        if key not in self._pool:  # new dims (a shrink): new values, drawn for the model of that moment
+            source = self.model if not self._pool else model
+            self._pool[key] = generate_labelled_inputs(source, seed=self.seed, dims=dims, trials=self.trials)
+        pool = self._pool[key]
+        shapes = _declared_shapes(model, dims)
+        keep = [name for name in shapes if name in pool[0][1] and _fits(pool[0][1][name].shape, shapes[name])]
+        if len(keep) == len(shapes):
+            return [{name: feeds[name] for name in shapes} for _, feeds in pool]
+        fresh = generate_labelled_inputs(model, seed=self.seed, dims=dims, trials=self.trials)
+        if len(fresh) != len(pool):
+            return [feeds for _, feeds in fresh]
+        return [{name: old[name] if name in keep else new[name] for name in shapes}
+                for (_, old), (_, new) in zip(pool, fresh)]
+
+
+def _declared_shapes(model: onnx.ModelProto, dims: dict) -> dict[str, tuple]:
+    """Graph input name -> declared shape (ints; a symbol as its value in `dims`, else None)."""
+    initializers = {init.name for init in model.graph.initializer}
+    shapes = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        dims_of = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else []
+        shapes[value.name] = tuple(d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param)
+                                   for d in dims_of)
+    return shapes
+
+
+def _fits(shape: tuple, declared: tuple) -> bool:
+    return len(shape) == len(declared) and all(d is None or d == s for s, d in zip(shape, declared))
+
+
 def still_fails(model: onnx.ModelProto, step: Step, dims: dict, seed: int, trials: int,
-                kind: str | None = None):
+                kind: str | None = None, inputs: StableInputs | None = None):
     """The step's output when the step still gives `mismatch` on this valid model, else None.
 
     With `kind` (see `campaign.mismatch_kind`), only a mismatch of that kind counts, so that a
     wrong-values case does not drift into another bug (a candidate that no longer loads).
+    The check runs contained (ir/contained.py): an edit on which onnxruntime or the step crashes
+    the process is an edit that does not keep the failure, and the reduction goes on.
     """
-    found = _failure(model, step, dims, seed, trials)
+    try:
+        sets = inputs.for_model(model, dims) if inputs is not None and valid(model) else None
+        found = contained.call(_failure, model, step, dims, seed, trials, sets, what="the check")
+    except contained.NativeCrash:
+        return None
+    except BadInputError:  # inputs that cannot be made for the edited model (too large, say)
+        return None
     if found is None or kind is not None and found[1] != kind:
         return None
     return found[0]
 
 
-def _failure(model, step, dims, seed, trials):
+def _failure(model, step, dims, seed, trials, sets: list[dict] | None = None):
     """(candidate, mismatch kind) when the step gives `mismatch` on this valid model."""
     from onnxrefine.fuzz.campaign import mismatch_kind
     from onnxrefine.verify import verify_models
@@ -146,7 +204,7 @@ def _failure(model, step, dims, seed, trials):
     from onnxrefine.resources import ResourceLimitError
 
     try:
-        report = verify_models(model, candidate, seed=seed, dims=dims, trials=trials)
+        report = verify_models(model, candidate, inputs=sets, seed=seed, dims=dims, trials=trials)
     except ResourceLimitError:
         raise  # over the memory/time budget: say so (edits only shrink the model)
     except BadInputError:
@@ -294,7 +352,12 @@ def reduce_model(model: onnx.ModelProto, step: Step, *, dims: dict, seed: int, t
     started = time.perf_counter()
     dims = dict(dims)   # shrinking rebinds symbols; the caller's dict stays as it was
     result = ReduceResult(model=prune(_copy(model)), candidate=None, nodes_before=len(model.graph.node))
-    first = _failure(result.model, step, dims, seed, trials)
+    inputs = StableInputs(result.model, seed, trials)
+    try:  # contained like every later check: the parent never runs onnxruntime itself
+        first = contained.call(_failure, result.model, step, dims, seed, trials, inputs.for_model(result.model, dims),
+                               what="the check")
+    except contained.NativeCrash as exc:
+        raise BadInputError(f"the case does not give a mismatch for this step: {exc}") from None
     result.checks = 1
     if first is None:
         raise BadInputError("the case does not give a mismatch for this step (nothing to reduce)")
@@ -308,7 +371,7 @@ def reduce_model(model: onnx.ModelProto, step: Step, *, dims: dict, seed: int, t
         if edited is None or not budget_left():
             return False
         result.checks += 1
-        candidate = still_fails(edited, step, dims, seed, trials, result.kind)
+        candidate = still_fails(edited, step, dims, seed, trials, result.kind, inputs)
         if candidate is None:
             return False
         result.model, result.candidate = edited, candidate
@@ -329,7 +392,7 @@ def reduce_model(model: onnx.ModelProto, step: Step, *, dims: dict, seed: int, t
             index = 0
             while index < len(result.model.graph.node) and budget_left():
                 try:
-                    types = runtime_types(result.model, dims, seed)
+                    types = contained.call(runtime_types, result.model, dims, seed, what="onnxruntime")
                 except Exception:
                     break
                 op = result.model.graph.node[index].op_type

@@ -32,7 +32,7 @@ from typing import BinaryIO
 import onnx
 import onnx_ir as ir
 
-from onnxrefine.atomic import publish_mode, temp_beside
+from onnxrefine.atomic import after_publish, publish, publish_mode, temp_beside
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import tensordata, traversal, validate, wire
 from onnxrefine.ir.wire import _GRAPH_INITIALIZER, _LEN, _MODEL_GRAPH, _TENSOR_RAW_DATA, _encode_varint
@@ -292,23 +292,40 @@ def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None 
                 renames.append((data_tmp, data_path))
                 with os.fdopen(fd_data, "wb") as data_handle:
                     data_bytes = write(model, model_handle, data_handle, location, external, linked)
+                    _durable(data_handle)
+            _durable(model_handle)
         written = os.stat(model_tmp).st_size + data_bytes
         written += sum(os.stat(temp).st_size for temp, final in renames if final.name in linked.values())
         for name in temps:
             publish_mode(name)
-        # Data files first: a model file is only ever visible beside complete data.
+        # Data files first: a model file is only ever visible beside complete data (a staging
+        # block keeps this order when it renames them all together).
         for temp, final in renames:
-            os.replace(temp, final)
-        os.replace(model_tmp, path)
+            publish(temp, final)
+        publish(model_tmp, path)
         for name in stale:  # the replaced model's own data files, read by nobody now
-            with contextlib.suppress(OSError):
-                os.unlink(folder / name)
+            after_publish(lambda stale_file=folder / name: os.unlink(stale_file))
         return written
+    except OSError as exc:
+        for name in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+        if exc.filename is None:  # a write with no name in the error (ENOSPC): say which output
+            exc.filename = str(path)
+        raise
     except BaseException:
         for name in temps:
             with contextlib.suppress(OSError):
                 os.unlink(name)
         raise
+
+
+def _durable(handle) -> None:
+    """The bytes are on disk before a rename makes the file visible (after a crash the output is
+    the old file or the whole new one, never a new name over missing data); a full disk that
+    buffered writes hid shows here."""
+    handle.flush()
+    os.fsync(handle.fileno())
 
 
 _READ_LIMIT = 256 << 20  # a model file this large is not parsed: it is assumed to read them all

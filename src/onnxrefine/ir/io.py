@@ -55,7 +55,29 @@ def proto_to_ir(proto: onnx.ModelProto, *, base_dir: str = "") -> ir.Model:
             raise BadInputError(f"model cannot be read: {_first_line(exc)}") from None
     if base_dir:
         ir.external_data.set_base_dir(model.graph, base_dir)
+    note_unkept_parts(proto, model)
     return model
+
+
+DROPPED_KEY = "onnxrefine.dropped"
+
+
+def note_unkept_parts(proto: onnx.ModelProto, model: ir.Model) -> None:
+    """Record in the model's metadata what of the file the IR does not hold, so the run says so
+    (the summary's notes, the report's "dropped") instead of losing it silently."""
+    dropped = []
+    if len(proto.training_info):
+        # onnx-ir has no training_info; the optimized graph's initializers would not match the
+        # training algorithm's bindings anyway (folds rename and replace weights).
+        dropped.append(f"training_info ({len(proto.training_info)} entr{'y' if len(proto.training_info) == 1 else 'ies'}): "
+                       "the optimized model is for inference; its initializers no longer match the training "
+                       "algorithm's bindings")
+    if dropped:
+        model.meta[DROPPED_KEY] = dropped
+
+
+def dropped_parts(model: ir.Model) -> list[str]:
+    return list(model.meta.get(DROPPED_KEY) or [])
 
 
 def to_ir(model: ModelLike) -> tuple[ir.Model, str]:

@@ -274,6 +274,9 @@ def check_sparse(sparse: onnx.SparseTensorProto, where: str) -> None:
 def check_graph_inputs(proto: onnx.ModelProto) -> None:
     for value in proto.graph.input:
         kind = value.type.WhichOneof("value")
+        if kind == "tensor_type" and value.type.tensor_type.elem_type == onnx.TensorProto.UNDEFINED:
+            # A feed of no type cannot be made, checked or compared (a flipped byte does this).
+            raise BadInputError(f"graph input '{one_line(value.name)}': element type is UNDEFINED (0)")
         if kind != "tensor_type" or not value.type.tensor_type.HasField("shape"):
             continue
         dims = value.type.tensor_type.shape.dim

@@ -139,15 +139,20 @@ def _reads(graph: onnx.GraphProto, name: str) -> bool:
     return False
 
 
-def apply_conversion(original, candidate, labelled, draw, notes) -> tuple:
-    """(problem or None, the sets as both models get them, whether the candidate's inputs differ):
-    conversion() applied, its notes added to `notes`; `draw()` gives the sets generated for the
-    candidate's own types (None: the sets were given)."""
-    plan = conversion(original, candidate)
-    notes.extend(plan.notes)
+def apply_conversion(run, draw) -> None:
+    """conversion() applied to a verification's state (session._Run): its problem becomes the
+    candidate's failure, its notes are added, the sets become what both models get, and the early
+    localisation is dropped where the candidate's inputs differ (localisation feeds both alike).
+    `draw()` gives the sets generated for the candidate's own types (None: the sets were given)."""
+    if run.candidate_failure is not None:
+        return
+    plan = conversion(run.original_file.proto, run.candidate_file.proto)
+    run.candidate_failure = plan.problem
+    run.notes.extend(plan.notes)
     if plan.problem is None and plan.narrower:
-        labelled = converted_sets(plan, original, labelled, {} if draw is None else draw())
-    return plan.problem, labelled, plan.changes_inputs
+        run.labelled = converted_sets(plan, run.original_file.proto, run.labelled, {} if draw is None else draw())
+    if plan.changes_inputs:
+        run.early = None
 
 
 def localisation_refusal(original, candidate, max_bytes: int) -> str | None:
@@ -200,15 +205,36 @@ def _as_original(value, original, name, converted: dict):
     return value
 
 
-def match_outputs(original_names, candidate_names, notes) -> dict[str, str]:
-    if set(original_names) <= set(candidate_names):
-        return {name: name for name in original_names}
-    if len(original_names) == len(candidate_names):
-        notes.append("candidate output names differ from the original's; matched by position")
-        return dict(zip(original_names, candidate_names))
+MATCH_BY_NAME, MATCH_BY_POSITION = "name", "position"
+
+
+def match_outputs(original_names, candidate_names, notes, by: str = MATCH_BY_NAME) -> tuple[dict[str, str], str | None]:
+    """Original output name -> candidate output name, and the interface problem that makes the
+    candidate a mismatch (None when the interfaces agree). By name (the default), a candidate
+    whose outputs are not the original's, by name and count, has another interface: a consumer
+    that reads `y` or output 1 gets something else, so that is never judged as agreeing. By
+    position (`--match-outputs position`, for a candidate renamed on purpose), the counts must
+    agree and the outputs are paired in order, with a note."""
+    original_names, candidate_names = list(original_names), list(candidate_names)
+    if by == MATCH_BY_POSITION:
+        if len(original_names) != len(candidate_names):
+            return {}, (f"interface mismatch: the candidate has {len(candidate_names)} output(s), the original "
+                        f"{len(original_names)}")
+        if original_names != candidate_names:
+            notes.append("outputs matched by position (--match-outputs position): "
+                         + ", ".join(f"{a} -> {b}" for a, b in zip(original_names, candidate_names) if a != b))
+        return dict(zip(original_names, candidate_names)), None
     missing = [name for name in original_names if name not in candidate_names]
-    notes.append(f"candidate lacks output(s) {', '.join(missing)}")
-    return {name: name for name in original_names if name in candidate_names}
+    extra = [name for name in candidate_names if name not in original_names]
+    if missing or extra:
+        parts = ([f"lacks output(s) {', '.join(missing)}"] if missing else []) + (
+            [f"has other output(s) {', '.join(extra)}"] if extra else [])
+        hint = ("; to pair them in order, --match-outputs position"
+                if len(original_names) == len(candidate_names) else "")
+        return {}, f"interface mismatch: the candidate {' and '.join(parts)}{hint}"
+    if original_names != candidate_names:
+        notes.append("the candidate's outputs are in another order: matched by name")
+    return {name: name for name in original_names}, None
 
 
 def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:

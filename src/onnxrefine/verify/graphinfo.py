@@ -15,6 +15,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnxrefine.ir import contained
+
 # Ops whose result jumps when an input moves by one ulp: they make a graph "discrete".
 DISCRETE_OPS = frozenset({
     "ArgMax", "ArgMin", "Floor", "Ceil", "Round", "Sign", "TopK", "Equal", "Less", "Greater",
@@ -154,7 +156,7 @@ def static_shapes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None
     if feeds:
         pin_input_shapes(pinned, feeds)
     try:
-        inferred = onnx.shape_inference.infer_shapes(pinned, strict_mode=False)
+        inferred = contained.infer_shapes(pinned, strict_mode=False)  # pinned shapes may be impossible
     except Exception:  # shape inference is a help here, never a requirement
         inferred = pinned
     shapes: dict[str, tuple] = {}

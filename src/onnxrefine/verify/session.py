@@ -122,9 +122,12 @@ class VerificationSession:
     rtol: float | None = None
     localize: bool = True
     reference: ReferenceEvaluator = float64_reference
+    match_outputs: str = "name"  # or "position" (evidence.match_outputs)
 
     def check_settings(self) -> None:
         check_run_settings(self.deployment, self.custom_op_library)
+        if self.match_outputs not in (evidence.MATCH_BY_NAME, evidence.MATCH_BY_POSITION):
+            raise BadInputError(f"match_outputs must be 'name' or 'position', not {self.match_outputs!r}")
         for name, value in (("atol", self.atol), ("rtol", self.rtol)):
             if value is not None and not (value >= 0):
                 raise BadInputError(f"--{name} must be a non-negative number")
@@ -161,7 +164,8 @@ class VerificationSession:
 
     def check_outputs(self, run: _Run) -> VerificationReport:
         """The output check: every step but localisation."""
-        self.plan_conversion(run)
+        evidence.apply_conversion(run, None if run.inputs_given else  # how a converted candidate is fed
+                                  lambda: dict(self.plan_inputs(run.candidate_file.proto, None)))
         self.plan_precision(run)
         self.run_original(run)
         self.run_candidate(run)
@@ -183,14 +187,6 @@ class VerificationSession:
             labelled = [(f"given{index}", feeds) for index, feeds in enumerate(sets)]
         checked = check_inputs(model, [feeds for _, feeds in labelled])
         return [(label, feeds) for (label, _), feeds in zip(labelled, checked)]
-
-    def plan_conversion(self, run: _Run) -> None:
-        """A candidate in another precision, or without an input the original never reads (evidence.conversion)."""
-        if run.candidate_failure is None:
-            draw = None if run.inputs_given else (lambda: dict(self.plan_inputs(run.candidate_file.proto, None)))
-            run.candidate_failure, run.labelled, changed = evidence.apply_conversion(
-                run.original_file.proto, run.candidate_file.proto, run.labelled, draw, run.notes)
-            run.early = None if changed else run.early  # localisation feeds both models alike (localise says so)
 
     def plan_precision(self, run: _Run) -> None:
         original_model = run.original_file.proto
@@ -225,8 +221,9 @@ class VerificationSession:
     def run_candidate(self, run: _Run) -> None:
         """The candidate on the strict track; then both models under the deployment settings."""
         if run.candidate_failure is None:
-            run.output_map = evidence.match_outputs(
-                run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes)
+            run.output_map, run.candidate_failure = evidence.match_outputs(
+                run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes,
+                self.match_outputs)
         _candidate_runs(run.strict, run.candidate_file, run.labelled, self.custom_op_library, run.candidate_failure)
         if self.deployment is None:
             return
@@ -425,8 +422,8 @@ def _original_runs(model_file, settings, labelled, custom_op_library, deadline, 
                 if not given_inputs and label.startswith("branch:"):
                     results.append(None)  # a set drawn to reach a branch may leave the valid domain
                     continue
-                hint = "" if given_inputs else " (generated inputs; pass --inputs or --dims)"
-                raise BadInputError(f"input set {label}: {exc}{hint}") from None
+                raise BadInputError(f"input set {label}: {exc}"
+                                    + ("" if given_inputs else " (generated inputs; pass --inputs or --dims)")) from None
             results.append((first, runner.run(feeds)))
         return list(runner.output_names), results
 

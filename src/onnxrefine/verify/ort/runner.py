@@ -464,13 +464,13 @@ class ModelRunner:
         self.close()
 
 
-def peak_estimate(model_file: ModelFile, feeds):
-    """resources.estimate_peak for the model with the inputs' shapes (symbolic dims as 1 when
-    `feeds` is None), cached on the ModelFile per input shapes."""
+def peak_estimate(model_file: ModelFile, feeds, dims=None):
+    """resources.estimate_peak for the model with the inputs' shapes (when `feeds` is None:
+    symbolic dims at `dims`, else 1), cached on the ModelFile per input shapes."""
     from onnxrefine import resources
 
     if feeds is None:
-        feeds = _unit_feeds(model_file.proto)
+        feeds = _unit_feeds(model_file.proto, dims or {})
     key = tuple(sorted((name, tuple(np.shape(value))) for name, value in feeds.items()))
     cache = model_file.__dict__.setdefault("_peak_estimates", {})
     if key not in cache:
@@ -478,8 +478,10 @@ def peak_estimate(model_file: ModelFile, feeds):
     return cache[key]
 
 
-def _unit_feeds(model: onnx.ModelProto) -> dict:
-    """Shape-only stand-ins for the graph inputs (no data), symbolic or unknown dims as 1."""
+def _unit_feeds(model: onnx.ModelProto, dims=None) -> dict:
+    """Shape-only stand-ins for the graph inputs (no data), symbolic dims at `dims` (the user's
+    --dims), other symbolic or unknown dims as 1."""
+    dims = dims or {}
     initializers = {init.name for init in model.graph.initializer}
     feeds = {}
     for value in model.graph.input:
@@ -488,7 +490,8 @@ def _unit_feeds(model: onnx.ModelProto) -> dict:
         tensor_type = value.type.tensor_type
         if not tensor_type.HasField("shape"):
             continue
-        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
+        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0
+                      else int(dims.get(d.dim_param, 1)) if d.HasField("dim_param") else 1
                       for d in tensor_type.shape.dim)
         feeds[value.name] = np.broadcast_to(np.zeros((), np.uint8), shape)
     return feeds

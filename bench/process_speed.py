@@ -1,0 +1,155 @@
+"""Whole-process speed as a user meets it: each tool run as a fresh process on each model of a folder,
+imports, start-up and teardown included; CPU (user+sys of the process and its children) and wall time,
+fastest of --runs, and the geometric means against onnxruntime's basic offline optimization.
+
+    python bench/process_speed.py --corpus bench/corpus                     # every model of the folder
+    python bench/process_speed.py --corpus bench/corpus --models resnet18,squeezenet1_0 --runs 3
+    python bench/process_speed.py --corpus DIR --tools onnxrefine,onnxrefine-verified,ort-basic
+
+Tools (a tool whose package is missing from --peers-python is skipped, with a note):
+- onnxrefine: `onnxrefine optimize IN -o OUT --no-verify` (python -m onnxrefine, the current source);
+- onnxrefine-verified: the same without --no-verify (the default: certificates and end-to-end verification);
+- ort-basic: onnxruntime's InferenceSession at ORT_ENABLE_BASIC with optimized_model_filepath;
+- onnxoptimizer, onnxsim, onnxslim: their own command lines (`python -m TOOL IN OUT`);
+- onnxscript: `onnxscript.optimizer.optimize` on the loaded model, then onnx.save (it has no command).
+onnxrefine's source is byte-compiled first (as an installed package is). Peers run with --peers-python
+(default: bench/.venv-bench/bin/python when it exists), onnxrefine with this interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ("onnxrefine", "onnxrefine-verified", "ort-basic", "onnxoptimizer", "onnxsim", "onnxslim", "onnxscript")
+BASELINE = "ort-basic"
+
+ORT_BASIC = """
+import sys, onnxruntime as ort
+options = ort.SessionOptions()
+options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+options.optimized_model_filepath = sys.argv[2]
+ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
+"""
+ONNXSCRIPT = """
+import sys, onnx, onnxscript.optimizer
+model = onnx.load(sys.argv[1])
+onnx.save(onnxscript.optimizer.optimize(model), sys.argv[2])
+"""
+
+
+def command(tool: str, source: Path, target: Path, peers: str) -> list[str]:
+    if tool == "onnxrefine":
+        return [sys.executable, "-m", "onnxrefine", "optimize", str(source), "-o", str(target), "--no-verify"]
+    if tool == "onnxrefine-verified":
+        return [sys.executable, "-m", "onnxrefine", "optimize", str(source), "-o", str(target)]
+    if tool == "ort-basic":
+        return [peers, "-c", ORT_BASIC, str(source), str(target)]
+    if tool == "onnxscript":
+        return [peers, "-c", ONNXSCRIPT, str(source), str(target)]
+    return [peers, "-m", tool, str(source), str(target)]
+
+
+def available(tool: str, peers: str) -> bool:
+    module = {"ort-basic": "onnxruntime", "onnxscript": "onnxscript.optimizer"}.get(tool, tool)
+    if tool.startswith("onnxrefine"):
+        return True
+    probe = subprocess.run([peers, "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec('{module.split('.')[0]}') is None)"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+def run_once(argv: list[str], env: dict, timeout: float) -> tuple[float, float, int]:
+    """(CPU seconds of the process and its children, wall seconds, exit code)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _, status, usage = os.wait4(process.pid, 0)
+    except BaseException:
+        process.kill()
+        raise
+    wall = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if wall > timeout:
+        return usage.ru_utime + usage.ru_stime, wall, -1
+    return usage.ru_utime + usage.ru_stime, wall, process.returncode
+
+
+def geomean(values: list[float]) -> float:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=ROOT / "bench" / "corpus", help="folder of .onnx models")
+    parser.add_argument("--models", default="", help="comma-separated model names (default: every .onnx file)")
+    parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of: {', '.join(TOOLS)}")
+    parser.add_argument("--runs", type=int, default=3, help="runs per tool and model; the fastest is kept")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take before it counts as failed")
+    default_peers = ROOT / "bench" / ".venv-bench" / "bin" / "python"
+    parser.add_argument("--peers-python", default=str(default_peers) if default_peers.exists() else sys.executable)
+    args = parser.parse_args()
+
+    names = [n for n in args.models.split(",") if n] or sorted(p.stem for p in args.corpus.glob("*.onnx"))
+    tools = [t for t in args.tools.split(",") if t]
+    unknown = [t for t in tools if t not in TOOLS]
+    if unknown:
+        parser.error(f"unknown tool(s): {', '.join(unknown)}")
+    missing = [t for t in tools if not available(t, args.peers_python)]
+    tools = [t for t in tools if t not in missing]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src")], check=False)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ONNXREFINE_PROGRESS="off")
+    rows: dict[str, dict[str, tuple[float, float] | None]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in names:
+            source = args.corpus / f"{name}.onnx"
+            rows[name] = {}
+            for tool in tools:
+                best = None
+                for run in range(args.runs):
+                    target = Path(scratch) / f"{tool}.{run}.onnx"
+                    cpu, wall, code = run_once(command(tool, source, target, args.peers_python), env, args.timeout)
+                    for leftover in Path(scratch).iterdir():
+                        leftover.unlink() if leftover.is_file() else None
+                    if code != 0:
+                        best = None
+                        break
+                    best = (cpu, wall) if best is None or cpu < best[0] else best
+                rows[name][tool] = best
+            print(f"  measured {name}", file=sys.stderr, flush=True)
+
+    header = ["model"] + [f"{tool} cpu / wall" for tool in tools]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    ratios: dict[str, list[float]] = {tool: [] for tool in tools}
+    for name, measured in rows.items():
+        base = measured.get(BASELINE)
+        cells = [name]
+        for tool in tools:
+            value = measured.get(tool)
+            if value is None:
+                cells.append("failed")
+                continue
+            ratio = f" ({value[0] / base[0]:.2f}x)" if base and tool != BASELINE else ""
+            if base:
+                ratios[tool].append(value[0] / base[0])
+            cells.append(f"{value[0]:.2f} / {value[1]:.2f}{ratio}")
+        print("| " + " | ".join(cells) + " |")
+    print("| geometric mean of CPU vs ort-basic | " + " | ".join(
+        "1.00x" if tool == BASELINE else f"{geomean(ratios[tool]):.2f}x (max {max(ratios[tool], default=float('nan')):.2f}x)"
+        for tool in tools) + " |")
+    if missing:
+        print(f"\nnot installed for {args.peers_python}: {', '.join(missing)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
