@@ -1,4 +1,4 @@
-"""Build the large external-data model of issue 10 (a 3 GiB model onnxruntime runs from its path).
+"""Build a large external-data model (a 3 GiB model onnxruntime runs from its path).
 
     python bench/big_model.py OUT.onnx                         # 48 layers of 4096x4096: 3 GiB of weights
     python bench/big_model.py OUT.onnx --layers 4 --hidden 256 # small, for a quick try

@@ -6,7 +6,7 @@ onnxruntime in a child process: the estimate is uncertain or close to the budget
 in this process), auto (the default) and always (every session in a watched child). Prints a
 markdown table.
 
-    python bench/budget_cost.py --corpus /work/corpus resnet18 resnet50 bert-base gpt2-small
+    python bench/budget_cost.py --corpus bench/corpus resnet18 resnet50 bert-base gpt2-small
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ def main() -> None:
     parser.add_argument("--corpus", default=os.environ.get("ONNXREFINE_CORPUS", "bench/corpus"))
     args = parser.parse_args()
     from onnxrefine import resources
+    from onnxrefine.ir import peak
     from onnxrefine.verify import verify_models
-    from onnxrefine.verify.ort.runner import light_proto
+    from onnxrefine.verify.ort import light_proto
 
     print("| model | estimate | estimate s | uncertain | watched (auto) | never s | auto s | always s |")
     print("|---|---|---|---|---|---|---|---|")
@@ -33,7 +34,7 @@ def main() -> None:
         path = os.path.join(args.corpus, f"{name}.onnx")
         feeds = dict(np.load(os.path.join(args.corpus, f"{name}.inputs.npz")))
         started = time.perf_counter()
-        estimate = resources.estimate_peak(light_proto(path), feeds)
+        estimate = peak.estimate_peak(light_proto(path), feeds)
         estimate_s = time.perf_counter() - started
         times = {}
         for mode in ("never", "auto", "always"):

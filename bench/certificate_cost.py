@@ -1,8 +1,8 @@
 """What per-rewrite certificates cost: optimize time with and without them, per model.
 
     python bench/certificate_cost.py                       # bundled and synthetic models
-    python bench/certificate_cost.py --corpus /work/corpus  # plus every <name>.onnx there
-    python bench/certificate_cost.py --models resnet50,bert-base --corpus /work/corpus --runs 3
+    python bench/certificate_cost.py --corpus bench/corpus  # plus every <name>.onnx there
+    python bench/certificate_cost.py --models resnet50,bert-base --corpus bench/corpus --runs 3
 
 Each model is loaded from its file and optimized with the default pipeline through the API
 (`optimize_ir`, no verification: the bench corpus's setting) with `certify=False` and

@@ -1,4 +1,4 @@
-"""Per-class tables for BENCHMARKS.md: quantized, float16 and contrib-op models (issue 11, item 7).
+"""Per-class tables for BENCHMARKS.md: quantized, float16 and contrib-op models.
 
     # 1. build the models (bench venv), 2. run the peers keeping their outputs, 3. verify and render
     python bench/build_corpus.py --corpus DIR --models resnet18-qdq,bert-base-dynq,resnet18-fp16,bert-base-fp16,bert-base-contrib

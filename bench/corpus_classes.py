@@ -1,5 +1,5 @@
-"""Corpus models of the classes people deploy, derived from the float exports of build_corpus.py
-(issue 11, item 7): a QDQ-quantized CNN, a dynamic-quantized BERT, float16 CNN and transformer, and
+"""Corpus models of the classes people deploy, derived from the float exports of build_corpus.py:
+a QDQ-quantized CNN, a dynamic-quantized BERT, float16 CNN and transformer, and
 a BERT with onnxruntime's contrib operators.
 
 Each is made by onnxruntime's own tooling from `<base>.onnx` in the same corpus folder (exported

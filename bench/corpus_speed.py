@@ -1,8 +1,8 @@
 """Corpus optimize time and peak RSS: onnxrefine (CLI path and API path) against onnxruntime's
 basic level (ORT_ENABLE_BASIC with optimized_model_filepath: load, optimize, save).
 
-    python bench/corpus_speed.py                       # every model of /work/corpus
-    python bench/corpus_speed.py --models bert-base,resnet50 --src /work/main/src   # a before
+    python bench/corpus_speed.py                       # every model of bench/corpus
+    python bench/corpus_speed.py --models bert-base,resnet50 --src ../other-checkout/src   # a before
     python bench/corpus_speed.py --certify             # with per-rewrite certificates (the default of both paths)
 
 Rows, each measured in its own fresh process, one at a time (peak RSS is that process's VmHWM):
@@ -85,7 +85,7 @@ def measure(mode: str, source: Path, target: Path, src: str, certify: bool) -> d
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default="/work/corpus")
+    parser.add_argument("--corpus", default=os.environ.get("ONNXREFINE_CORPUS", "bench/corpus"))
     parser.add_argument("--models", default="", help="comma-separated names (default: every model)")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--src", default=str(ROOT / "src"), help="the onnxrefine src/ folder to measure")

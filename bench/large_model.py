@@ -1,4 +1,4 @@
-"""Large external-data models: onnxrefine against onnxscript's optimizer, side by side (issue 12).
+"""Large external-data models: onnxrefine against onnxscript's optimizer, side by side.
 
     python bench/large_model.py                        # 3 GiB model (48 layers of 4096x4096 float32)
     python bench/large_model.py --layers 48 160        # and a 10 GiB one: time should grow linearly
@@ -28,7 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-BENCH_PYTHON = os.environ.get("BENCH_PYTHON", "/work/venv-bench/bin/python")
+BENCH_PYTHON = os.environ.get("BENCH_PYTHON", str(HERE / ".venv-bench" / "bin" / "python"))
 ONNXSCRIPT = (
     "import sys, onnx_ir as ir, onnxscript.optimizer as o; m = ir.load(sys.argv[1]); o.optimize(m); "
     "ir.save(m, sys.argv[2], external_data=sys.argv[2].rsplit('/', 1)[-1] + '.data')"

@@ -1,6 +1,6 @@
 """What layer-wise localisation costs: `verify_models` with and without it on corpus models.
 
-    PYTHONPATH=src python bench/localize_cost.py [--corpus /work/corpus] resnet50 bert-base ...
+    PYTHONPATH=src python bench/localize_cost.py [--corpus bench/corpus] resnet50 bert-base ...
 
 Each model is optimized by onnxrefine (default pipeline, no verification) and the result verified
 against the original on the corpus inputs plus generated stress sets, once with localize=False and
@@ -51,7 +51,7 @@ def _one(corpus: str, name: str, localize: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("models", nargs="+")
-    parser.add_argument("--corpus", default="/work/corpus")
+    parser.add_argument("--corpus", default=os.environ.get("ONNXREFINE_CORPUS", "bench/corpus"))
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -1,4 +1,4 @@
-"""Resident memory of a lazily loaded model whose every weight is read (issue 12 item 2).
+"""Resident memory of a lazily loaded model whose every weight is read.
 
     python bench/mapped_weights.py                         # decoders of 200 to 1600 layers
     python bench/mapped_weights.py --layers 800 --src /path/to/other/src   # a before

@@ -17,7 +17,8 @@ import sys
 import tempfile
 import time
 
-from onnxrefine.fuzz.campaign import CampaignSettings, run_campaign, run_case, run_chunk_with_environment
+from onnxrefine.fuzz.campaign import run_campaign, run_case, run_chunk_with_environment
+from onnxrefine.fuzz.settings import CampaignSettings
 
 MB = 2**20
 

@@ -301,6 +301,9 @@ def load_cache(path: Path) -> dict:
     return cache
 
 
+PEERS_START, PEERS_END = "<!-- peers:start -->\n", "<!-- peers:end -->"
+
+
 def save_cache(path: Path, cache: dict) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
@@ -383,8 +386,15 @@ def main(argv=None) -> int:
     compare_all(cache)
     save_cache(args.results, cache)
     text = _report.render(cache, model_order=ALL_MODELS, tool_order=TOOLS)
+    document = text
+    if args.markdown.exists():  # the rendered tables replace their own section, between the markers
+        current = args.markdown.read_text()
+        if PEERS_START in current and PEERS_END in current:
+            head, rest = current.split(PEERS_START, 1)
+            section = text.split("\n", 1)[1].lstrip("\n").replace("\n## ", "\n### ")  # under the file's own heading
+            document = head + PEERS_START + section.rstrip("\n") + "\n" + rest[rest.index(PEERS_END):]
     tmp = args.markdown.with_suffix(".md.tmp")
-    tmp.write_text(text)
+    tmp.write_text(document)
     os.replace(tmp, args.markdown)
     print(text)
     return 0

@@ -1,5 +1,5 @@
 """What creating an onnxruntime session costs from serialized bytes vs from a temp file written by
-the streaming saver (verify/ort/runner.py picks bytes below IN_MEMORY_SESSION_MAX_BYTES).
+the streaming saver (verify/ort/files.py picks bytes below IN_MEMORY_SESSION_MAX_BYTES).
 
     python bench/session_cost.py     # one-MatMul models of 10 KiB .. 256 MiB, best of 3, in ms
 """
@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from rich.console import Console
 from rich.table import Table
 
-from onnxrefine.verify.ort import runner
+from onnxrefine.verify.ort import files, settings
 
 
 def model(mib: float) -> onnx.ModelProto:
@@ -38,7 +38,7 @@ def best_of(runs: int, step) -> float:
 
 
 def main() -> None:
-    options = runner.session_options(runner.RunSettings.strict())
+    options = settings.session_options(settings.RunSettings.strict())
     table = Table(title="session creation, ms (best of 3)")
     for column in ("weights", "from bytes", "temp file + session"):
         table.add_column(column, justify="right")
@@ -49,7 +49,7 @@ def main() -> None:
             ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
         def from_file():
-            opened = runner._write_temp(runner._proto_as_ir(proto), "model")
+            opened = files.write_temp(files._proto_as_ir(proto), "model")
             ort.InferenceSession(opened.path, options, providers=["CPUExecutionProvider"])
             opened.close()
 

@@ -2,7 +2,7 @@
 example, and `import onnxrefine`, each in a fresh interpreter.
 
     python bench/startup.py                      # this checkout (src/ beside this script)
-    python bench/startup.py --src /work/main/src # another checkout, for a before/after
+    python bench/startup.py --src ../other-checkout/src # another checkout, for a before/after
     python bench/startup.py --repeat 7
 
 Import time is the sum of the top-level entries of `python -X importtime` (the interpreter's own

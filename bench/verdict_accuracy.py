@@ -28,7 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxrefine.verify import verify_models
 from onnxrefine.verify.evidence import declared_feeds
 from onnxrefine.verify.inputs import generate_inputs
-from onnxrefine.verify.ort.runner import ModelRunner
+from onnxrefine.verify.ort import ModelRunner
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 
@@ -214,7 +214,7 @@ def sigmoid_to_hardsigmoid():
     return orig, cand, {}
 
 
-# ------------------------------------------------------------------------------ issue 9: the rules
+# ---------------------------------------------------- the named verdict rules: legitimate cases
 # Each returns (original, candidate, dims, extra input sets[, use generated sets]); the extra sets
 # are judged along with the generated ones (they reach the values where the rule matters).
 
@@ -603,7 +603,7 @@ def cases():
         # subtle ones, below allclose's rtol
         ("scale error 1e-5", lambda: constant_mul_fold(1, (4, 8), scale_error=1e-5)),
         ("bn fold, epsilon 1e-4 dropped", lambda: conv_bn(2, (2, 3, 8, 8), drop_eps=True, eps=1e-4)),
-        # issue 9: holes of the earlier exemptions
+        # what looser exemptions once excused: each must stay a mismatch
         ("1/(x+0) -> 1/x, x=-0 (signed zero)", reciprocal_signed_zero),
         ("Max(a,b) -> Relu(a-b)+b", max_as_relu_difference),
         ("Relu -> Clip(x, 0) (inf -> FLT_MAX)", relu_as_clip),

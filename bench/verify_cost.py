@@ -6,7 +6,7 @@ the verification's share of the default run (its own seconds from the JSON repor
 default run's peak RSS (the child's ru_maxrss), the verdict, the number of input sets and the
 plan's estimate against the measured verification time, and what was rolled back.
 
-    python bench/verify_cost.py --corpus /work/corpus resnet18 resnet50 mobilenet_v2 bert-base gpt2-small
+    python bench/verify_cost.py --corpus bench/corpus resnet18 resnet50 mobilenet_v2 bert-base gpt2-small
     python bench/verify_cost.py --big 48 --big 8 --forced   # bench/big_model.py models only: 3 GiB, 0.5 GiB
 
 `--big LAYERS` (repeatable) adds a bench/big_model.py model of LAYERS 4096x4096 MatMul layers

@@ -1,4 +1,4 @@
-"""Issue 12, the API path's peak memory: the pieces that keep `onnxrefine.optimize(proto)` at or
+"""The API path's peak memory: the pieces that keep `onnxrefine.optimize(proto)` at or
 below onnxruntime's basic level on resnet50 (bench/corpus_speed.py measures the RSS itself).
 
 - a weight read twice by one rule is one copy (ProtoTensorView shares its array while it is held);

@@ -17,9 +17,10 @@ import pytest
 from hostile.bombs import bomb_cases, loop_case, loop_scan_case
 
 from onnxrefine import resources
+from onnxrefine.ir import peak
 from onnxrefine.cli.main import main
 from onnxrefine.errors import BadInputError
-from onnxrefine.verify.ort.runner import ModelRunner
+from onnxrefine.verify.ort import ModelRunner
 
 BOMB_BYTES = 200 << 20
 FEEDS = {"x": np.ones((2, 3), np.float32)}
@@ -54,7 +55,7 @@ def test_default_budget_is_a_capped_fraction_of_available_memory(monkeypatch):
 
 @pytest.mark.parametrize("name,model,expected", CASES, ids=[case[0] for case in CASES])
 def test_estimate_sees_every_bomb(name, model, expected):
-    estimate = resources.estimate_peak(model, FEEDS)
+    estimate = peak.estimate_peak(model, FEEDS)
     assert estimate.peak_bytes >= expected["peak_bytes"] * 0.9, estimate.describe()
     with pytest.raises(resources.ResourceLimitError, match="memory budget"):
         resources.check_runnable(estimate, name, budget=50 << 20)
@@ -121,7 +122,7 @@ def test_watched_run_is_stopped_at_the_memory_cap():
     """A Loop whose scan output grows to 400 MB: no shape tells, so the run is watched (a child
     process) and stopped once it passes the budget; this process goes on."""
     _, model, _ = loop_scan_case(100_000, 1024)
-    estimate = resources.estimate_peak(model, FEEDS)
+    estimate = peak.estimate_peak(model, FEEDS)
     assert estimate.uncertain and resources.needs_watch(estimate)
     with resources.limits(memory_budget=50 << 20):
         with ModelRunner(model) as runner:
@@ -156,7 +157,7 @@ def test_watched_and_direct_runs_agree(example, monkeypatch):
 
 def test_float64_reference_refused_over_the_budget():
     name, model, expected = CASES[0]
-    estimate = resources.estimate_peak(model, FEEDS)
+    estimate = peak.estimate_peak(model, FEEDS)
     assert resources.reference_refusal(estimate, budget=4 * expected["peak_bytes"]) is None
     refusal = resources.reference_refusal(estimate, budget=expected["peak_bytes"] * 3 // 2)
     assert refusal and "float64 reference" in refusal  # float32 values held as float64: twice the bytes
@@ -166,19 +167,19 @@ def test_data_propagation_is_not_attempted_on_large_values(monkeypatch):
     """onnx's data propagation materializes propagated values: a Concat doubling of a 4 KiB
     constant took 25 s at 128 MiB. Above DATA_PROP_MAX_ELEMENTS it is left out."""
     calls = []
-    real = resources.contained.infer_shapes  # onnx's inference, run where an abort is contained
+    real = peak.contained.infer_shapes  # onnx's inference, run where an abort is contained
 
     def spy(model, *args, **kwargs):
         calls.append(kwargs.get("data_prop", False))
         return real(model, *args, **kwargs)
 
-    monkeypatch.setattr(resources.contained, "infer_shapes", spy)
+    monkeypatch.setattr(peak.contained, "infer_shapes", spy)
     _, doubling, _ = next(case for case in bomb_cases(64 << 20) if case[0] == "concat_doubling")
-    resources.infer_shapes_bounded(doubling)
+    peak.infer_shapes_bounded(doubling)
     assert calls == [False]
     calls.clear()
     _, loop, _ = loop_case(10)
-    resources.infer_shapes_bounded(loop)
+    peak.infer_shapes_bounded(loop)
     assert calls == [False, True]
 
 

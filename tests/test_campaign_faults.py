@@ -29,7 +29,7 @@ def planted_steps(optimizer, passes):
 
 def planted_chunk(settings, indices):
     """Runs in spawned workers too (pickled by reference to this module)."""
-    campaign._steps = planted_steps
+    campaign.optimizer_steps = planted_steps
     return REAL_RUN_CHUNK(settings, indices)
 
 
@@ -63,7 +63,7 @@ def comparable(summary) -> dict:
 def reference(tmp_path_factory):
     """The uninterrupted, serial campaign every other run must equal."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(campaign, "_steps", planted_steps)
+    mp.setattr(campaign, "optimizer_steps", planted_steps)
     try:
         out = tmp_path_factory.mktemp("reference")
         summary = campaign.run_campaign(SETTINGS, str(out), jobs=0)   # serial, in this process

@@ -238,7 +238,7 @@ def test_reassociation_that_flips_the_sign_of_a_zero_is_refused():
     x = rng.standard_normal((1, 2, 2, 2)).astype(np.float32)
     assert np.array_equal(run(optimized, {"x": x})[0], run(model, {"x": x})[0])
     reason = _refusals(report)["conv_mul"]
-    # The pass may come to refuse it by its own guard (issue 9, item 2); if not, the certificate does.
+    # The pass may come to refuse it by its own guard (a sign-sensitive use of the zero); if not, the certificate does.
     if reason.startswith("certificate"):
         assert "flips the sign of an exact zero" in reason
         unchecked = onnxrefine.optimize(model, ["fuse_mul_into_conv"], certify=False)

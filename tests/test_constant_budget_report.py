@@ -1,4 +1,4 @@
-"""Issue 12 item 3: the 1M-node chain ended with 421,964 nodes where smaller chains scale to 3/8 of
+"""The 1M-node chain ended with 421,964 nodes where smaller chains scale to 3/8 of
 their nodes. Cause: the constant budget. Each Transpose -> Reshape rewrite adds a 16-byte shape
 constant (deduplicated only after the rules ran), and a chain of 125,000 blocks outgrows the
 budget's 1 MiB allowance; most refusals were then forgotten by the log (the node went another way),

@@ -1,5 +1,4 @@
-"""Contrib operators (com.microsoft) as onnxruntime's transformers optimizer makes them (issue 11,
-item 3): kept, passes work around them, verification runs them.
+"""Contrib operators (com.microsoft) as onnxruntime's transformers optimizer makes them: kept, passes work around them, verification runs them.
 
 The model is a small transformer block: a feed-forward half built from standard ops and fused
 by `onnxruntime.transformers.optimizer` (BiasGelu, SkipLayerNormalization), plus Attention,

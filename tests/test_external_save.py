@@ -16,7 +16,7 @@ import pytest
 from onnx import helper
 
 from onnxrefine.cli.main import main as cli_main
-from onnxrefine.ir import external_save, io, tensordata
+from onnxrefine.ir import external_save, io, sizes, tensordata
 from tests.helpers import make_model, tensor, value_info
 
 HIDDEN = 64
@@ -164,7 +164,7 @@ def test_large_embedded_input_is_copied_file_to_file(tmp_path, monkeypatch):
                         tensor("V", rng.standard_normal((1100, 1100)).astype(np.float32))])
     source = tmp_path / "m.onnx"
     onnx.save_model(model, str(source))
-    assert source.stat().st_size >= io.LAZY_LOAD_THRESHOLD_BYTES
+    assert source.stat().st_size >= sizes.LAZY_LOAD_THRESHOLD_BYTES
     loaded = io.load_model(source)
     out = tmp_path / "out.onnx"
     _forbid_reading_weights(monkeypatch)

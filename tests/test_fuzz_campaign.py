@@ -11,7 +11,8 @@ import onnx
 import pytest
 
 from onnxrefine.cli.main import main
-from onnxrefine.fuzz.campaign import CampaignSettings, run_campaign, write_bundle
+from onnxrefine.fuzz.campaign import run_campaign, write_bundle
+from onnxrefine.fuzz.settings import CampaignSettings
 from onnxrefine.fuzz.generator import generate_model
 from onnxrefine.fuzz.graphquery import has_chain
 from onnxrefine.fuzz.reduce import reduce_model, still_fails

@@ -1,4 +1,4 @@
-"""Every guard has an id, and every id a test (issue 14 item 4).
+"""Every guard has an id, and every id a test.
 
 A guard is a `raise RewriteRefused("<id>", reason)` in src, or a refusal logged with a literal
 `guard="<id>"`. The tests assert ids through tests/guardutil.py's `expect_guard` / `expect_refused`

@@ -1,4 +1,4 @@
-"""Half and mixed precision (issue 11, item 2): no rewrite changes the element type a value is
+"""Half and mixed precision: no rewrite changes the element type a value is
 computed in, Cast chains go only where exact, folded constants are rounded once to the model's
 dtype. Models: the float CNN of test_quant converted to float16 by onnxruntime's own converter
 (all-float16, and autocast-style with float32 inputs/outputs and Casts at the edges), plus

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxrefine
 from onnxrefine.cli.main import main
 from onnxrefine.errors import BadInputError
-from onnxrefine.ir import io
+from onnxrefine.ir import io, sizes
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -238,7 +238,7 @@ def test_main_without_command_prints_help(capsys):
 
 
 def test_large_model_weights_stay_memory_mapped_and_output_is_self_contained(tmp_path, monkeypatch):
-    monkeypatch.setattr(io, "LAZY_LOAD_THRESHOLD_BYTES", 0)
+    monkeypatch.setattr(sizes, "LAZY_LOAD_THRESHOLD_BYTES", 0)
     monkeypatch.setattr(io.wire, "LAZY_THRESHOLD_BYTES", 64)
     source = tmp_path / "in" / "model.onnx"
     source.parent.mkdir()
@@ -285,7 +285,7 @@ def test_streaming_save_round_trips_every_dtype(tmp_path, monkeypatch, lazy):
     import ml_dtypes
 
     if lazy:
-        monkeypatch.setattr(io, "LAZY_LOAD_THRESHOLD_BYTES", 0)
+        monkeypatch.setattr(sizes, "LAZY_LOAD_THRESHOLD_BYTES", 0)
         monkeypatch.setattr(io.wire, "LAZY_THRESHOLD_BYTES", 1)
 
     arrays = {
@@ -322,7 +322,7 @@ def test_streaming_save_round_trips_every_dtype(tmp_path, monkeypatch, lazy):
 
 def test_models_over_the_protobuf_limit_are_saved_with_external_data(tmp_path, monkeypatch):
     # The real limit is 2 GB; lower the threshold so a small model takes the same path.
-    monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD_BYTES", 1000)
+    monkeypatch.setattr(sizes, "EXTERNAL_DATA_THRESHOLD_BYTES", 1000)
     source = tmp_path / "in.onnx"
     onnx.save(build_example(), source)
     model, _ = onnxrefine.api.optimize_ir(io.load_model(source))

@@ -1,36 +1,38 @@
-"""The layer order README.md states ("Layout"), checked on every import statement in src/,
-function-level ones included: a lower layer never imports a higher one, and verify/ imports
-nothing of the passes (the verifier judges a rewrite without sharing the code that made it)."""
+"""The package's structure, checked on every import statement in src/ (function-level ones included):
+
+- layers: every top-level module and package has its place in LAYERS (lowest first) and imports
+  only what lies below it; the verifier lies below the rewrite engine and the passes, so it judges a
+  rewrite without sharing the code that made it (the one crossing: the certificate code reads the
+  rule engine's hook types);
+- no import circle between any two modules;
+- across verify/'s subpackages only faces: code outside judge/, ort/, reference/, ... imports the
+  names a subpackage's __init__ exports, never one of its modules;
+- no module imports another module's _private name;
+- no module is over 500 lines.
+"""
 
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "onnxrefine"
 
-# layer -> the layers it must not import (directly, at any depth of its code)
-FORBIDDEN = {
-    "ir": {"rewrite", "passes", "verify", "verify_plan", "verified", "api", "triage", "fuzz", "batch", "cli"},
-    "rewrite": {"passes", "verify", "verify_plan", "verified", "api", "triage", "fuzz", "batch", "cli"},
-    "verify": {"passes", "rewrite", "verified", "api", "triage", "fuzz", "batch", "cli"},
-    "passes": {"verified", "api", "triage", "fuzz", "batch", "cli"},
-    "api": {"triage", "fuzz", "batch", "cli"},
-    "verified": {"triage", "fuzz", "batch", "cli"},
-    "triage": {"fuzz", "batch", "cli"},
-    "fuzz": {"batch", "cli"},
-    "errors": {"*"},
-    "atomic": {"*"},
-    "runtime": {"*"},
-}
-LEAF_IMPORTS = {"errors": set(), "atomic": {"errors"}, "runtime": {"errors"}}
-# The one crossing: verify/certificate/certifier.py implements the rule engine's certificate hook, so it
-# reads the hook's request/outcome types (and the EXACT class name) from rewrite/rule.py.
-ALLOWED = {("verify/certificate/certifier.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateOutcome", "CertificateRequest"},
-           ("verify/certificate/model.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateRequest"}}
+# Lowest first; a layer imports only layers before it. "__init__" is the package root (its face).
+LAYERS = ["errors", "version", "runtime", "progress", "_deferred", "atomic", "resources", "input_shapes", "ir",
+          "plain", "verify", "rewrite", "passes", "verified", "api", "triage", "fuzz", "batch", "cli", "__main__",
+          "__init__"]
+# The one crossing: verify/certificate/certifier.py implements the rule engine's certificate hook, so
+# it reads the hook's request/outcome types (and the EXACT class name) from rewrite/rule.py.
+ALLOWED = {("verify/certificate/certifier.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateOutcome",
+                                                                             "CertificateRequest"},
+           ("verify/certificate/model.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateRequest"},
+           # The command reads the package root's record of a start-up that could not load the native
+           # libraries, before it imports anything that needs them.
+           ("cli/main.py", "onnxrefine.STARTUP_FAILURE"): set()}
+MAX_LINES = 500
 
 
 def imports_of(source: str) -> list[tuple[str, set[str], int]]:
@@ -40,7 +42,7 @@ def imports_of(source: str) -> list[tuple[str, set[str], int]]:
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = {alias.name for alias in node.names}
             if node.module == "onnxrefine":  # `from onnxrefine import resources`
-                found += [(f"onnxrefine.{name}", set(), node.lineno) for name in names]
+                found += [(f"onnxrefine.{name}", set(), node.lineno) for name in sorted(names)]
             elif node.module.startswith("onnxrefine."):
                 found.append((node.module, names, node.lineno))
         elif isinstance(node, ast.ImportFrom) and node.level:
@@ -50,35 +52,155 @@ def imports_of(source: str) -> list[tuple[str, set[str], int]]:
     return found
 
 
-def _layer(path: Path) -> str:
-    parts = path.relative_to(SRC).parts
+def _modules(src: Path) -> dict[str, Path]:
+    """Dotted module name -> file (a package by its __init__.py)."""
+    modules = {}
+    for path in src.rglob("*.py"):
+        parts = [src.name, *path.relative_to(src).with_suffix("").parts]
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _layer(src: Path, path: Path) -> str:
+    parts = path.relative_to(src).parts
     return parts[0] if len(parts) > 1 else path.stem
 
 
-def _violations() -> list[str]:
-    bad = []
-    for path in sorted(SRC.rglob("*.py")):
-        layer, rel = _layer(path), path.relative_to(SRC).as_posix()
-        forbidden = FORBIDDEN.get(layer, set())
+def _top_level(src: Path) -> set[str]:
+    return {path.stem for path in src.glob("*.py")} | {path.parent.name for path in src.glob("*/__init__.py")}
+
+
+def layer_violations(src: Path = SRC) -> list[str]:
+    bad = [f"top-level module {name} has no place in LAYERS" for name in sorted(_top_level(src) - set(LAYERS))]
+    rank = {name: index for index, name in enumerate(LAYERS)}
+    for path in sorted(src.rglob("*.py")):
+        layer, rel = _layer(src, path), path.relative_to(src).as_posix()
         for module, names, line in imports_of(path.read_text()):
             if module == "(relative)":
                 bad.append(f"{rel}:{line}: relative import (the layer check reads absolute ones)")
                 continue
-            target = module.split(".")[1] if "." in module else module
-            if target == layer:
+            parts = module.split(".")
+            target = parts[1] if len(parts) > 1 else "__init__"
+            if target not in rank:  # `from onnxrefine import __version__`: a name of the root
+                target = "__init__"
+            if target == layer or layer not in rank:
                 continue
-            if "*" in forbidden and target not in LEAF_IMPORTS.get(layer, set()):
-                bad.append(f"{rel}:{line}: the leaf module {layer} imports {module}")
-            elif target in forbidden:
-                allowed = ALLOWED.get((rel, module))
-                if allowed is None or not names <= allowed:
-                    bad.append(f"{rel}:{line}: {layer} imports {module} {sorted(names)}")
+            allowed = ALLOWED.get((rel, module))
+            if rank[target] > rank[layer] and (allowed is None or not names <= allowed):
+                bad.append(f"{rel}:{line}: {layer} imports {module} {sorted(names)}")
     return bad
 
 
-def test_layers_import_only_downwards():
-    assert not _violations(), "\n".join(_violations())
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Module -> the modules it imports (`from package import name` is the module package.name
+    where there is one, else the package's __init__)."""
+    modules = _modules(src)
+    graph = {name: set() for name in modules}
+    for name, path in modules.items():
+        for module, names, _ in imports_of(path.read_text()):
+            targets = [f"{module}.{n}" if f"{module}.{n}" in modules else module for n in names] or [module]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
 
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def face_violations(src: Path = SRC) -> list[str]:
+    """Imports of a verify/ subpackage's module (or of a module through its face) from outside it."""
+    modules = _modules(src)
+    faces = sorted(f"{src.name}.verify.{path.parent.name}" for path in (src / "verify").glob("*/__init__.py"))
+    bad = []
+    for name, path in sorted(modules.items()):
+        for module, names, line in imports_of(path.read_text()):
+            for face in faces:
+                if name == face or name.startswith(face + "."):
+                    continue
+                through_face = module == face and any(f"{face}.{n}" in modules for n in names)
+                if module.startswith(face + ".") or through_face:
+                    bad.append(f"{path.relative_to(src).as_posix()}:{line}: {module} {sorted(names)} "
+                               f"(import from the face, {face})")
+    return bad
+
+
+def private_imports(src: Path = SRC) -> list[str]:
+    bad = []
+    for path in sorted(src.rglob("*.py")):
+        for module, names, line in imports_of(path.read_text()):
+            private = sorted(n for n in names if n.startswith("_") and not n.startswith("__"))
+            if private:
+                bad.append(f"{path.relative_to(src).as_posix()}:{line}: {module} {private}")
+    return bad
+
+
+def long_modules(src: Path = SRC) -> list[str]:
+    return [f"{path.relative_to(src).as_posix()}: {count} lines" for path in sorted(src.rglob("*.py"))
+            if (count := len(path.read_text().splitlines())) > MAX_LINES]
+
+
+def test_layers_import_only_downwards():
+    assert not layer_violations(), "\n".join(layer_violations())
+
+
+def test_no_import_circle():
+    found = circles(import_graph())
+    assert not found, "\n".join(" <-> ".join(group) for group in found)
+
+
+def test_verify_subpackages_are_imported_through_their_faces():
+    assert not face_violations(), "\n".join(face_violations())
+
+
+def test_no_module_imports_another_modules_private_name():
+    assert not private_imports(), "\n".join(private_imports())
+
+
+def test_no_module_is_over_500_lines():
+    assert not long_modules(), "\n".join(long_modules())
+
+
+# -- the checks can fail ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("source", "expected"), [
     ("def f():\n    from onnxrefine.passes import registry\n", ["onnxrefine.passes"]),
@@ -88,18 +210,57 @@ def test_layers_import_only_downwards():
     ("import os\nfrom onnx import helper\n", []),
 ])
 def test_the_scan_sees_every_kind_of_import(source, expected):
-    """The check can fail: imports inside functions, plain `import`, `from onnxrefine import x`."""
+    """Imports inside functions, plain `import`, `from onnxrefine import x`."""
     assert [module for module, _, _ in imports_of(source)] == expected
 
 
-def test_a_forbidden_import_is_reported(tmp_path, monkeypatch):
-    fake = tmp_path / "onnxrefine"
-    (fake / "verify").mkdir(parents=True)
-    (fake / "verify" / "bad.py").write_text("def f():\n    from onnxrefine.passes.registry import all_passes\n")
-    (fake / "verify" / "certificate").mkdir()
-    (fake / "verify" / "certificate" / "certifier.py").write_text("from onnxrefine.rewrite.rule import EXACT, Rule\n")
-    monkeypatch.setattr(sys.modules[__name__], "SRC", fake)
-    assert _violations() == [
+def _fake(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "onnxrefine"
+    for rel in [*files, "__init__.py", "verify/__init__.py"]:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.write_text(files.get(rel, ""))
+    return root
+
+
+def test_a_forbidden_import_and_an_unplaced_module_are_reported(tmp_path):
+    src = _fake(tmp_path, {
+        "verify/bad.py": "def f():\n    from onnxrefine.passes.registry import all_passes\n",
+        "verify/certificate/__init__.py": "",
+        "verify/certificate/certifier.py": "from onnxrefine.rewrite.rule import EXACT, Rule\n",
+        "verify/certificate/model.py": "from onnxrefine.rewrite.rule import EXACT\n",
+        "passes/registry.py": "", "rewrite/rule.py": "",
+        "stray.py": "",
+    })
+    assert layer_violations(src) == [
+        "top-level module stray has no place in LAYERS",
         "verify/bad.py:2: verify imports onnxrefine.passes.registry ['all_passes']",
         "verify/certificate/certifier.py:1: verify imports onnxrefine.rewrite.rule ['EXACT', 'Rule']",
     ]
+
+
+def test_a_circle_is_found_through_a_function_level_import(tmp_path):
+    src = _fake(tmp_path, {"ir/__init__.py": "", "ir/a.py": "from onnxrefine.ir import b\n",
+                           "ir/b.py": "def f():\n    from onnxrefine.ir.a import x\n", "ir/c.py": "from onnxrefine.ir import a\n"})
+    assert circles(import_graph(src)) == [["onnxrefine.ir.a", "onnxrefine.ir.b"]]
+
+
+def test_a_module_reached_past_its_face_is_reported(tmp_path):
+    src = _fake(tmp_path, {"verify/judge/__init__.py": "from onnxrefine.verify.judge.verdict import EXACT\n",
+                           "verify/judge/verdict.py": "EXACT = 'exact'\n",
+                           "verify/judge/rules.py": "from onnxrefine.verify.judge.verdict import EXACT\n",
+                           "verify/session.py": "from onnxrefine.verify.judge import EXACT\n"
+                                                "from onnxrefine.verify.judge import verdict\n"
+                                                "from onnxrefine.verify.judge.verdict import EXACT\n"})
+    assert face_violations(src) == [
+        "verify/session.py:2: onnxrefine.verify.judge ['verdict'] (import from the face, onnxrefine.verify.judge)",
+        "verify/session.py:3: onnxrefine.verify.judge.verdict ['EXACT'] (import from the face, onnxrefine.verify.judge)",
+    ]
+
+
+def test_a_private_import_and_a_long_module_are_reported(tmp_path):
+    src = _fake(tmp_path, {"a.py": "from onnxrefine.b import _hidden, __version__, shown\n",
+                           "b.py": "x = 1\n" * (MAX_LINES + 1)})
+    assert private_imports(src) == ["a.py:1: onnxrefine.b ['_hidden']"]
+    assert long_modules(src) == [f"b.py: {MAX_LINES + 1} lines"]

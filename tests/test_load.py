@@ -12,7 +12,7 @@ from helpers import make_model, tensor, value_info
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.ir import load, wire
+from onnxrefine.ir import io, sizes, wire
 from onnxrefine.verify.graphinfo import InputSpec
 from onnxrefine.verify.inputs import check_input_sets
 
@@ -32,7 +32,7 @@ def lazy(monkeypatch):
     """Every model file parsed lazily (weights memory-mapped from the model file), as big ones are."""
     from onnxrefine.ir import io
 
-    monkeypatch.setattr(io, "LAZY_LOAD_THRESHOLD_BYTES", 0)
+    monkeypatch.setattr(sizes, "LAZY_LOAD_THRESHOLD_BYTES", 0)
     monkeypatch.setattr(wire, "LAZY_THRESHOLD_BYTES", 0)
 
 
@@ -45,7 +45,7 @@ def test_symlinked_model_reads_its_targets_weights_not_a_decoy(tmp_path, lazy):
     onnx.save(_matmul_model(right), tmp_path / "runs" / "epoch3.onnx")
     onnx.save(_matmul_model(-right), tmp_path / "runs" / "best.onnx")
     os.symlink("../runs/epoch3.onnx", tmp_path / "model" / "best.onnx")
-    np.testing.assert_array_equal(_weights(load.load_model(tmp_path / "model" / "best.onnx")), right)
+    np.testing.assert_array_equal(_weights(io.load_model(tmp_path / "model" / "best.onnx")), right)
 
 
 def test_symlinked_model_external_data_from_the_real_folder(tmp_path):
@@ -57,7 +57,7 @@ def test_symlinked_model_external_data_from_the_real_folder(tmp_path):
               size_threshold=0)
     (tmp_path / "model" / "w.bin").write_bytes((-right).tobytes())  # a decoy beside the link
     os.symlink("../runs/m.onnx", tmp_path / "model" / "m.onnx")
-    np.testing.assert_array_equal(_weights(load.load_model(tmp_path / "model" / "m.onnx")), right)
+    np.testing.assert_array_equal(_weights(io.load_model(tmp_path / "model" / "m.onnx")), right)
 
 
 def test_weights_come_from_the_file_that_was_checked(tmp_path):
@@ -66,7 +66,7 @@ def test_weights_come_from_the_file_that_was_checked(tmp_path):
     right = np.arange(16, dtype=np.float32).reshape(4, 4)
     onnx.save(_matmul_model(right), tmp_path / "m.onnx", save_as_external_data=True, location="w.bin",
               size_threshold=0)
-    model = load.load_model(tmp_path / "m.onnx")
+    model = io.load_model(tmp_path / "m.onnx")
     (tmp_path / "other.bin").write_bytes((right * 100).tobytes())
     os.replace(tmp_path / "other.bin", tmp_path / "w.bin")
     np.testing.assert_array_equal(_weights(model), right)
@@ -77,7 +77,7 @@ def test_hard_linked_lazy_model_loads(tmp_path, lazy):
     right = np.arange(16, dtype=np.float32).reshape(4, 4)
     onnx.save(_matmul_model(right), tmp_path / "m.onnx")
     os.link(tmp_path / "m.onnx", tmp_path / "again.onnx")
-    np.testing.assert_array_equal(_weights(load.load_model(tmp_path / "m.onnx")), right)
+    np.testing.assert_array_equal(_weights(io.load_model(tmp_path / "m.onnx")), right)
 
 
 def _with_w(w_tensor: TensorProto) -> onnx.ModelProto:
@@ -103,7 +103,7 @@ def test_tensor_bytes_checked_against_dtype_and_dims(tmp_path, w_tensor, message
     path = tmp_path / "m.onnx"
     path.write_bytes(_with_w(w_tensor).SerializeToString())
     with pytest.raises(BadInputError, match=message):
-        load.load_model(path)
+        io.load_model(path)
 
 
 def _external(tmp_path, location="w.bin", offset=None, length=None, data=bytes(64)) -> str:
@@ -131,13 +131,13 @@ def _external(tmp_path, location="w.bin", offset=None, length=None, data=bytes(6
 ])
 def test_external_data_checked_before_use(tmp_path, kwargs, message):
     with pytest.raises(BadInputError, match=message):
-        load.load_model(_external(tmp_path, **kwargs))
+        io.load_model(_external(tmp_path, **kwargs))
 
 
 def test_fifo_as_external_data_is_refused_without_opening_it(tmp_path):
     os.mkfifo(tmp_path / "w.bin")
     with pytest.raises(BadInputError, match="not a regular file"):
-        load.load_model(_external(tmp_path, data=None))
+        io.load_model(_external(tmp_path, data=None))
 
 
 def test_invalid_utf8_is_named(tmp_path):
@@ -146,7 +146,7 @@ def test_invalid_utf8_is_named(tmp_path):
     data = model.SerializeToString().replace(b"QQQQ", b"\xff\xfe\xfd\xfc")
     (tmp_path / "m.onnx").write_bytes(data)
     with pytest.raises(BadInputError, match="NodeProto.name is not valid UTF-8"):
-        load.load_model(tmp_path / "m.onnx")
+        io.load_model(tmp_path / "m.onnx")
 
 
 def test_tensor_written_by_two_nodes_is_named(tmp_path):
@@ -156,7 +156,7 @@ def test_tensor_written_by_two_nodes_is_named(tmp_path):
                        [value_info("X", shape=[2])], [value_info("Y", shape=[2])])
     onnx.save(model, tmp_path / "m.onnx")
     with pytest.raises(BadInputError, match="tensor 't' is written by two nodes \\('a' and 'b'\\)"):
-        load.load_model(tmp_path / "m.onnx")
+        io.load_model(tmp_path / "m.onnx")
 
 
 def test_string_tensors_load(tmp_path):
@@ -165,7 +165,7 @@ def test_string_tensors_load(tmp_path):
                        [value_info("Y", TensorProto.STRING, [3])],
                        [helper.make_tensor("K", TensorProto.STRING, [3], words)])
     onnx.save(model, tmp_path / "m.onnx")
-    loaded = load.load_model(tmp_path / "m.onnx")
+    loaded = io.load_model(tmp_path / "m.onnx")
     assert list(loaded.graph.initializers["K"].const_value.numpy()) == words
 
 

@@ -1,4 +1,4 @@
-"""Issue 12 item 2: every tensor memory-mapped from one file reads through ONE map of it.
+"""Every tensor memory-mapped from one file reads through ONE map of it.
 
 A map per tensor (onnx-ir's ExternalTensor) made each small weight's read fault in a neighbourhood
 of up to 2 MiB in its own map: a decoder of 4 KiB weights grew 3.3 GB at 800 layers. The RSS itself
@@ -16,7 +16,7 @@ import pytest
 from helpers import make_model, tensor, value_info
 from onnx import helper
 
-from onnxrefine.ir import io, load, wire
+from onnxrefine.ir import io, load, sizes, wire
 
 
 def _model(path, layers: int = 6) -> list[np.ndarray]:
@@ -33,7 +33,7 @@ def _model(path, layers: int = 6) -> list[np.ndarray]:
 
 @pytest.fixture
 def lazy(monkeypatch):
-    monkeypatch.setattr(io, "LAZY_LOAD_THRESHOLD_BYTES", 0)
+    monkeypatch.setattr(sizes, "LAZY_LOAD_THRESHOLD_BYTES", 0)
     monkeypatch.setattr(wire, "LAZY_THRESHOLD_BYTES", 0)
 
 
@@ -46,7 +46,7 @@ def _maps_of(path) -> int:
 def test_tensors_of_one_file_share_one_map_and_read_its_bytes(tmp_path, lazy):
     path = tmp_path / "m.onnx"
     weights = _model(path)
-    model = load.load_model(path)
+    model = io.load_model(path)
     tensors = [model.graph.initializers[f"w{i}"].const_value for i in range(len(weights))]
     assert all(isinstance(t, load.PinnedExternalTensor) for t in tensors)
     for t, w in zip(tensors, weights):
@@ -61,7 +61,7 @@ def test_releasing_one_tensor_leaves_the_others_readable(tmp_path, lazy):
     another tensor's array views it) or cut every other tensor off."""
     path = tmp_path / "m.onnx"
     weights = _model(path)
-    model = load.load_model(path)
+    model = io.load_model(path)
     first, second = (model.graph.initializers[n].const_value for n in ("w0", "w1"))
     held = second.numpy()
     first.numpy()
@@ -91,7 +91,7 @@ def test_a_dropped_tensor_takes_its_pages_out_of_the_shared_map(tmp_path, lazy):
     map stays open for the other tensors, so the dropped tensor gives its pages back itself."""
     path = tmp_path / "m.onnx"
     _model(path, layers=4)
-    model = load.load_model(path)
+    model = io.load_model(path)
     keep = model.graph.initializers["w0"].const_value  # holds the shared map open, never read
     for name in ("w1", "w2", "w3"):
         float(model.graph.initializers[name].const_value.numpy().sum())  # faults the pages in

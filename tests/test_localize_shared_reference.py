@@ -7,11 +7,13 @@ import numpy as np
 from test_localize import DILUTED_VAR, residual_net
 
 from onnxrefine.verify import verify_models
-from onnxrefine.verify.reference import evaluator as reference
+from onnxrefine.verify import reference
+from onnxrefine.verify.reference import evaluator
 from onnxrefine.verify.localize.layerwise import localize
 
 
 def _evaluations(monkeypatch) -> list:
+    """Counts the float64 evaluations verification asks of the reference's face."""
     calls = []
     original = reference.evaluate_float64
 
@@ -52,14 +54,14 @@ def test_sets_whose_outputs_are_identical_are_localised_on_their_own_evaluation(
 
 
 def test_where_the_shared_evaluation_stops_later_values_use_the_fallback(monkeypatch):
-    kernel = reference._NATIVE["Relu"]
+    kernel = evaluator._NATIVE["Relu"]
 
     def refuse_relu3(call):
         if call.node.name == "relu3_node":
             raise reference.UnsupportedOperatorError("planted: relu3 not evaluated")
         return kernel(call)
 
-    monkeypatch.setitem(reference._NATIVE, "Relu", refuse_relu3)
+    monkeypatch.setitem(evaluator._NATIVE, "Relu", refuse_relu3)
     original, candidate = residual_net(bad_block=1, blocks=6)
     report = verify_models(original, candidate)
     section = report.localisation

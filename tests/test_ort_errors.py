@@ -14,7 +14,7 @@ from onnxrefine.cli.main import main
 from onnxrefine.errors import BadInputError
 from onnxrefine.verify import verify_models
 from onnxrefine.verify.ort.errors import clean, describe
-from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError
+from onnxrefine.verify.ort import ModelRunner, RunFailedError
 
 
 def unary(op: str, dtype=TensorProto.FLOAT, domain: str = "", opset: int = 17) -> onnx.ModelProto:

@@ -192,12 +192,11 @@ def test_every_module_that_declares_passes_is_read():
 
 def test_the_registry_refuses_a_pass_declared_twice_or_undecided_about_fuzzing(monkeypatch):
     fuzzed = PassSpec("twice", "s", run=_count, kind=EXACT, phase=GRAPH, fuzz="identity")
-    monkeypatch.setattr(onnxrefine.passes, "PASS_MODULES", (SimpleNamespace(PASSES=(fuzzed,)),
-                                                            SimpleNamespace(PASSES=(fuzzed,))))
+    monkeypatch.setattr(registry, "PASS_MODULES", (SimpleNamespace(PASSES=(fuzzed,)), SimpleNamespace(PASSES=(fuzzed,))))
     with pytest.raises(ValueError, match="declared twice"):
         declared_passes()
     undecided = PassSpec("undecided", "s", run=_count, kind=EXACT, phase=GRAPH)
-    monkeypatch.setattr(onnxrefine.passes, "PASS_MODULES", (SimpleNamespace(PASSES=(undecided,)),))
+    monkeypatch.setattr(registry, "PASS_MODULES", (SimpleNamespace(PASSES=(undecided,)),))
     with pytest.raises(ValueError, match="fuzz pattern or say why"):
         declared_passes()
 

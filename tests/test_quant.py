@@ -1,4 +1,4 @@
-"""Quantized models keep their quantization (issue 11, item 1).
+"""Quantized models keep their quantization.
 
 Each model is made in the test by onnxruntime.quantization from a tiny float one (QDQ static,
 QOperator static, dynamic), optimized with the default pipeline, and checked: the count of every

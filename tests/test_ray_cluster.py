@@ -21,7 +21,8 @@ import onnxrefine  # noqa: E402
 from onnxrefine.errors import BadInputError  # noqa: E402
 from onnxrefine.fuzz import journal, ray_backend  # noqa: E402
 from onnxrefine.cli.main import main  # noqa: E402
-from onnxrefine.fuzz.campaign import CampaignSettings, run_campaign  # noqa: E402
+from onnxrefine.fuzz.campaign import run_campaign  # noqa: E402
+from onnxrefine.fuzz.settings import CampaignSettings  # noqa: E402
 from test_batch import small_model  # noqa: E402
 
 MB = 2**20

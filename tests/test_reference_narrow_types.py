@@ -1,5 +1,5 @@
 """The float64 reference rounds where the ONNX spec makes a narrow type observable: a Cast to
-float16/bfloat16/float8 and every float16 node output; float32 stays ideal (issue 9, item 5)."""
+float16/bfloat16/float8 and every float16 node output; float32 stays ideal."""
 
 from __future__ import annotations
 

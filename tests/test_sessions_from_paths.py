@@ -1,7 +1,7 @@
 """Sessions are created from model files, never from the bytes of a whole large model; the float64
 reference reads weights memory-mapped and frees values after their last use.
 
-">2 GB" is simulated by lowering io.EXTERNAL_DATA_THRESHOLD_BYTES (the size above which a model must
+">2 GB" is simulated by lowering sizes.EXTERNAL_DATA_THRESHOLD_BYTES (the size above which a model must
 go through a file and its saver writes external data); one real 2.1 GB case is marked slow.
 """
 
@@ -18,9 +18,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxrefine.ir import io
+from onnxrefine.ir import io, sizes
 from onnxrefine.verify import verify_models
-from onnxrefine.verify.ort import runner
+from onnxrefine.verify.ort import ModelRunner, files
 from onnxrefine.verify.reference.evaluator import _Evaluator, evaluate_float64
 
 
@@ -51,7 +51,7 @@ def ort_outputs(model: onnx.ModelProto, feeds) -> list:
 @pytest.fixture
 def small_limit(monkeypatch, tmp_path):
     """Simulate the protobuf limit with a 1 KiB threshold; temp folders go under tmp_path/tmp."""
-    monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD_BYTES", 1024)
+    monkeypatch.setattr(sizes, "EXTERNAL_DATA_THRESHOLD_BYTES", 1024)
     temp_root = tmp_path / "tmp"
     temp_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp_root))
@@ -61,12 +61,12 @@ def small_limit(monkeypatch, tmp_path):
 def test_large_in_memory_model_runs_from_a_temp_folder_with_external_data(small_limit):
     model = mlp()
     feeds = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)}
-    opened = runner.open_model(model)
+    opened = files.open_model(model)
     assert opened.path is not None and Path(opened.path).parent.parent == small_limit
     assert (Path(opened.path).parent / "model.onnx.data").is_file()  # the saver wrote external data
     big = [t for t in opened.proto.graph.initializer if t.name.startswith("W")]
     assert big and all(t.data_location == TensorProto.EXTERNAL and not t.raw_data for t in big)
-    with runner.ModelRunner(opened, "model") as run:
+    with ModelRunner(opened, "model") as run:
         got = run.run(feeds)
     expected = ort_outputs(model, feeds)
     np.testing.assert_array_equal(got["y2"], expected[0])
@@ -76,21 +76,21 @@ def test_large_in_memory_model_runs_from_a_temp_folder_with_external_data(small_
 
 def test_small_in_memory_model_keeps_the_in_memory_path(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    opened = runner.open_model(mlp(hidden=8))
+    opened = files.open_model(mlp(hidden=8))
     assert opened.path is None and opened.temp_dir is None
     assert list(tmp_path.iterdir()) == []
 
 
 def test_verify_models_on_large_protos_goes_through_files_and_cleans_up(small_limit, monkeypatch):
     written = []
-    original_write = runner._write_temp
+    original_write = files.write_temp
 
     def spy(model, role):
         opened = original_write(model, role)
         written.append(opened.temp_dir)
         return opened
 
-    monkeypatch.setattr(runner, "_write_temp", spy)
+    monkeypatch.setattr(files, "write_temp", spy)
     model = mlp()
     report = verify_models(model, mlp(), trials=1, stress=False)
     assert report.verdict == "exact"
@@ -120,12 +120,12 @@ def test_weights_mapped_from_a_file_are_linked_not_copied_and_changed_ones_writt
     expected_model = mlp()
     expected_model.graph.initializer[2].CopyFrom(numpy_helper.from_array(doubled, "W1"))
     feeds = {"x": np.random.default_rng(3).standard_normal((2, 64)).astype(np.float32)}
-    with runner.open_model(model) as opened:
+    with files.open_model(model) as opened:
         folder = Path(opened.temp_dir)
         linked = folder / "linked0.data"
         assert linked.is_file() and os.path.samefile(linked, tmp_path / "m.onnx.data")
         assert doubled.nbytes <= (folder / "model.onnx.data").stat().st_size < 2 * doubled.nbytes  # only W1
-        with runner.ModelRunner(opened) as run:
+        with ModelRunner(opened) as run:
             np.testing.assert_array_equal(run.run(feeds)["y2"], ort_outputs(expected_model, feeds)[0])
         reference = evaluate_float64(opened.proto, feeds, base_dir=opened.base_dir)["y2"]
         np.testing.assert_array_equal(reference, evaluate_float64(expected_model, feeds)["y2"])
@@ -141,7 +141,7 @@ def test_a_path_stays_a_path_and_its_weights_stay_on_disk(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location="m.onnx.data", size_threshold=1024)
-    opened = runner.open_model(str(path))
+    opened = files.open_model(str(path))
     assert opened.path == str(path) and opened.temp_dir is None
     weights = [t for t in opened.proto.graph.initializer if t.name.startswith("W")]
     assert all(t.data_location == TensorProto.EXTERNAL and not t.raw_data for t in weights)
@@ -149,10 +149,10 @@ def test_a_path_stays_a_path_and_its_weights_stay_on_disk(tmp_path):
 
 
 def test_large_embedded_file_is_read_lazily(tmp_path, monkeypatch):
-    monkeypatch.setattr(io, "LAZY_LOAD_THRESHOLD_BYTES", 0)
+    monkeypatch.setattr(sizes, "LAZY_LOAD_THRESHOLD_BYTES", 0)
     path = tmp_path / "m.onnx"
     onnx.save_model(mlp(), str(path))
-    proto = runner.light_proto(str(path))
+    proto = files.light_proto(str(path))
     weights = [t for t in proto.graph.initializer if t.name.startswith("W")]
     assert all(t.data_location == TensorProto.EXTERNAL for t in weights)  # references into m.onnx itself
     feeds = {"x": np.ones((2, 64), np.float32)}

@@ -1,4 +1,4 @@
-"""No rewrite flips the sign of an exact zero that a sign-sensitive use can see (issue 9, item 2).
+"""No rewrite flips the sign of an exact zero that a sign-sensitive use can see.
 
 Each case: a model where the rewrite would turn -0.0 into +0.0 (or back) in front of 1/x, optimized
 with verification off (CLI `--no-verify`, and the Python API, which verifies nothing by default):

@@ -1,5 +1,5 @@
 """The named verdict rules (verify/judge/verdict.py RULES): each exemption's legitimate case, and the
-counterexamples of issue 9 that it must not excuse (each of these passed as `rounding` or
+counterexamples it must not excuse (each of these passed as `rounding` or
 `unstable` before the rules were narrowed).
 
 Models are built by hand, two per test (original and candidate); nothing here runs a pass.
@@ -209,7 +209,7 @@ def test_matmul_chain_fold_on_inf_inputs_is_rounding():
 
 def test_nonfinite_cone_is_measured_per_element():
     from onnxrefine.verify.evidence import add_nonfinite_cones as _add_nonfinite_cones
-    from onnxrefine.verify.ort.runner import ModelRunner
+    from onnxrefine.verify.ort import ModelRunner
 
     original, _, feeds = _cube_overflow_models()
     runner = ModelRunner(original, "original")

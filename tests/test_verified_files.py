@@ -1,10 +1,10 @@
-"""Optimization with verification keeps the original as a FILE (issue 10 item 1 for `optimize`):
+"""Optimization with verification keeps the original as a FILE (for `optimize` as for `verify`):
 the user's path, else the in-memory model written once to a temp folder that goes away. Replays
 load that file; no whole-model ModelProto is built; the plan reads no weights.
 
 A model over protobuf's 2 GiB limit is simulated by lowering the sizes that send tensors to
-external data (io.EXTERNAL_DATA_THRESHOLD_BYTES) and models to temp files
-(runner.IN_MEMORY_SESSION_MAX_BYTES)."""
+external data (sizes.EXTERNAL_DATA_THRESHOLD_BYTES) and models to temp files
+(files.IN_MEMORY_SESSION_MAX_BYTES)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ import onnxrefine
 from onnxrefine.verify import plan as verify_plan
 from onnxrefine.api import optimize_ir
 from onnxrefine.cli.main import main
-from onnxrefine.ir import io
+from onnxrefine.ir import io, sizes
 from onnxrefine.verified import VerifySettings
-from onnxrefine.verify.ort import runner
-from onnxrefine.verify.ort.runner import light_proto
+from onnxrefine.verify.ort import files
+from onnxrefine.verify.ort import light_proto
 
 ROOT = Path(__file__).resolve().parent.parent
 THRESHOLD = 256  # bytes: conv_bn_residual's weights (W1, W2, G: 576-1536 bytes) go external
@@ -37,8 +37,8 @@ THRESHOLD = 256  # bytes: conv_bn_residual's weights (W1, W2, G: 576-1536 bytes)
 
 @pytest.fixture(autouse=True)
 def big_model_sizes(monkeypatch):
-    monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD_BYTES", THRESHOLD)
-    monkeypatch.setattr(runner, "IN_MEMORY_SESSION_MAX_BYTES", THRESHOLD)
+    monkeypatch.setattr(sizes, "EXTERNAL_DATA_THRESHOLD_BYTES", THRESHOLD)
+    monkeypatch.setattr(files, "IN_MEMORY_SESSION_MAX_BYTES", THRESHOLD)
     monkeypatch.setattr(verify_plan, "machine_slowdown", lambda: 1.0)
 
 
@@ -123,7 +123,10 @@ def temp_folders() -> set[str]:
     return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("onnxrefine-session-")}
 
 
-def test_a_proto_is_written_once_to_a_temp_folder_that_is_removed(spies):
+def test_a_proto_is_written_once_to_a_temp_folder_that_is_removed(spies, tmp_path, monkeypatch):
+    # A temp folder of this test's own: another test process writes session folders into the
+    # shared one at any moment.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     model = conv_bn_residual()
     before = temp_folders()
     optimized, report = onnxrefine.optimize_with_report(model, verify=VerifySettings(enabled=True))
@@ -210,8 +213,8 @@ def test_the_estimate_sees_matmuls_behind_computed_reshape_targets(tmp_path):
 def test_a_real_model_over_2_gib_is_optimized_and_verified(tmp_path, monkeypatch):
     # No lowered sizes here: 33 layers of bench/big_model.py are 2.1 GB of weights, over protobuf's
     # limit; `optimize --verify` optimizes and verifies it (measured: 62 s, 2.3 GiB peak RSS).
-    monkeypatch.setattr(io, "EXTERNAL_DATA_THRESHOLD_BYTES", 1_800_000_000)
-    monkeypatch.setattr(runner, "IN_MEMORY_SESSION_MAX_BYTES", 16 * 1024 * 1024)
+    monkeypatch.setattr(sizes, "EXTERNAL_DATA_THRESHOLD_BYTES", 1_800_000_000)
+    monkeypatch.setattr(files, "IN_MEMORY_SESSION_MAX_BYTES", 16 * 1024 * 1024)
     try:
         path = load_big_model_builder().build(tmp_path / "big.onnx", layers=33, hidden=4096)
         assert (tmp_path / "big.onnx.data").stat().st_size > 2**31

@@ -14,7 +14,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from helpers import make_model, tensor, value_info
-from onnxrefine.cli.verify_cmd import parse_dims, register
+from onnxrefine.cli.arguments import parse_dims
+from onnxrefine.cli.verify_cmd import register
 from onnxrefine.errors import BadInputError
 
 

@@ -1,5 +1,4 @@
-"""A verify report's JSON, pinned: the refactor of verify_models into VerificationSession (issue 14,
-item 5) must leave every key and value of the report as it was, with and without the float64
+"""A verify report's JSON, pinned: the refactor of verify_models into VerificationSession must leave every key and value of the report as it was, with and without the float64
 reference. The golden files were written by the code before that refactor
 (tests/data/verify_report_golden_*.json); only timings are left out (they vary run to run). They were
 rewritten once, deliberately, when generated inputs gained the sets that reach the graph's branches

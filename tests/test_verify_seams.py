@@ -1,4 +1,4 @@
-"""The seams of verification (issue 14, item 5): the reference's leaf module and kernel registry, the
+"""The seams of verification: the reference's leaf module and kernel registry, the
 injected reference of VerificationSession, and the Verdict / value-class enums."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """onnxrefine: an ONNX optimizer whose rewrites never change what a model computes."""
 
-__version__ = "0.1.0"
-
 import importlib.util as _importlib_util
+
+from onnxrefine.version import __version__
 
 # onnxruntime is an extra (any build provides the module: CPU, GPU, OpenVINO...); say which to
 # install rather than fail deep inside an import chain. Looked up, not imported: importing it is

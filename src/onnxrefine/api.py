@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from onnxrefine import __version__
 from onnxrefine.errors import BadInputError
 from onnxrefine.input_shapes import apply as fix_input_shapes
 from onnxrefine.ir import heap, io
@@ -20,7 +19,8 @@ from onnxrefine.passes.pipeline import run_passes
 from onnxrefine.passes.registry import default_pass_names, get_pass
 from onnxrefine.rewrite.log import RewriteLog
 from onnxrefine.verified import VerifySettings, optimize_verified
-from onnxrefine.verify.certificate.certifier import Certifier
+from onnxrefine.verify.certificate import Certifier
+from onnxrefine.version import __version__
 
 
 @dataclass

@@ -19,9 +19,9 @@ The original stays a FILE throughout, so a model of any size (over protobuf's 2 
 optimized and verified with its weights read memory-mapped: the user's path when the model came
 from one (`source_path`), else the in-memory model written once by the streaming saver into a temp
 folder (removed at the end). Every run and replay loads that file lazily (io.load_model: unchanged
-weights stay memory-mapped), the plan reads only its graph (verify/ort/runner.py light_proto), and
+weights stay memory-mapped), the plan reads only its graph (verify/ort/files.py light_proto), and
 verify_models gets the original as that file and each candidate as an ir.Model (written to a temp
-folder whose unchanged weights are hard links, verify/ort/runner.py open_model). Nothing serializes
+folder whose unchanged weights are hard links, verify/ort/files.py open_model). Nothing serializes
 the whole model.
 """
 
@@ -44,11 +44,10 @@ from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.rewrite.log import RewriteLog
 from onnxrefine.rewrite.rule import EXACT
-from onnxrefine.verify.judge.verdict import Verdict
+from onnxrefine.verify.judge import Verdict
 
 DEFAULT_VERIFY_BUDGET_S = 120.0  # the most auto mode spends unless --verify-budget says otherwise
 AUTO_BUDGET_FACTOR = 3.0
-MIN_AUTO_BUDGET_S = 5.0
 MAX_ROLLBACKS = 4
 ACCEPTED = tuple(verdict for verdict in Verdict if verdict.accepted)  # exact, rounding
 
@@ -185,17 +184,17 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
 
 
 def _original_file(model: ir.Model, source_path):
-    """The original as a verify/ort/runner.py ModelFile: the user's file, or `model` written to a temp
+    """The original as a verify/ort/files.py ModelFile: the user's file, or `model` written to a temp
     folder (hard links for weights already memory-mapped from a file, else the streaming saver:
     large tensors as external data). Its graph is read without the large weights' bytes."""
-    from onnxrefine.verify.ort.runner import ModelFile, _write_temp, light_proto
+    from onnxrefine.verify.ort import ModelFile, light_proto, write_temp
 
     if source_path is not None:
         path = os.fspath(source_path)
         proto = light_proto(path, "original model")
         path = os.path.realpath(path)  # the file io.load_model read, weights beside it (ir/load.py)
         return ModelFile(proto, path, os.path.dirname(path))
-    return _write_temp(model, "original model")
+    return write_temp(model, "original model")
 
 
 def _detach(model: ir.Model, folder: str | None) -> None:
@@ -233,13 +232,13 @@ def _unmap(model: ir.Model) -> None:
 
 def _budget(settings: VerifySettings, schedule_s: float) -> tuple[float, str]:
     """Seconds auto mode may spend verifying: the user's --verify-budget, else a multiple of what
-    the schedule itself took (verification should not dwarf the optimization it checks), at
-    least MIN_AUTO_BUDGET_S and at most DEFAULT_VERIFY_BUDGET_S."""
+    the schedule itself took (verification should not dwarf the optimization it checks), at most
+    DEFAULT_VERIFY_BUDGET_S. No floor in seconds: a small model's verification costs what the
+    model costs; what every auto run keeps is a number of input sets (verify/plan.py: MIN_AUTO_SETS)."""
     if settings.budget_s is not None:
         return settings.budget_s, f"{settings.budget_s:g} s"
-    budget = min(DEFAULT_VERIFY_BUDGET_S, max(MIN_AUTO_BUDGET_S, AUTO_BUDGET_FACTOR * schedule_s))
-    return budget, f"{budget:.1f} s ({AUTO_BUDGET_FACTOR:g}x the optimization's {schedule_s:.1f} s, at least " \
-        f"{MIN_AUTO_BUDGET_S:g} s)"
+    budget = min(DEFAULT_VERIFY_BUDGET_S, AUTO_BUDGET_FACTOR * schedule_s)
+    return budget, f"{budget:.1f} s ({AUTO_BUDGET_FACTOR:g}x the optimization's {schedule_s:.1f} s)"
 
 
 def _check_resources(original, dims=None) -> None:
@@ -247,7 +246,7 @@ def _check_resources(original, dims=None) -> None:
     or holds a Loop over the trip-count limit (resources.py; symbolic dims at the user's --dims,
     else taken as 1 here; the runner checks again with each input set's shapes)."""
     from onnxrefine import resources
-    from onnxrefine.verify.ort.runner import peak_estimate
+    from onnxrefine.verify.ort import peak_estimate
 
     resources.check_runnable(peak_estimate(original, None, dims), "original model")
 
@@ -275,7 +274,7 @@ class _Schedule:
 
     def __init__(self, original, pass_names, budget, fixed_point, on_progress, emit,
                  settings: VerifySettings, certifier=None):
-        self.original = original  # a verify/ort/runner.py ModelFile with a path
+        self.original = original  # a verify/ort/files.py ModelFile with a path
         self.certifier = certifier  # shared by every replay: its caches keep replays cheap and alike
         self.pass_names = list(pass_names)
         self.budget = budget

@@ -1,6 +1,6 @@
 """Resource bombs: small, valid ONNX models whose tensors (or run time) explode when evaluated.
 
-Issue 13's "memory and time" class. Each case is built in code at the size asked for, so tests can
+The "memory and time" class of bad input. Each case is built in code at the size asked for, so tests can
 use a small one (hundreds of MB) against a small `--memory-budget`, and the hostile suite can use
 the real size (several GB) against the default budget under an RSS limit.
 

@@ -122,7 +122,7 @@ def _link_small(decoy: bool, chain: bool = False, external_data: bool = False):
 
 def _link_big(decoy: bool, hardlink: bool = False):
     """A model over the lazy-parse threshold (weights memory-mapped from the model file itself)
-    reached through a symlink whose target's folder holds a decoy of the link's name (issue 13)."""
+    reached through a symlink whose target's folder holds a decoy of the link's name."""
 
     def build(paths: Paths) -> None:
         runs = paths.root / "runs"

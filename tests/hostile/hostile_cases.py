@@ -142,7 +142,7 @@ def bundle_meta(paths: Paths) -> None:
 
 
 def big_weights(shape=(1024, 1024 * 2 + 256)) -> np.ndarray:
-    """A >8 MiB weight so the model file is parsed lazily (ir/io.py LAZY_LOAD_THRESHOLD_BYTES)."""
+    """A >8 MiB weight so the model file is parsed lazily (ir/sizes.py LAZY_LOAD_THRESHOLD_BYTES)."""
     rng = np.random.default_rng(3)
     return rng.standard_normal(shape).astype(np.float32)
 

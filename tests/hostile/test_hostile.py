@@ -1,4 +1,4 @@
-"""The bad-input suite (issue 13) in CI: every case of catalog_*.py against each command it names
+"""The bad-input suite in CI: every case of catalog_*.py against each command it names
 (optimize, verify, bisect, reduce), one test per (case, command), so a failure names its case.
 
 The runs go to a runner subprocess, one per test process, kept up between cases (isolation: a case

@@ -9,7 +9,7 @@ from pathlib import Path
 from onnxrefine import progress
 from onnxrefine.cli.checks import bisect_out
 from onnxrefine.plain import plain
-from onnxrefine.cli.verify_cmd import parse_dims
+from onnxrefine.cli.arguments import parse_dims
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import io
 from onnxrefine.triage.adapters import ADAPTERS
@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trials", type=int, default=2)
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     parser.set_defaults(func=run)
 

@@ -13,82 +13,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from onnxrefine.cli.arguments import readable_file, same_file, writable_file, writable_folder
 from onnxrefine.errors import BadInputError
-
-
-def readable_file(path: str | os.PathLike, label: str = "") -> None:
-    """`path` exists, is a regular file and can be read."""
-    prefix = f"{label}: " if label else ""
-    if not os.path.exists(path):
-        raise BadInputError(f"{prefix}{path}: no such file")
-    if not os.path.isfile(path):
-        raise BadInputError(f"{prefix}{path}: not a regular file")
-    if not os.access(path, os.R_OK):
-        raise BadInputError(f"{prefix}{path}: not readable (permission denied)")
-
-
-def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Same file, also through symlinks and hard links; by path where one does not exist yet."""
-    try:
-        if os.path.exists(a) and os.path.exists(b):
-            return os.path.samefile(a, b)
-    except OSError:
-        pass
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
-def writable_file(path: str | os.PathLike, label: str, inputs: Sequence[str | os.PathLike] = ()) -> None:
-    """`path` can be written (atomically, by a rename in its folder) and is none of `inputs`."""
-    from onnxrefine.atomic import check_name
-
-    try:
-        check_name(path)
-    except BadInputError as exc:
-        raise BadInputError(f"{label}: {exc}") from None
-    if os.path.isdir(path):
-        raise BadInputError(f"{label}: {path} is a folder; give a file name")
-    if os.path.exists(path) and not os.path.isfile(path):
-        # A FIFO or a device: the rename would replace it (as root, /dev/null itself).
-        raise BadInputError(f"{label}: {path} exists and is not a regular file")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.exists(folder):
-        raise BadInputError(f"{label}: folder does not exist: {folder}")
-    if not os.path.isdir(folder):
-        raise BadInputError(f"{label}: not a folder: {folder}")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise BadInputError(f"{label}: folder is not writable: {folder}")
-    for source in inputs:
-        if source is not None and _same_file(path, source):
-            raise BadInputError(f"{path}: refusing to overwrite the input {os.fspath(source)}; "
-                                "choose another output path")
-
-
-def _nearest_existing(path: str) -> str:
-    current = os.path.abspath(path)
-    while not os.path.exists(current):
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    return current
-
-
-def writable_folder(path: str | os.PathLike, label: str, *, must_not_exist: bool = False) -> None:
-    """`path` is (or can be created as) a folder we can write in."""
-    path = os.fspath(path)
-    if os.path.exists(path):
-        if must_not_exist:
-            raise BadInputError(f"{label}: {path} already exists; choose another folder")
-        if not os.path.isdir(path):
-            raise BadInputError(f"{label}: {path} exists and is not a folder")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise BadInputError(f"{label}: folder is not writable: {path}")
-        return
-    ancestor = _nearest_existing(path)
-    if not os.path.isdir(ancestor):
-        raise BadInputError(f"{label}: cannot create {path}: {ancestor} is not a folder")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise BadInputError(f"{label}: cannot create {path}: {ancestor} is not writable")
 
 
 def _external_data_of(output: str) -> str:
@@ -100,7 +26,7 @@ def _distinct_outputs(pairs: Sequence[tuple[str, str | None]]) -> None:
     given = [(label, path) for label, path in pairs if path]
     for index, (label, path) in enumerate(given):
         for other_label, other in given[index + 1:]:
-            if _same_file(path, other):
+            if same_file(path, other):
                 raise BadInputError(f"{label} and {other_label} name the same file: {path}")
 
 
@@ -112,7 +38,7 @@ def check_optimize(args: argparse.Namespace) -> None:
     _dims(args)
     if getattr(args, "inputs", None):
         readable_file(args.inputs, "--inputs")
-    from onnxrefine.cli.optimize_cmd import default_output_path  # the command's own default
+    from onnxrefine.cli.arguments import default_output_path  # the command's own default
 
     output = args.output or str(default_output_path(Path(model)))
     sources = [model] + ([args.inputs] if getattr(args, "inputs", None) else [])
@@ -134,16 +60,16 @@ def check_optimize(args: argparse.Namespace) -> None:
 
 
 def _dims(args: argparse.Namespace) -> None:
-    from onnxrefine.cli.verify_cmd import parse_dims  # the commands parse --dims the same way
+    from onnxrefine.cli.arguments import parse_dims  # the commands parse --dims the same way
 
     parse_dims(getattr(args, "dims", "") or "")
 
 
 def _references(model: str, data_file: str) -> bool:
     """Whether the model's external data lives in `data_file` (only asked when that file exists)."""
-    from onnxrefine.ir.io import _references_file
+    from onnxrefine.ir.external_save import references_file
 
-    return _references_file(model, Path(data_file))
+    return references_file(model, Path(data_file))
 
 
 def _is_external_data_of(model: str, output: str) -> bool:
@@ -218,9 +144,9 @@ CHECKS: dict[str, Callable[[argparse.Namespace], None]] = {
 def check_args(args: argparse.Namespace) -> None:
     """Raise BadInputError for arguments that would make the command fail after its work."""
     check = CHECKS.get(getattr(args, "command", None) or "")
-    # -- batch mode: its own checks (onnxrefine.batch.cli) -----------------------------------
+    # -- batch mode: its own checks (onnxrefine.cli.batch) -----------------------------------
     if getattr(args, "command", None) in ("optimize", "verify"):
-        from onnxrefine.batch import cli as batch
+        from onnxrefine.cli import batch
 
         if batch.is_batch(args.command, args):
             batch.check(args.command, args)

@@ -48,7 +48,7 @@ def register(subparsers) -> None:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from onnxrefine.fuzz.campaign import CampaignSettings, parse_target
+    from onnxrefine.fuzz.settings import CampaignSettings, parse_target
     from onnxrefine.fuzz.generator import DEFAULT_MAX_NODES, DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 
     optimizer, passes = parse_target(args.target or "onnxrefine")

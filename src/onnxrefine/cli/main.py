@@ -22,7 +22,8 @@ import os
 import signal
 import sys
 
-from onnxrefine import __version__, progress
+from onnxrefine import progress
+from onnxrefine.version import __version__
 from onnxrefine.cli.checks import check_args
 from onnxrefine.errors import OnnxRefineError
 
@@ -135,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args)  # output folders, inputs files: fail before any work, not after it
         # Progress on stderr (live on a terminal, log lines otherwise) for every phase the
         # library reports; the display is closed before the error or result lines below.
-        from onnxrefine import resources
+        from onnxrefine.cli.arguments import from_args
 
-        with progress.showing(progress.display_for_stderr()), resources.from_args(args):
+        with progress.showing(progress.display_for_stderr()), from_args(args):
             code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit where it cannot be handled
         return EXIT_BROKEN_PIPE if _stdout_closed else code

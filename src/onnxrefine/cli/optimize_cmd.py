@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from onnxrefine import atomic, progress
 from onnxrefine.api import optimize_ir
 from onnxrefine.plain import plain
-from onnxrefine.cli.verify_cmd import (add_input_shape_argument, add_run_settings_arguments, parse_dims,
-                                       run_settings_from_args)
+from onnxrefine.cli.arguments import (add_input_shape_argument, add_run_settings_arguments, default_output_path,
+                                      parse_dims, run_settings_from_args)
 from onnxrefine.errors import BadInputError
 from onnxrefine.input_shapes import describe as describe_input_shapes
 from onnxrefine.input_shapes import parse_input_shapes
@@ -61,7 +61,7 @@ def register(subparsers) -> None:
                         help="do not check each rewrite on its own matched subgraph (on by default)")
     parser.add_argument("--verify-budget", type=float, default=None,
                         help="seconds verification may take in auto mode (default: 3x the optimization's own "
-                        f"time, at least 5, at most {DEFAULT_VERIFY_BUDGET_S:g}); input sets are left out, or "
+                        f"time, at most {DEFAULT_VERIFY_BUDGET_S:g}; a random and an inf/NaN set always run); input sets are left out, or "
                         "verification skipped, by an estimate made before it runs")
     parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
@@ -79,10 +79,10 @@ def register(subparsers) -> None:
     parser.add_argument("--link-data", action="store_true",
                         help="clone the input's external-data files copy-on-write (reflink: btrfs, XFS) instead "
                         "of copying their weights; copied where the file system cannot")
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     # -- batch mode (onnxrefine.batch): several models, folders, list files -------------------
-    from onnxrefine.batch.cli import add_batch_arguments
+    from onnxrefine.cli.batch import add_batch_arguments
 
     add_batch_arguments(parser)
     parser.set_defaults(func=run)
@@ -140,14 +140,8 @@ def passes_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-def default_output_path(model_path: Path) -> Path:
-    name = model_path.name
-    stem = name[: -len(".onnx")] if name.endswith(".onnx") else name
-    return model_path.with_name(f"{stem}.opt.onnx")
-
-
 def run(args: argparse.Namespace) -> int:
-    from onnxrefine.batch import cli as batch
+    from onnxrefine.cli import batch
 
     if batch.is_batch("optimize", args):
         return batch.run("optimize", args)
@@ -301,7 +295,7 @@ def summary_table(report, size_before: int, size_after: int, seconds: float, ext
     table.add_row("file size", text, "")
     table.add_row("seconds", f"{seconds:.2f}", "")
     budget = getattr(report, "constant_budget", None) or {}
-    if budget.get("refused"):  # the run stopped short of what the rules could do: say so (issue 12)
+    if budget.get("refused"):  # the run stopped short of what the rules could do: say so
         table.add_row("constant budget", plain(budget_text(budget)), str(budget["refused"]))
     verification = report.verification or {"status": "off"}
     if verification.get("status") == "verified" and verification.get("verifications") == 0:

@@ -20,7 +20,7 @@ def register(subparsers) -> None:
     parser.add_argument("--max-checks", type=int, default=300, metavar="N",
                         help="most verifications to spend (default 300)")
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS")
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     parser.set_defaults(func=run)
 

@@ -12,6 +12,8 @@ import argparse
 import os
 import sys
 
+from onnxrefine.cli.arguments import (add_input_shape_argument, add_run_settings_arguments, parse_dims,
+                                      run_settings_from_args)
 from onnxrefine.errors import BadInputError
 from onnxrefine.input_shapes import parse_input_shapes
 
@@ -52,72 +54,13 @@ def register(subparsers) -> None:
     parser.add_argument("--json", metavar="OUT", help="write the full report as JSON")
     parser.add_argument("--html", metavar="OUT", help="write a self-contained HTML report")
     add_run_settings_arguments(parser)
-    from onnxrefine.resources import add_memory_budget_argument  # issue 13
+    from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     # -- batch mode (onnxrefine.batch): each model against its optimized X.opt.onnx ------------
-    from onnxrefine.batch.cli import add_batch_arguments
+    from onnxrefine.cli.batch import add_batch_arguments
 
     add_batch_arguments(parser)
     parser.set_defaults(func=run)
-
-
-def add_input_shape_argument(parser) -> None:
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:DIMS",
-                        help="fix an input's shape, e.g. input:1,3,224,224 (repeatable; like onnxsim's "
-                             "--overwrite-input-shape); verification runs at exactly these shapes")
-
-
-# -- deployment run settings (shared with `optimize`) -------------------------------------------
-def add_run_settings_arguments(parser) -> None:
-    group = parser.add_argument_group(
-        "deployment settings",
-        "besides the strict check (optimizations off, one thread), both models also run the way "
-        "they will be deployed; differences there are reported apart and count in the verdict")
-    group.add_argument("--ort-level", default="all", metavar="LEVEL",
-                       help="onnxruntime graph optimization level: disable, basic, extended or all (default all)")
-    group.add_argument("--providers", default="CPUExecutionProvider", metavar="EP,...",
-                       help="execution providers, in order of preference (default CPUExecutionProvider)")
-    group.add_argument("--custom-op-library", metavar="PATH",
-                       help="shared library of custom operator kernels, registered in every session")
-    group.add_argument("--no-deployment-check", action="store_true",
-                       help="run the strict check only")
-    group.add_argument("--atol", type=float, default=None, metavar="A",
-                       help="hard bound: a differing element beyond A + RTOL*|reference| is a mismatch")
-    group.add_argument("--rtol", type=float, default=None, metavar="R", help="see --atol")
-
-
-def run_settings_from_args(args) -> dict:
-    """verify_models' keyword arguments from the flags above; BadInputError (one line) for an
-    unknown level or provider, an unavailable provider or a missing custom-op library."""
-    from onnxrefine.verify.ort.runner import RunSettings, check_run_settings
-
-    providers = tuple(part.strip() for part in args.providers.split(",") if part.strip())
-    deployment = None if args.no_deployment_check else RunSettings(level=args.ort_level, providers=providers)
-    if args.no_deployment_check:  # the flags are still checked: a typo should not pass silently
-        check_run_settings(RunSettings(level=args.ort_level, providers=providers), None)
-    check_run_settings(deployment, args.custom_op_library)
-    for name in ("atol", "rtol"):
-        value = getattr(args, name)
-        if value is not None and not value >= 0:
-            raise BadInputError(f"--{name} must be a non-negative number")
-    return {"deployment": deployment, "custom_op_library": args.custom_op_library,
-            "atol": args.atol, "rtol": args.rtol}
-
-
-def parse_dims(text: str) -> dict[str, int]:
-    dims: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise BadInputError(f"--dims: expected NAME=INT, got {item!r}")
-        try:
-            size = int(value)
-        except ValueError:
-            raise BadInputError(f"--dims: {name.strip()!r} needs an integer, got {value!r}") from None
-        if size < 0:
-            raise BadInputError(f"--dims: {name.strip()!r} must not be negative")
-        dims[name.strip()] = size
-    return dims
 
 
 def _shape_fixed_original(path: str, input_shapes: dict, dims: dict):
@@ -146,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
 
     from onnxrefine.verify import verify_models
     from onnxrefine.verify.inputs import load_inputs
-    from onnxrefine.verify.report.report import render_table
+    from onnxrefine.verify.report import render_table
 
-    from onnxrefine.batch import cli as batch
+    from onnxrefine.cli import batch
 
     if batch.is_batch("verify", args):
         return batch.run("verify", args)

@@ -22,9 +22,10 @@ from dataclasses import asdict, dataclass, field
 import onnx
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.fuzz.generator import DEFAULT_MAX_NODES, DEFAULT_OPSET, generate_model
+from onnxrefine.fuzz.generator import generate_model
 from onnxrefine.fuzz.graphquery import all_op_types
 from onnxrefine.fuzz.patterns import TARGET_PATTERNS
+from onnxrefine.fuzz.settings import CampaignSettings
 
 FILED = "mismatch"
 SUMMARY_EVERY_S = 30.0
@@ -32,31 +33,8 @@ STATUSES = ("mismatch", "rounding", "unstable", "exact", "not_fired", "optimizer
             "generator_error", "crashed", "internal_error", "mutated_input")
 
 
-@dataclass(frozen=True)
-class CampaignSettings:
-    optimizer: str = "onnxrefine"
-    passes: tuple[str, ...] | None = None
-    cases: int = 100
-    seed: int = 0
-    opset: int = DEFAULT_OPSET
-    max_nodes: int = DEFAULT_MAX_NODES
-    trials: int = 2
-    targeted: float = 0.8   # fraction of cases grown around the step's pattern
-    time_budget_s: float | None = 20.0   # per verification
-
-
-def parse_target(text: str) -> tuple[str, tuple[str, ...] | None]:
-    """'onnxoptimizer:fuse_pad_into_pool,eliminate_nop_pad' -> ('onnxoptimizer', (...))."""
-    from onnxrefine.triage.adapters import get_adapter
-
-    name, _, passes = text.partition(":")
-    get_adapter(name.strip())
-    chosen = tuple(p.strip() for p in passes.split(",") if p.strip()) or None
-    return name.strip(), chosen
-
-
 @functools.lru_cache(maxsize=8)
-def _steps(optimizer: str, passes: tuple[str, ...] | None):
+def optimizer_steps(optimizer: str, passes: tuple[str, ...] | None):
     from onnxrefine.triage.adapters import get_adapter
 
     return get_adapter(optimizer).steps(list(passes) if passes else None)
@@ -69,7 +47,7 @@ def step_names(settings: CampaignSettings) -> list[str]:
         unknown = sorted(set(settings.passes) - {spec.name for spec in all_passes()})
         if unknown:
             raise BadInputError(f"onnxrefine has no pass named {', '.join(unknown)}")
-    return [name for name, _ in _steps(settings.optimizer, settings.passes)]
+    return [name for name, _ in optimizer_steps(settings.optimizer, settings.passes)]
 
 
 def _essence(model: onnx.ModelProto) -> bytes:
@@ -133,7 +111,7 @@ def run_case(settings: CampaignSettings, index: int) -> dict:
         result.update(status="generator_error", error=f"{type(exc).__name__}: {exc}")
         return result
     result["input_dims"] = case.input_dims
-    apply = dict(_steps(settings.optimizer, settings.passes))[step]
+    apply = dict(optimizer_steps(settings.optimizer, settings.passes))[step]
     pristine = case.model.SerializeToString()
     given = onnx.ModelProto()
     given.CopyFrom(case.model)

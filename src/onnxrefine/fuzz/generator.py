@@ -151,7 +151,7 @@ def _session(model: onnx.ModelProto):
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 4
-    from onnxrefine.verify.ort.runner import inference_session
+    from onnxrefine.verify.ort import inference_session
 
     return inference_session(model, options)
 

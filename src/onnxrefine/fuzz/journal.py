@@ -26,7 +26,7 @@ KEPT = ("index", "seed", "step", "status", "pattern", "fired", "mutated_input", 
 
 
 def _load_settings(data: dict):
-    from onnxrefine.fuzz.campaign import CampaignSettings
+    from onnxrefine.fuzz.settings import CampaignSettings
 
     data = dict(data)
     if data.get("passes") is not None:

@@ -26,10 +26,9 @@ def environment() -> dict:
     import importlib
     import platform
 
-    import onnxrefine
+    from onnxrefine.version import __version__
 
-    versions = {"python": ".".join(platform.python_version_tuple()[:2]),
-                "onnxrefine": onnxrefine.__version__}
+    versions = {"python": ".".join(platform.python_version_tuple()[:2]), "onnxrefine": __version__}
     for name in PACKAGES:
         versions[name] = getattr(importlib.import_module(name), "__version__", "?")
     return versions
@@ -46,9 +45,8 @@ def environment_difference(driver: dict, worker: dict) -> str | None:
 
 
 def runtime_env() -> dict:
-    import onnxrefine
-
-    return {"py_modules": [os.path.dirname(os.path.abspath(onnxrefine.__file__))],
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this file is fuzz/ray_backend.py
+    return {"py_modules": [package],
             "excludes": ["__pycache__", "*.pyc"]}
 
 

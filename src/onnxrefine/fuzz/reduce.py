@@ -27,7 +27,7 @@ from onnxrefine.errors import BadInputError
 from onnxrefine.fuzz.generator import random_inputs
 from onnxrefine.atomic import staged_folder
 from onnxrefine.ir import contained
-from onnxrefine.verify.ort.runner import inference_session
+from onnxrefine.verify.ort import inference_session
 
 Step = Callable[[onnx.ModelProto], onnx.ModelProto]
 
@@ -101,8 +101,9 @@ def runtime_types(model: onnx.ModelProto, dims: dict, seed: int) -> dict[str, tu
     options.log_severity_level = 4
     feeds = random_inputs(model, dims, seed)
     from onnxrefine import resources  # every value is an output here: all of them held at once
+    from onnxrefine.ir import peak
 
-    resources.check_runnable(resources.estimate_peak(probe, feeds), "the bundle's model")
+    resources.check_runnable(peak.estimate_peak(probe, feeds), "the bundle's model")
     session = inference_session(probe, options)
     names = [o.name for o in session.get_outputs()]
     values = dict(zip(names, session.run(None, feeds)))
@@ -436,10 +437,10 @@ def _optimize_command(meta: dict) -> str:
 def reduce_bundle(bundle: str, *, out_dir: str | None = None, max_checks: int = 300,
                   time_budget_s: float | None = None, progress=None) -> tuple[ReduceResult, str]:
     """Reduce a `onnxrefine fuzz` bundle; writes <bundle>/reduced/ (atomically) and returns it."""
-    from onnxrefine.fuzz.campaign import _steps
+    from onnxrefine.fuzz.campaign import optimizer_steps
 
     model, meta = _load_bundle(bundle)
-    steps = dict(_steps(meta["optimizer"], tuple(meta.get("passes") or ()) or None))
+    steps = dict(optimizer_steps(meta["optimizer"], tuple(meta.get("passes") or ()) or None))
     if meta["step"] not in steps:
         raise BadInputError(f"{meta['optimizer']} has no step {meta['step']!r}")
     result = reduce_model(model, steps[meta["step"]], dims=meta.get("input_dims") or {},

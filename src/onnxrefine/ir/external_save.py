@@ -34,8 +34,8 @@ import onnx_ir as ir
 
 from onnxrefine.atomic import after_publish, publish, publish_mode, temp_beside
 from onnxrefine.errors import BadInputError
-from onnxrefine.ir import tensordata, traversal, validate, wire
-from onnxrefine.ir.wire import _GRAPH_INITIALIZER, _LEN, _MODEL_GRAPH, _TENSOR_RAW_DATA, _encode_varint
+from onnxrefine.ir import sizes, tensordata, traversal, validate, wire
+from onnxrefine.ir.wire import GRAPH_INITIALIZER, LEN, MODEL_GRAPH, TENSOR_RAW_DATA, encode_varint
 
 # onnx's own default for save_as_external_data: smaller tensors stay in the model file.
 EXTERNAL_MIN_BYTES = 1024
@@ -131,9 +131,7 @@ def _external_choice(model: ir.Model, layout: Layout, input_path) -> dict[str, b
 
 
 def _limit() -> int:
-    from onnxrefine.ir.io import EXTERNAL_DATA_THRESHOLD_BYTES
-
-    return EXTERNAL_DATA_THRESHOLD_BYTES
+    return sizes.EXTERNAL_DATA_THRESHOLD_BYTES
 
 
 def _embed_attribute_tensors(model: ir.Model) -> None:
@@ -161,7 +159,7 @@ def _external_header(value: ir.Value, location: str, offset: int) -> bytes:
 
 
 def _field(number: int, size: int) -> bytes:
-    return bytes([number << 3 | _LEN]) + _encode_varint(size)
+    return bytes([number << 3 | LEN]) + encode_varint(size)
 
 
 def write(model: ir.Model, model_handle: BinaryIO, data_handle: BinaryIO | None, location: str | None,
@@ -190,15 +188,15 @@ def write(model: ir.Model, model_handle: BinaryIO, data_handle: BinaryIO | None,
             whole.name = value.name
             plan.append((value, whole.SerializeToString(), 0, None))
         else:
-            header, nbytes = wire._tensor_header(value)
-            plan.append((value, header + _field(_TENSOR_RAW_DATA, nbytes), nbytes, None))
+            header, nbytes = wire.tensor_header(value)
+            plan.append((value, header + _field(TENSOR_RAW_DATA, nbytes), nbytes, None))
     sizes = [len(header) + nbytes for _, header, nbytes, _ in plan]
-    graph_length = len(graph_bytes) + sum(len(_field(_GRAPH_INITIALIZER, s)) + s for s in sizes)
+    graph_length = len(graph_bytes) + sum(len(_field(GRAPH_INITIALIZER, s)) + s for s in sizes)
     model_handle.write(proto.SerializeToString())
-    model_handle.write(_field(_MODEL_GRAPH, graph_length))
+    model_handle.write(_field(MODEL_GRAPH, graph_length))
     model_handle.write(graph_bytes)
     for (value, header, nbytes, data_offset), size in zip(plan, sizes):
-        model_handle.write(_field(_GRAPH_INITIALIZER, size))
+        model_handle.write(_field(GRAPH_INITIALIZER, size))
         model_handle.write(header)
         if nbytes:
             tensordata.write_tensor(value.const_value, model_handle)
@@ -245,8 +243,6 @@ def _linkable(model: ir.Model, external: dict[str, bool], input_path) -> list[st
 def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None = None) -> int:
     """Write `model` to `path` (+ its data files) through temp files and renames; returns the bytes
     of the files written (model file and data files together)."""
-    from onnxrefine.ir.io import _references_file
-
     layout = layout or Layout()
     folder = path.resolve().parent
     external = _external_choice(model, layout, input_path)
@@ -257,7 +253,7 @@ def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None 
         linked, renames = {}, []
         for source in (_linkable(model, external, input_path) if layout.link else []):
             name = f"{location}.link{len(linked)}"
-            _refuse_overwriting_input(folder / name, path, input_path, _references_file)
+            _refuse_overwriting_input(folder / name, path, input_path, references_file)
             try:
                 temp = _link(source, folder, name)
             except OSError as exc:
@@ -271,7 +267,7 @@ def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None 
         data_path = folder / location if needs_data else None
         stale: list[str] = []
         if data_path is not None:
-            _refuse_overwriting_input(data_path, path, input_path, _references_file)
+            _refuse_overwriting_input(data_path, path, input_path, references_file)
             stale = _own_data_read_by(path, folder, location)
             if location in stale:
                 # The model being replaced reads `location`: renaming new data over it would
@@ -280,7 +276,7 @@ def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None 
                 free = next(f"{location}.{i}" for i in range(1, len(stale) + 2) if f"{location}.{i}" not in stale)
                 layout.notes.append(f"{location} is read by the model being replaced: weights written to {free}")
                 location, data_path = free, folder / free
-                _refuse_overwriting_input(data_path, path, input_path, _references_file)
+                _refuse_overwriting_input(data_path, path, input_path, references_file)
         fd, model_tmp = temp_beside(path, folder)
         temps.append(model_tmp)
         with os.fdopen(fd, "wb") as model_handle:
@@ -358,3 +354,14 @@ def _refuse_overwriting_input(target: Path, path: Path, input_path, references) 
             os.path.samefile(target, input_path) or references(input_path, target))):
         raise BadInputError(f"{target}: would overwrite the input model or its external data; "
                             "choose another output path or --external-data name")
+
+
+def references_file(input_path, data_file: Path) -> bool:
+    """Whether the model at `input_path` keeps external data in `data_file` (so writing there would
+    overwrite the input)."""
+    try:
+        proto = onnx.load_model(str(input_path), load_external_data=False)
+    except Exception:
+        return False
+    base = Path(input_path).resolve().parent
+    return any((base / loc).resolve() == data_file.resolve() for loc in validate.external_locations(proto))

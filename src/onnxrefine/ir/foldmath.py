@@ -91,7 +91,7 @@ def round_folded(result: np.ndarray, dtype, what: str) -> np.ndarray:
     return rounded
 
 
-# --- Folding a weight by a per-output-channel factor in bounded memory (issue 12) ---------------
+# --- Folding a weight by a per-output-channel factor in bounded memory ---------------------------
 FOLD_BLOCK_ELEMENTS = 1 << 17  # 1 MiB of float64 a block
 
 

@@ -23,26 +23,31 @@ from onnxrefine.ir import heap, protoview, traversal, validate, wire
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto, ir.Model]
 
-# Protobuf cannot serialize a message over 2 GiB; stay well below it.
-EXTERNAL_DATA_THRESHOLD_BYTES = 1_800_000_000
-# Files at least this large are parsed lazily: their weights stay memory-mapped (ir/wire.py).
-LAZY_LOAD_THRESHOLD_BYTES = 8 * 1024 * 1024
-
 
 def load_model(path: str | os.PathLike) -> ir.Model:
-    """Read a model file into onnx-ir, refusing anything malformed with a one-line BadInputError
-    (ir/load.py: the real path, read through one open file, every tensor checked)."""
-    from onnxrefine.ir import load
+    """Read a model file into onnx-ir, refusing anything malformed with a one-line BadInputError.
+    The path runs one way: read and check (ir/load.py: the real path, read through one open file,
+    every tensor checked), then convert (proto_to_ir), then pin external tensors to the files the
+    checks opened."""
+    from onnxrefine.ir import load, load_checks
 
-    return load.load_model(path)
+    proto, folder, files = load.load_checked_proto(path)
+    try:
+        model = proto_to_ir(proto, base_dir=folder)
+    except BadInputError:
+        raise
+    except Exception as exc:  # onnx-ir and numpy on input the checks did not foresee
+        raise BadInputError(f"{os.fspath(path)}: model cannot be read ({load_checks.first_line(exc)})") from None
+    load.pin_external_tensors(model, files)
+    return model
 
 
 def proto_to_ir(proto: onnx.ModelProto, *, base_dir: str = "") -> ir.Model:
     """Validate a ModelProto and convert it to onnx-ir (the proto is not modified)."""
     if proto.graph.sparse_initializer or validate.has_nested_sparse_initializers(proto):
-        from onnxrefine import resources  # densifying must fit the memory budget (issue 13)
+        from onnxrefine.ir import peak  # densifying must fit the memory budget
 
-        resources.check_sparse(proto)
+        peak.check_sparse(proto)
         densified = onnx.ModelProto()
         densified.CopyFrom(proto)
         validate.densify_sparse_initializers(densified)
@@ -125,7 +130,7 @@ def to_proto(model: ir.Model, *, consume: bool = False) -> onnx.ModelProto:
         if protoview.copy_to(value.const_value, tensor, value.name):  # the caller's unchanged weight
             value.const_value = None
             continue
-        serialized = b"".join(wire._tensor_chunks(value))  # noqa: SLF001 - same package
+        serialized = b"".join(wire.tensor_chunks(value))
         big = len(serialized) >= heap.RELEASE_AFTER_BYTES
         # The model's copy (a folded array, a mapped page) goes before the proto's comes: one
         # extra copy of the weight at a time, not two. Freed memory sits in the heap between live
@@ -175,15 +180,6 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return False
-
-
-def _references_file(input_path, data_file: Path) -> bool:
-    try:
-        proto = onnx.load_model(str(input_path), load_external_data=False)
-    except Exception:
-        return False
-    base = Path(input_path).resolve().parent
-    return any((base / loc).resolve() == data_file.resolve() for loc in validate.external_locations(proto))
 
 
 def _first_line(exc: BaseException) -> str:

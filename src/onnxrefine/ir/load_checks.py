@@ -6,7 +6,7 @@ Each defect is one BadInputError naming the tensor, node or field:
   the typed fields, or an external range); a sparse tensor's indices in range;
 - external data: a location without NUL bytes, relative, inside the model's real folder once links
   are followed, naming a regular file, with a non-negative offset, a length equal to dtype x dims
-  and a range inside the file. Each file is opened once (load.OpenFile) and checked through that
+  and a range inside the file. Each file is opened once (openfile.OpenFile) and checked through that
   descriptor; the open files are returned so the weights are read from exactly those;
 - the main graph's inputs: no negative dims.
 Graph structure (undefined names, cycles, a name written twice) is validate.py's.
@@ -56,7 +56,7 @@ def one_line(text: str) -> str:
 
 
 def check_model(proto: onnx.ModelProto, folder: Path, own_file=None, label: str = "model") -> dict:
-    """Run every check; return {location: load.OpenFile} for the external tensors' files.
+    """Run every check; return {location: OpenFile} for the external tensors' files.
 
     `folder` is the model's real folder; `own_file` = (name, OpenFile) of the model file itself
     (the lazily parsed model's big tensors refer to it)."""
@@ -152,13 +152,13 @@ def _graphs_with_places(proto: onnx.ModelProto):
     stack = [(proto.graph, f"graph '{one_line(proto.graph.name)}'")]
     for function in proto.functions:
         for node in function.node:
-            stack.extend((g, f"function '{one_line(function.name)}' subgraph") for g in validate._subgraphs_of(node))
+            stack.extend((g, f"function '{one_line(function.name)}' subgraph") for g in validate.subgraphs_of(node))
     while stack:
         graph, where = stack.pop()
         yield graph, where
         for node in graph.node:
             stack.extend((g, f"subgraph '{one_line(g.name)}' of node '{one_line(node.name or node.op_type)}'")
-                         for g in validate._subgraphs_of(node))
+                         for g in validate.subgraphs_of(node))
 
 
 def sparse_tensors(proto: onnx.ModelProto):
@@ -206,7 +206,7 @@ def check_tensor(tensor: onnx.TensorProto, where: str, folder: Path, opened: dic
 
 
 def _check_external(tensor, where, nbytes, folder: Path, opened: dict, files: dict) -> None:
-    from onnxrefine.ir.load import OpenFile
+    from onnxrefine.ir.openfile import OpenFile
 
     entries = {e.key: e.value for e in tensor.external_data}
     location = entries.get("location", "")

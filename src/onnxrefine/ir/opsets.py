@@ -1,5 +1,5 @@
 """The standard ONNX domain and which opset version a graph's nodes run under: one reading for
-every caller (issue 14). A leaf module: it imports nothing of onnxrefine."""
+every caller. A leaf module: it imports nothing of onnxrefine."""
 
 from __future__ import annotations
 

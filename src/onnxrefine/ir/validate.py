@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from onnxrefine.errors import BadInputError
 
 
-def _subgraphs_of(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+def subgraphs_of(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
     for attr in node.attribute:
         if attr.type == onnx.AttributeProto.GRAPH:
             yield attr.g
@@ -29,12 +29,12 @@ def _all_graph_protos(proto: onnx.ModelProto) -> Iterator[onnx.GraphProto]:
     stack = [proto.graph]
     for function in proto.functions:
         for node in function.node:
-            stack.extend(_subgraphs_of(node))
+            stack.extend(subgraphs_of(node))
     while stack:
         graph = stack.pop()
         yield graph
         for node in graph.node:
-            stack.extend(_subgraphs_of(node))
+            stack.extend(subgraphs_of(node))
 
 
 def _all_tensor_protos(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
@@ -137,7 +137,7 @@ def _check_nodes(nodes, defined: frozenset[str], where: str, outputs: list[str],
             if source is not None and name not in defined:
                 indegree[index] += 1
                 readers.setdefault(source, []).append(index)
-        for subgraph in _subgraphs_of(node):
+        for subgraph in subgraphs_of(node):
             _check_scope(subgraph, visible, "subgraph")
     for name in outputs:
         if name not in visible:
@@ -159,7 +159,7 @@ def _check_nodes(nodes, defined: frozenset[str], where: str, outputs: list[str],
 def _reads(node: onnx.NodeProto) -> Iterator[str]:
     """Names a node reads: its inputs and the outer-scope names its subgraphs capture."""
     yield from (name for name in node.input if name)
-    for subgraph in _subgraphs_of(node):
+    for subgraph in subgraphs_of(node):
         yield from _captures(subgraph)
 
 
@@ -171,7 +171,7 @@ def _captures(graph: onnx.GraphProto) -> set[str]:
         for name in node.input:
             if name and name not in local:
                 captured.add(name)
-        for subgraph in _subgraphs_of(node):
+        for subgraph in subgraphs_of(node):
             captured |= {n for n in _captures(subgraph) if n not in local}
         local.update(node.output)
     for output in graph.output:

@@ -6,7 +6,7 @@ holds its weights two or three times over. Two small pieces of protobuf wire for
 - `lazy_proto_from_buffer`: parses a model file but leaves each large initializer's `raw_data`
   where it is, turning the tensor into an external reference to the model file itself at that
   offset. onnx-ir then memory-maps it, and only weights a rewrite reads are ever paged in.
-- `serialize_skeleton` + `_tensor_chunks`: the model without its main-graph initializers, which
+- `serialize_skeleton` + `tensor_chunks`: the model without its main-graph initializers, which
   a writer (ir/external_save.py) then streams one tensor at a time (a length-prefixed GraphProto
   field may be written in pieces: repeated fields are concatenated on the wire).
 
@@ -24,10 +24,10 @@ import onnx_ir as ir
 
 from onnxrefine.ir import traversal
 
-_MODEL_GRAPH = 7
-_GRAPH_INITIALIZER = 5
-_TENSOR_RAW_DATA = 9
-_LEN = 2
+MODEL_GRAPH = 7
+GRAPH_INITIALIZER = 5
+TENSOR_RAW_DATA = 9
+LEN = 2
 LAZY_THRESHOLD_BYTES = 4096
 
 
@@ -48,7 +48,7 @@ def _read_varint(buffer, position: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _encode_varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
     out = bytearray()
     while True:
         byte = value & 0x7F
@@ -89,11 +89,11 @@ def lazy_proto_from_buffer(buffer, size: int, location: str, threshold: int) -> 
     least `threshold` bytes turned into external references to `location` (the file itself)."""
     model_rest, graph_rest, tensors = bytearray(), bytearray(), []
     for field, wire_type, start, payload, end in _fields(buffer, 0, size):
-        if field != _MODEL_GRAPH or wire_type != _LEN:
+        if field != MODEL_GRAPH or wire_type != LEN:
             model_rest += buffer[start:end]
             continue
         for g_field, g_type, g_start, g_payload, g_end in _fields(buffer, payload, end):
-            if g_field == _GRAPH_INITIALIZER and g_type == _LEN:
+            if g_field == GRAPH_INITIALIZER and g_type == LEN:
                 tensors.append(_lazy_tensor(buffer, g_payload, g_end, location, threshold))
             else:
                 graph_rest += buffer[g_start:g_end]
@@ -108,7 +108,7 @@ def _lazy_tensor(buffer, start: int, end: int, location: str, threshold: int) ->
     rest = bytearray()
     raw = None
     for field, wire_type, f_start, payload, f_end in _fields(buffer, start, end):
-        if field == _TENSOR_RAW_DATA and wire_type == _LEN and f_end - payload >= threshold:
+        if field == TENSOR_RAW_DATA and wire_type == LEN and f_end - payload >= threshold:
             raw = (payload, f_end - payload)
         else:
             rest += buffer[f_start:f_end]
@@ -123,7 +123,7 @@ def _lazy_tensor(buffer, start: int, end: int, location: str, threshold: int) ->
     return tensor
 
 
-def _tensor_header(value: ir.Value) -> tuple[bytes, int]:
+def tensor_header(value: ir.Value) -> tuple[bytes, int]:
     """A numeric initializer's TensorProto without its data, and the data's size in bytes."""
     tensor = value.const_value
     proto = onnx.TensorProto()
@@ -135,7 +135,7 @@ def _tensor_header(value: ir.Value) -> tuple[bytes, int]:
     return proto.SerializeToString(), tensor.nbytes
 
 
-def _tensor_chunks(value: ir.Value) -> list:
+def tensor_chunks(value: ir.Value) -> list:
     """The serialized TensorProto of an initializer as byte chunks, data embedded as raw_data.
 
     The data chunk is a view of the tensor's own buffer where possible (memory-mapped weights go
@@ -145,7 +145,7 @@ def _tensor_chunks(value: ir.Value) -> list:
         proto = ir.serde.serialize_tensor(tensor)
         proto.name = value.name
         return [proto.SerializeToString()]
-    header, nbytes = _tensor_header(value)
+    header, nbytes = tensor_header(value)
     if not nbytes:
         return [header]
     array = tensor.numpy()
@@ -158,7 +158,7 @@ def _tensor_chunks(value: ir.Value) -> list:
             data = tensor.tobytes()
     if len(data) != nbytes:
         raise WireFormatError(f"tensor {value.name}: {len(data)} data bytes, expected {nbytes}")
-    return [header, bytes([_TENSOR_RAW_DATA << 3 | _LEN]) + _encode_varint(nbytes), data]
+    return [header, bytes([TENSOR_RAW_DATA << 3 | LEN]) + encode_varint(nbytes), data]
 
 
 def embed_external_tensors(model: ir.Model, *, main_graph: bool = True) -> None:

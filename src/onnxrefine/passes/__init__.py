@@ -1,5 +1,6 @@
 """Pass families, one module each; each module declares its passes in `PASSES` (see registry.py)."""
 
+from onnxrefine.passes import registry
 from onnxrefine.passes import batchnorm
 from onnxrefine.passes import noop
 from onnxrefine.passes import folding
@@ -17,3 +18,4 @@ from onnxrefine.passes import sequences
 # Every module that declares passes: the registry reads `PASSES` from each (a new module goes here).
 PASS_MODULES = (batchnorm, noop, folding, shapes, fusion, cleanup, functions, quantized, precision, transposes,
                 reshapes, where, sequences)
+registry.set_pass_modules(PASS_MODULES)

@@ -34,7 +34,7 @@ from onnxrefine.ir.quantization import fold_refusal
 from onnxrefine.passes import graphedit
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
-from onnxrefine.verify.ort.runner import inference_session
+from onnxrefine.verify.ort import inference_session
 
 if TYPE_CHECKING:  # imported where a session is made (the CLI's start-up)
     import onnxruntime as ort

@@ -210,7 +210,7 @@ def fuse_concats(m: Match, ctx: RewriteContext) -> Replacement | None:
         return None
     if len(flat) > MAX_FUSED_CONCAT_INPUTS:
         # Concat(c, c) of an inner Concat repeats its inputs: a chain of such doublings would fuse
-        # into 2^depth inputs (issue 13's Concat-doubling bomb).
+        # into 2^depth inputs (a Concat-doubling bomb: each Concat of a value with itself doubles it).
         raise RewriteRefused("concats.too_many_inputs", f"the fused Concat would read {len(flat)} inputs (more than {MAX_FUSED_CONCAT_INPUTS})")
     new = ctx.node("Concat", flat, dict(outer.attributes), hint=outer.name or None)
     return Replacement([new], {outer.outputs[0]: new.outputs[0]}, also_removed=absorbed)

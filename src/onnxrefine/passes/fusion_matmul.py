@@ -12,7 +12,6 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.quantization import refuse_quantized_layer
-from onnxrefine.passes.fusion_chains import _rank
 from onnxrefine.passes.opargs import attr, int64_constant
 from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
@@ -32,7 +31,7 @@ def fuse_matmul_add(m: Match, ctx: RewriteContext) -> Replacement:
         raise RewriteRefused("gemm.weight_rank", "MatMul's constant operand is not a matrix")
     if ir.DataType.from_numpy(weight.dtype) not in _GEMM_FLOATS or bias.dtype != weight.dtype:
         raise RewriteRefused("gemm.dtypes", f"dtypes {weight.dtype}/{bias.dtype} are not a float32 or float64 pair")
-    if _rank(ctx, m["a"]) != 2:
+    if ctx.facts.rank(m["a"]) != 2:
         raise RewriteRefused("gemm.input_rank", "MatMul's input is not known to be 2-D (Gemm would reject it)")
     n = weight.shape[1]
     if bias.ndim > 2 or (bias.ndim >= 1 and bias.shape[-1] not in (1, n)) or (bias.ndim == 2 and bias.shape[0] != 1):

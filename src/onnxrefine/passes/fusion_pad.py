@@ -12,7 +12,6 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.signed_zero import refuse_if_observable
-from onnxrefine.passes.fusion_chains import _rank
 from onnxrefine.passes.opargs import attr, input_at, int_list_arg, normalize_axes
 from onnxrefine.rewrite.pattern import Match, Op, Rest, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
@@ -43,7 +42,7 @@ def _spatial_pads(pad: ir.Node, ctx: RewriteContext, x: ir.Value) -> tuple[list[
     axes_value = input_at(pad, 3)
     if axes_value is not None:
         axes = int_list_arg(pad, "_no_attr", 3, "axes")
-        full_rank = _rank(ctx, x)
+        full_rank = ctx.facts.rank(x)
         normalized = normalize_axes(axes, full_rank)
         if normalized is None or full_rank is None:
             raise RewriteRefused("pad_fuse.axes_rank", "Pad axes need the input's rank, which is not known from trusted facts")

@@ -6,7 +6,8 @@ run function; its class, derived from its rules (a graph-level pass declares it)
 schedule it runs in and its place there; whether it is on by default; and the fuzz generator's
 pattern for it, or why it has none. The schedule (pipeline.py), `onnxrefine optimize
 --list-passes`, README's pass table and the fuzz targets (fuzz/patterns.py) all read these
-declarations; `onnxrefine.passes.PASS_MODULES` lists the modules that hold them.
+declarations; `onnxrefine.passes.PASS_MODULES` lists the modules that hold them (handed to
+`PASS_MODULES` here).
 """
 
 from __future__ import annotations
@@ -97,13 +98,19 @@ class PassSpec:
 
 _REGISTRY: dict[str, PassSpec] = {}
 _loaded = False
+# The modules that declare passes, in module order. passes/__init__.py lists them and hands them over
+# here once imported: the registry cannot import them itself, each of them imports its types.
+PASS_MODULES: tuple = ()
+
+
+def set_pass_modules(modules: tuple) -> None:
+    global PASS_MODULES
+    PASS_MODULES = tuple(modules)
 
 
 def declared_passes() -> list[PassSpec]:
     """Every declaration of every pass module, in module order (duplicates and undecided fuzzing
     refused: each pass says which pattern fuzzes it, or why none does)."""
-    from onnxrefine.passes import PASS_MODULES
-
     seen: set[str] = set()
     specs = []
     for module in PASS_MODULES:

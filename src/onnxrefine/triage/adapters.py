@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import onnx
 
 from onnxrefine.errors import BadInputError
-from onnxrefine.verify.ort.runner import inference_session
+from onnxrefine.verify.ort import inference_session
 
 Step = tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto]]
 
@@ -91,9 +91,10 @@ def _ort_steps(passes):
     ort = require_onnxruntime()
 
     def basic(model):
-        from onnxrefine import resources  # onnxruntime folds constants while it loads (issue 13)
+        from onnxrefine import resources  # onnxruntime folds constants while it loads
+        from onnxrefine.ir import peak
 
-        resources.check_runnable(resources.estimate_peak(model), "onnxruntime's offline optimization")
+        resources.check_runnable(peak.estimate_peak(model), "onnxruntime's offline optimization")
         with tempfile.TemporaryDirectory() as folder:
             target = os.path.join(folder, "optimized.onnx")
             options = ort.SessionOptions()

@@ -29,7 +29,7 @@ from onnxrefine.passes.registry import get_pass
 from onnxrefine.resources import ResourceLimitError
 from onnxrefine.triage.adapters import get_adapter
 from onnxrefine.triage.bundle import write_bundle
-from onnxrefine.verify.judge.verdict import Verdict
+from onnxrefine.verify.judge import Verdict
 
 
 @dataclass
@@ -135,7 +135,7 @@ def bisect(
         try:
             candidate = apply(current)
         except ResourceLimitError:
-            raise  # over the memory budget: the bisection cannot say anything (issue 13)
+            raise  # over the memory budget: the bisection cannot say anything
         except Exception as exc:  # a peer crashing is worth reporting, not fatal to the bisection
             result.steps.append({"step": name, "status": f"optimizer failed: {type(exc).__name__}: {exc}"})
             continue

@@ -22,11 +22,11 @@ import numpy as np
 
 from onnxrefine import progress
 from onnxrefine.verify.inputs import generate_inputs, load_inputs, save_inputs
-from onnxrefine.verify.report.report import OutputReport, VerificationReport
-from onnxrefine.verify.ort.runner import RunSettings
+from onnxrefine.verify.report import OutputReport, VerificationReport
+from onnxrefine.verify.ort import RunSettings
 from onnxrefine.verify.session import (DECLINING_REFERENCE, DEFAULT_DEPLOYMENT, LOCALIZE_MAX_BYTES,
                                        VerificationSession, float64_reference)
-from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, Verdict
+from onnxrefine.verify.judge import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, Verdict
 
 __all__ = [
     "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "Verdict", "verify_models", "VerificationReport",

@@ -187,7 +187,7 @@ def _cone(graph: onnx.GraphProto, name: str) -> list:
 def search_if_sets(model: onnx.ModelProto, random_feeds: dict) -> list:
     """(label, feeds) per If condition and truth value the random set does not reach: the random
     set's float inputs shifted by the constants behind the condition and scaled, evaluated in float64."""
-    from onnxrefine.verify.reference.evaluator import evaluate_float64
+    from onnxrefine.verify.reference import evaluate_float64
 
     graph = model.graph
     found = []

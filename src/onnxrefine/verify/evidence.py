@@ -15,11 +15,10 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.judge import compare
-from onnxrefine.verify.judge import verdict as verdict_rules
-from onnxrefine.verify.report.report import OutputReport
-from onnxrefine.verify.ort.runner import RunFailedError, RunSettings
-from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE
+from onnxrefine.verify import judge
+from onnxrefine.verify.report import OutputReport
+from onnxrefine.verify.ort import RunFailedError, RunSettings
+from onnxrefine.verify.judge import EXACT, MISMATCH, ROUNDING, UNSTABLE
 
 
 class Track:
@@ -52,12 +51,12 @@ class Track:
             for name in output_names:
                 if name not in cand_out:
                     continue
-                self.comparisons[name].append(compare.compare_arrays(cand_out[name], first[name]))
-                item = verdict_rules.SetEvidence(first[name], second[name], cand_out[name],
+                self.comparisons[name].append(judge.compare_arrays(cand_out[name], first[name]))
+                item = judge.SetEvidence(first[name], second[name], cand_out[name],
                                                  extreme=extreme, nonfinite_inputs=nonfinite)
                 set_evidence[name] = item
                 self.evidence[name].append(item)
-                if comparable(item) and not np.all(compare.bit_identical(item.candidate, item.original)):
+                if comparable(item) and not np.all(judge.bit_identical(item.candidate, item.original)):
                     if index not in self.differing_sets:
                         self.differing_sets.append(index)
                     if graphinfo.is_float_dtype(item.original.dtype):
@@ -238,14 +237,14 @@ def match_outputs(original_names, candidate_names, notes, by: str = MATCH_BY_NAM
 
 
 def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:
-    return all(verdict_rules.judge_output([item], bounds[name]).verdict in (EXACT, ROUNDING)
+    return all(judge.judge_output([item], bounds[name]).verdict in (EXACT, ROUNDING)
                for name, item in set_evidence.items())
 
 
 def reference_refusal(model_file, feeds) -> str | None:
     """Why the float64 reference must not evaluate the model on `feeds` (resources.py), or None."""
     from onnxrefine import resources
-    from onnxrefine.verify.ort.runner import peak_estimate
+    from onnxrefine.verify.ort import peak_estimate
 
     return resources.reference_refusal(peak_estimate(model_file, feeds))
 
@@ -265,7 +264,7 @@ def apply_hard_bound(report: OutputReport, sets, tolerance) -> None:
             continue
         ref = item.reference if item.reference is not None else item.original.astype(np.float64)
         cand = item.candidate.astype(np.float64)
-        differ = ~compare.bit_identical(item.candidate, item.original)
+        differ = ~judge.bit_identical(item.candidate, item.original)
         within = np.abs(cand - ref) <= atol + rtol * np.abs(ref)
         beyond += int(np.count_nonzero(differ & np.isfinite(ref) & ~within))
     if beyond:
@@ -278,8 +277,8 @@ def bounds(model, feeds, names, u) -> dict:
     try:
         profile = graphinfo.accumulation_profile(model, feeds)
     except Exception:  # an unreadable graph: the widest guess, sensitivity allowed
-        return {name: verdict_rules.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
-    return {name: verdict_rules.RoundingBound.for_value(u, profile[name]) for name in names}
+        return {name: judge.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
+    return {name: judge.RoundingBound.for_value(u, profile[name]) for name in names}
 
 
 # -- evidence for the verdict rules (verdict.py): dependency cones and discrete-output feeds -----
@@ -290,7 +289,7 @@ def add_nonfinite_cones(runner, feeds, set_evidence) -> None:
     changed = {name: None for name in set_evidence}
     for stand_in in (1.0, -2.0):
         try:
-            results = runner.run(verdict_rules.nonfinite_replaced(feeds, stand_in))
+            results = runner.run(judge.nonfinite_replaced(feeds, stand_in))
         except RunFailedError:
             return
         for name, item in set_evidence.items():
@@ -298,7 +297,7 @@ def add_nonfinite_cones(runner, feeds, set_evidence) -> None:
             if moved.shape != item.original.shape:
                 changed[name] = np.ones(item.original.shape, dtype=bool)
                 continue
-            flip = ~compare.bit_identical(moved, item.original)
+            flip = ~judge.bit_identical(moved, item.original)
             changed[name] = flip if changed[name] is None else changed[name] | flip
     for name, cone in changed.items():
         set_evidence[name].nonfinite_cone = cone
@@ -310,14 +309,12 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
     where the feed is computed exactly, else the stand-in of decisions.margin_stand_in)."""
     if reference_state["status"] == "unavailable":
         return
-    from onnxrefine.verify.judge import decisions
-
     model = model_file.proto
     producers = {out: node for node in model.graph.node for out in node.output}
     wanted = {}
     for name, item in set_evidence.items():
         found = _decision_feed(producers, name, item)
-        if found is not None and not np.all(compare.bit_identical(item.candidate, item.original)):
+        if found is not None and not np.all(judge.bit_identical(item.candidate, item.original)):
             wanted[name] = found
     if not wanted or reference_refusal(model_file, feeds) is not None:
         return
@@ -326,7 +323,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
         values = evaluate(model, feeds, outputs=sorted({v for _, data, _ in wanted.values() for v in data}), **extra)
     except Exception:  # no decision evidence: the perturbation controls decide instead
         return
-    exact = decisions.exact_values(model)
+    exact = judge.exact_values(model)
     for name, (node, data, through_where) in wanted.items():
         # the per-element bound travels on the evaluator's arrays: read it before converting
         bounds = [0.0 if value in exact else getattr(values[value], "error_bound", None) for value in data]
@@ -334,7 +331,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
         if not all(graphinfo.is_float_dtype(array.dtype) for array in arrays):
             continue
         attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
-        set_evidence[name].decision = decisions.DecisionEvidence(
+        set_evidence[name].decision = judge.DecisionEvidence(
             node.op_type, [array.astype(np.float64) for array in arrays], attrs, bounds=bounds,
             output_index=list(node.output).index(name) if name in node.output else 0, through_where=through_where)
 
@@ -342,11 +339,9 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
 def add_static_facts(original, candidate_file, tracks, output_map) -> None:
     """What the graphs say of each output, on every track: SetEvidence.exact_decisions
     (decisions.exact_decisions) and SetEvidence.maxpool_made (rule maxpool-lowest)."""
-    from onnxrefine.verify.judge import decisions
-
     names = list(tracks[0].evidence) if tracks else []
     try:
-        exact = decisions.exact_decisions(original, names)
+        exact = judge.exact_decisions(original, names)
     except Exception:  # an unreadable graph: every decision may have rounded
         exact = {}
     candidate = None if candidate_file is None else candidate_file.proto
@@ -384,24 +379,22 @@ def made_by_maxpool(model: onnx.ModelProto, name: str) -> bool:
 
 def _decision_feed(producers, name, item):
     """(decision node, its float input names, through a Where) for an output a decision makes, or None."""
-    from onnxrefine.verify.judge import decisions
-
     node = producers.get(name)
     if node is None:
         return None
     is_float = graphinfo.is_float_dtype(item.original.dtype)
     if node.op_type == "Where" and len(node.input) == 3:
         condition = producers.get(node.input[0])
-        if condition is not None and condition.op_type in decisions.COMPARISON_OPS:
+        if condition is not None and condition.op_type in judge.COMPARISON_OPS:
             return condition, list(condition.input[:2]), True
         return None
-    if node.op_type not in decisions.DECISION_OPS:
+    if node.op_type not in judge.DECISION_OPS:
         return None
-    if node.op_type in decisions.ROUNDING_OPS:
+    if node.op_type in judge.ROUNDING_OPS:
         return (node, list(node.input[:1]), False) if is_float else None
     if is_float or (node.op_type == "TopK" and list(node.output).index(name) != 1):
         return None
-    comparison = node.op_type in decisions.COMPARISON_OPS
+    comparison = node.op_type in judge.COMPARISON_OPS
     return node, list(node.input[:2] if comparison else node.input[:1]), False
 
 
@@ -411,12 +404,12 @@ def output_report(name, sets, comps, bound, candidate_name, candidate_failure, r
         return OutputReport(name=name, verdict=MISMATCH, dtype="?", shape=[], candidate_shape=[],
                             candidate_dtype="?", comparison={}, notes=[reason],
                             bound=bound.to_dict())
-    judgement = verdict_rules.judge_output(sets, bound)
+    judgement = judge.judge_output(sets, bound)
     # The table summarizes ordinary input sets; extreme-magnitude sets (overflowing intermediates)
     # would drown it, so they are summarized apart.
     ordinary = [comp for comp, item in zip(comps, sets) if not item.extreme] or comps
     extreme = [comp for comp, item in zip(comps, sets) if item.extreme]
-    merged = compare.merge(ordinary)
+    merged = judge.merge(ordinary)
     first = sets[0]
     needs_reference = judgement.verdict != EXACT and graphinfo.is_float_dtype(first.original.dtype) \
         and first.original.shape == first.candidate.shape
@@ -446,7 +439,7 @@ def output_report(name, sets, comps, bound, candidate_name, candidate_failure, r
         name=name, verdict=judgement.verdict, dtype=str(first.original.dtype),
         shape=list(first.original.shape), candidate_shape=list(first.candidate.shape),
         candidate_dtype=str(first.candidate.dtype), comparison=merged.to_dict(),
-        comparison_extreme=compare.merge(extreme).to_dict() if extreme and len(extreme) < len(comps) else {},
+        comparison_extreme=judge.merge(extreme).to_dict() if extreme and len(extreme) < len(comps) else {},
         differing=judgement.differing, unexplained=judgement.unexplained,
         unstable_positions=judgement.unstable_positions, orig_err_max=judgement.orig_err_max,
         cand_err_max=judgement.cand_err_max, reference=reference, bound=bound.to_dict(),

@@ -16,6 +16,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnxrefine.ir import contained
+from onnxrefine.ir.protofacts import np_dtype, pin_input_shapes
 
 # Ops whose result jumps when an input moves by one ulp: they make a graph "discrete".
 DISCRETE_OPS = frozenset({
@@ -50,10 +51,6 @@ class InputSpec:
     dtype: np.dtype
     shape: tuple  # ints, dim names (str) or None for unknown; None overall for unknown rank
     elem_type: int
-
-
-def np_dtype(elem_type: int) -> np.dtype:
-    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
 
 def is_float_dtype(dtype) -> bool:
@@ -150,7 +147,7 @@ def static_shapes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None
     """Value name -> shape tuple (ints where known, None elsewhere), with inputs pinned to feeds."""
     # A copy without the large weights' bytes (dims kept): shape inference needs none, and copying
     # and serializing them was most of the time (and memory) on big models.
-    from onnxrefine.verify.plan import light_model
+    from onnxrefine.ir.protofacts import light_model
 
     pinned = light_model(model)
     if feeds:
@@ -418,12 +415,3 @@ def accumulation_profile(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
     return {name: profile.get(name, Accumulation(1, 1, 1)) for name in wanted}
 
 
-def pin_input_shapes(model: onnx.ModelProto, feeds) -> None:
-    """Set the main graph's declared input shapes (in place) to those of one input set's arrays,
-    so shape inference works from the sizes actually fed."""
-    for value in model.graph.input:
-        if value.name in feeds and value.type.HasField("tensor_type"):
-            shape = value.type.tensor_type.shape
-            shape.ClearField("dim")
-            for size in np.shape(feeds[value.name]):
-                shape.dim.add().dim_value = int(size)

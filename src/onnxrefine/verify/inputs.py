@@ -19,6 +19,7 @@ shapes/counts/axes (1..3); other integers are small. Bool inputs are random.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Mapping, Sequence
@@ -29,6 +30,7 @@ import onnx
 
 from onnxrefine.atomic import atomic_file
 from onnxrefine.errors import BadInputError
+from onnxrefine.resources import ResourceLimitError, format_bytes, memory_budget
 from onnxrefine.verify import graphinfo
 
 DEFAULT_DIM = 2
@@ -51,9 +53,7 @@ def load_inputs(path: str | os.PathLike, *, trust_pickle: bool = False) -> list[
         return _load_pickle(path)
     if not os.path.isfile(path):
         raise BadInputError(f"inputs file not found: {path}")
-    from onnxrefine.resources import check_npz  # sizes and headers before any data (issue 13)
-
-    check_npz(path)
+    check_npz(path)  # sizes and headers before any data
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
@@ -302,3 +302,41 @@ def _make_floats(dtype, shape, kind, rng):
         raise ValueError(kind)
     with np.errstate(over="ignore", invalid="ignore"):
         return np.asarray(values, dtype=np.float64).astype(dtype)
+
+
+def check_npz(path: str, budget: int | None = None) -> None:
+    """BadInputError before an .npz is read: every member's declared size (the zip's central
+    directory) and its .npy header (dtype, shape) are read without decompressing any data. Refused:
+    members whose total exceeds the memory budget (a zip bomb), a header whose shape needs more or
+    fewer bytes than the member holds, a member that is not an .npy array."""
+    import zipfile
+
+    budget = memory_budget() if budget is None else budget
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise BadInputError(f"cannot read inputs from {path}: {exc}") from None
+    with archive:
+        members = archive.infolist()
+        total = sum(member.file_size for member in members)
+        if total > budget:
+            raise ResourceLimitError(f"inputs file {path} holds {format_bytes(total)} uncompressed: over the "
+                                     f"memory budget of {format_bytes(budget)} (--memory-budget)")
+        for member in members:
+            name = member.filename[:-4] if member.filename.endswith(".npy") else member.filename
+            try:
+                with archive.open(member) as stream:
+                    version = np.lib.format.read_magic(stream)
+                    reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                              else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = reader(stream, max_header_size=10000)
+                    header = stream.tell() if stream.seekable() else None
+            except Exception as exc:
+                raise BadInputError(f"inputs file {path}: member {name!r} is not an .npy array "
+                                    f"({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
+            if dtype.hasobject:
+                continue  # refused by the loader (no pickles) with its own message
+            need = math.prod(shape) * dtype.itemsize
+            if header is not None and need != member.file_size - header:
+                raise BadInputError(f"inputs file {path}: array {name!r} declares shape {tuple(shape)} "
+                                    f"({format_bytes(need)}) but holds {format_bytes(member.file_size - header)}")

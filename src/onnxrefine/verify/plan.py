@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from onnxrefine.ir.protofacts import light_model
 from onnxrefine.verify import graphinfo
 
 # Fitted constants (seconds per unit); see the module docstring.
@@ -47,7 +48,6 @@ SESSIONS = 4
 PER_SET_S = 0.03  # Python-side work per input set (comparisons, verdict)
 FIXED_S = 0.05
 MAX_SLOWDOWN = 8.0
-SMALL_INITIALIZER_BYTES = 1024  # kept with their data for shape inference (Reshape targets)
 
 
 @dataclass
@@ -73,42 +73,6 @@ class VerifyPlan:
     trials: int = 1
     estimate_s: float = 0.0
     reason: str = ""
-
-
-def light_model(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model without its large initializers' bytes (dims and types kept): shape inference
-    and input generation need no weights, and copying them is what costs on big models."""
-    light = onnx.ModelProto()
-    _copy_fields(model, light, skip="graph")
-    _copy_fields(model.graph, light.graph, skip="initializer")
-    for init in model.graph.initializer:
-        if _tensor_bytes(init) <= SMALL_INITIALIZER_BYTES:
-            light.graph.initializer.append(init)
-        else:
-            stub = light.graph.initializer.add()
-            stub.name, stub.data_type = init.name, init.data_type
-            stub.dims.extend(init.dims)
-    return light
-
-
-def _copy_fields(source, target, *, skip: str) -> None:
-    for descriptor, value in source.ListFields():
-        if descriptor.name == skip:
-            continue
-        if descriptor.is_repeated:
-            getattr(target, descriptor.name).extend(value)
-        elif descriptor.type == descriptor.TYPE_MESSAGE:
-            getattr(target, descriptor.name).CopyFrom(value)
-        else:
-            setattr(target, descriptor.name, value)
-
-
-def _tensor_bytes(init: onnx.TensorProto) -> int:
-    try:
-        itemsize = np.dtype(graphinfo.np_dtype(init.data_type)).itemsize
-    except Exception:
-        itemsize = 4
-    return math.prod(init.dims) * itemsize
 
 
 def machine_slowdown() -> float:
@@ -163,7 +127,7 @@ def _shapes(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str
     pinned.CopyFrom(light)  # light: no large weights' bytes, cheap to copy
     graphinfo.pin_input_shapes(pinned, feeds)
     try:
-        from onnxrefine.resources import infer_shapes_bounded  # data propagation bounded (issue 13)
+        from onnxrefine.ir.peak import infer_shapes_bounded  # data propagation bounded
 
         inferred = infer_shapes_bounded(pinned)
     except Exception:
@@ -227,6 +191,9 @@ def _attr_int(node: onnx.NodeProto, name: str) -> int:
 # Stress sets by what they add to a random set: inf/NaN propagation and signed zeros/subnormals
 # are where exact rewrites go wrong; large magnitudes find overflow; negatives find sign slips.
 STRESS_PRIORITY = ("stress:inf_nan", "stress:zeros_tiny", "stress:large", "stress:negative")
+# What an automatic budget never cuts: random0 and the first stress set (inf/NaN), the two that
+# find most broken rewrites; the rest of the sets run as the budget allows.
+MIN_AUTO_SETS = 2
 
 
 def choose_sets(labelled: Sequence[tuple[str, dict]], trials: int) -> list[tuple[str, dict]]:
@@ -243,12 +210,12 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
               weight_bytes: int, budget_text: str = "", limit_s: float | None = None,
               limit_text: str = "", differs: bool = True) -> VerifyPlan:
     """What verification will do, decided before it runs: as many input sets as fit `budget_s`,
-    at least one; skipped when even that one would exceed `limit_s` (default: `budget_s`).
+    at least MIN_AUTO_SETS (as many as there are, if fewer); skipped when even that one would exceed `limit_s` (default: `budget_s`).
     `forced` (--verify) runs every set whatever the estimate; given `inputs` all run (the user
     chose them) unless their estimate exceeds the limit in auto mode, which skips. `differs`:
     see estimate_cost (False when only exact rewrites were applied: bit-identical outputs expected)."""
     limit_s = budget_s if limit_s is None else limit_s
-    from onnxrefine.verify.judge import verdict as verdict_rules
+    from onnxrefine.verify import judge
     from onnxrefine.verify.inputs import generate_labelled_inputs
 
     light = light_model(model)
@@ -259,12 +226,12 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
                            trials)
     if not sets:
         return VerifyPlan(False, "skipped: no input sets", reason="no input sets")
-    perturb = verdict_rules.perturbation_runs(trials, graphinfo.has_discrete_ops(light))
+    perturb = judge.perturbation_runs(trials, graphinfo.has_discrete_ops(light))
     cost = estimate_cost(light, sets[0][1], weight_bytes, perturb, slowdown=machine_slowdown(),
                          differs=differs)
     count = len(sets)
     if not forced and inputs is None:
-        while count > 1 and cost.seconds(count) > budget_s:
+        while count > MIN_AUTO_SETS and cost.seconds(count) > budget_s:
             count -= 1
     estimate = cost.seconds(count)
     work = f"{cost.flops / 1e9:.1f} GFLOP a run, {weight_bytes / 2**20:.0f} MiB of weights"
@@ -272,7 +239,8 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
         work += f", machine load x{cost.slowdown:.1f}"
     budget_text = budget_text or f"{budget_s:g} s"
     if not forced and estimate > limit_s:
-        what = "one verification on one input set" if count == 1 else f"verification on {count} given input sets"
+        what = ("one verification on one input set" if count == 1 else
+                f"verification on {count} {'given ' if inputs is not None else ''}input sets")
         reason = (f"{what} would take ~{estimate:.0f} s (estimated: {work}), over the limit of "
                   f"{limit_text or f'{limit_s:g} s'} (--verify-budget)")
         return VerifyPlan(False, f"skipped: {reason}", estimate_s=estimate, reason=reason)

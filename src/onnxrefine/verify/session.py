@@ -31,15 +31,14 @@ import onnx
 from onnxrefine import progress
 from onnxrefine.errors import BadInputError
 from onnxrefine.resources import ResourceLimitError
-from onnxrefine.verify.judge import compare
+from onnxrefine.verify import judge
 from onnxrefine.verify import evidence, graphinfo
-from onnxrefine.verify.judge import verdict as verdict_rules
 from onnxrefine.verify.evidence import Track
 from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
-from onnxrefine.verify.reference.base import UnsupportedOperatorError
-from onnxrefine.verify.judge.spec_identity import excuse_float16_runtime
-from onnxrefine.verify.report.report import VerificationReport
-from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model
+from onnxrefine.verify.reference import UnsupportedOperatorError
+from onnxrefine.verify.judge import excuse_float16_runtime
+from onnxrefine.verify.report import VerificationReport
+from onnxrefine.verify.ort import ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model
 
 __all__ = ["DECLINING_REFERENCE", "DecliningReference", "ReferenceEvaluator", "VerificationSession",
            "float64_reference"]
@@ -56,7 +55,7 @@ class ReferenceNotImportable(Exception):
 def float64_reference(model, feeds, *, outputs=None, base_dir=None, observe=None) -> dict:
     """The default reference: reference.evaluate_float64, imported when first needed."""
     try:
-        from onnxrefine.verify.reference.evaluator import evaluate_float64
+        from onnxrefine.verify.reference import evaluate_float64
     except ImportError as exc:
         raise ReferenceNotImportable(str(exc)) from exc
     return evaluate_float64(model, feeds, outputs=outputs, base_dir=base_dir, observe=observe)
@@ -148,7 +147,7 @@ class VerificationSession:
                 labelled = self.plan_inputs(original_file.proto, inputs)
                 early = None
                 if self.localize and candidate_file is not None:
-                    from onnxrefine.verify.localize.shared import EarlyLocalisation
+                    from onnxrefine.verify.localize import EarlyLocalisation
 
                     # localisation observes the output check's float64 evaluations (localize/shared.py)
                     early = EarlyLocalisation(original, candidate, self.seed, _whole_proto)
@@ -197,9 +196,9 @@ class VerificationSession:
             run.notes.append("float16 graph: onnxruntime on the CPU may insert float16<->float32 casts of "
                              "its own, so discrete results can differ from a pure float16 evaluation")
         run.float_dtypes = float_dtypes
-        run.u = verdict_rules.lowest_precision_u(float_dtypes)
+        run.u = judge.lowest_precision_u(float_dtypes)
         run.discrete = graphinfo.has_discrete_ops(original_model)
-        run.perturb_count = verdict_rules.perturbation_runs(self.trials, run.discrete)
+        run.perturb_count = judge.perturbation_runs(self.trials, run.discrete)
 
     def run_original(self, run: _Run) -> None:
         """The original on every set under the strict settings. Sessions run one at a time (each
@@ -347,7 +346,7 @@ class VerificationSession:
         for track in tracks:
             where = "" if track is run.strict else " under the deployment settings"
             for name, sets in track.evidence.items():
-                if any(not np.all(compare.bit_identical(item.rerun, item.original)) for item in sets):
+                if any(not np.all(judge.bit_identical(item.rerun, item.original)) for item in sets):
                     notes.append(f"control: the original is not deterministic on output {name}{where}")
         notes.extend(evidence.converted_output_notes(tracks))
         if run.discrete:
@@ -372,7 +371,7 @@ class VerificationSession:
 
     def localise(self, report, original, candidate, labelled, early=None) -> None:
         """Layer-wise localisation on the input sets the output checks used (see localize/layerwise.py)."""
-        from onnxrefine.verify.localize.layerwise import include_outputs, localize
+        from onnxrefine.verify.localize import include_outputs, localize
 
         if any("candidate failed" in note for note in report.notes):
             report.localisation = {"status": "not run: the candidate failed to load or run"}
@@ -388,8 +387,9 @@ class VerificationSession:
             return
         used = [(label, feeds) for label, feeds in labelled if label in report.input_sets]
         from onnxrefine import resources  # the float64 evaluation of every value must fit the budget
+        from onnxrefine.ir import peak
 
-        refusal = resources.reference_refusal(resources.estimate_peak(original_model, used[0][1])) if used else None
+        refusal = resources.reference_refusal(peak.estimate_peak(original_model, used[0][1])) if used else None
         if refusal is not None:
             report.localisation = {"status": f"not run: {refusal}"}
             return
@@ -400,7 +400,7 @@ class VerificationSession:
                            time_budget_s=budget, early=early, reference=self.reference)
         include_outputs(section, original_model, report.outputs)
         report.localisation = section
-        report.verdict = verdict_rules.worst([report.verdict,
+        report.verdict = judge.worst([report.verdict,
                                               VerificationReport.overall(report.outputs, section)])
         report.timings["localisation_s"] = section.get("seconds", 0.0)
 
@@ -464,7 +464,7 @@ def _add_perturbation_runs(track, original_file, labelled, indices, count, seed,
             progress.report(detail=f"input set {labelled[index][0]}: {count} perturbation runs of the original")
             for run_index in range(count):
                 pattern = run_index if run_index < 2 else None
-                moved = {name: verdict_rules.perturb(np.asarray(value), rng, checkerboard=pattern)
+                moved = {name: judge.perturb(np.asarray(value), rng, checkerboard=pattern)
                          for name, value in feeds.items()}
                 try:
                     results = runner.run(moved)

@@ -50,8 +50,8 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.judge.compare import bit_identical
-from onnxrefine.verify.reference.evaluator import UnsupportedOperatorError, evaluate_float64
+from onnxrefine.verify.judge import bit_identical
+from onnxrefine.verify.reference import UnsupportedOperatorError, evaluate_float64
 
 
 class CertificateSkip(Exception):

@@ -107,7 +107,7 @@ class CertificateStats:
 
 
 # Operators whose output can be far larger than their inputs: a window holding one is checked
-# against the memory budget whatever its inputs' size (issue 13's bombs next to a rewrite).
+# against the memory budget whatever its inputs' size (a resource bomb next to a rewrite is in its window).
 _EXPANDING = frozenset("ConstantOfShape Expand Tile Pad Resize Upsample OneHot Range Concat MatMul Gemm "
                        "Loop Scan".split())
 
@@ -118,6 +118,7 @@ CERTIFICATE_BUDGET_SHARE = 8
 def _check_budget(proto: onnx.ModelProto, activations, fed) -> None:
     """Skip a certificate whose window would exceed the memory budget (resources.py)."""
     from onnxrefine import resources
+    from onnxrefine.ir import peak
 
     sizes = sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype or np.float32).itemsize
                 for s in activations) + sum(np.asarray(a).nbytes for a in fed.values())
@@ -129,7 +130,7 @@ def _check_budget(proto: onnx.ModelProto, activations, fed) -> None:
     # gets an eighth of the budget (measured: a Concat-doubling window within the whole budget
     # took the process to 3 GB).
     try:
-        resources.check_runnable(resources.estimate_peak(proto, {**feeds, **fed}), "the matched subgraph",
+        resources.check_runnable(peak.estimate_peak(proto, {**feeds, **fed}), "the matched subgraph",
                                  budget=resources.memory_budget() // CERTIFICATE_BUDGET_SHARE,
                                  budget_text=f"1/{CERTIFICATE_BUDGET_SHARE} of --memory-budget for a certificate")
     except resources.ResourceLimitError as exc:

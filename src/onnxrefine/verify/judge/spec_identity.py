@@ -22,7 +22,7 @@ import onnx
 
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.verify.judge import compare
-from onnxrefine.verify.reference.kernels.dtype import inferred_types
+from onnxrefine.verify.reference import inferred_types
 from onnxrefine.verify.judge.verdict import MISMATCH, UNSTABLE
 
 # Ops whose float32 outputs are copies of float32 input elements (or constants): exact in the
@@ -115,7 +115,7 @@ class SpecIdentity:
     def _evaluator(self):
         if self.evaluate is not None:
             return self.evaluate
-        from onnxrefine.verify.reference.evaluator import evaluate_float64
+        from onnxrefine.verify.reference import evaluate_float64
 
         return evaluate_float64
 

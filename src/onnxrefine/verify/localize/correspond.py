@@ -37,7 +37,7 @@ import onnx
 
 from onnxrefine.ir import contained
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.judge import verdict as verdict_rules
+from onnxrefine.verify import judge
 
 # Ops whose output, with the other inputs fixed, determines the input in the one slot that changed:
 # only these vouch that a changed input holds the original's value. Idempotent (Relu, Abs, Floor),
@@ -260,7 +260,7 @@ class Pair:
     candidate_node: str
     candidate_op: str
     est_bytes: int
-    bound: verdict_rules.RoundingBound | None = None
+    bound: judge.RoundingBound | None = None
 
 
 def find_pairs(original: onnx.ModelProto, candidate: onnx.ModelProto, feeds, u: float
@@ -304,7 +304,7 @@ def find_pairs(original: onnx.ModelProto, candidate: onnx.ModelProto, feeds, u: 
         kept.append(pair)
     depths = _depths(original, feeds, [p.name for p in kept])
     for pair in kept:
-        pair.bound = verdict_rules.RoundingBound.for_output(
+        pair.bound = judge.RoundingBound.for_output(
             u, *depths.get(pair.name, (1, graphinfo.UNKNOWN_DIM)))
     return kept, stats
 

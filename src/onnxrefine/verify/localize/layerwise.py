@@ -44,11 +44,10 @@ import numpy as np
 import onnx
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.judge import compare
+from onnxrefine.verify import judge
 from onnxrefine.verify.localize.correspond import Pair, find_pairs  # noqa: F401 - find_pairs re-exported
-from onnxrefine.verify.judge import verdict as verdict_rules
-from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError
-from onnxrefine.verify.judge.runtime_artefacts import ArtefactCheck
+from onnxrefine.verify.ort import ModelRunner, RunFailedError
+from onnxrefine.verify.judge import ArtefactCheck
 from onnxrefine.resources import ResourceLimitError
 
 DEFAULT_BATCH_BYTES = 128 << 20
@@ -63,7 +62,7 @@ class ValueResult:
     node: str
     op: str
     candidate_op: str
-    verdict: str = verdict_rules.EXACT
+    verdict: str = judge.EXACT
     dtype: str = ""
     shape: list = field(default_factory=list)
     size: int = 0
@@ -170,7 +169,7 @@ class Localizer:
         observe, finish = self.set_observer(set_index, feeds, extreme=extreme, nonfinite=nonfinite, label=label)
         evaluate = self.evaluate
         if evaluate is None:
-            from onnxrefine.verify.reference.evaluator import evaluate_float64 as evaluate
+            from onnxrefine.verify.reference import evaluate_float64 as evaluate
 
         try:
             evaluate(self.original, feeds, outputs=[], observe=observe)
@@ -263,7 +262,7 @@ class Localizer:
             result = self.results[pair.name]
             result.dtype, result.shape = str(a.dtype), list(a.shape)
             result.size += int(a.size)
-            if np.all(compare.bit_identical(c, a)):
+            if np.all(judge.bit_identical(c, a)):
                 continue
             differing.append((pair, a, second.pop(pair.name), c))
         del first, second, produced
@@ -273,11 +272,11 @@ class Localizer:
         failing = []
         for pair, a, rerun, c in differing:
             ref = reference.pop(pair.name, None)
-            item = verdict_rules.SetEvidence(a, rerun, c, extreme=extreme, nonfinite_inputs=nonfinite)
+            item = judge.SetEvidence(a, rerun, c, extreme=extreme, nonfinite_inputs=nonfinite)
             if ref is not None and graphinfo.is_float_dtype(a.dtype) and np.shape(ref) == a.shape:
                 item.reference = np.asarray(ref, dtype=np.float64)
-            judgement = verdict_rules.judge_output([item], pair.bound)
-            if judgement.verdict in (verdict_rules.EXACT, verdict_rules.ROUNDING):
+            judgement = judge.judge_output([item], pair.bound)
+            if judgement.verdict in (judge.EXACT, judge.ROUNDING):
                 self._record(pair, item, label, judgement)
             else:
                 failing.append((pair, item))
@@ -286,7 +285,7 @@ class Localizer:
             if failing else []
         for pair, item in failing:
             item.perturbed = [runs[pair.name] for runs in perturbed]
-            judgement = verdict_rules.judge_output([item], pair.bound)
+            judgement = judge.judge_output([item], pair.bound)
             self.artefacts.review(set_index, pair, item, judgement, feeds, self.results[pair.name])
             self._record(pair, item, label, judgement)
         for pair in self.batches[index]:
@@ -301,7 +300,7 @@ class Localizer:
         runs = []
         for run_index in range(self.perturb_count):
             pattern = run_index if run_index < 2 else None
-            moved = {name: verdict_rules.perturb(np.asarray(value), rng, checkerboard=pattern)
+            moved = {name: judge.perturb(np.asarray(value), rng, checkerboard=pattern)
                      for name, value in feeds.items()}
             try:
                 runs.append(_fetch(original, names, moved))
@@ -312,15 +311,15 @@ class Localizer:
 
     def _record(self, pair: Pair, item, label: str, judgement) -> None:
         result = self.results[pair.name]
-        result.verdict = verdict_rules.worst([result.verdict, judgement.verdict])
+        result.verdict = judge.worst([result.verdict, judgement.verdict])
         result.differing += judgement.differing
         result.unexplained += judgement.unexplained
-        if judgement.verdict == verdict_rules.MISMATCH:
+        if judgement.verdict == judge.MISMATCH:
             result.mismatch_sets.append(label)
         # The figures summarize one ordinary input set (the first where the value differs) plus
         # every set it fails on: computing them on every set costs more than judging it, and
         # extreme-magnitude sets, where intermediates overflow, would drown them.
-        failing = judgement.verdict in (verdict_rules.UNSTABLE, verdict_rules.MISMATCH)
+        failing = judgement.verdict in (judge.UNSTABLE, judge.MISMATCH)
         if result.stats_from_extreme and not item.extreme:
             result.max_abs, result.max_ulp, result.orig_err_max, result.cand_err_max = 0.0, 0.0, None, None
         elif result.max_abs or result.reference or result.max_ulp:
@@ -349,7 +348,7 @@ def _max_differences(candidate: np.ndarray, original: np.ndarray) -> tuple[float
     if not finite.any():
         return 0.0, 0.0
     max_abs = float(np.abs(c[finite] - a[finite]).max())
-    max_ulp = float(compare.ulp_distance(candidate[finite], original[finite]).max())
+    max_ulp = float(judge.ulp_distance(candidate[finite], original[finite]).max())
     return max_abs, max_ulp
 
 
@@ -366,7 +365,7 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
         started -= early.seconds
         done = early.labels
     else:
-        section, localizer = _prepare(original, candidate, labelled_sets, u, perturb_count, seed, max_batch_bytes)
+        section, localizer = prepare(original, candidate, labelled_sets, u, perturb_count, seed, max_batch_bytes)
         done = set()
     if localizer is None:
         return section
@@ -393,8 +392,8 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
     results.sort(key=lambda r: r.order)
     section["values"] = [r.to_dict() for r in results]
     differing = [r for r in results if r.differing]
-    bad = [r for r in results if r.verdict == verdict_rules.MISMATCH]
-    section["verdict"] = verdict_rules.worst(r.verdict for r in results)
+    bad = [r for r in results if r.verdict == judge.MISMATCH]
+    section["verdict"] = judge.worst(r.verdict for r in results)
     section["first_differing"] = differing[0].name if differing else None
     if bad:
         section["first_bad"] = {**bad[0].to_dict(), "description": bad[0].describe()}
@@ -408,9 +407,9 @@ def localize(original, candidate, labelled_sets, *, u: float, perturb_count: int
     return section
 
 
-def _prepare(original, candidate, labelled_sets, u, perturb_count, seed, max_batch_bytes):
+def prepare(original, candidate, labelled_sets, u, perturb_count, seed, max_batch_bytes):
     """The section's start and the Localizer (None when there is nothing to run)."""
-    section = {"status": "done", "verdict": verdict_rules.EXACT, "first_bad": None, "first_differing": None,
+    section = {"status": "done", "verdict": judge.EXACT, "first_bad": None, "first_differing": None,
                "values": [], "not_comparable": {}, "notes": []}
     if not labelled_sets:
         section["status"] = "not run: no input sets"
@@ -431,7 +430,7 @@ def include_outputs(section: dict, original: onnx.ModelProto, outputs) -> None:
     order = {out: index for index, node in enumerate(original.graph.node) for out in node.output if out}
     producer = {out: node for node in original.graph.node for out in node.output if out}
     first = section.get("first_bad")
-    for out in sorted((o for o in outputs if o.verdict == verdict_rules.MISMATCH),
+    for out in sorted((o for o in outputs if o.verdict == judge.MISMATCH),
                       key=lambda o: order.get(o.name, len(order))):
         position = order.get(out.name, len(order))
         if first is not None and first["order"] <= position:

@@ -14,7 +14,7 @@ import time
 
 import onnx
 
-from onnxrefine.verify.localize.layerwise import DEFAULT_BATCH_BYTES, Localizer, _prepare
+from onnxrefine.verify.localize.layerwise import DEFAULT_BATCH_BYTES, Localizer, prepare
 
 
 class EarlyLocalisation:
@@ -48,7 +48,7 @@ class EarlyLocalisation:
         original, candidate = self.load()
         if original is not None and candidate is not None:
             try:
-                self.section, self.localizer = _prepare(original, candidate, labelled_sets, u, perturb_count,
+                self.section, self.localizer = prepare(original, candidate, labelled_sets, u, perturb_count,
                                                         self.seed, DEFAULT_BATCH_BYTES)
             except Exception:  # noqa: BLE001 - localize() prepares again after the output check and
                 # reports it there, as it did before localisation began early

@@ -1,9 +1,11 @@
-"""Running models in onnxruntime: run settings, model files staged for a session, sessions in this
-process or in a watched child process (child.py), and one-line descriptions of onnxruntime's
-failures (errors.py). The face below is what the rest of the package uses."""
+"""Running models in onnxruntime: run settings (settings.py), model files staged for a session
+(files.py), sessions in this process or in a watched child process (runner.py, child.py), and
+one-line descriptions of onnxruntime's failures (errors.py). The face below is what the rest of the
+package uses."""
 
-from onnxrefine.verify.ort.runner import (ModelFile, ModelRunner, RunFailedError, RunSettings, check_run_settings,
-                                          inference_session, light_proto, open_model, peak_estimate)
+from onnxrefine.verify.ort.files import ModelFile, light_proto, open_model, write_temp
+from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError, inference_session, peak_estimate
+from onnxrefine.verify.ort.settings import RunSettings, check_run_settings
 
 __all__ = ["ModelFile", "ModelRunner", "RunFailedError", "RunSettings", "check_run_settings", "inference_session",
-           "light_proto", "open_model", "peak_estimate"]
+           "light_proto", "open_model", "peak_estimate", "write_temp"]

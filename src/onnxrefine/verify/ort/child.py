@@ -54,7 +54,7 @@ def _serve() -> None:
     import numpy as np
 
     from onnxrefine.verify.ort.errors import describe
-    from onnxrefine.verify.ort.runner import RunSettings, session_options
+    from onnxrefine.verify.ort.settings import RunSettings, session_options
 
     import onnxruntime  # noqa: F401  (imported before "ready": start-up is not a run's time)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from html import escape
 
+from onnxrefine.verify.judge import VERDICTS
+
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}
@@ -86,8 +88,6 @@ def _localisation_html(report) -> str:
     section = getattr(report, "localisation", None)
     if not section:
         return ""
-    from onnxrefine.verify.report.report import worst_values
-
     parts = ['<h2 id="localisation">Intermediate values</h2>']
     first = section.get("first_bad")
     if first:
@@ -167,3 +167,18 @@ def render_html(report) -> str:
         + ("<h2>Notes</h2><ul class=\"notes\">" + "".join(notes) + "</ul>" if notes else "")
         + "</body></html>\n"
     )
+
+
+def worst_values(section: dict, count: int = 8) -> list[dict]:
+    """The differing values, worst verdict first, then the largest candidate error, then order."""
+    severity = {name: index for index, name in enumerate(VERDICTS)}
+    rows = [v for v in section.get("values", []) if v.get("differing")]
+
+    def ratio(value):
+        cand, orig = value.get("cand_err_max"), value.get("orig_err_max")
+        if cand is None:
+            return value.get("max_ulp", 0.0)
+        return cand / orig if orig else (float("inf") if cand else 0.0)
+
+    rows.sort(key=lambda v: (-severity.get(v["verdict"], 0), -ratio(v), v["order"]))
+    return rows[:count]

@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass, field
 
 from onnxrefine.atomic import write_atomic
-from onnxrefine.verify.judge.verdict import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
+from onnxrefine.verify.judge import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, worst
+from onnxrefine.verify.report.html import render_html, worst_values
 
 __all__ = ["EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "OutputReport",
            "VerificationReport", "write_atomic"]
@@ -81,8 +82,6 @@ class VerificationReport:
         write_atomic(path, self.to_json() + "\n")
 
     def write_html(self, path) -> None:
-        from onnxrefine.verify.report.html import render_html
-
         write_atomic(path, render_html(self))
 
     @property
@@ -213,18 +212,3 @@ def render_localisation(report: VerificationReport, console) -> None:
 
 def _no_ref(out: OutputReport) -> str:
     return "no f64 ref" if out.reference == "no float64 reference" else "-"
-
-
-def worst_values(section: dict, count: int = 8) -> list[dict]:
-    """The differing values, worst verdict first, then the largest candidate error, then order."""
-    severity = {name: index for index, name in enumerate(VERDICTS)}
-    rows = [v for v in section.get("values", []) if v.get("differing")]
-
-    def ratio(value):
-        cand, orig = value.get("cand_err_max"), value.get("orig_err_max")
-        if cand is None:
-            return value.get("max_ulp", 0.0)
-        return cand / orig if orig else (float("inf") if cand else 0.0)
-
-    rows.sort(key=lambda v: (-severity.get(v["verdict"], 0), -ratio(v), v["order"]))
-    return rows[:count]

@@ -78,7 +78,7 @@ def is_batch(command: str, args: argparse.Namespace) -> bool:
 def check(command: str, args: argparse.Namespace) -> list:
     """Early one-line errors for batch arguments; the models to run."""
     from onnxrefine.batch.run import collect_models, output_path
-    from onnxrefine.cli.checks import writable_folder
+    from onnxrefine.cli.arguments import writable_folder
 
     for dest, flag in SINGLE_ONLY[command]:
         if getattr(args, dest, None):
