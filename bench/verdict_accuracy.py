@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxrefine.verify import verify_models
+from onnxrefine.verify.evidence import declared_feeds
 from onnxrefine.verify.inputs import generate_inputs
 from onnxrefine.verify.ort import ModelRunner
 
@@ -329,6 +330,200 @@ def maxpool_log_softmax():
     return orig, cand, {}, [{"x": x}]
 
 
+# ------------------------------------------------------------------------------ per-element classes
+# One pair per class of wrong verdict the per-element bound, the decision margins and the branch
+# inputs exist for. Each returns (original, candidate, dims, extra input sets[, use generated sets]).
+
+def _normal(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def scaled_column_negated():
+    """y = x * w with w's first column 2^27: one large column must not lend the others an allowance."""
+    w = np.ones(8, np.float32)
+    w[0] = 2.0 ** 27
+    flipped = -w
+    flipped[0] = w[0]
+    orig = _one([node("Mul", ["x", "w"], ["y"])], [("w", w)], shape=(4, 8))
+    cand = _one([node("Mul", ["x", "w"], ["y"])], [("w", flipped)], shape=(4, 8))
+    return orig, cand, {}, [{"x": _normal((4, 8))}], False
+
+
+def scale_beside_a_cancelling_column():
+    """(x + c) - c with c = 1e6 in one column only (its cancellation error is large), then a 1%
+    scale on every other column: one ill-computed column must not excuse the rest."""
+    c = np.zeros(8, np.float32)
+    c[0] = 1e6
+    scale = np.full(8, 1.01, np.float32)
+    scale[0] = 1
+    orig = _one([node("Add", ["x", "c"], ["a"]), node("Sub", ["a", "c"], ["y"])], [("c", c)], shape=(4, 8))
+    cand = _one([node("Add", ["x", "c"], ["a"]), node("Sub", ["a", "c"], ["b"]), node("Mul", ["b", "s"], ["y"])],
+                [("c", c), ("s", scale)], shape=(4, 8))
+    return orig, cand, {}, [{"x": _normal((4, 8))}], False
+
+
+def integer_sum_off_by_half():
+    """A sum of integers is exact in every order: a candidate 0.5 off is no rounding."""
+    axes = [("ax", np.array([1], np.int64))]
+    orig = _one([node("ReduceSum", ["x", "ax"], ["y"], keepdims=0)], axes, shape=(2, 1024))
+    cand = _one([node("ReduceSum", ["x", "ax"], ["s"], keepdims=0), node("Add", ["s", "h"], ["y"])],
+                axes + [("h", np.float32(0.5))], shape=(2, 1024))
+    x = np.random.default_rng(0).integers(0, 200, (2, 1024)).astype(np.float32)
+    return orig, cand, {}, [{"x": x}], False
+
+
+def power_of_two_product_one_ulp_off():
+    """x * 4 is exact: a candidate multiplying by the next float above 4 is a change."""
+    orig = _one([node("Mul", ["x", "k"], ["y"])], [("k", np.float32(4))], shape=(4, 8))
+    cand = _one([node("Mul", ["x", "k"], ["y"])], [("k", np.nextafter(np.float32(4), np.float32(8)))],
+                shape=(4, 8))
+    return orig, cand, {}, [{"x": _normal((4, 8))}], False
+
+
+def bias_added_twice():
+    """A bias below every element's bound but present in all 16384 of them is systematic."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((256, 256)) / 16).astype(np.float32)
+    b = np.full(256, 1e-6, np.float32)
+    ins = [("x", F32, [64, 256])]
+    orig = model([node("MatMul", ["x", "W"], ["m"]), node("Add", ["m", "b"], ["y"])], ins, [("y", F32)],
+                 [("W", w), ("b", b)])
+    cand = model([node("MatMul", ["x", "W"], ["m"]), node("Add", ["m", "b"], ["n"]), node("Add", ["n", "b"], ["y"])],
+                 ins, [("y", F32)], [("W", w), ("b", b)])
+    return orig, cand, {}, [{"x": _normal((64, 256))}], False
+
+
+def argmax_beside_a_large_constant():
+    """ArgMax over x + c where one element of c is 1e9: the other rows' decisions are far from a tie,
+    so a candidate that negates those rows (picks their smallest) is a change, not a boundary flip."""
+    c = np.zeros((4, 8), np.float32)
+    c[0, 0] = 1e9
+    sign = np.ones((4, 1), np.float32)
+    sign[1:] = -1
+    out = [("y", TensorProto.INT64)]
+    ins = [("x", F32, [4, 8])]
+    orig = model([node("Add", ["x", "c"], ["a"]), node("ArgMax", ["a"], ["y"], axis=1)], ins, out, [("c", c)])
+    cand = model([node("Mul", ["x", "s"], ["n"]), node("Add", ["n", "c"], ["a"]), node("ArgMax", ["a"], ["y"], axis=1)],
+                 ins, out, [("c", c), ("s", sign)])
+    return orig, cand, {}, [{"x": _normal((4, 8))}], False
+
+
+def cast_floor_dropped():
+    """Cast(Floor(x)) -> Cast(x) on inputs far from any integer: the exact integer Floor makes is
+    not a value at the boundary."""
+    out = [("y", TensorProto.INT32)]
+    ins = [("x", F32, [6])]
+    orig = model([node("Floor", ["x"], ["f"]), node("Cast", ["f"], ["y"], to=TensorProto.INT32)], ins, out)
+    cand = model([node("Cast", ["x"], ["y"], to=TensorProto.INT32)], ins, out)
+    x = np.array([-0.5, -1.5, -2.5, 3.5, -7.25, 0.5], np.float32)
+    return orig, cand, {}, [{"x": x}], False
+
+
+def topk_tie_order_reversed():
+    """TopK on exact ties returns the lower index first (the spec); a candidate that reverses the
+    order of tied indices changes the output."""
+    ins = [("x", F32, [1, 6])]
+    outs = [("v", F32), ("i", TensorProto.INT64)]
+    k = [("k", np.array([3], np.int64))]
+    orig = model([node("TopK", ["x", "k"], ["v", "i"], axis=1)], ins, outs, k)
+    reverse = [("st", np.array([-1], np.int64)), ("en", np.array([-(2 ** 62)], np.int64)),
+               ("ax", np.array([1], np.int64)), ("step", np.array([-1], np.int64)),
+               ("last", np.array(5, np.int64))]
+    cand = model([node("Slice", ["x", "st", "en", "ax", "step"], ["r"]), node("TopK", ["r", "k"], ["v", "j"], axis=1),
+                  node("Sub", ["last", "j"], ["i"])], ins, outs, k + reverse)
+    return orig, cand, {}, [{"x": np.array([[1, 3, 3, 2, 3, 0]], np.float32)}], False
+
+
+def select_last_index_dropped():
+    """ArgMax(select_last_index=1) -> ArgMax() on exact ties of an input: the spec decides the tie."""
+    out = [("y", TensorProto.INT64)]
+    ins = [("x", F32, [3, 4])]
+    orig = model([node("ArgMax", ["x"], ["y"], axis=1, select_last_index=1)], ins, out)
+    cand = model([node("ArgMax", ["x"], ["y"], axis=1)], ins, out)
+    x = np.array([[1, 2, 2, 0], [5, 5, 1, 5], [0, 0, 0, 0]], np.float32)
+    return orig, cand, {}, [{"x": x}], False
+
+
+def floor_off_by_a_thousand():
+    """Floor of an input is exact (no rounding before it); on integer inputs a perturbed original
+    moves by 1, but a candidate 1000 away lies outside anything the original's perturbation spans."""
+    orig = _one([node("Floor", ["x"], ["y"])], shape=(6,))
+    cand = _one([node("Floor", ["x"], ["f"]), node("Add", ["f", "k"], ["y"])], [("k", np.float32(1000))], shape=(6,))
+    x = np.array([1, 2, 3, -4, 5, 6], np.float32)
+    return orig, cand, {}, [{"x": x}], False
+
+
+def _branch(name, factor):
+    return helper.make_graph([node("Mul", ["x", f"{name}_k"], [f"{name}_y"])], name, [],
+                             [helper.make_tensor_value_info(f"{name}_y", F32, None)],
+                             [numpy_helper.from_array(np.float32(factor), f"{name}_k")])
+
+
+def if_branch_changed():
+    """An If on mean(x) within 1 of 3 (never so on normal or stress sets): the candidate changes
+    only the branch generated inputs must be made to reach."""
+    cond = [node("ReduceMean", ["x"], ["m"], keepdims=0), node("Sub", ["m", "three"], ["d"]), node("Abs", ["d"], ["a"]),
+            node("Less", ["a", "one"], ["c"])]
+    consts = [("three", np.float32(3)), ("one", np.float32(1))]
+
+    def build(then_factor):
+        return _one(cond + [node("If", ["c"], ["y"], then_branch=_branch("then", then_factor),
+                                 else_branch=_branch("else", 3.0))], consts, shape=(16,))
+    return build(2.0), build(2.5), {}, []
+
+
+def where_threshold_moved():
+    """Where(x > 3.7, x, 0) -> Where(x > 3.9, x, 0): only values between the thresholds tell them apart."""
+    def build(threshold):
+        return _one([node("Greater", ["x", "t"], ["c"]), node("Where", ["c", "x", "zero"], ["y"])],
+                    [("t", np.float32(threshold)), ("zero", np.float32(0))], shape=(64,))
+    return build(3.7), build(3.9), {}, []
+
+
+def clip_breakpoint_moved():
+    """Clip(x, 0, 6) -> Where(x > 6.25, 6, Relu(x)): wrong only just above the breakpoint."""
+    bounds = [("lo", np.float32(0)), ("hi", np.float32(6))]
+    orig = _one([node("Clip", ["x", "lo", "hi"], ["y"])], bounds, shape=(64,))
+    cand = _one([node("Relu", ["x"], ["r"]), node("Greater", ["x", "t"], ["c"]), node("Where", ["c", "hi", "r"], ["y"])],
+                bounds + [("t", np.float32(6.25))], shape=(64,))
+    return orig, cand, {}, []
+
+
+def int32_product_overflow():
+    """Cast(a)*Cast(b) in int64 -> Cast(a*b) in int32: differs only where the product overflows int32."""
+    ins = [("a", TensorProto.INT32, [8]), ("b", TensorProto.INT32, [8])]
+    out = [("y", TensorProto.INT64)]
+    to64 = TensorProto.INT64
+    orig = model([node("Cast", ["a"], ["a64"], to=to64), node("Cast", ["b"], ["b64"], to=to64),
+                  node("Mul", ["a64", "b64"], ["y"])], ins, out)
+    cand = model([node("Mul", ["a", "b"], ["p"]), node("Cast", ["p"], ["y"], to=to64)], ins, out)
+    return orig, cand, {}, []
+
+
+def float16_conversion(float32_io):
+    """An fp16 conversion of a float32 MatMul+Tanh, with or without float32 inputs and outputs."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((16, 8)) / 4).astype(np.float32)
+    ins32 = [("x", F32, [4, 16])]
+    orig = model([node("MatMul", ["x", "W"], ["m"]), node("Tanh", ["m"], ["y"])], ins32, [("y", F32)], [("W", w)])
+    body = [node("MatMul", ["x16", "W"], ["m"]), node("Tanh", ["m"], ["y16"])]
+    if float32_io:
+        cand = model([node("Cast", ["x"], ["x16"], to=F16)] + body + [node("Cast", ["y16"], ["y"], to=F32)],
+                     ins32, [("y", F32)], [("W", w.astype(np.float16))])
+    else:
+        cand = model([node("Identity", ["x"], ["x16"])] + body + [node("Identity", ["y16"], ["y"])],
+                     [("x", F16, [4, 16])], [("y", F16)], [("W", w.astype(np.float16))])
+    return orig, cand, {}, [{"x": _normal((4, 16))}], False
+
+
+def unused_input_dropped():
+    """The original declares an input it never reads; the candidate drops it (onnxslim does)."""
+    ins = [("x", F32, [3, 4]), ("unused", F32, [2])]
+    orig = model([node("Tanh", ["x"], ["y"])], ins, [("y", F32)])
+    cand = model([node("Tanh", ["x"], ["y"])], ins[:1], [("y", F32)])
+    return orig, cand, {}, []
+
+
 # ------------------------------------------------------------------------------ exact cases
 
 def identity_removed():
@@ -389,6 +584,8 @@ def cases():
         ("naive softmax -> Softmax (orig overflows)", lambda: naive_softmax("softmax")),
         ("sqrt near 0, add reassociated", sqrt_near_zero_reassociated),
         ("maxpool log(softmax) -> logsoftmax, inf/nan", maxpool_log_softmax),
+        ("fp16 conversion, float32 inputs/outputs", lambda: float16_conversion(True)),
+        ("fp16 conversion, float16 inputs/outputs", lambda: float16_conversion(False)),
     ]
     bugs = [
         ("bn fold, epsilon dropped", lambda: conv_bn(0, (2, 3, 8, 8), drop_eps=True, eps=1e-2, small_var=True)),
@@ -415,6 +612,21 @@ def cases():
         ("x*(1e10*1e-30) -> (x*1e10)*1e-30", lambda: reassociate_overflow(True)),
         ("conv-bn-gap, epsilon 1e-5 dropped", lambda: conv_bn_pool(True)),
         ("Cast(x*3*(1/3)) -> Cast(-x) at x=2", lambda: cast_to_int("neg")),
+        # per-element classes: global terms, exactness, systematic error, decisions, controls, branches
+        ("x*w, 2^27 column, others negated", scaled_column_negated),
+        ("1% scale beside a cancelling column", scale_beside_a_cancelling_column),
+        ("integer sum + 0.5 (exact sum)", integer_sum_off_by_half),
+        ("x*4 -> x*nextafter(4) (exact product)", power_of_two_product_one_ulp_off),
+        ("bias added twice (systematic)", bias_added_twice),
+        ("ArgMax(x+c) -> ArgMin, c holds 1e9", argmax_beside_a_large_constant),
+        ("Cast(Floor(x)) -> Cast(x), far from integers", cast_floor_dropped),
+        ("TopK tie order reversed", topk_tie_order_reversed),
+        ("ArgMax select_last_index dropped on ties", select_last_index_dropped),
+        ("Floor(x) -> Floor(x)+1000 on integers", floor_off_by_a_thousand),
+        ("If branch changed (generated inputs)", if_branch_changed),
+        ("Where threshold 3.7 -> 3.9 (generated)", where_threshold_moved),
+        ("Clip(0,6) breakpoint moved (generated)", clip_breakpoint_moved),
+        ("int64 product -> int32 product (generated)", int32_product_overflow),
     ]
     exact = [
         ("identity removed", identity_removed),
@@ -423,6 +635,7 @@ def cases():
         ("squeeze/unsqueeze cancelled", squeeze_unsqueeze_cancel),
         ("reshape pair collapsed correctly", lambda: reshape_collapse(correct=True)),
         ("common subexpression merged", cse_merge),
+        ("unused graph input dropped", unused_input_dropped),
     ]
     return [("rounding", *c) for c in rounding] + [("bug", *c) for c in bugs] + [("exact", *c) for c in exact]
 
@@ -431,7 +644,7 @@ def allclose_passes(original, candidate, input_sets) -> bool:
     first, second = ModelRunner(original, "original"), ModelRunner(candidate, "candidate")
     with np.errstate(all="ignore"):
         for feeds in input_sets:
-            a, b = first.run(feeds), second.run(feeds)
+            a, b = first.run(feeds), second.run(declared_feeds(candidate, feeds))
             for name, value in a.items():
                 other = b.get(name)
                 if other is None or other.shape != value.shape:

@@ -373,15 +373,36 @@ def test_cast_to_int_flipped_beyond_the_boundary_is_mismatch():
 
 
 def test_cast_to_int_following_the_reference_is_rounding():
-    # the original cancels catastrophically ((x + 1e8) - 1e8 with x = 4 gives 0 or 8 in float32);
-    # the candidate Cast(x) decides as float64 does, away from any boundary.
+    # The same cancellation inside a model-local function, where no per-element bound is derived:
+    # the decision's margin is the stand-in gamma*|v| of that element, 5.5 is far from any integer
+    # by it, and the candidate Cast(x) makes float64's decision where the original's float32 value
+    # (0 or 8) does not.
+    body = [node("Add", ["a", "big"], ["p"]), node("Sub", ["p", "big"], ["q"])]
+    big = helper.make_node("Constant", [], ["big"], value=helper.make_tensor("v", F, [], [1e8]))
+    function = helper.make_function("local", "Cancel", ["a"], ["q"], [big] + body,
+                                    [helper.make_opsetid("", 17)])
+    original = one_input([helper.make_node("Cancel", ["x"], ["q"], domain="local"),
+                          node("Cast", ["q"], ["y"], to=TensorProto.INT32)], shape=(2,), out_type=TensorProto.INT32)
+    original.functions.append(function)
+    original.opset_import.append(helper.make_opsetid("local", 1))
+    candidate = one_input([node("Cast", ["x"], ["y"], to=TensorProto.INT32)], shape=(2,),
+                          out_type=TensorProto.INT32)
+    x = {"x": np.array([5.5, 2.5], np.float32)}
+    assert verdict(original, candidate, x) == ROUNDING
+
+
+def test_cast_to_int_where_the_original_cancels_is_unstable_not_mismatch():
+    # the original cancels catastrophically ((x + 1e8) - 1e8 gives 0 or 8 in float32): its derived
+    # per-element bound (the rounding of x + 1e8, about 6) puts the float64 feed 5.5 within reach of
+    # several integers, so the original's own decision is not fixed there: `unstable` (never
+    # accepted), not a mismatch for the candidate Cast(x), which decides as float64 does.
     original = one_input([node("Add", ["x", "big"], ["p"]), node("Sub", ["p", "big"], ["q"]),
                           node("Cast", ["q"], ["y"], to=TensorProto.INT32)], [("big", np.float32(1e8))],
                          shape=(2,), out_type=TensorProto.INT32)
     candidate = one_input([node("Cast", ["x"], ["y"], to=TensorProto.INT32)], shape=(2,),
                           out_type=TensorProto.INT32)
     x = {"x": np.array([5.5, 2.5], np.float32)}
-    assert verdict(original, candidate, x) == ROUNDING
+    assert verdict(original, candidate, x) == UNSTABLE
 
 
 def test_comparison_flip_near_the_boundary_is_unstable_and_far_is_mismatch():
@@ -433,15 +454,19 @@ def test_near_boundary_reads_argmax_layouts_and_bool_casts():
     last = DecisionEvidence("ArgMax", [np.array([[2.0, 2.0, 1.0]])], {"axis": 1, "keepdims": 0,
                                                                         "select_last_index": 1})
     assert reference_decision(last, np.array([0], np.int64))[0].tolist() == [1]
-    to_bool = DecisionEvidence("Cast", [np.array([1e-9, 0.5, nan])])
-    flags = np.array([True, True, False])
-    assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [True, False, True]
+    # each element's own margin: 1e-9 is near 0 only where its bound reaches 0 (a cancellation),
+    # not because the tensor holds a 0.5 (the old RMS scale made every small value "near")
+    to_bool = DecisionEvidence("Cast", [np.array([1e-9, 1e-9, 0.5, nan])])
+    flags = np.array([True, True, True, False])
+    assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [False, False, False, True]
+    to_bool.bounds = [np.array([1e-9, 0.0, 0.0, np.nan])]
+    assert near_boundary(to_bool, flags, ~flags, 1e-6, 2.0).tolist() == [True, False, False, True]
 
 
 def test_every_runtime_explanation_is_documented_and_names_existing_tests():
     import pathlib
 
-    from onnxrefine.verify.judge.rules import RUNTIME_EXPLANATIONS
+    from onnxrefine.verify.judge.controls import RUNTIME_EXPLANATIONS
 
     root = pathlib.Path(__file__).resolve().parent.parent
     names = [item.name for item in RUNTIME_EXPLANATIONS]

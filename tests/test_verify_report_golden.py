@@ -1,8 +1,12 @@
 """A verify report's JSON, pinned: the refactor of verify_models into VerificationSession must leave every key and value of the report as it was, with and without the float64
 reference. The golden files were written by the code before that refactor
-(tests/data/verify_report_golden_*.json); only timings are left out (they vary run to run).
-One deliberate change since: every output row and localised value gained `excused` (which rule
-explained how many differing elements), added to the files and nothing else changed.
+(tests/data/verify_report_golden_*.json); only timings are left out (they vary run to run). They were
+rewritten once, deliberately, when generated inputs gained the sets that reach the graph's branches
+(verify/branches.py: two threshold sets for the Relu kink and the comparison's constant); every
+verdict stayed as it was. Later, every output row and localised value gained
+`excused` (which rule explained how many differing elements) and `worst_elements`, and each
+rounding bound `derived` (whether the derived per-element bound judges the candidate); nothing else
+changed.
 
 The model is elementwise IEEE arithmetic only (Mul, Add, Div, Relu, Greater: each correctly rounded
 in every onnxruntime build), so the figures do not depend on the machine's SIMD paths.

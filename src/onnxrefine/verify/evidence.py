@@ -9,6 +9,8 @@ VerificationSession (session.py) calls them in order.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import onnx
 
@@ -32,6 +34,7 @@ class Track:
         self.set_evidence: list[dict] = []
         self.differing_sets: list[int] = []
         self.differing_float: dict[int, list] = {}
+        self.converted: dict[str, str] = {}  # output name -> the candidate's own float dtype
 
     def collect(self, output_names, output_map, labelled) -> None:
         self.evidence = {name: [] for name in output_names}
@@ -40,7 +43,8 @@ class Track:
             return
         for index, ((first, second), produced) in enumerate(zip(self.original_runs, self.candidate_runs)):
             feeds = labelled[index][1]
-            cand_out = {name: produced[output_map[name]] for name in output_names if name in output_map}
+            cand_out = {name: _as_original(produced[output_map[name]], first[name], name, self.converted)
+                        for name in output_names if name in output_map}
             extreme, nonfinite = is_extreme(feeds), has_nonfinite(feeds)
             set_evidence = {}
             differing_float = []
@@ -62,13 +66,142 @@ class Track:
                 self.differing_float[index] = differing_float
 
 
-def candidate_input_problem(original: onnx.ModelProto, candidate: onnx.ModelProto) -> str | None:
+@dataclass
+class Conversion:
+    """How the candidate's declared inputs relate to the original's (a conversion to another
+    precision, an input dropped): what the runs must do about it, or why they cannot run."""
+
+    problem: str | None = None
+    dropped: list = field(default_factory=list)  # inputs of the original the candidate does not declare
+    retyped: list = field(default_factory=list)  # inputs it declares in another float type
+    narrower: dict = field(default_factory=dict)  # input name -> the candidate's narrower float dtype
+    notes: list = field(default_factory=list)
+
+    @property
+    def changes_inputs(self) -> bool:
+        return bool(self.dropped or self.retyped)
+
+
+def conversion(original: onnx.ModelProto, candidate: onnx.ModelProto) -> Conversion:
+    """The candidate may declare a float input in another float type (an fp16 conversion: it is fed
+    the inputs cast to its type, and where that type is narrower both models get the values rounded
+    to it, so each is judged on what it was given) and may drop an input (it is fed what it
+    declares; its outputs show whether the original needed the values). An input the original lacks,
+    or one retyped to a non-float type, is a problem: the candidate cannot run on the original's sets."""
     want = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(original)}
     have = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(candidate)}
-    if want != have:
-        return (f"candidate inputs {sorted(have)} do not match the original's {sorted(want)} "
-                "(names or types)")
+    extra = sorted(set(have) - set(want))
+    dropped = sorted(set(want) - set(have))
+    read = [name for name in dropped if _reads(original.graph, name)]
+    retyped = [name for name in have if name in want and have[name] != want[name]]
+    unconvertible = [name for name in retyped if not (graphinfo.is_float_dtype(have[name])
+                                                      and graphinfo.is_float_dtype(want[name]))]
+    result = Conversion(dropped=dropped, retyped=retyped)
+    if extra or unconvertible:
+        why = [f"declares input(s) {', '.join(extra)} the original lacks" if extra else "",
+               f"declares input(s) {', '.join(unconvertible)} in a non-float type of its own" if unconvertible else ""]
+        result.problem = (f"candidate inputs {sorted(have)} do not match the original's {sorted(want)}: "
+                          + "; ".join(part for part in why if part))
+        return result
+    unread = [name for name in dropped if name not in read]
+    if unread:
+        result.notes.append(f"candidate drops input(s) {', '.join(unread)}, which the original never reads: "
+                            "fed the inputs it declares")
+    if read:
+        # a graph cannot read a value it does not declare: the candidate answers without it (onnxslim
+        # folds a Shape of an input of static shape); judged on what it declares, its outputs show
+        # whether the original needed the values
+        result.notes.append(f"candidate drops input(s) {', '.join(read)}, which the original reads: fed the "
+                            "inputs it declares, judged on its outputs")
+    for name in retyped:
+        if np.dtype(have[name]).itemsize < np.dtype(want[name]).itemsize:
+            result.narrower[name] = np.dtype(have[name])
+    if retyped:
+        result.notes.append("candidate declares input(s) " + ", ".join(
+            f"{name} as {have[name]} (the original {want[name]})" for name in retyped)
+            + ": each model is fed the inputs cast to its declared types" + (
+                ", both given the values rounded to the narrower type" if result.narrower else ""))
+    return result
+
+
+def _reads(graph: onnx.GraphProto, name: str) -> bool:
+    """Whether any node of `graph` or of its subgraphs (which see outer names), or an output, reads `name`."""
+    if any(out.name == name for out in graph.output):
+        return True
+    for node in graph.node:
+        if name in node.input:
+            return True
+        for attr in node.attribute:
+            subgraphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
+            if any(_reads(sub, name) for sub in subgraphs):
+                return True
+    return False
+
+
+def apply_conversion(run, draw) -> None:
+    """conversion() applied to a verification's state (session._Run): its problem becomes the
+    candidate's failure, its notes are added, the sets become what both models get, and the early
+    localisation is dropped where the candidate's inputs differ (localisation feeds both alike).
+    `draw()` gives the sets generated for the candidate's own types (None: the sets were given)."""
+    if run.candidate_failure is not None:
+        return
+    plan = conversion(run.original_file.proto, run.candidate_file.proto)
+    run.candidate_failure = plan.problem
+    run.notes.extend(plan.notes)
+    if plan.problem is None and plan.narrower:
+        run.labelled = converted_sets(plan, run.original_file.proto, run.labelled, {} if draw is None else draw())
+    if plan.changes_inputs:
+        run.early = None
+
+
+def localisation_refusal(original, candidate, max_bytes: int) -> str | None:
+    """Why layer-wise localisation is not run on the pair (models None: weights beyond max_bytes)."""
+    if original is None or candidate is None:
+        return f"not run: a model's weights exceed {max_bytes >> 20} MiB (localisation holds both models in memory)"
+    if conversion(original, candidate).changes_inputs:
+        return "not run: the candidate declares other inputs (a conversion), so its intermediates are not the original's"
     return None
+
+
+def converted_sets(plan: Conversion, original: onnx.ModelProto, labelled, drawn: dict) -> list:
+    """The (label, feeds) sets as both models get them under `plan`: each input the candidate
+    declares narrower rounded to that type (exact values of it, in the original's dtype). `drawn`:
+    label -> the sets generated for the candidate's own types, which replace the original's draw
+    of the same label (a set drawn for float32 overflows float16)."""
+    dtypes = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(original)}
+    sets = []
+    with np.errstate(over="ignore", invalid="ignore"):
+        for label, feeds in labelled:
+            mine = drawn.get(label, {})
+            sets.append((label, {name: (np.asarray(mine.get(name, value)).astype(plan.narrower[name]).astype(dtypes[name])
+                                        if name in plan.narrower else value) for name, value in feeds.items()}))
+    return sets
+
+
+def converted_output_notes(tracks) -> list:
+    converted = {name: dtype for track in tracks for name, dtype in track.converted.items()}
+    if not converted:
+        return []
+    return ["candidate output(s) " + ", ".join(f"{name} ({dtype})" for name, dtype in converted.items())
+            + " in another float type: compared in the original's type, judged with the bound of the "
+            "narrowest precision either graph computes in"]
+
+
+def declared_feeds(model: onnx.ModelProto, feeds) -> dict:
+    """The feeds the model declares, cast to its declared types (a conversion may declare others)."""
+    return {spec.name: (np.asarray(feeds[spec.name]).astype(spec.dtype) if spec.dtype != np.dtype(object)
+                        else feeds[spec.name]) for spec in graphinfo.graph_inputs(model) if spec.name in feeds}
+
+
+def _as_original(value, original, name, converted: dict):
+    """A candidate float output in another float type (a conversion), cast to the original's type."""
+    value, original = np.asarray(value), np.asarray(original)
+    if value.dtype != original.dtype and graphinfo.is_float_dtype(value.dtype) \
+            and graphinfo.is_float_dtype(original.dtype):
+        converted[name] = str(value.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return value.astype(original.dtype)
+    return value
 
 
 MATCH_BY_NAME, MATCH_BY_POSITION = "name", "position"
@@ -141,11 +274,19 @@ def apply_hard_bound(report: OutputReport, sets, tolerance) -> None:
 
 
 def bounds(model, feeds, names, u) -> dict:
+    """The rounding bound of each output of `model` (the original) at `u`, the lowest precision
+    either graph computes in; where that is below the original's own, the candidate is a narrower
+    conversion and the original's derived per-element bound does not judge it (RoundingBound.derived)."""
+    derived = u <= judge.lowest_precision_u(graphinfo.float_dtypes(model))
     try:
         profile = graphinfo.accumulation_profile(model, feeds)
     except Exception:  # an unreadable graph: the widest guess, sensitivity allowed
-        return {name: judge.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
-    return {name: judge.RoundingBound.for_value(u, profile[name]) for name in names}
+        found = {name: judge.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
+    else:
+        found = {name: judge.RoundingBound.for_value(u, profile[name]) for name in names}
+    for bound in found.values():
+        bound.derived = derived
+    return found
 
 
 # -- evidence for the verdict rules (verdict.py): dependency cones and discrete-output feeds -----
@@ -171,40 +312,100 @@ def add_nonfinite_cones(runner, feeds, set_evidence) -> None:
 
 
 def add_decision_evidence(model_file, feeds, set_evidence, reference_state, evaluate) -> None:
-    """SetEvidence.decision for differing discrete outputs: the float64 values feeding the op
-    (`evaluate`: the session's reference evaluator)."""
+    """SetEvidence.decision for differing outputs made by a decision (decisions.py): the float64
+    values feeding the op (`evaluate`: the session's reference evaluator) and their margins (0
+    where the feed is computed exactly, else the stand-in of decisions.margin_stand_in)."""
     if reference_state["status"] == "unavailable":
         return
-    from onnxrefine.verify.judge import DECISION_OPS, DecisionEvidence
     from onnxrefine.verify.reference import bound_of
 
     model = model_file.proto
     producers = {out: node for node in model.graph.node for out in node.output}
     wanted = {}
     for name, item in set_evidence.items():
-        node = producers.get(name)
-        if node is None or node.op_type not in DECISION_OPS or graphinfo.is_float_dtype(item.original.dtype):
-            continue
-        if np.all(judge.bit_identical(item.candidate, item.original)):
-            continue
-        data = list(node.input[:2] if node.op_type in ("Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                                        "Equal") else node.input[:1])
-        wanted[name] = (node, data)
+        found = _decision_feed(producers, name, item)
+        if found is not None and not np.all(judge.bit_identical(item.candidate, item.original)):
+            wanted[name] = found
     if not wanted or reference_refusal(model_file, feeds) is not None:
         return
     extra = {"base_dir": model_file.base_dir} if model_file.base_dir is not None else {}
     try:
-        values = evaluate(model, feeds, outputs=sorted({v for _, data in wanted.values() for v in data}), **extra)
+        values = evaluate(model, feeds, outputs=sorted({v for _, data, _ in wanted.values() for v in data}), **extra)
     except Exception:  # no decision evidence: the perturbation controls decide instead
         return
-    for name, (node, data) in wanted.items():
+    exact = judge.exact_values(model)
+    for name, (node, data, through_where) in wanted.items():
+        # the per-element bound travels on the evaluator's arrays: read it before converting
+        bounds = [0.0 if value in exact else bound_of(values[value]) for value in data]
         arrays = [np.asarray(values[value]) for value in data]
         if not all(graphinfo.is_float_dtype(array.dtype) for array in arrays):
             continue
         attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
-        set_evidence[name].decision = DecisionEvidence(
-            node.op_type, [array.astype(np.float64) for array in arrays], attrs,
-            bounds=[bound_of(values[value]) for value in data])
+        set_evidence[name].decision = judge.DecisionEvidence(
+            node.op_type, [array.astype(np.float64) for array in arrays], attrs, bounds=bounds,
+            output_index=list(node.output).index(name) if name in node.output else 0, through_where=through_where)
+
+
+def add_static_facts(original, candidate_file, tracks, output_map) -> None:
+    """What the graphs say of each output, on every track: SetEvidence.exact_decisions
+    (decisions.exact_decisions) and SetEvidence.maxpool_made (rule maxpool-lowest)."""
+    names = list(tracks[0].evidence) if tracks else []
+    try:
+        exact = judge.exact_decisions(original, names)
+    except Exception:  # an unreadable graph: every decision may have rounded
+        exact = {}
+    candidate = None if candidate_file is None else candidate_file.proto
+    for name in names:
+        made = (made_by_maxpool(original, name),
+                candidate is not None and name in output_map and made_by_maxpool(candidate, output_map[name]))
+        for track in tracks:
+            for item in track.evidence.get(name, []):
+                item.exact_decisions = exact.get(name, False)
+                item.maxpool_made = made
+
+
+def runnable_sets(labelled, first_runs, notes) -> tuple:
+    """The sets and the original's runs without the generated branch sets it could not run (None)."""
+    failed = [label for (label, _), result in zip(labelled, first_runs) if result is None]
+    if not failed:
+        return labelled, first_runs
+    notes.append(f"generated branch set(s) {', '.join(failed)} not used: the original does not run on them")
+    kept = [(item, result) for item, result in zip(labelled, first_runs) if result is not None]
+    return [item for item, _ in kept], [result for _, result in kept]
+
+
+_MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+
+
+def made_by_maxpool(model: onnx.ModelProto, name: str) -> bool:
+    """The value is a MaxPool's output Y, possibly moved by data-movement ops after it."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    current, node = name, producers.get(name)
+    while node is not None and node.op_type in _MOVES and node.input:
+        current = node.input[0]
+        node = producers.get(current)
+    return node is not None and node.op_type == "MaxPool" and node.output[0] == current
+
+
+def _decision_feed(producers, name, item):
+    """(decision node, its float input names, through a Where) for an output a decision makes, or None."""
+    node = producers.get(name)
+    if node is None:
+        return None
+    is_float = graphinfo.is_float_dtype(item.original.dtype)
+    if node.op_type == "Where" and len(node.input) == 3:
+        condition = producers.get(node.input[0])
+        if condition is not None and condition.op_type in judge.COMPARISON_OPS:
+            return condition, list(condition.input[:2]), True
+        return None
+    if node.op_type not in judge.DECISION_OPS:
+        return None
+    if node.op_type in judge.ROUNDING_OPS:
+        return (node, list(node.input[:1]), False) if is_float else None
+    if is_float or (node.op_type == "TopK" and list(node.output).index(name) != 1):
+        return None
+    comparison = node.op_type in judge.COMPARISON_OPS
+    return node, list(node.input[:2] if comparison else node.input[:1]), False
 
 
 def output_report(name, sets, comps, bound, candidate_name, candidate_failure, reference_state):
@@ -244,6 +445,9 @@ def output_report(name, sets, comps, bound, candidate_name, candidate_failure, r
     if judgement.verdict == UNSTABLE:
         notes.append(f"the original itself is unstable at {judgement.unstable_positions} element(s); "
                      "the candidate's differences there are not blamed on it")
+    if judgement.unstable_by:
+        notes.append("unstable by control: " + ", ".join(
+            f"{name} {count}" for name, count in sorted(judgement.unstable_by.items())))
     return OutputReport(
         name=name, verdict=judgement.verdict, dtype=str(first.original.dtype),
         shape=list(first.original.shape), candidate_shape=list(first.candidate.shape),

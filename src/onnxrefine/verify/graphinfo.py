@@ -351,7 +351,7 @@ def _is_ill_conditioned(node: onnx.NodeProto, constant_names) -> bool:
     return node.op_type in ILL_CONDITIONED_OPS
 
 
-def _is_jump(node: onnx.NodeProto) -> bool:
+def is_jump(node: onnx.NodeProto) -> bool:
     if node.op_type == "Cast":
         to = _attr(node, "to")
         return to is not None and not is_float_dtype(np_dtype(to))
@@ -399,10 +399,10 @@ def accumulation_profile(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
         else:
             if _is_ill_conditioned(node, constant_names):
                 amplifiers.add(node.op_type)
-            if _is_jump(node):
+            if is_jump(node):
                 jumps.add(node.op_type)
             amplifiers |= _subgraph_ops(node, lambda inner: inner.op_type in ILL_CONDITIONED_OPS)
-            jumps |= _subgraph_ops(node, _is_jump)
+            jumps |= _subgraph_ops(node, is_jump)
         entry = Accumulation(
             depth=max((p.depth for p in parents), default=0) + 1,
             width=max([width] + [p.width for p in parents]),

@@ -8,9 +8,11 @@ because unpickling runs arbitrary code; without it the file is refused before it
 Generation (deterministic in `seed`): symbolic dims come from `dims` (name -> int), other unknown
 dims default to 2. `trials` random-normal sets are followed, with `stress=True`, by stress sets:
 negatives, signed zeros and tiny values (subnormals, smallest normal), large magnitudes around
-sqrt(max) (sums and single products stay finite, squares and exponentials overflow), and a set
-sprinkled with +-inf and NaN. There is no set near max itself: there nearly every intermediate
-overflows and legitimate rewrites differ only in which one overflows first. Integer inputs keep to a
+sqrt(max) (sums and single products stay finite, squares and exponentials overflow), a set
+sprinkled with +-inf and NaN, and the sets that reach the graph's branches (branches.py: both sides
+of constant thresholds, If conditions, int32-overflowing integers). There is no set near max
+itself: there nearly every intermediate overflows and legitimate rewrites differ only in which one
+overflows first. Integer inputs keep to a
 valid range where they feed indices ([-dim, dim) when the indexed dim is known, else [0, 2)) or
 shapes/counts/axes (1..3); other integers are small. Bool inputs are random.
 """
@@ -219,6 +221,10 @@ def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
             rng = np.random.default_rng([seed, set_index, input_index])
             feeds[spec.name] = _make_array(spec, shapes[spec.name], kind, rng, roles.get(spec.name))
         sets.append((kind, feeds))
+    if stress and sets:
+        from onnxrefine.verify.branches import branch_sets
+
+        sets += branch_sets(model, specs, roles, sets[0][1], np.random.default_rng([seed, len(kinds)]))
     return sets
 
 

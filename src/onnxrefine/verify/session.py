@@ -163,6 +163,8 @@ class VerificationSession:
 
     def check_outputs(self, run: _Run) -> VerificationReport:
         """The output check: every step but localisation."""
+        evidence.apply_conversion(run, None if run.inputs_given else  # how a converted candidate is fed
+                                  lambda: dict(self.plan_inputs(run.candidate_file.proto, None)))
         self.plan_precision(run)
         self.run_original(run)
         self.run_candidate(run)
@@ -212,13 +214,11 @@ class VerificationSession:
             run.notes.append(f"time budget of {self.time_budget_s:g}s spent: {len(run.labelled) - len(first_runs)} "
                              f"of {len(run.labelled)} input sets not run")
             run.labelled = run.labelled[:len(first_runs)]
+        run.labelled, first_runs = evidence.runnable_sets(run.labelled, first_runs, run.notes)
         run.tracks = [Track(strict, first_runs)]
 
     def run_candidate(self, run: _Run) -> None:
         """The candidate on the strict track; then both models under the deployment settings."""
-        if run.candidate_failure is None:
-            run.candidate_failure = evidence.candidate_input_problem(run.original_file.proto,
-                                                                     run.candidate_file.proto)
         if run.candidate_failure is None:
             run.output_map, run.candidate_failure = evidence.match_outputs(
                 run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes,
@@ -305,6 +305,7 @@ class VerificationSession:
         Sets holding inf/NaN always get their run: it also measures the dependency cones, which
         narrow what the inf/NaN rules excuse."""
         run.bounds = evidence.bounds(run.original_file.proto, run.labelled[0][1], run.output_names, run.u)
+        evidence.add_static_facts(run.original_file.proto, run.candidate_file, run.tracks, run.output_map)
         for track in run.tracks:
             pending = [index for index in track.differing_sets
                        if evidence.has_nonfinite(run.labelled[index][1])
@@ -347,6 +348,7 @@ class VerificationSession:
             for name, sets in track.evidence.items():
                 if any(not np.all(judge.bit_identical(item.rerun, item.original)) for item in sets):
                     notes.append(f"control: the original is not deterministic on output {name}{where}")
+        notes.extend(evidence.converted_output_notes(tracks))
         if run.discrete:
             notes.append(f"graph has discrete ops: {run.perturb_count} perturbation runs of the original "
                          "per input set where the candidate differs")
@@ -379,9 +381,9 @@ class VerificationSession:
         else:
             original_model = _whole_proto(original, "original model")
             candidate_model = _whole_proto(candidate, "candidate model")
-        if original_model is None or candidate_model is None:
-            report.localisation = {"status": f"not run: a model's weights exceed {LOCALIZE_MAX_BYTES >> 20} MiB "
-                                             "(localisation holds both models in memory)"}
+        refusal = evidence.localisation_refusal(original_model, candidate_model, LOCALIZE_MAX_BYTES)
+        if refusal is not None:
+            report.localisation = {"status": refusal}
             return
         used = [(label, feeds) for label, feeds in labelled if label in report.input_sets]
         from onnxrefine import resources  # the float64 evaluation of every value must fit the budget
@@ -417,8 +419,11 @@ def _original_runs(model_file, settings, labelled, custom_op_library, deadline, 
             try:
                 first = runner.run(feeds)
             except RunFailedError as exc:
-                hint = "" if given_inputs else " (generated inputs; pass --inputs or --dims)"
-                raise BadInputError(f"input set {label}: {exc}{hint}") from None
+                if not given_inputs and label.startswith("branch:"):
+                    results.append(None)  # a set drawn to reach a branch may leave the valid domain
+                    continue
+                raise BadInputError(f"input set {label}: {exc}"
+                                    + ("" if given_inputs else " (generated inputs; pass --inputs or --dims)")) from None
             results.append((first, runner.run(feeds)))
         return list(runner.output_names), results
 
@@ -439,7 +444,7 @@ def _candidate_runs(track, candidate_file, labelled, custom_op_library, failure)
             progress.report(done=index, total=len(labelled),
                             detail=f"input set {label}: candidate run ({track.settings.level})")
             try:
-                track.candidate_runs.append(runner.run(feeds))
+                track.candidate_runs.append(runner.run(evidence.declared_feeds(candidate_file.proto, feeds)))
             except RunFailedError as exc:
                 track.candidate_failure = f"input set {label}: {exc}"
                 return

@@ -4,7 +4,8 @@ discrete-decision boundaries (decisions.py), and the two exemptions that ask onn
 (runtime_artefacts.py, spec_identity.py). The face below is what the rest of the package uses."""
 
 from onnxrefine.verify.judge.compare import bit_identical, compare_arrays, merge, ulp_distance
-from onnxrefine.verify.judge.decisions import DECISION_OPS, DecisionEvidence
+from onnxrefine.verify.judge.decisions import (COMPARISON_OPS, DECISION_OPS, ROUNDING_OPS, DecisionEvidence,
+                                               exact_decisions, exact_values)
 from onnxrefine.verify.judge.runtime_artefacts import ArtefactCheck
 from onnxrefine.verify.judge.spec_identity import excuse_float16_runtime
 from onnxrefine.verify.judge.verdict import (EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, RoundingBound, SetEvidence,
@@ -13,5 +14,6 @@ from onnxrefine.verify.judge.verdict import (EXACT, MISMATCH, ROUNDING, UNSTABLE
 
 __all__ = ["EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict", "worst", "RoundingBound", "SetEvidence",
            "judge_output", "lowest_precision_u", "nonfinite_replaced", "perturb", "perturbation_runs", "bit_identical",
-           "compare_arrays", "merge", "ulp_distance", "DECISION_OPS", "DecisionEvidence", "ArtefactCheck",
+           "compare_arrays", "merge", "ulp_distance", "DECISION_OPS", "COMPARISON_OPS", "ROUNDING_OPS", "DecisionEvidence",
+           "exact_decisions", "exact_values", "ArtefactCheck",
            "excuse_float16_runtime"]

@@ -1,21 +1,28 @@
-"""Discrete outputs: is a flipped element explained by a float value sitting on a decision boundary?
+"""Decisions: is a flipped element explained by a float value sitting on a decision boundary?
 
-An output made directly by ArgMax/ArgMin, a comparison (Less, Greater, LessOrEqual, GreaterOrEqual,
-Equal) or a Cast of a float to an integer or bool type turns a float into a decision. Rounding can
-flip the decision only where the exact (float64) value feeding it lies within rounding of the
-boundary; there the element is `unstable`, elsewhere a flip is a `mismatch` (verdict.py).
+An op that turns floats into a decision -- ArgMax/ArgMin, TopK's indices, a comparison (Less,
+Greater, LessOrEqual, GreaterOrEqual, Equal; also as the condition of a Where), a Cast of a float to
+an integer or bool type, Floor/Ceil/Round -- can flip only where the exact (float64) value feeding
+it lies within that element's own error bound of the boundary; there the element is `unstable`,
+elsewhere a flip is a `mismatch` (verdict.py).
 
-"Within rounding" is tol = factor * gamma_n * max(|v|, m): gamma_n of the output's bound (it covers
-the arithmetic up to and including the discrete op), v the float64 value(s) at the boundary, m the
-RMS of the finite feed values, factor 2 (the original and the candidate each round).
+The margin of each feed element is DecisionEvidence.bounds (evidence.py fills it): the element's
+own bound on the original's rounding error (the per-element forward bound computed beside the
+float64 reference), zero where the feed is computed exactly (a graph input, a Floor of one, data
+movement: exact_values below). Where no bound is derived, gamma * |v| of that element stands in.
+tol = factor * margin, factor 2 (the original and the candidate each round). No term is shared across elements: one large element of a tensor
+lends no other element a margin.
 
-- ArgMax/ArgMin: the float64 values at the original's pick and at the candidate's pick are within
-  tol of each other (a near-tie); a NaN at either pick counts as near (NaN ordering is not defined
-  by value); an infinite tie does not (the tie-break decides it, as the spec says).
-- comparisons: |a - b| <= tol (or either is NaN); equal infinities are decided, not near.
-- Cast to an integer type: truncation towards zero of R - tol and of R + tol differ (R within tol of
-  an integer) and both decisions lie between them; a non-finite or out-of-range R (undefined in
-  ONNX) counts as near.
+- ArgMax/ArgMin, TopK: the float64 values at the original's pick and at the candidate's pick are
+  within the sum of their tolerances (a near-tie); a NaN at either pick counts as near (NaN
+  ordering is not defined by value). An exact tie (both margins 0) and an infinite tie are decided
+  by the spec's tie rule (first index, or last with select_last_index; TopK: the lower index first),
+  so a tie-order change there is a mismatch.
+- comparisons (and Where conditions): |a - b| <= tol_a + tol_b (or either is NaN); equal
+  infinities are decided, not near.
+- Cast to an integer type, Floor, Ceil, Round: the op's answers at R - tol and R + tol differ and both
+  decisions lie between them; a non-finite or out-of-range R of a Cast (undefined in ONNX) counts
+  as near. An exact integer R with tol 0 is decided: Cast(Floor(x)) has one answer.
 - Cast to bool: |R| <= tol (nonzero -> true), or R is NaN.
 """
 
@@ -24,10 +31,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
 ARG_OPS = frozenset({"ArgMax", "ArgMin"})
 COMPARISON_OPS = frozenset({"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal"})
-DECISION_OPS = ARG_OPS | COMPARISON_OPS | {"Cast"}
+ROUNDING_OPS = frozenset({"Floor", "Ceil", "Round"})
+# ops whose output is itself the decision (Where is reached through its condition, evidence.py)
+DECISION_OPS = ARG_OPS | COMPARISON_OPS | ROUNDING_OPS | {"Cast", "TopK"}
+
+# Ops that compute each output element exactly from exact inputs (no rounding): data movement,
+# selections, sign changes and the integer-valued roundings. A value built only from graph inputs,
+# initializers and these ops carries no rounding error, so its decisions have a margin of 0.
+EXACT_OPS = frozenset({
+    "Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split", "Slice",
+    "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth",
+    "Neg", "Abs", "Relu", "Max", "Min", "Sign", "Floor", "Ceil", "Round", "Where", "Not", "And", "Or",
+    "Xor", "ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool", "ArgMax", "ArgMin", "TopK", "NonZero",
+    "Compress", "Shape", "Size", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN",
+    "IsInf", "Dropout",
+})
 
 
 @dataclass
@@ -36,29 +58,56 @@ class DecisionEvidence:
 
     op_type: str
     values: list  # float64 arrays: the op's data input (two for comparisons)
-    attrs: dict = field(default_factory=dict)  # axis, keepdims, select_last_index
-    # per value, its per-element error bound (bound.bound_of; None: not derived)
+    attrs: dict = field(default_factory=dict)  # axis, keepdims, select_last_index, largest
+    # per value, per element: the bound on the original's rounding error of that feed (0: exact);
+    # None (for the list or one value) or NaN (one element): not derived, margin_stand_in() decides
     bounds: list | None = None
+    output_index: int = 0  # TopK: only its indices (output 1) are judged as a decision
+    # a Where whose condition is the comparison above: the comparison's mask is broadcast to it
+    through_where: bool = False
 
     def usable(self, output_shape) -> bool:
         try:
-            if self.op_type in ARG_OPS:
+            if self.op_type in ARG_OPS or self.op_type == "TopK":
                 return self.values[0].ndim > 0 and _arg_shape(self, output_shape) is not None
             if self.op_type in COMPARISON_OPS:
-                return np.broadcast_shapes(*(v.shape for v in self.values)) == tuple(output_shape)
+                shape = np.broadcast_shapes(*(v.shape for v in self.values))
+                if self.through_where:
+                    return np.broadcast_shapes(shape, tuple(output_shape)) == tuple(output_shape)
+                return shape == tuple(output_shape)
             return self.values[0].shape == tuple(output_shape)
         except (ValueError, IndexError):
             return False
 
 
-def _rms(values: np.ndarray) -> float:
-    finite = values[np.isfinite(values)]
-    return float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
+def margin_stand_in(values: np.ndarray, gamma: float) -> np.ndarray:
+    """gamma * |v| per element (no term across elements): the margin when no bound is known."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return gamma * np.abs(np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0))
+
+
+def _margins(decision: DecisionEvidence, gamma: float) -> list:
+    given = decision.bounds or [None] * len(decision.values)
+    margins = []
+    for bound, value in zip(given, decision.values):
+        stand_in = margin_stand_in(value, gamma)
+        if bound is None:
+            margins.append(stand_in)
+            continue
+        bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), value.shape)
+        margins.append(np.where(np.isnan(bound), stand_in, bound))
+    return margins
 
 
 def _arg_shape(decision: DecisionEvidence, output_shape):
     data = decision.values[0]
-    axis = int(decision.attrs.get("axis", 0)) % data.ndim
+    axis = int(decision.attrs.get("axis", 0 if decision.op_type in ARG_OPS else -1)) % data.ndim
+    if decision.op_type == "TopK":
+        expected = list(data.shape)
+        expected[axis] = output_shape[axis] if len(output_shape) == data.ndim else -1
+        fits = len(output_shape) == data.ndim and all(
+            got == want for index, (got, want) in enumerate(zip(output_shape, expected)) if index != axis)
+        return axis if fits and output_shape[axis] <= data.shape[axis] else None
     keepdims = int(decision.attrs.get("keepdims", 1))
     expected = list(data.shape)
     if keepdims:
@@ -70,17 +119,23 @@ def _arg_shape(decision: DecisionEvidence, output_shape):
 
 def near_boundary(decision: DecisionEvidence, original: np.ndarray, candidate: np.ndarray,
                   gamma: float, factor: float) -> np.ndarray:
-    """Bool per output element: the float64 value feeding it lies within rounding of the boundary."""
+    """Bool per output element: the float64 value feeding it lies within its own bound of the boundary."""
+    tolerances = [factor * margin for margin in _margins(decision, gamma)]
     with np.errstate(invalid="ignore", over="ignore"):
-        if decision.op_type in ARG_OPS:
-            return _near_arg(decision, original, candidate, gamma, factor)
+        if decision.op_type in ARG_OPS or decision.op_type == "TopK":
+            return _near_pick(decision, tolerances[0], original, candidate)
         if decision.op_type in COMPARISON_OPS:
             a, b = np.broadcast_arrays(*decision.values)
-            m = max(_rms(a), _rms(b))
-            tol = factor * gamma * np.maximum(np.maximum(np.abs(a), np.abs(b)), m)
-            return np.isnan(a) | np.isnan(b) | ((a == b) & np.isfinite(a)) | (np.abs(a - b) <= tol)
-        value = decision.values[0]
-        tol = factor * gamma * np.maximum(np.abs(value), _rms(value))
+            tol = np.add(*np.broadcast_arrays(*tolerances))
+            near = np.isnan(a) | np.isnan(b) | ((np.abs(a - b) <= tol) & ~((a == b) & ~np.isfinite(a)))
+            return np.broadcast_to(near, original.shape) if decision.through_where else near
+        value, tol = decision.values[0], tolerances[0]
+        if decision.op_type in ROUNDING_OPS:
+            step = _ROUNDINGS[decision.op_type]
+            low, high = step(value - tol), step(value + tol)
+            o, c = original.astype(np.float64), candidate.astype(np.float64)
+            between = (np.minimum(o, c) >= low) & (np.maximum(o, c) <= high)
+            return ~np.isfinite(value) | ((low != high) & between)
         if original.dtype == np.bool_:
             return np.isnan(value) | (np.abs(value) <= tol)
         info = np.iinfo(original.dtype)
@@ -92,26 +147,30 @@ def near_boundary(decision: DecisionEvidence, original: np.ndarray, candidate: n
         return undefined | ((low != high) & between)
 
 
-def _near_arg(decision, original, candidate, gamma, factor) -> np.ndarray:
-    data = decision.values[0]
+_ROUNDINGS = {"Floor": np.floor, "Ceil": np.ceil, "Round": np.round}  # np.round: half to even, as ONNX
+
+
+def _picks(decision, indices, tolerance, axis):
+    size = decision.values[0].shape[axis]
+    index = indices.astype(np.int64)
+    if decision.op_type in ARG_OPS and not int(decision.attrs.get("keepdims", 1)):
+        index = np.expand_dims(index, axis)
+    valid = (index >= 0) & (index < size)
+    safe = np.clip(index, 0, max(size - 1, 0))
+    return (np.take_along_axis(decision.values[0], safe, axis=axis),
+            np.take_along_axis(tolerance, safe, axis=axis), valid)
+
+
+def _near_pick(decision, tolerance, original, candidate) -> np.ndarray:
     axis = _arg_shape(decision, original.shape)
-    size = data.shape[axis]
-    picks = []
-    for chosen in (original, candidate):
-        index = chosen.astype(np.int64)
-        if not int(decision.attrs.get("keepdims", 1)):
-            index = np.expand_dims(index, axis)
-        valid = (index >= 0) & (index < size)
-        picked = np.take_along_axis(data, np.clip(index, 0, max(size - 1, 0)), axis=axis)
-        picks.append((picked, valid))
-    (ro, valid_o), (rc, valid_c) = picks
-    tol = factor * gamma * np.maximum(np.maximum(np.abs(ro), np.abs(rc)), _rms(data))
-    # An infinite tie is no near-tie: float64 overflows there too, the values are equal by the
-    # spec, and the tie-break (first or last index) decides (ArgMax(Exp(x)) -> ArgMax(x) where Exp
-    # overflows is a real change, not rounding).
-    finite_tie = (ro == rc) & np.isfinite(ro)
-    near = valid_o & valid_c & (np.isnan(ro) | np.isnan(rc) | finite_tie | (np.abs(ro - rc) <= tol))
-    if not int(decision.attrs.get("keepdims", 1)):
+    ro, to, valid_o = _picks(decision, original, tolerance, axis)
+    rc, tc, valid_c = _picks(decision, candidate, tolerance, axis)
+    # An exact tie (no rounding error at either pick) or an infinite one is no near-tie: the values
+    # are equal by the spec, and its tie-break (first or last index, TopK's lower index first)
+    # decides (ArgMax(Exp(x)) -> ArgMax(x) where Exp overflows is a real change, not rounding).
+    decided_tie = (ro == rc) & (~np.isfinite(ro) | ((to == 0) & (tc == 0)))
+    near = valid_o & valid_c & (np.isnan(ro) | np.isnan(rc) | ((np.abs(ro - rc) <= to + tc) & ~decided_tie))
+    if decision.op_type in ARG_OPS and not int(decision.attrs.get("keepdims", 1)):
         near = np.squeeze(near, axis)
     return near
 
@@ -121,26 +180,88 @@ _COMPARE = {"Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal
 
 
 def reference_decision(decision: DecisionEvidence, output: np.ndarray):
-    """(decision the float64 values make, bool mask where that decision is defined)."""
+    """(decision the float64 values make, bool mask where that decision is defined); None for a
+    decision the reference does not restate (an unsorted TopK, a Where's selection)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        if decision.op_type in ARG_OPS:
-            data = decision.values[0]
-            axis = _arg_shape(decision, output.shape)
-            keep = bool(int(decision.attrs.get("keepdims", 1)))
-            pick = np.argmax if decision.op_type == "ArgMax" else np.argmin
-            if int(decision.attrs.get("select_last_index", 0)):
-                flipped = np.flip(data, axis)
-                chosen = data.shape[axis] - 1 - pick(flipped, axis=axis, keepdims=keep)
-            else:
-                chosen = pick(data, axis=axis, keepdims=keep)
-            defined = ~np.any(np.isnan(data), axis=axis, keepdims=keep)
-            return chosen.astype(output.dtype), defined
+        if decision.op_type in ARG_OPS or decision.op_type == "TopK":
+            return _reference_pick(decision, output)
         if decision.op_type in COMPARISON_OPS:
+            if decision.through_where:
+                return None
             a, b = np.broadcast_arrays(*decision.values)
             return _COMPARE[decision.op_type](a, b), ~(np.isnan(a) | np.isnan(b))
         value = decision.values[0]
+        if decision.op_type in ROUNDING_OPS:
+            return _ROUNDINGS[decision.op_type](value).astype(output.dtype), np.isfinite(value)
         if output.dtype == np.bool_:
             return value != 0, ~np.isnan(value)
         info = np.iinfo(output.dtype)
         defined = np.isfinite(value) & (value <= info.max) & (value >= info.min)
         return np.trunc(np.where(defined, value, 0.0)).astype(output.dtype), defined
+
+
+def _reference_pick(decision, output):
+    data = decision.values[0]
+    axis = _arg_shape(decision, output.shape)
+    if decision.op_type == "TopK":
+        if not int(decision.attrs.get("sorted", 1)):
+            return None
+        # the spec: by value, ties broken by the lower index (a stable sort on the sort key)
+        key = -data if int(decision.attrs.get("largest", 1)) else data
+        order = np.argsort(key, axis=axis, kind="stable")
+        chosen = np.take(order, np.arange(output.shape[axis]), axis=axis)
+        defined = ~np.any(np.isnan(data), axis=axis, keepdims=True)
+        return chosen.astype(output.dtype), np.broadcast_to(defined, output.shape)
+    keep = bool(int(decision.attrs.get("keepdims", 1)))
+    pick = np.argmax if decision.op_type == "ArgMax" else np.argmin
+    if int(decision.attrs.get("select_last_index", 0)):
+        flipped = np.flip(data, axis)
+        chosen = data.shape[axis] - 1 - pick(flipped, axis=axis, keepdims=keep)
+    else:
+        chosen = pick(data, axis=axis, keepdims=keep)
+    defined = ~np.any(np.isnan(data), axis=axis, keepdims=keep)
+    return chosen.astype(output.dtype), defined
+
+
+def exact_values(model: onnx.ModelProto) -> set:
+    """Main-graph value names computed without rounding: graph inputs, initializers, Constants, and
+    the outputs of EXACT_OPS (and of Casts to a type that holds the input exactly, or to an integer
+    type) whose inputs are all exact. Their float64 value is what any run computes."""
+    graph = model.graph
+    exact = {value.name for value in graph.input} | {init.name for init in graph.initializer}
+    float_rank = {onnx.TensorProto.FLOAT16: 1, onnx.TensorProto.BFLOAT16: 1, onnx.TensorProto.FLOAT: 2,
+                  onnx.TensorProto.DOUBLE: 3}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            exact.update(node.output)
+            continue
+        inputs_exact = all(name in exact for name in node.input if name)
+        if not inputs_exact:
+            continue
+        if node.op_type in EXACT_OPS:
+            exact.update(name for name in node.output if name)
+        elif node.op_type == "Cast":
+            to = next((attr.i for attr in node.attribute if attr.name == "to"), None)
+            # to an integer/bool type: truncation of an exact value is exact; to float32/64: widening
+            # keeps the value only from a narrower float, so only float64/32 targets of ints are not
+            # assumed (int64 -> float32 rounds)
+            if to is not None and (to not in float_rank or float_rank[to] == 3):
+                exact.update(node.output)
+    return exact
+
+
+def exact_decisions(model: onnx.ModelProto, names) -> dict:
+    """Per value name: True when every decision behind it (graphinfo's discontinuous ops, Casts to
+    int/bool) reads only exactly computed values (exact_values), so rounding cannot move any of
+    them. A node holding a subgraph counts as an inexact decision (its inside is not followed)."""
+    from onnxrefine.verify.graphinfo import is_jump
+
+    exact = exact_values(model)
+    inexact: set = set()
+    for node in model.graph.node:
+        has_subgraph = any(attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                           for attr in node.attribute)
+        if has_subgraph or any(name in inexact for name in node.input) or (
+                is_jump(node) and not all(name in exact for name in node.input if name)):
+            inexact.update(node.output)
+    return {name: name not in inexact for name in names}

@@ -1,6 +1,6 @@
 """The verdict's exemptions as named lists, applied by verdict.judge_output: RULES (a difference
-explained as rounding) and CONTROLS (a position where the original itself is unstable, so an
-unexplained difference there is `unstable`, not `mismatch`; see the end of this module).
+explained as rounding), here, and CONTROLS (a position where the original itself is unstable, so an
+unexplained difference there is `unstable`, not `mismatch`) in controls.py.
 
 Each Rule says which differing elements it explains (`apply` returns a mask over one output on one
 input set), why (its legitimate case, with the regression test that holds it), and the
@@ -77,7 +77,8 @@ class OutputFacts:
         # elsewhere (not derived, or the original beyond it) the accumulation allowance judges
         self.bound_e = None
         self.derived = self.beyond_own_bound = np.zeros(self.a.shape, dtype=bool)
-        if self.r is not None and evidence.error_bound is not None and evidence.error_bound.shape == self.a.shape:
+        if self.r is not None and bound.derived and evidence.error_bound is not None \
+                and evidence.error_bound.shape == self.a.shape:
             self.bound_e = evidence.error_bound
             with np.errstate(invalid="ignore"):
                 known = ~np.isnan(self.bound_e) & (self.ca == FIN) & (self.cr == FIN)
@@ -190,6 +191,16 @@ def _fallback(f: OutputFacts) -> np.ndarray:
         return finite & (np.abs(f.c - f.a) <= allowed)
 
 
+def _maxpool_lowest(f: OutputFacts) -> np.ndarray:
+    # onnxruntime's float MaxPool starts each window at lowest(), so a window holding only -inf
+    # gives -FLT_MAX where the spec (and float64) says -inf; only the side whose output a MaxPool
+    # makes, and only where the true value is -inf
+    made_o, made_c = f.evidence.maxpool_made
+    low = -f.top
+    pair = ((f.a == -np.inf) & (f.c == low) & made_c) | ((f.c == -np.inf) & (f.a == low) & made_o)
+    return pair & (True if f.r is None else f.r == -np.inf)
+
+
 def _sign_flip(f: OutputFacts) -> np.ndarray:
     flip = ((f.ca == PINF) & (f.cc == NINF)) | ((f.ca == NINF) & (f.cc == PINF))
     if f.crd is not None:  # the candidate's infinity against the true value's overflow
@@ -295,6 +306,13 @@ RULES = (
          (_R + "test_cast_to_int_following_the_reference_is_rounding",),
          (_R + "test_cast_to_int_flipped_beyond_the_boundary_is_mismatch",),
          lambda f: f.follows(), True, discrete=True),
+    Rule("maxpool-lowest", "-inf <-> -largest finite where a MaxPool makes the -largest side's output and R "
+         "is -inf", "onnxruntime's float MaxPool gives lowest() (-FLT_MAX) for a window of only -inf, the spec "
+         "-inf: a rewrite that moves a MaxPool before or after an op that maps -inf to -inf shows it",
+         ("tests/test_false_alarm_rules.py::test_maxpool_window_of_only_minus_inf_is_onnxruntimes_lowest",),
+         ("tests/test_false_alarm_rules.py::test_clip_turning_minus_inf_into_lowest_is_still_mismatch",
+          "tests/test_false_alarm_rules.py::test_maxpool_lowest_where_the_true_value_is_finite_is_mismatch"),
+         _maxpool_lowest, None),
     Rule("sign-flip", "nothing: a +inf <-> -inf flip is always unexplained",
          "no rounding turns +inf into -inf; a sign-of-zero change before a division does",
          (), (_R + "test_sign_flip_of_infinity_is_mismatch",), _sign_flip, None, veto=True),
@@ -309,179 +327,9 @@ class DiscreteFacts:
 
     def follows(self) -> np.ndarray:
         ev = self.evidence
-        expected, defined = reference_decision(ev.decision, ev.original)
+        restated = reference_decision(ev.decision, ev.original)
+        if restated is None:
+            return np.zeros(ev.original.shape, dtype=bool)
+        expected, defined = restated
         near = near_boundary(ev.decision, ev.original, ev.candidate, self.bound.gamma, ERROR_FACTOR)
         return defined & ~near & (ev.candidate == expected) & (ev.original != expected)
-
-
-# ------------------------------------------------------------- the controls: unstable positions
-#
-# A difference the RULES leave unexplained is `unstable` (not `mismatch`) only at an unstable
-# position of the ORIGINAL: an element where the original itself is not a fixed function of its
-# inputs. CONTROLS names each way a position is found unstable (unstable_positions in verdict.py
-# ORs them). `unstable` is never accepted (verified.py rolls back on it), but it is a lesser finding
-# than `mismatch`, so each control also names the real bugs it must not turn into `unstable`.
-
-JUMP = 64.0  # a float behind a discontinuous op moving beyond JUMP * (PERTURB_ULPS + n) * u * scale jumped
-
-
-class ControlFacts:
-    """One output on one input set, for the controls: the original, its re-run and perturbed runs."""
-
-    def __init__(self, evidence, bound):
-        self.evidence, self.bound = evidence, bound
-        original = evidence.original
-        self.none = np.zeros(original.shape, dtype=bool)
-        # a discrete output with its float64 feed: the decision boundary decides, not the perturbed runs
-        self.decided = evidence.decision is not None and evidence.decision.usable(original.shape)
-        self.is_float = is_float_dtype(original.dtype)
-        self.moved = [moved for moved in evidence.perturbed if moved.shape == original.shape]
-        self.reshaped = len(self.moved) < len(evidence.perturbed)
-        if self.is_float:
-            self.base = original.astype(np.float64)
-            scale = np.maximum(np.abs(np.nan_to_num(self.base, nan=0.0, posinf=0.0, neginf=0.0)), rms(self.base))
-            self.threshold = JUMP * (PERTURB_ULPS + bound.n) * bound.u * scale
-
-    def perturbed_float(self):
-        """The perturbed runs as float64, with the class of each element (float outputs only)."""
-        for moved in self.moved:
-            moved64 = moved.astype(np.float64)
-            yield moved64, value_class(moved64)
-
-
-def _rerun(f: ControlFacts) -> np.ndarray:
-    return ~bit_identical(f.evidence.rerun, f.evidence.original)
-
-
-def _decision_boundary(f: ControlFacts) -> np.ndarray:
-    if not f.decided:
-        return f.none
-    ev = f.evidence
-    return near_boundary(ev.decision, ev.original, ev.candidate, f.bound.gamma, ERROR_FACTOR)
-
-
-def _perturbed_shape(f: ControlFacts) -> np.ndarray:
-    return f.none | (not f.decided and f.reshaped)
-
-
-def _perturbed_class(f: ControlFacts) -> np.ndarray:
-    if f.decided or not f.is_float:
-        return f.none
-    base_class = value_class(f.base)
-    unstable = f.none.copy()
-    for _, moved_class in f.perturbed_float():
-        unstable |= moved_class != base_class
-    return unstable
-
-
-def _perturbed_jump(f: ControlFacts) -> np.ndarray:
-    # a continuous value moving far (a cancellation, x - 1e6 near 1e6) is sensitive, not unstable:
-    # only a discontinuous op behind it can make it jump
-    if f.decided or not f.is_float or not f.bound.discontinuous:
-        return f.none
-    unstable = f.none.copy()
-    for moved64, _ in f.perturbed_float():
-        both_finite = np.isfinite(moved64) & np.isfinite(f.base)
-        with np.errstate(invalid="ignore"):
-            unstable |= both_finite & (np.abs(moved64 - f.base) > f.threshold)
-    return unstable
-
-
-def _perturbed_discrete(f: ControlFacts) -> np.ndarray:
-    if f.decided or f.is_float:
-        return f.none
-    unstable = f.none.copy()
-    for moved in f.moved:
-        unstable |= ~bit_identical(moved, f.evidence.original)
-    return unstable
-
-
-@dataclass(frozen=True)
-class Control:
-    """One way a position of the original is found unstable, why, and what it must not excuse."""
-
-    name: str
-    marks: str
-    why: str
-    legitimate: tuple  # tests of the case it exists for
-    counterexamples: tuple  # tests of real bugs it must not turn into `unstable`
-    apply: Callable[[ControlFacts], np.ndarray]
-
-
-# The perturbation controls stand aside for a discrete output with decision evidence: the old
-# perturbation control called a Cast flipped to -2 at a wavering boundary `unstable`.
-_DECIDED_INSTEAD = (_R + "test_cast_to_int_flipped_beyond_the_boundary_is_mismatch",)
-
-CONTROLS = (
-    Control("rerun", "elements where a second run of the original on the same inputs differs",
-            "a nondeterministic original (threaded reductions, unseeded kernels) has no single answer",
-            (_V + "test_judge_nondeterministic_original_makes_unstable",),
-            (_V + "test_judge_nondeterministic_original_makes_unstable",), _rerun),
-    Control("decision-boundary", "a discrete output's elements whose float64 feed is within rounding of "
-            "the decision boundary (decisions.near_boundary)",
-            "rounding can flip an ArgMax, comparison or Cast to int only where the exact value is at the boundary",
-            (_V + "test_argmax_over_one_ulp_gap_is_unstable_not_mismatch",
-             _R + "test_comparison_flip_near_the_boundary_is_unstable_and_far_is_mismatch"),
-            (_R + "test_argmax_flip_far_from_a_tie_is_mismatch",
-             _R + "test_cast_to_int_flipped_beyond_the_boundary_is_mismatch",
-             _R + "test_argmax_of_an_overflowing_exp_rewritten_to_argmax_is_mismatch"), _decision_boundary),
-    Control("perturbed-shape", "every element, when a perturbed run of the original has another shape",
-            "a data-dependent shape (NonZero, Compress) that few-ulp input moves change has no stable elements",
-            (_R + "test_control_perturbed_shape_marks_every_element",),
-            _DECIDED_INSTEAD + (_R + "test_control_perturbed_shape_marks_every_element",), _perturbed_shape),
-    Control("perturbed-class", "float elements whose class (finite, +-inf, NaN) changes under few-ulp input moves",
-            "an overflow or a 0/0 at the edge of the input domain flips under rounding",
-            (_R + "test_control_perturbed_class_change_is_unstable_only_there",),
-            _DECIDED_INSTEAD + (_R + "test_control_perturbed_class_change_is_unstable_only_there",),
-            _perturbed_class),
-    Control("perturbed-jump", "float elements behind a discontinuous op (Floor, Round, Cast to int, ...) that "
-            "move beyond JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O) under few-ulp input moves",
-            "Floor(x) near an integer jumps by 1 under an ulp; rounding can do the same to the candidate",
-            (_R + "test_control_perturbed_jump_only_behind_a_discontinuous_op",),
-            _DECIDED_INSTEAD + (_R + "test_control_perturbed_jump_only_behind_a_discontinuous_op",),
-            _perturbed_jump),
-    Control("perturbed-discrete", "integer/bool elements that change under few-ulp input moves (no decision "
-            "evidence)", "a discrete value computed from floats flips where its float feed is at a boundary",
-            (_R + "test_control_perturbed_discrete_change_is_unstable_only_there",),
-            _DECIDED_INSTEAD + (_R + "test_control_perturbed_discrete_change_is_unstable_only_there",),
-            _perturbed_discrete),
-)
-
-
-# -- runtime explanations ---------------------------------------------------------------------------
-# A mismatch judged on one value becomes `unstable` when onnxruntime, not the rewrite, is shown to
-# have moved it. They are whole-value checks made after the element rules (localisation's
-# runtime_artefacts.py, spec_identity.py), so they carry no element mask, only what they excuse,
-# why, and the real bugs they must not excuse.
-
-@dataclass(frozen=True)
-class RuntimeExplanation:
-    name: str
-    excuses: str
-    why: str
-    legitimate: tuple
-    counterexamples: tuple
-    where: str  # the module that applies it
-
-
-_H = "tests/test_float16_runtime_precision.py::"
-_L = "tests/test_localization_false_alarms.py::"
-RUNTIME_EXPLANATIONS = (
-    RuntimeExplanation(
-        "same-node", "an intermediate computed by the same node from bit-identical inputs in both models",
-        "onnxruntime's float16 Softmax gives NaN or 0 for a row holding both infinities depending on its "
-        "buffer (fuzz case 282 of seed 500000)",
-        (_L + "test_float16_softmax_artefact_of_onnxruntime_is_not_named_as_first_bad_value",),
-        (_L + "test_a_real_change_next_to_the_float16_softmax_artefact_is_still_named",),
-        "verify/judge/runtime_artefacts.py"),
-    RuntimeExplanation(
-        "float16-spec-identity", "a value of a float16 graph that the float64 reference, rounding every "
-        "float16 value, computes bit for bit alike in both models on every set where it differs",
-        "onnxruntime computes float16 Exp/Log in float32 and drops the rounding between them depending "
-        "on the nodes in between, so fusing two Unsqueezes moved its answer (fuzz case 3969 of seed 20000)",
-        (_H + "test_fused_unsqueezes_are_not_a_mismatch",
-         _H + "test_a_value_inside_the_graph_is_excused_the_same_way"),
-        (_H + "test_a_real_change_in_a_float16_graph_stays_a_mismatch",
-         _H + "test_float32_arithmetic_anywhere_disables_the_excuse"),
-        "verify/judge/spec_identity.py"),
-)

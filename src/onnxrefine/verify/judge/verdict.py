@@ -59,24 +59,30 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        whose true value overflows (R non-finite or |R| > sqrt(max); without R,
                        the same of O): which intermediate overflows first depends on evaluation
                        order. A candidate +-inf where R is finite and moderate is NOT excused.
+    maxpool-lowest     -inf <-> -largest finite where R is -inf and a MaxPool makes the side's output
+                       showing -largest (onnxruntime's float MaxPool over a window of only -inf).
     sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
 Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fallback" requires
 |C - O| <= 2*gamma*max(|O|, m_O), plus 2*k*(s_i + max s) behind an ill-conditioned op; every
 class change is unexplained unless nonfinite-order, saturation or overflow-territory applies.
 
-Discrete outputs (integer/bool): no element is explained. A differing element of an output made
-directly by ArgMax/ArgMin, a comparison or a Cast to int/bool counts as unstable only when the
-float64 value feeding it lies within rounding of the decision boundary (SetEvidence.decision,
-decisions.near_boundary); otherwise it is a mismatch. Other discrete outputs, and any output when
-no decision evidence is available, use the perturbation controls below.
+Decisions: no element of a discrete (integer/bool) output is explained. A differing element of an
+output made directly by a decision -- ArgMax/ArgMin, TopK's indices, a comparison or a Where on one,
+a Cast to int/bool, Floor/Ceil/Round -- counts as unstable only when the float64 value feeding it
+lies within that element's own bound of the decision boundary (SetEvidence.decision,
+decisions.near_boundary; a feed computed exactly has a bound of 0); otherwise it is a mismatch.
+Other outputs, and any output when no decision evidence is available, use the controls below.
 
-unstable positions (controls on the ORIGINAL: CONTROLS in rules.py, each named with its tests)
+unstable positions (controls on the ORIGINAL: CONTROLS in rules.py, each named with its tests;
+Judgement.unstable_by counts the unexplained elements each one marked)
     - the original run twice on the same inputs: any element that differs;
     - the original on float inputs moved by up to PERTURB_ULPS ulps (checkerboard runs, then random
       ones; at least 8 when the graph holds discrete ops): an element whose class changes, an
       integer element that changes, or, behind a discontinuous op (Floor, Round, comparisons,
       Cast to int, ...: graphinfo.DISCRETE_OPS), a float element that moves by more than
-      JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O).
+      JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O) -- each only where the candidate lies within
+      the range the moved originals span, and the jump/discrete ones only where rounding reaches a
+      decision behind the output (SetEvidence.exact_decisions is False).
 """
 
 from __future__ import annotations
@@ -91,8 +97,8 @@ from onnxrefine.verify import graphinfo
 from onnxrefine.verify.judge.compare import ValueClass, bit_identical, ordered_int
 from onnxrefine.verify.judge.decisions import DecisionEvidence
 from onnxrefine.verify.judge.systematic import systematic_error
-from onnxrefine.verify.judge.rules import (CONTROLS, JUMP, PERTURB_ULPS, RULES, Control, ControlFacts, DiscreteFacts,
-                                     OutputFacts, Rule)
+from onnxrefine.verify.judge.controls import CONTROLS, JUMP, Control, ControlFacts
+from onnxrefine.verify.judge.rules import PERTURB_ULPS, RULES, DiscreteFacts, OutputFacts, Rule
 
 
 
@@ -150,6 +156,10 @@ class RoundingBound:
     amplifiers: tuple | None = None
     # discontinuous op types behind the value; None: unknown (float jumps count as unstable)
     jumps: tuple | None = None
+    # whether the original's derived per-element bound (bound.py) applies to the candidate: not
+    # where the candidate computes in a narrower float type (an fp16 conversion), whose rounding
+    # that bound of a float32 run does not cover; the accumulation allowance at `u` judges there
+    derived: bool = True
 
     @classmethod
     def for_output(cls, u: float, depth: int, width: int, *, path_sum: int | None = None,
@@ -210,6 +220,11 @@ class SetEvidence:
         self.error_bound = None if bound is None or bound.shape != shape else np.asarray(bound, np.float64)
         self.coherent_bound = None if coherent is None or coherent.shape != shape else np.asarray(coherent,
                                                                                                  np.float64)
+    # every decision (DISCRETE_OPS, Cast to int) behind the output reads exactly computed values
+    # (decisions.exact_decisions): few-ulp input moves then stand for no rounding of the original
+    exact_decisions: bool = False
+    # (original, candidate): the output is made by a MaxPool (through data movement), rule maxpool-lowest
+    maxpool_made: tuple = (False, False)
 
 
 @dataclass
@@ -231,6 +246,8 @@ class Judgement:
     worst_elements: list = field(default_factory=list)
     beyond_own_bound: int = 0  # elements where the ORIGINAL exceeds its derived bound (judged by the old rules)
     systematic: str = ""  # why the candidate's mean error is no rounding ("" when it is)
+    # control name -> unexplained elements it marked unstable (one element may have several)
+    unstable_by: dict = field(default_factory=dict)
 
 
 def nonfinite_replaced(feeds, value: float) -> dict:
@@ -279,13 +296,17 @@ def perturb(array: np.ndarray, rng: np.random.Generator, max_ulps: int = PERTURB
     return np.where(keep, array, result).astype(array.dtype)
 
 
-def unstable_positions(evidence: SetEvidence, bound: RoundingBound) -> np.ndarray:
-    """Elements where the original itself is not a fixed function of its inputs: any of CONTROLS."""
+def unstable_positions(evidence: SetEvidence, bound: RoundingBound, by_control: dict | None = None) -> np.ndarray:
+    """Elements where the original itself is not a fixed function of its inputs: any of CONTROLS
+    (`by_control`, when given, receives each control's own mask)."""
     facts = ControlFacts(evidence, bound)
     unstable = facts.none
     for control in CONTROLS:
         # not in place: a 0-d output's masks broadcast to the (1,) that bit_identical makes of it
-        unstable = unstable | control.apply(facts)
+        marked = control.apply(facts)
+        if by_control is not None:
+            by_control[control.name] = marked
+        unstable = unstable | marked
     return unstable
 
 
@@ -372,13 +393,18 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
         if not differ.any():
             per_set.append(EXACT)
             continue
-        unstable = unstable_positions(evidence, bound)
+        by_control: dict = {}
+        unstable = unstable_positions(evidence, bound, by_control)
         if graphinfo.is_float_dtype(original.dtype):
             explained = _explained_float(evidence, bound, unstable, differ, judgement)  # may veto unstable
         else:
             explained = _explained_discrete(evidence, bound, differ, judgement)
         judgement.unstable_positions += int(np.count_nonzero(unstable))
         unexplained = differ & ~explained
+        for name, marked in by_control.items():
+            count = int(np.count_nonzero(unexplained & unstable & marked))
+            if count:
+                judgement.unstable_by[name] = judgement.unstable_by.get(name, 0) + count
         judgement.unexplained += int(np.count_nonzero(unexplained))
         _record_worst(judgement, set_index, evidence, differ, unexplained)
         if not unexplained.any() and graphinfo.is_float_dtype(original.dtype) and systematic_error(evidence, judgement):

@@ -131,6 +131,7 @@ def evaluate_float64(
     functions = {(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
     evaluator = _Evaluator(opsets, functions)
     evaluator.narrow_types = _dtype.narrow_value_types(model)
+    evaluator.model = model
     evaluator.base_dir = base_dir
     evaluator.observe = observe
     if error_bounds:
@@ -193,6 +194,31 @@ class _Evaluator:
         self.observe = None  # see evaluate_float64
         self.bounds = None  # error_bound.BoundTracker of the main graph, when bounds are wanted
         self._node_seen = None  # (node, inputs, attrs, opset) of the native kernel run last (for the bounds)
+        self.model: onnx.ModelProto | None = None
+        self._declared: dict | None = None
+
+    def declared_finfo(self, name: str, computed_dtype):
+        """finfo of the float type the model gives value `name` (that of `computed_dtype` when unknown)."""
+        import ml_dtypes
+
+        elem = self.declared_elem_type(name)
+        if elem in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+            return ml_dtypes.finfo(helper.tensor_dtype_to_np_dtype(elem))
+        return np.finfo(computed_dtype)
+
+    def declared_elem_type(self, name: str) -> int | None:
+        """The element type the model gives value `name` (graph inputs, initializers, inferred for
+        the rest; computed once, on first use); None when unknown."""
+        if self._declared is None:
+            declared = {}
+            if self.model is not None:
+                graph = self.model.graph
+                declared.update({init.name: init.data_type for init in graph.initializer})
+                declared.update({value.name: value.type.tensor_type.elem_type for value in graph.input
+                                 if value.type.HasField("tensor_type")})
+                declared.update(_dtype.inferred_types(self.model) or {})
+            self._declared = declared
+        return self._declared.get(name) or None
 
     # -- graphs -------------------------------------------------------------------------------------------
     def bind_graph_inputs(self, graph: onnx.GraphProto, feeds: Mapping[str, np.ndarray]) -> _Scope:

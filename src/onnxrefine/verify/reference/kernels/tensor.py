@@ -143,11 +143,12 @@ def _clip(call):
         lo = call.input(1)
         hi = call.input(2)
     if x.dtype.kind == "f":
-        # Omitted bounds are numeric_limits::lowest()/max() (the spec; onnxruntime does so), so
-        # Clip turns -inf/+inf into finite values; passing infinities through would make the
-        # reference -inf where a rewritten graph rightly stays finite.
-        lo = np.finfo(x.dtype).min if lo is None else lo
-        hi = np.finfo(x.dtype).max if hi is None else hi
+        # Omitted bounds are numeric_limits::lowest()/max() of the tensor's type (the spec;
+        # onnxruntime does so), so Clip turns -inf/+inf into finite values: FLT_MAX for float32,
+        # 65504 for float16, not float64's limits, in which the reference computes.
+        limits = call.evaluator.declared_finfo(call.node.input[0], x.dtype)
+        lo = limits.min if lo is None else lo
+        hi = limits.max if hi is None else hi
     out = x
     if lo is not None:
         out = np.maximum(out, np.asarray(lo, dtype=x.dtype))

@@ -1,0 +1,57 @@
+"""Known onnxruntime departures from the spec, explained by named rules (verify/judge/rules.py), each
+with the real bugs it must not excuse."""
+
+from __future__ import annotations
+
+import numpy as np
+from helpers import make_model, tensor, value_info
+from onnx import TensorProto, helper
+
+from onnxrefine.verify import MISMATCH, ROUNDING, verify_models
+from onnxrefine.verify.judge.verdict import RoundingBound, SetEvidence, judge_output
+
+F = TensorProto.FLOAT
+LOWEST = -float(np.finfo(np.float32).max)
+
+
+def node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+def build(nodes, inits=()):
+    return make_model(nodes, [value_info("x", F, [1, 1, 6])], [value_info("y", F, None)],
+                      [tensor(k, np.asarray(v)) for k, v in inits])
+
+
+POOL = {"kernel_shape": [2], "strides": [2]}
+X = np.array([[[-np.inf, -np.inf, 1.5, -np.inf, -2.0, 3.0]]], np.float32)
+
+
+def test_maxpool_window_of_only_minus_inf_is_onnxruntimes_lowest():
+    # MaxPool(x) * 2 -> MaxPool(x * 2): exact for a positive power of two; onnxruntime's MaxPool
+    # gives -FLT_MAX for the window of only -inf, which the original's *2 takes to -inf (as the
+    # spec does) while the candidate's MaxPool output stays -FLT_MAX
+    two = [("two", np.float32(2))]
+    original = build([node("MaxPool", ["x"], ["p"], **POOL), node("Mul", ["p", "two"], ["y"])], two)
+    candidate = build([node("Mul", ["x", "two"], ["m"]), node("MaxPool", ["m"], ["y"], **POOL)], two)
+    report = verify_models(original, candidate, inputs=[{"x": X}], trials=2)
+    assert report.verdict == ROUNDING
+
+
+def test_clip_turning_minus_inf_into_lowest_is_still_mismatch():
+    # the same pair of values, made by a Clip instead of a MaxPool: a change, not onnxruntime's MaxPool
+    original = build([node("Identity", ["x"], ["y"])])
+    candidate = build([node("Clip", ["x"], ["y"])])
+    assert verify_models(original, candidate, inputs=[{"x": X}], trials=2).verdict == MISMATCH
+
+
+def test_maxpool_lowest_where_the_true_value_is_finite_is_mismatch():
+    bound = RoundingBound.for_output(2.0 ** -24, 2, 8, amplifiers=(), jumps=())
+    original = np.array([-np.inf, 1.0], np.float32)
+    candidate = np.array([LOWEST, 1.0], np.float32)
+    for reference, expected in ((np.array([-np.inf, 1.0]), ROUNDING), (np.array([-3.0, 1.0]), MISMATCH)):
+        evidence = SetEvidence(original, original.copy(), candidate, reference=reference, maxpool_made=(False, True))
+        assert judge_output([evidence], bound).verdict == expected
+    evidence = SetEvidence(original, original.copy(), candidate, reference=np.array([-np.inf, 1.0]),
+                           maxpool_made=(True, False))  # the -FLT_MAX side is not the MaxPool's
+    assert judge_output([evidence], bound).verdict == MISMATCH
