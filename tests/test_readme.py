@@ -28,7 +28,8 @@ def test_readme_starts_with_the_two_set_up_commands():
     block = lines[first + 1: lines.index("```", first + 1)]
     assert len(block) == 2 and first <= 3
     assert block[0].startswith("python3 -m venv .venv && . .venv/bin/activate && pip install")
-    assert block[1] == "onnxrefine optimize examples/tiny_cnn.onnx tiny_cnn.opt.onnx"
+    assert block[0].endswith("&& onnxrefine optimize examples/tiny_cnn.onnx tiny_cnn.opt.onnx")
+    assert block[1] == ". .venv/bin/activate && python -m pytest -n 2 -q"
     assert (ROOT / "examples" / "tiny_cnn.onnx").is_file()
     # The test command the README gives is the one CI runs.
     assert "python -m pytest -n 2 -q" in README.read_text()
