@@ -29,3 +29,25 @@ def test_exit_now_keeps_code_streams_and_exit_handlers(tmp_path):
     assert result.stdout == "last line without newline"
     assert marker.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["handler-ran"]
+
+
+def test_a_native_crash_is_one_line_and_exit_3(tmp_path):
+    """onnxruntime or onnx dying by a signal (a segfault, an assertion) took the command with it,
+    silently (exit -11 / -6). The command runs supervised: the crash is one line and exit 3."""
+    script = ("import os, signal, sys\n"
+              "from onnxrefine.__main__ import supervised\n"
+              "sys.exit(supervised(lambda: os.kill(os.getpid(), signal.SIGSEGV)))\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env.pop("ONNXREFINE_NO_SUPERVISOR", None)
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1 and "crashed (SIGSEGV)" in result.stderr
+
+
+def test_the_supervised_command_keeps_its_exit_code_and_output(tmp_path):
+    script = ("import sys\n"
+              "from onnxrefine.__main__ import supervised\n"
+              "sys.exit(supervised(lambda: (print('done'), 7)[1]))\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 7 and result.stdout == "done\n" and result.stderr == ""

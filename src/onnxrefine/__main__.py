@@ -28,7 +28,78 @@ def run() -> int:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"onnxrefine: error: not enough memory to start ({text})", file=sys.stderr)
         return 2
-    return exit_now(main())
+    return exit_now(supervised(main))
+
+
+_CRASHES = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
+
+
+def supervised(work) -> int:
+    """Run `work()` (the command) in a forked child and return its exit code, so that a crash in
+    native code (onnxruntime or onnx segfaulting or asserting on a model) ends in one line and
+    exit 3 instead of a silent death by signal. The child has its own process group, and the
+    signals a user sends (Ctrl-C, SIGTERM, SIGHUP) are passed to it once, so its clean-up runs
+    as without the supervisor; it dies with the supervisor (prctl PR_SET_PDEATHSIG). Where the
+    platform cannot fork, or with ONNXREFINE_NO_SUPERVISOR=1, `work()` runs in this process."""
+    import os
+    import signal
+
+    if not hasattr(os, "fork") or os.environ.get("ONNXREFINE_NO_SUPERVISOR", "") not in ("", "0"):
+        return work()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            os.setpgid(0, 0)
+            _die_with(parent)
+            code = work()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # noqa: BLE001 - main() reports its own errors; this is the rest
+            import traceback
+
+            traceback.print_exc()
+        exit_now(code)
+        os._exit(code)
+
+    def forward(signum, frame):
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), forward)
+    _, status = os.waitpid(pid, 0)  # retried by Python when a forwarded signal interrupts it
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    died = os.WTERMSIG(status)
+    name = signal.Signals(died).name
+    if name in _CRASHES:
+        print(f"onnxrefine: internal error: the process crashed ({name}) in native code (onnxruntime or "
+              "onnx); outputs it had not committed were not written", file=sys.stderr, flush=True)
+        return 3
+    return 128 + died
+
+
+def _die_with(parent: int) -> None:
+    """Linux: this process gets SIGKILL when `parent` dies (a killed supervisor leaves no worker
+    behind to write outputs later)."""
+    import os
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if os.getppid() != parent:  # the supervisor died before the prctl took effect
+        os._exit(137)
 
 
 def exit_now(code: int) -> int:

@@ -9,7 +9,8 @@ Exit codes (the README's table; scripts rely on them being distinct):
   1    a negative verdict: the models differ (verify), or the result was not verified as asked
   2    bad input or environment: an unusable model, file or option, a full disk, a permission,
        a name the file system cannot hold, not enough memory
-  3    internal error: a bug of onnxrefine's (one line; --debug shows the traceback)
+  3    internal error: a bug of onnxrefine's (one line; --debug shows the traceback), or native
+       code (onnxruntime, onnx) crashing on the model (one line, from the supervisor in __main__.py)
   130  interrupted (SIGINT); 129 / 143 hung up or terminated (SIGHUP / SIGTERM)
   141  standard output closed early (`| head`): outputs already committed are kept
 """
