@@ -74,6 +74,11 @@ def _check(cases_with_truth) -> None:
         assert _rejected(case), case
 
 
+# onnxruntime 1.31 (the declared minimum) leaves the reduced axes of an empty input as they were
+# (keepdims or not); from 1.32 on it follows the spec, which the ground truth states.
+_ORT_REDUCES_EMPTY_AS_SPECIFIED = tuple(int(p) for p in ort.__version__.split(".")[:2]) >= (1, 32)
+
+
 def _data(shape) -> np.ndarray:
     return np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) + 1
 
@@ -195,6 +200,8 @@ def test_pad_reduce_gemm_match_onnxruntime():
         cases.append((("Pad", [x, np.array(axis_pads, np.int64), None, np.array(axes, np.int64)], {}, 1),
                       lambda x=x, p=axis_pads, a=axes: sem.pad_zeros(x, p, a)))
         for keepdims in (0, 1):
+            if 0 in shape and not _ORT_REDUCES_EMPTY_AS_SPECIFIED:
+                continue  # onnxruntime before 1.32 keeps the reduced axes of an empty input
             cases.append((("ReduceSum", [x, np.array(axes, np.int64)], {"keepdims": keepdims}, 1),
                           lambda x=x, a=axes, k=keepdims: sem.reduce_sum(x, a, bool(k))))
     a, b = _data((2, 3)), _data((3, 4))

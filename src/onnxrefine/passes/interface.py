@@ -307,6 +307,14 @@ def run_lift_lexical_references(pctx: PassContext) -> int:
 # --- the view verification pairs the result through ---------------------------------------------
 
 
+def _copy(model: ir.Model) -> ir.Model:
+    """A copy to edit (onnx-ir's Model.clone where it has one; older onnx-ir through a proto)."""
+    clone = getattr(model, "clone", None)
+    if clone is not None:
+        return clone()
+    return ir.serde.deserialize_model(ir.serde.serialize_model(model))
+
+
 def original_interface(candidate: ir.Model, boundary_values=None) -> ir.Model:
     """A copy of `candidate` with the interface its original had, for verification: renamed inputs
     and outputs under their original names, a retyped input fed by a Cast from the original dtype,
@@ -315,7 +323,7 @@ def original_interface(candidate: ir.Model, boundary_values=None) -> ir.Model:
     record = interface_record(candidate)
     if not record:
         return candidate
-    view = candidate.clone()
+    view = _copy(candidate)
     graph = view.graph
     by_name = {v.name: v for v in list(graph.inputs) + list(graph.outputs)}
     for new_name, old_name in list(record.get("inputs", {}).items()) + list(record.get("outputs", {}).items()):
