@@ -196,7 +196,9 @@ def test_mismatch_bundle_readme_gives_the_trials_its_verify_needs(tmp_path, monk
     """The README's verify line without --trials used the default 3 sets where the campaign used
     its own count: a different set of inputs, and some bundles then showed `rounding`."""
     settings = campaign.CampaignSettings(passes=("fuse_pad_into_pool",), cases=30, seed=0, max_nodes=8, trials=4)
-    monkeypatch.setattr(campaign, "run_chunk", planted_chunk)
+    # In this process (jobs=0): the planted step through monkeypatch, so that it is undone after the
+    # test (planted_chunk's own assignment is for worker processes and would outlive it here).
+    monkeypatch.setattr(campaign, "optimizer_steps", planted_steps)
     summary = campaign.run_campaign(settings, str(tmp_path / "out"), jobs=0)
     assert summary.bundles
     readme = open(os.path.join(summary.bundles[0], "README.md")).read()
