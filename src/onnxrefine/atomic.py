@@ -245,13 +245,11 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
             os.fsync(handle.fileno())   # the data is on disk before the rename makes it visible
         publish_mode(temp)
         publish(temp, path)
-    except OSError as exc:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(temp)
-        raise _named(exc, path) from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
+        if isinstance(exc, OSError):
+            raise _named(exc, path) from None
         raise
 
 

@@ -305,17 +305,12 @@ def save(model: ir.Model, path: Path, *, input_path=None, layout: Layout | None 
         for name in stale:  # the replaced model's own data files, read by nobody now
             after_publish(lambda stale_file=folder / name: os.unlink(stale_file))
         return written
-    except OSError as exc:
+    except BaseException as exc:
         for name in temps:
             with contextlib.suppress(OSError):
                 os.unlink(name)
-        if exc.filename is None:  # a write with no name in the error (ENOSPC): say which output
+        if isinstance(exc, OSError) and exc.filename is None:  # a write with no name (ENOSPC): say which output
             exc.filename = str(path)
-        raise
-    except BaseException:
-        for name in temps:
-            with contextlib.suppress(OSError):
-                os.unlink(name)
         raise
 
 
