@@ -92,12 +92,25 @@ class OpContext:
         return self.attrs.get(name, default)
 
     only_coherent = False  # an input's bound is unbounded everywhere: the output's is too, skip it
+    # the probable pass (bound.py): `b` holds the inputs' error scales sigma, and sums use the
+    # independent-rounding model (Higham and Mary): only the bound channel is computed
+    probable = False
 
     def channels(self):
         """(input bounds, rounding on?) for the bound, then for the coherent bound."""
         if not self.only_coherent:
             yield self.b, True
-        yield self.k, False
+        if not self.probable:
+            yield self.k, False
+
+    def gamma(self, n: float, index: int = 0) -> float:
+        """The relative rounding of an n-term sum in the output's dtype: gamma(n) in the worst case;
+        in the probable pass the scale of sum_k delta_k s_k (|delta_k| <= u independent, mean zero,
+        |s_k| <= sum |terms|): sqrt(n) * u, grown by gamma(n) for the second-order terms."""
+        u = self.u(index)
+        if self.probable:
+            return math.sqrt(n) * u * (1.0 + gamma(n, u)) if n * u < 1.0 else math.inf
+        return gamma(n, u)
 
     def finish(self, index: int, prop, ulps: float | None, exact=None, scale=None,
                underflows: int = 0) -> np.ndarray | None:
