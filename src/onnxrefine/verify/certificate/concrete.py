@@ -60,22 +60,7 @@ class RunShapes:
         has in a run of the model. False where no run can say (a value of a function body or of
         a loop iteration, a model that does not run, MAX_OBSERVATIONS runs made)."""
         activations = [s for s in sides if s.array is None]
-        missing = [s.value for s in activations if id(s.value) not in self._observed]
-        if missing:
-            if self._runs >= MAX_OBSERVATIONS:
-                return False
-            self._runs += 1
-            unknown = [v for node in request.model.graph for v in node.outputs
-                       if id(v) not in self._observed and _not_static(v, request.context.facts)]
-            asked = list(dict.fromkeys(missing + unknown))[:MAX_OBSERVED_VALUES]
-            shapes = observe(request.model, asked, self.seed, shapes=True, facts=request.context.facts)
-            if isinstance(shapes, str):
-                self._runs = MAX_OBSERVATIONS  # a model that did not run will not run the next time
-                return False
-            values = {id(v): v for v in asked}
-            for key, (shape, dtype) in shapes.items():
-                self._observed[key] = (values[key], shape, dtype)
-        if any(id(s.value) not in self._observed for s in activations):
+        if len(self.observed(request, [s.value for s in activations])) < len(activations):
             return False
         for side in activations:
             _, side.shape, dtype = self._observed[id(side.value)]
@@ -84,6 +69,24 @@ class RunShapes:
                     return False
                 side.dtype = np.dtype(dtype)
         return True
+
+    def observed(self, request, values) -> dict[int, tuple]:
+        """id(value) -> (shape, numpy dtype) in a run of the model, for those of `values` a run
+        answers (none after MAX_OBSERVATIONS runs, or once the model did not run)."""
+        missing = [v for v in values if id(v) not in self._observed]
+        if missing and self._runs < MAX_OBSERVATIONS:
+            self._runs += 1
+            unknown = [v for node in request.model.graph for v in node.outputs
+                       if id(v) not in self._observed and _not_static(v, request.context.facts)]
+            asked = list(dict.fromkeys(missing + unknown))[:MAX_OBSERVED_VALUES]
+            shapes = observe(request.model, asked, self.seed, shapes=True, facts=request.context.facts)
+            if isinstance(shapes, str):
+                self._runs = MAX_OBSERVATIONS  # a model that did not run will not run the next time
+            else:
+                values_by_id = {id(v): v for v in asked}
+                for key, (shape, dtype) in shapes.items():
+                    self._observed[key] = (values_by_id[key], shape, dtype)
+        return {id(v): self._observed[id(v)][1:] for v in values if id(v) in self._observed}
 
     def per_call(self, request, sides) -> list[list[Side]]:
         """One copy of `sides` per call site of the function `request` rewrites in, its formal
