@@ -90,6 +90,14 @@ class StaticShapes:
             theirs.update((key, hit) for key, hit in mine.items() if hit[0].graph is main)
         return derived
 
+    def forget_bodies(self) -> None:
+        """Forget the facts of every value outside the main graph (those of a function body read
+        with its attribute references bound to one call's values)."""
+        main = self.model.graph
+        for memo in (self._shapes, self._elements, self._dtypes):
+            for key in [key for key, hit in memo.items() if hit[0].graph is not main]:
+                del memo[key]
+
     def forget(self) -> None:
         self._shapes.clear()
         self._elements.clear()

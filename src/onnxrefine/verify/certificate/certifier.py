@@ -22,10 +22,9 @@ A rule that proved no reader can observe the sign of a zero in an output says so
 A set on which the ORIGINAL fails to run is dropped; a set on which only the candidate fails
 refuses the rewrite. No certificate can be made (outcome "skipped", with the reason) when the
 window cannot be made concrete: an input whose shape or element type neither a fact, a run of
-the model nor its control-flow body's first iteration (`scopes.py`) gives (inside functions,
-mostly), a node of a custom domain other
-than onnxruntime's own (com.microsoft, run where onnxruntime has its kernel) or with a subgraph, a
-dtype the sets do not cover (bfloat16, float8, strings), no set on which the original runs, or no
+the model nor its control-flow body's first iteration or a function's call sites (`scopes.py`)
+gives, a node of a custom domain other than onnxruntime's own (com.microsoft, run where
+onnxruntime has its kernel) or with a subgraph, a dtype the sets do not cover (bfloat16, float8, strings), no set on which the original runs, or no
 float64 reference for an operator. The driver then refuses the rewrite (certificate.uncertifiable), unless
 the run verifies end to end (`defer_uncertified`): the outcome is then "deferred", the rewrite
 applied and left to that verdict (bisected and rolled back when it fails).
@@ -76,7 +75,7 @@ from onnxrefine.verify.certificate.model import (
     forwards_through_identity,
 )
 from onnxrefine.verify.certificate.concrete import RunShapes
-from onnxrefine.verify.certificate.scopes import body_facts
+from onnxrefine.verify.certificate.scopes import body_facts, call_sides
 from onnxrefine.verify.certificate.concrete import unresolved as unresolved_sides
 from onnxrefine.verify.certificate.inputs import (
     NARROW_FLOATS,
@@ -232,9 +231,10 @@ class Certifier:
             if not unresolved:
                 return self._certify_sides(request, sides, context, BODY_NOTE)
         if unresolved and isinstance(request.owner, ir.Function):
-            outcomes = [self._certify_sides(request, given, context, "")
-                        for given in self._runs.per_call(request, sides)]
-            return CertificateOutcome("certified", f"{outcomes[0].detail} at each of its {len(outcomes)} call sites")
+            outcomes = [self._certify_sides(request, given, at_call, "")
+                        for given, at_call in call_sides(request, self._runs)]
+            where = "" if request.calls is not None else f" at each of its {len(outcomes)} call sites"
+            return CertificateOutcome("certified", f"{outcomes[0].detail}{where}")
         if unresolved:
             if not self._runs.fill(request, sides):
                 what = "element type" if unresolved[0].dtype is None else "shape"

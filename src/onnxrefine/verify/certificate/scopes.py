@@ -10,6 +10,9 @@ to be judged at, and takes those of the body's first iteration:
   axis taken out;
 - If: no inputs (its branches read the enclosing scope's values, whose facts they have already).
 
+A model-local function's body is given each call's arguments the same way (`call_sides`), one
+certificate per call site.
+
 Nested bodies get their enclosing bodies' inputs too (a Loop in a Loop, an If in a Loop); an
 initial value no fact gives a shape for takes the shape of a run of the model (concrete.RunShapes).
 A body inside a model-local function, or held by another operator, gets nothing (its certificate
@@ -25,8 +28,12 @@ from onnxrefine.ir import traversal
 from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.facts import Sym
 from onnxrefine.ir.opsets import STANDARD_DOMAINS, opset_version
+from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
+from onnxrefine.verify.certificate.concrete import unresolved
+from onnxrefine.verify.certificate.model import boundary
 
 _SCALAR = ()
+MAX_CALLS = 8  # call sites of a function a rewrite in its body is certified at, one by one
 
 
 def enclosing(request) -> list[traversal.GraphSite] | None:
@@ -91,6 +98,46 @@ def _signature(request, node: ir.Node, body: ir.Graph, oracle, runs) -> dict | N
         given = {}
         pairs = [(f, a, None if i < states else axes[i - states])
                  for i, (f, a) in enumerate(zip(formal, node.inputs))]
+    found = _given(request, pairs, oracle, runs)
+    return None if found is None else {**given, **found}
+
+
+def call_sides(request, runs) -> list[tuple[list, list[ir.Node]]]:
+    """For a rewrite in a model-local function's body: its boundary (sides, context nodes) at each
+    call site (`request.calls`, else every call of the function), the body's formal inputs taking
+    the call's arguments' types and shapes; _Skip where a value stays unknown at a call."""
+    function = request.owner
+    identifier = function.identifier()
+    calls = list(request.calls) if request.calls is not None else [
+        node for site in traversal.graphs(request.model) for node in site.graph if node.op_identifier() == identifier]
+    if not calls or len(calls) > MAX_CALLS:
+        raise _Skip(f"the function {function.name} has {len(calls)} call sites (at most {MAX_CALLS} are certified)")
+    found = []
+    for call in calls:
+        sides, context = boundary(request, call_facts(request, call, runs))
+        left = unresolved(sides)
+        if left:
+            what = "element type" if left[0].dtype is None else "shape"
+            raise _Skip(f"the {what} of '{left[0].name}' is not known at a call of {function.name}")
+        found.append((sides, context))
+    return found
+
+
+def call_facts(request, call: ir.Node, runs):
+    """The oracle of `request.context.facts` plus the function body's formal inputs as `call`
+    passes them (each its argument's element type and shape), for a rewrite in that body."""
+    function = request.owner
+    pairs = [(formal, call.inputs[i] if i < len(call.inputs) else None, None)
+             for i, formal in enumerate(function.inputs)]
+    given = _given(request, [pair for pair in pairs if pair[1] is not None], request.context.facts, runs)
+    return request.context.facts.given(given or {})
+
+
+def _given(request, pairs, oracle, runs) -> dict | None:
+    """id(formal) -> (formal, dtype, symbolic shape) of its actual value (with `axis` taken out)
+    for each (formal, actual, axis) of `pairs`, from the facts or else a run; None where a pair
+    does not fit."""
+    given = {}
     outer = [a for _, a, _ in pairs if a is not None]
     unknown = [a for a in outer if oracle.symbolic_shape(a) is None or (oracle.dtype(a) or a.dtype) is None]
     observed = runs.observed(request, [a for a in unknown if a.graph is request.model.graph]) if unknown else {}
