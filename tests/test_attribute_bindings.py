@@ -132,3 +132,34 @@ def test_a_rule_that_resolves_references_itself_is_not_bound(monkeypatch):
     monkeypatch.setitem(registry._REGISTRY, "resolving", PassSpec("resolving", "test only", rules=rules,
                                                                   default=False))
     expect_guard(_model([[0, 1, 2]]), ["resolving"], "attr.reference", rule="fuse_consecutive_transposes")
+
+
+def test_facts_read_at_one_call_site_are_not_taken_to_the_next():
+    # Reshape(Transpose(r, @perm), [4, 2, 3], allowzero=@allowzero) is a no-op where perm is
+    # [2, 0, 1] (the first call), not where it is [0, 1, 2] (the second): the rule itself must see
+    # that at the second call (the facts read under the first call's binding are forgotten), not
+    # leave it to a failing certificate.
+    def constant(name, dims):
+        return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, T.INT64, [3], dims))
+
+    transpose = helper.make_node("Transpose", ["r"], ["t"])
+    transpose.attribute.append(helper.make_attribute_ref("perm", AttributeProto.INTS))
+    reshape = helper.make_node("Reshape", ["t", "target"], ["y"])
+    reshape.attribute.append(helper.make_attribute_ref("allowzero", AttributeProto.INT))
+    body = [constant("s", [2, 3, 4]), constant("target", SHAPE), helper.make_node("Reshape", ["x", "s"], ["r"]),
+            transpose, reshape]
+    function = helper.make_function("local", "F", ["x"], ["y"], body, [helper.make_opsetid("", 17)],
+                                    attributes=["perm", "allowzero"])
+    calls = [helper.make_node("F", [f"X{i}"], [f"Y{i}"], domain="local", perm=perm, allowzero=0)
+             for i, perm in enumerate([[2, 0, 1], [0, 1, 2]])]
+    graph = helper.make_graph(calls, "g", [helper.make_tensor_value_info(f"X{i}", T.FLOAT, [2, 3, 4]) for i in range(2)],
+                              [helper.make_tensor_value_info(f"Y{i}", T.FLOAT, None) for i in range(2)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+                              functions=[function])
+    model.ir_version = 8
+    optimized, report = onnxrefine.optimize_with_report(model, ["eliminate_nop_reshape"])
+    assert not report.log.applied
+    assert report.log.refusal_guards("eliminate_nop_reshape")
+    assert not [r for r in report.log.refused.values() if r.guard.startswith("certificate")]
+    feeds = {f"X{i}": np.arange(24, dtype=np.float32).reshape(2, 3, 4) for i in range(2)}
+    assert_bit_identical(run(model, feeds), run(optimized, feeds))
