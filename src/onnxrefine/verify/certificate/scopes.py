@@ -90,7 +90,9 @@ def _signature(request, node: ir.Node, body: ir.Graph, oracle, runs) -> dict | N
     else:
         if opset_version(None, request.model.opset_imports, "") < 9:
             return None  # Scan 8 has a batch axis and sequence lengths
-        scanned = int(attr(node, "num_scan_inputs"))
+        scanned = attr(node, "num_scan_inputs")
+        if not isinstance(scanned, int):
+            return None  # a malformed Scan: no signature to read
         states = len(node.inputs) - scanned
         axes = list(attr(node, "scan_input_axes", None) or [0] * scanned)
         if len(formal) != len(node.inputs) or len(axes) != scanned or states < 0:
