@@ -117,9 +117,12 @@ def pass_on_name(old: ir.Value, new: ir.Value) -> None:
 
 
 def use_count(value: ir.Value) -> int:
-    """len(value.uses()) without the copy: onnx-ir copies a value's whole use list on every
-    uses() call, so asking about a constant read by every node of a long chain made each rewrite
-    O(nodes) and the run quadratic (bench/engine_scaling.py --big-chain)."""
+    """len(value.uses()) without the copy. The one read of an onnx-ir private attribute, for want
+    of a public one: onnx-ir (0.1.12 to 1.1 at least) has no use count, and its public uses() and
+    consumers() copy a value's whole use list on every call, so asking about a constant read by
+    every node of a long chain made each rewrite O(nodes) and the run quadratic
+    (bench/engine_scaling.py --big-chain). Feature-checked: where `_uses` is not the dict it is
+    today, the public uses() answers."""
     uses = getattr(value, "_uses", None)
     return len(uses) if isinstance(uses, dict) else len(value.uses())
 
