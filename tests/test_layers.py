@@ -10,6 +10,8 @@
 - no module imports another module's _private name;
 - no private attribute of another object is read (onnx's and onnx-ir's above all: a release may
   drop it) except the few listed in PRIVATE_READS, each with its reason;
+- passes/ and rewrite/ edit graphs only through ir/edit.py: no call of onnx-ir's graph mutators
+  (a graph's node list, initializers, inputs, outputs) there;
 - no module is over 500 lines.
 """
 
@@ -232,6 +234,47 @@ def private_reads(src: Path = SRC, allowed: dict | None = None) -> list[str]:
     return bad
 
 
+# onnx-ir's graph mutators: methods only a Graph has, the list methods on a graph (a name or an
+# attribute spelling a graph), and any change to a graph's inputs, outputs or initializers (a node's
+# are tuples, so a change there is a graph's).
+GRAPH_ONLY_METHODS = {"insert_before", "insert_after", "register_initializer"}
+LIST_METHODS = {"append", "extend", "insert", "pop", "remove", "clear", "sort"}
+GRAPH_PARTS = {"inputs", "outputs", "initializers"}
+EDITORS = ("passes", "rewrite")
+
+
+def _graphish(node: ast.expr) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name.lower().endswith(("graph", "branch", "body"))
+
+
+def graph_mutations_of(source: str) -> list[tuple[str, int]]:
+    """(what, line) for every direct onnx-ir graph edit in `source`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method, receiver = node.func.attr, node.func.value
+            part = receiver.attr if isinstance(receiver, ast.Attribute) and receiver.attr in GRAPH_PARTS else None
+            if method in GRAPH_ONLY_METHODS or (method in LIST_METHODS and (part or _graphish(receiver))):
+                found.append((f"{part + '.' if part else ''}{method}()", node.lineno))
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+            [node.target] if isinstance(node, ast.AugAssign) else []
+        for target in targets:
+            if (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute)
+                    and target.value.attr in GRAPH_PARTS):
+                found.append((f"{target.value.attr}[...] =", node.lineno))
+    return sorted(found, key=lambda item: item[1])
+
+
+def graph_edits_outside_edit(src: Path = SRC) -> list[str]:
+    bad = []
+    for folder in EDITORS:
+        for path in sorted((src / folder).rglob("*.py")):
+            rel = path.relative_to(src).as_posix()
+            bad += [f"{rel}:{line}: {what} (edit through ir/edit.py)" for what, line in graph_mutations_of(path.read_text())]
+    return bad
+
+
 def long_modules(src: Path = SRC) -> list[str]:
     return [f"{path.relative_to(src).as_posix()}: {count} lines" for path in sorted(src.rglob("*.py"))
             if (count := len(path.read_text().splitlines())) > MAX_LINES]
@@ -259,6 +302,10 @@ def test_no_private_attribute_is_read_but_the_listed_ones():
     stale = sorted(key for key in PRIVATE_READS
                    if key[1] not in {name for name, _ in private_reads_of((SRC / key[0]).read_text())})
     assert not stale, f"PRIVATE_READS lists reads that are gone: {stale}"
+
+
+def test_passes_and_the_rule_engine_edit_graphs_only_through_ir_edit():
+    assert not graph_edits_outside_edit(), "\n".join(graph_edits_outside_edit())
 
 
 def test_no_module_is_over_500_lines():
@@ -342,3 +389,23 @@ def test_a_private_read_is_reported_however_it_is_spelled(tmp_path):
                                               "a.py:5: reads _op_list", "a.py:6: reads _core"]
     assert private_reads(src, allowed={("a.py", "_uses"): "", ("a.py", "_inner"): "", ("a.py", "_op_list"): "",
                                        ("a.py", "_core"): ""}) == []
+
+
+def test_a_direct_graph_edit_is_reported_however_it_is_spelled(tmp_path):
+    src = _fake(tmp_path, {"passes/__init__.py": "", "rewrite/__init__.py": "",
+                           "passes/p.py": "def f(graph, node, value, names):\n"
+                                          "    graph.remove(node, safe=True)\n"
+                                          "    value.graph.initializers.pop(value.name)\n"
+                                          "    node.graph.insert_before(node, [node])\n"
+                                          "    graph.outputs[0] = value\n"
+                                          "    names.append(node.name)\n"
+                                          "    branch.append(node)\n",
+                           "rewrite/d.py": "def g(root, graph):\n    graph.outputs.clear()\n"})
+    assert graph_edits_outside_edit(src) == [
+        "passes/p.py:2: remove() (edit through ir/edit.py)",
+        "passes/p.py:3: initializers.pop() (edit through ir/edit.py)",
+        "passes/p.py:4: insert_before() (edit through ir/edit.py)",
+        "passes/p.py:5: outputs[...] = (edit through ir/edit.py)",
+        "passes/p.py:7: append() (edit through ir/edit.py)",
+        "rewrite/d.py:2: outputs.clear() (edit through ir/edit.py)",
+    ]
