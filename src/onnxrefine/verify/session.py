@@ -485,7 +485,9 @@ def _whole_proto(given, role: str) -> onnx.ModelProto | None:
     path = os.fspath(given)
     light = onnx.load(path, load_external_data=False)
     folder = os.path.dirname(os.path.abspath(path))
-    files = {entry.value for tensor in onnx.external_data_helper._get_all_tensors(light)
+    from onnxrefine.ir.load_checks import tensors_with_places
+
+    files = {entry.value for tensor, _ in tensors_with_places(light)
              for entry in tensor.external_data if entry.key == "location"}
     size = os.path.getsize(path) + sum(os.path.getsize(os.path.join(folder, name)) for name in files
                                        if os.path.isfile(os.path.join(folder, name)))
