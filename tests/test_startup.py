@@ -21,11 +21,11 @@ EXAMPLE = ROOT / "examples" / "tiny_cnn.onnx"
 PROBES = {"sympy": "sympy.core", "onnxruntime": "onnxruntime", "rich": "rich", "api": "onnxrefine.api"}
 
 
-def loaded_after(code: str) -> dict:
-    """Run `code` in a fresh interpreter; which of PROBES it imported, and its stdout."""
+def loaded_after(code: str, probes: dict = PROBES) -> dict:
+    """Run `code` in a fresh interpreter; which of `probes` it imported, and its stdout."""
     script = code + (
         "\nimport json, sys\n"
-        f"print('@@' + json.dumps({{k: v in sys.modules for k, v in {PROBES!r}.items()}}))\n"
+        f"print('@@' + json.dumps({{k: v in sys.modules for k, v in {probes!r}.items()}}))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ONNXREFINE_PROGRESS="off")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
@@ -60,6 +60,31 @@ def test_optimize_without_verification_does_not_import_sympy(tmp_path):
     assert (tmp_path / "out.onnx").is_file()
     # onnxruntime is imported once the model is written: a session checks that it loads.
     assert not loaded["sympy"]
+
+
+# What `optimize --no-verify` never runs on a model with nothing to fold and only exact rewrites:
+# the verifier, its float64 reference, its verdict rules, its report and its localization.
+VERIFIER = {name: f"onnxrefine.verify.{name}" for name in
+            ("session", "inputs", "reference", "judge.verdict", "judge.spec_identity", "report", "localize")}
+
+
+def test_optimize_without_verification_loads_no_verifier(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["i"]),
+                               helper.make_node("Sigmoid", ["i"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    code = (
+        "from onnxrefine.cli.main import main\n"
+        f"assert main(['optimize', {str(tmp_path / 'm.onnx')!r}, '-o', {str(tmp_path / 'o.onnx')!r}, '--no-verify']) == 0\n"
+    )
+    loaded = loaded_after(code, {**VERIFIER, "certificates": "onnxrefine.verify.certificate"})
+    assert "1 proved" in loaded["stdout"]  # the Identity went, on a certificate's proof
+    assert loaded.pop("certificates")
+    assert not [name for name in VERIFIER if loaded[name]]
 
 
 def test_api_import_does_not_load_sympy():
