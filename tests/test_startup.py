@@ -119,3 +119,17 @@ def test_sympy_imported_first_is_left_alone():
         "assert str(ir.SymbolicDim('N') + 1) == 'N + 1'\n"
     )
     assert loaded["sympy"]
+
+
+def test_only_the_commands_own_process_freezes_its_start_up(tmp_path):
+    """`python -m onnxrefine` freezes what start-up made (no full collection traverses it again);
+    main() called in a caller's process (these tests) leaves the caller's objects collectable."""
+    out = str(tmp_path / "out.onnx")
+    code = (
+        "import gc\nfrom onnxrefine.cli.main import main\n"
+        f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {out!r}, '--no-verify']) == 0\n"
+        "assert gc.get_freeze_count() == 0\n"
+        f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {out!r}, '--no-verify'], freeze_startup=True) == 0\n"
+        "assert gc.get_freeze_count() > 10000, gc.get_freeze_count()\n"
+    )
+    loaded_after(code)

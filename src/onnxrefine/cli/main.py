@@ -18,6 +18,7 @@ Exit codes (the README's table; scripts rely on them being distinct):
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -137,7 +138,10 @@ def _memory_text(exc: MemoryError) -> str:
             + (f": {exc}" if str(exc) else ""))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, freeze_startup: bool = False) -> int:
+    """The CLI. `freeze_startup`: the process is the command's own (`python -m onnxrefine`), whose
+    start-up objects need no collecting; a caller that runs main in a process of its own (tests)
+    leaves its objects collectable."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv == ["--version"]:  # answered before the subcommands (and the optimizer) are imported
         print(f"onnxrefine {__version__}")
@@ -154,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # The options before the subcommand take no value: the first other word names it.
         parser = build_parser(next((word for word in argv if not word.startswith("-")), None))
+        if freeze_startup:
+            # What start-up made (modules, classes, functions: a few hundred thousand objects)
+            # lives until the process exits: frozen, the collections of the run do not traverse
+            # it again (one full collection less, 0.04 s on small models).
+            gc.freeze()
         args = parser.parse_args(argv)
         debug = debug or args.debug
         if not getattr(args, "func", None):
