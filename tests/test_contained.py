@@ -7,6 +7,7 @@ import time
 
 import onnx
 import pytest
+from helpers import aborting_inference_model
 from onnx import TensorProto, helper
 
 from onnxrefine.ir import contained
@@ -19,17 +20,6 @@ def _relu(width: int) -> onnx.ModelProto:
         [helper.make_node("Relu", ["x"], ["y"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _aborting() -> onnx.ModelProto:
-    """A 3x3 pool over a 1-pixel input, then a strided Slice: onnx's C++ inference asserts (SIGABRT)."""
-    return helper.make_model(helper.make_graph(
-        [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3]),
-         helper.make_node("Slice", ["p", "st", "en", "ax", "sp"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1, 1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("st", 0), ("en", 2), ("ax", 2), ("sp", 2))]),
-        opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _width(model: onnx.ModelProto) -> int:
@@ -62,7 +52,7 @@ def test_one_child_serves_many_inferences(forks):
 def test_after_a_crash_the_next_inference_gets_a_new_child(forks):
     assert _width(contained.infer_shapes(_relu(2))) == 2
     with pytest.raises(contained.NativeCrash, match="SIGABRT"):
-        contained.infer_shapes(_aborting(), strict_mode=False)
+        contained.infer_shapes(aborting_inference_model(), strict_mode=False)
     assert _width(contained.infer_shapes(_relu(4))) == 4
     assert len(forks) == 2
 
