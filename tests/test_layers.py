@@ -74,6 +74,11 @@ def imports_of(source: str) -> list[tuple[str, set[str], int]]:
             found.append(("(relative)", set(), node.lineno))
         elif isinstance(node, ast.Import):
             found += [(alias.name, set(), node.lineno) for alias in node.names if alias.name.startswith("onnxrefine")]
+        elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_face" and len(node.args) == 2
+              and isinstance(node.args[1], ast.Dict)):  # a face's names, imported on first use (_deferred.py)
+            for key, value in zip(node.args[1].keys, node.args[1].values):
+                names = {element.value for element in getattr(value, "elts", [])}
+                found.append((key.value, names, key.lineno))
     return found
 
 
@@ -320,6 +325,7 @@ def test_no_module_is_over_500_lines():
     ("from onnxrefine import verified\n", ["onnxrefine.verified"]),
     ("from . import x\n", ["(relative)"]),
     ("import os\nfrom onnx import helper\n", []),
+    ("__getattr__ = lazy_face(globals(), {'onnxrefine.verify.judge': ('Verdict',)})\n", ["onnxrefine.verify.judge"]),
 ])
 def test_the_scan_sees_every_kind_of_import(source, expected):
     """Imports inside functions, plain `import`, `from onnxrefine import x`."""
