@@ -141,3 +141,68 @@ def test_the_end_to_end_check_compares_each_map_with_the_row_it_repacks(monkeypa
     monkeypatch.setattr(optimize_maps, "_run", run_with_one_value_off)
     assert optimize_maps.check_end_to_end(original, original, aside) == \
         "ZipMap output output_probability does not repack its input exactly"
+
+
+# -- verify on map models: each map's values judged in its keys' order, its keys compared as sets ----
+
+def _with_zipmap_labels(model: onnx.ModelProto, labels: list) -> onnx.ModelProto:
+    changed = onnx.ModelProto()
+    changed.CopyFrom(model)
+    attribute = changed.graph.node[-1].attribute[0]
+    if attribute.name == "classlabels_int64s":
+        attribute.ints[:] = labels
+    else:
+        attribute.strings[:] = [str(label).encode() for label in labels]
+    return changed
+
+
+def _verify(original, candidate):
+    from onnxrefine.verify import verify_models
+
+    report = verify_models(original, candidate, trials=1, stress=False, deployment=None, localize=False)
+    return report.verdict, {row.name: row for row in report.outputs}
+
+
+@pytest.mark.parametrize("int_labels", [True, False])
+def test_verify_judges_a_zipmap_model_map_by_map(int_labels):
+    model = zipmap_model(int_labels)
+    labels = [10, 20, 30] if int_labels else ["a", "b", "c"]
+    verdict, rows = _verify(model, model)
+    assert verdict == "exact" and rows["output_probability"].verdict == "exact"
+    assert rows["output_probability"].dtype == "float32"  # the maps' own type, not Python's float64
+
+    heavier = onnx.ModelProto()
+    heavier.CopyFrom(model)
+    weight = numpy_helper.to_array(heavier.graph.initializer[0]).copy()
+    weight[0, 0] += 0.5
+    heavier.graph.initializer[0].CopyFrom(numpy_helper.from_array(weight, "W"))
+    verdict, rows = _verify(model, heavier)
+    assert verdict == "mismatch" and rows["output_probability"].verdict == "mismatch"
+
+    swapped = _with_zipmap_labels(model, [labels[1], labels[0], labels[2]])
+    verdict, rows = _verify(model, swapped)
+    assert verdict == "mismatch" and rows["output_probability"].verdict == "mismatch"
+    assert rows["label"].verdict == "exact"
+
+
+def test_verify_calls_maps_with_other_keys_a_mismatch_even_where_the_values_agree():
+    """Labels renamed in their order: the values in sorted-key order agree, the keys do not."""
+    model = zipmap_model()
+    verdict, rows = _verify(model, _with_zipmap_labels(model, [10, 20, 31]))
+    assert verdict == "mismatch"
+    assert rows["output_probability"].notes == [
+        "the maps hold other keys: the original's [10, 20, 30], the candidate's [10, 20, 31]"]
+    assert rows["label"].verdict == "exact"
+
+
+def test_map_values_keep_their_type_and_sequence_order():
+    from onnxrefine.verify.ort.mapvalues import values_and_keys
+
+    values, keys = values_and_keys([{"b": 2.0, "a": 1.0}, {"a": 3.0, "b": 4.0}], np.float32)
+    assert keys == ("a", "b") and values.dtype == np.float32 and values.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    values, keys = values_and_keys(np.asarray({2: 0.5, 1: 0.25}), np.float32)  # one map, as a child returns it
+    assert keys == (1, 2) and values.tolist() == [0.25, 0.5]
+    values, keys = values_and_keys([{1: 1.0}, {1: 2.0, 2: 3.0}], np.float32)
+    assert keys == ((1,), (1, 2)) and values.tolist() == [1.0, 2.0, 3.0]
+    values, keys = values_and_keys([], np.float32)
+    assert keys == () and values.shape == (0, 0)
