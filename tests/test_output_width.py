@@ -130,3 +130,13 @@ def test_verify_on_an_80_column_terminal_drops_columns_before_names(tmp_path):
     assert tables and all("verdict" in line for line in tables) and not any("p99 ulp" in line for line in tables)
     assert len([line for line in _rows_naming(text, LONG_OUTPUT) if line.startswith("│")]) == 2
     assert [line for line in _rows_naming(text, LONG_VALUE) if line.startswith("│")]
+
+
+def test_every_help_fits_80_columns(monkeypatch):
+    """argparse cannot wrap a long `{a,b,c}` choice list: such an option shows a metavar instead."""
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    too_wide = [(name, line) for name, sub in [("", parser), *commands.items()]
+                for line in sub.format_help().splitlines() if len(line) > 80]
+    assert too_wide == []

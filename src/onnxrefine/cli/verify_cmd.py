@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     parser.add_argument("original", help="the original .onnx model")
     parser.add_argument("candidate", nargs="?", help="the rewritten .onnx model")
     parser.add_argument("--inputs", metavar="FILE",
-                        help="input values: .npz (keys = input names, or '<set>/<name>' for several "
+                        help="input values: .npz (keys = input names, or '<n>/<name>', n = 0, 1, ..., for several "
                              "sets); a fuzzer oracle.pkl only with --trust-pickle")
     parser.add_argument("--trust-pickle", action="store_true",
                         help="allow --inputs to be a pickle (unpickling runs code from the file)")
