@@ -26,8 +26,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "onnxrefine"
 
 # Lowest first; a layer imports only layers before it. "__init__" is the package root (its face).
 LAYERS = ["errors", "version", "runtime", "portable", "progress", "_deferred", "atomic", "resources", "input_shapes", "ir",
-          "plain", "verify", "rewrite", "passes", "verified", "api", "triage", "fuzz", "batch", "cli", "__main__",
-          "__init__"]
+          "plain", "verify", "rewrite", "passes", "verified", "around_maps", "api", "triage", "fuzz", "batch", "cli",
+          "__main__", "__init__"]
 # The one crossing: verify/certificate/certifier.py implements the rule engine's certificate hook, so
 # it reads the hook's request/outcome types (and the EXACT class name) from rewrite/rule.py.
 ALLOWED = {("verify/certificate/certifier.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateOutcome",
