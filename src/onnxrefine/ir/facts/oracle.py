@@ -42,7 +42,7 @@ class StaticShapes:
     make a recorded fact wrong; it can only make an unknown one knowable, which `forget` allows.
     """
 
-    def __init__(self, model: ir.Model, given: dict | None = None):
+    def __init__(self, model: ir.Model, given: dict | None = None, known: list | None = None):
         self._main_inputs = {id(v) for v in model.graph.inputs}
         # id(value) -> (value, dtype, symbolic shape) taken as given, like a main input's
         # declaration: a control-flow body's inputs as one iteration sees them. Only a certificate
@@ -50,9 +50,11 @@ class StaticShapes:
         # rules never trust it.
         self._given = dict(given or {})
         self.model = model
-        self._shapes: dict[int, tuple[ir.Value, object]] = {}
-        self._elements: dict[int, tuple[ir.Value, object]] = {}
-        self._dtypes: dict[int, tuple[ir.Value, object]] = {}
+        # (shapes, elements, dtypes) memos another oracle of the model already holds (`given`)
+        shapes, elements, dtypes = known or ({}, {}, {})
+        self._shapes: dict[int, tuple[ir.Value, object]] = dict(shapes)
+        self._elements: dict[int, tuple[ir.Value, object]] = dict(elements)
+        self._dtypes: dict[int, tuple[ir.Value, object]] = dict(dtypes)
         self._warming = False
 
     def _warm(self, value: ir.Value, memo: dict, compute) -> None:
@@ -83,12 +85,10 @@ class StaticShapes:
     def given(self, given: dict) -> StaticShapes:
         """An oracle that also takes `given` (see __init__) as facts, reusing this one's answers
         for the main graph's values (no body's input reaches them)."""
-        derived = StaticShapes(self.model, given)
         main = self.model.graph
-        for mine, theirs in ((self._shapes, derived._shapes), (self._elements, derived._elements),
-                             (self._dtypes, derived._dtypes)):
-            theirs.update((key, hit) for key, hit in mine.items() if hit[0].graph is main)
-        return derived
+        known = [{key: hit for key, hit in memo.items() if hit[0].graph is main}
+                 for memo in (self._shapes, self._elements, self._dtypes)]
+        return StaticShapes(self.model, given, known)
 
     def forget_bodies(self) -> None:
         """Forget the facts of every value outside the main graph (those of a function body read
