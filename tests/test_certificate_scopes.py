@@ -11,29 +11,11 @@ import pytest
 from helpers import make_model, run, value_info
 from onnx import TensorProto, helper
 from passutil import assert_bit_identical
+from test_certificate_reach import planted  # noqa: F401 - the fixture planting relu_to_abs (Relu -> Abs)
 
 import onnxrefine
-from onnxrefine.passes import registry
-from onnxrefine.passes.registry import PassSpec
-from onnxrefine.rewrite.pattern import Op, Var
-from onnxrefine.rewrite.rule import EXACT, Replacement, Rule
 
 BODY_NOTE = "in a control-flow body, at its first iteration's shapes"
-
-
-def _relu_to_abs(m, ctx):
-    """Wrong on purpose: Abs(x) is Relu(x) only where x >= 0."""
-    node = ctx.node("Abs", [m["x"]])
-    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
-
-
-@pytest.fixture
-def planted(monkeypatch):
-    registry._load_pass_modules()
-    rule = Rule("relu_to_abs", Op("Relu", Var("x")), _relu_to_abs, kind=EXACT)
-    spec = PassSpec("planted_relu_to_abs", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
-    return spec.name
 
 
 def _relus(source: str, out: str, twice: bool) -> list:
@@ -111,7 +93,7 @@ def test_a_right_rewrite_in_a_control_flow_body_is_certified(where):
 @pytest.mark.parametrize("where", sorted(MODELS))
 def test_a_wrong_rewrite_in_a_control_flow_body_is_caught(planted, where):
     model = MODELS[where](twice=False)
-    optimized, report = onnxrefine.optimize_with_report(model, [planted])
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("relu_to_abs")])
     [(guard, reason)] = [(r.guard, r.reason) for r in report.log.refused.values() if r.rule == "relu_to_abs"]
     assert guard == "certificate.failed" and "exact rewrite differs" in reason
     assert_bit_identical(run(model, _feeds(model)), run(optimized, _feeds(model)))
@@ -125,6 +107,6 @@ def test_a_body_in_a_function_still_has_no_facts(planted):
     model = make_model([helper.make_node("step", ["x", "n", "v0"], ["v"], domain="local")],
                        list(loop.graph.input), [value_info("v")], functions=[function])
     model.opset_import.append(helper.make_opsetid("local", 1))
-    _, report = onnxrefine.optimize_with_report(model, [planted])
+    _, report = onnxrefine.optimize_with_report(model, [planted("relu_to_abs")])
     [(guard, reason)] = [(r.guard, r.reason) for r in report.log.refused.values() if r.rule == "relu_to_abs"]
     assert guard == "certificate.uncertifiable" and "is not known" in reason
