@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate.inputs import SUPPORTED_DTYPES
 from onnxrefine.verify.certificate.model import Side
 from onnxrefine.verify.ort import MAX_OBSERVED_VALUES, observe
