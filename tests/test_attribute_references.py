@@ -168,16 +168,16 @@ def test_reshape_target_reads_allowzero_reference_as_unknown():
 
 def test_certificate_window_and_split_readers_refuse_a_reference():
     from onnxrefine.verify.certificate import inputs as certificate_inputs
-    from onnxrefine.verify.certificate import proofs as certificate_proofs
+    from onnxrefine.verify.certificate.proofs import affine, matmul
 
     x = ir.Value(name="x")
     pool = _node_with_reference("MaxPool", [x], "kernel_shape", ir.AttributeType.INTS)
     expect_refused("attr.reference", certificate_inputs._window, pool, 0, {})
     split = _node_with_reference("Split", [x], "axis", ir.AttributeType.INT)
-    expect_refused("attr.reference", certificate_proofs._split_sizes, split, 2)
+    expect_refused("attr.reference", matmul._split_sizes, split, 2)
     # Two convolutions with strides=@a and strides=@b must not compare equal (both values unknown).
     conv = _node_with_reference("Conv", [x], "strides", ir.AttributeType.INTS)
-    expect_refused("attr.reference", certificate_proofs._attrs, conv)
+    expect_refused("attr.reference", affine._attrs, conv)
 
 
 def test_signed_zero_and_constant_readers_take_a_reference_as_unknown():

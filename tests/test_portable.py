@@ -84,7 +84,7 @@ def test_copy_range_falls_back_to_reads_and_writes(tmp_path, monkeypatch):
 
 def _no_proc(monkeypatch, psutil=None):
     monkeypatch.setattr(portable, "has_proc", lambda: False)
-    monkeypatch.setattr(portable, "_psutil", lambda: psutil)
+    monkeypatch.setattr(portable, "psutil_module", lambda: psutil)
 
 
 @pytest.mark.skipif(portable.shutil.which("ps") is None, reason="no ps on this machine")
@@ -113,7 +113,7 @@ def test_budget_without_resource_or_proc(monkeypatch):
     real_open = open
     monkeypatch.setattr("builtins.open", lambda path, *a, **k: (_ for _ in ()).throw(FileNotFoundError(path))
                         if str(path).startswith(("/proc", "/sys")) else real_open(path, *a, **k))
-    monkeypatch.setattr(portable, "_psutil", lambda: None)
+    monkeypatch.setattr(portable, "psutil_module", lambda: None)
     assert resources.available_memory() is None
     assert resources.default_memory_budget() == resources.DEFAULT_BUDGET_CAP
 

@@ -59,7 +59,8 @@ def _proc_rss(pid: int) -> int | None:
         return None
 
 
-def _psutil():
+def psutil_module():
+    """psutil where it is installed (an optional extra, never a dependency), else None."""
     try:
         import psutil
     except ImportError:
@@ -93,7 +94,7 @@ def process_rss(pid: int) -> int | None:
     """Resident bytes of `pid`; None when it cannot be measured here (or the process is gone)."""
     if has_proc():
         return _proc_rss(pid)
-    psutil = _psutil()
+    psutil = psutil_module()
     if psutil is not None:
         try:
             return int(psutil.Process(pid).memory_info().rss)
@@ -121,7 +122,7 @@ def tree_rss(pid: int) -> int | None:
             total += _proc_rss(current) or 0
             todo.extend(_proc_children(current))
         return total
-    psutil = _psutil()
+    psutil = psutil_module()
     if psutil is not None:
         try:
             root = psutil.Process(pid)

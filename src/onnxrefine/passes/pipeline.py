@@ -75,7 +75,6 @@ def run_passes(
     log: RewriteLog | None = None,
     names: NameAllocator | None = None,
     on_progress: Callable[[int], None] | None = None,
-    max_rewrites: int | None = None,
     max_steps: int | None = None,
     vetoed: Collection[tuple[str, str, str]] = (),
     on_event: EventHook | None = None,
@@ -83,8 +82,8 @@ def run_passes(
 ) -> RewriteLog:
     """Run the schedule on `model` in place and return its log.
 
-    `max_rewrites` caps rule rewrites and skips graph passes (bisect.replay narrows one rule pass
-    with it); `max_steps` caps steps of the whole schedule (see the module docstring);
+    `max_steps` caps steps of the whole schedule (see the module docstring; passes/bisection.py
+    replays prefixes with it);
     `certifier` checks each rule rewrite on its matched subgraph; graph-level passes that check
     their own rewrites read it from the pass context, the others' rewrites stand on their declared
     reason for being exact.
@@ -100,7 +99,7 @@ def run_passes(
     graph_passes = [spec for spec in specs if spec.run is not None and spec.phase != INTERFACE]
     interface_passes = [spec for spec in specs if spec.phase == INTERFACE]
     started = time.perf_counter()
-    rewrites_done = steps = rounds = 0
+    steps = rounds = 0
 
     def room() -> int | None:
         return None if max_steps is None else max_steps - steps
@@ -108,10 +107,10 @@ def run_passes(
     # The schedule's units (the driver run, each graph pass) and the model's version when each
     # last ran and changed nothing: on the same version it would find nothing again (the model is
     # the same; a unit decides from the model alone), so it is skipped, and the rounds end when
-    # every unit is settled on the current version (main's last, all no-op round is not run).
+    # every unit is settled on the current version (the round that would only confirm it is not run).
     version = 0
     settled: dict[str, int] = {}
-    units = (["rules"] if rules else []) + ([spec.name for spec in graph_passes] if max_rewrites is None else [])
+    units = (["rules"] if rules else []) + [spec.name for spec in graph_passes]
     for round_index in range(1, MAX_ROUNDS + 1):
         if room() is not None and room() <= 0:
             break
@@ -120,18 +119,13 @@ def run_passes(
         changes = 0
         if rules and settled.get("rules") != version:
             progress.report(detail=f"round {round_index}: {len(rules)} rewrite rules")
-            remaining = None if max_rewrites is None else max_rewrites - rewrites_done
-            if remaining is not None and remaining <= 0:
-                break
-            caps = [cap for cap in (remaining, room()) if cap is not None]
             first, pass_started = len(log.applied), time.perf_counter()
             driver = RewriteDriver(
                 model, rules, budget=budget, names=context.names, log=log, on_progress=on_progress,
-                max_rewrites=min(caps) if caps else None, certifier=certifier,
+                max_rewrites=room(), certifier=certifier,
             )
             driver.run()
             changes += driver.rewrites
-            rewrites_done += driver.rewrites
             version += driver.rewrites
             if driver.settled:  # its last sweep, over the model as it is now, found nothing
                 settled["rules"] = version
@@ -141,8 +135,7 @@ def run_passes(
                                        entry.graph, entry.root))
             emit("pass", round=round_index, name="rules", passes=[s.name for s in specs if s.rules],
                  changes=driver.rewrites, seconds=time.perf_counter() - pass_started)
-        # A capped rewrite replay is a prefix of rule rewrites only; graph passes would blur it.
-        for spec in graph_passes if max_rewrites is None else ():
+        for spec in graph_passes:
             if settled.get(spec.name) == version:
                 continue
             progress.report(done=graph_passes.index(spec), total=len(graph_passes),
@@ -164,7 +157,7 @@ def run_passes(
                  seconds=time.perf_counter() - pass_started)
         if not fixed_point or changes == 0 or all(settled.get(unit) == version for unit in units):
             break
-    for spec in interface_passes if max_rewrites is None else ():
+    for spec in interface_passes:
         if room() is not None and room() <= 0:
             break
         pass_started = time.perf_counter()

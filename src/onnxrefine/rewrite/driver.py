@@ -194,7 +194,7 @@ class RewriteDriver:
             if (holder := edit.place_constant(self.names, graph, site.in_function, pending.value, before=root))
         ]
         if replacement.nodes:
-            graph.insert_before(root, list(replacement.nodes))
+            edit.insert_nodes(graph, list(replacement.nodes), before=root)
         new_nodes.extend(replacement.nodes)
         touched: list[ir.Node] = list(new_nodes)
         for old, new in replacement.outputs.items():

@@ -42,8 +42,8 @@ accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each co
 multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
 A rewrite that only removes Identity nodes is certified by Identity's definition
 (`model.forwards_through_identity`), one that removes x + 0 or x - 0 by IEEE 754's
-(`proofs.zero_addition_proof`). Some families are certified by proof (the records of
-`families.PROOFS`: proofs.py's proofs, each with reading.py's check beside it), once the proof's
+(`proofs/definitions.py`). Some families are certified by proof (the records of `proofs.PROOFS`,
+each proof with its reading check beside it in its family's module), once the proof's
 reading of the ops has been checked against onnxruntime in the optimization: by asking
 onnxruntime for an affine fold's tail map, a Split's order or a Gemm's reading, or else by
 running the rule's first rewrite whole. Building the
@@ -62,7 +62,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
-from onnxrefine.verify.certificate import families
+from onnxrefine.verify.certificate import proofs
 from onnxrefine.verify.certificate.bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate.bound import judge_exact, judge_reassociating, side_model
@@ -180,9 +180,9 @@ class Certifier:
     # -- building -----------------------------------------------------------------------------
 
     def _certify(self, request: CertificateRequest) -> CertificateOutcome:
-        """The first proof family (families.PROOFS) that proves the rewrite, once its reading of
+        """The first proof family (proofs.PROOFS) that proves the rewrite, once its reading of
         the ops has been checked against onnxruntime in this optimization; else a run."""
-        for proof in families.PROOFS:
+        for proof in proofs.PROOFS:
             if request.kind == EXACT and not proof.exact:
                 continue
             note = proof.prove(request)
@@ -418,7 +418,7 @@ def _run(session, feeds) -> dict | str:
     return {name: np.asarray(value) for name, value in zip(names, values)}
 
 
-RUNTIME = families.Runtime(_make_session, _run)  # how a proof's reading check reaches onnxruntime
+RUNTIME = proofs.Runtime(_make_session, _run)  # how a proof's reading check reaches onnxruntime
 
 
 def _first_line(exc: BaseException) -> str:
