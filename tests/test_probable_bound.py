@@ -154,3 +154,20 @@ def test_one_large_column_lends_no_allowance_behind_an_amplifier():
     report = verify_models(original, candidate, inputs=[{"x": _positive(5)}], trials=2, localize=False)
     assert report.verdict == MISMATCH, report.outputs[0].to_dict()
     assert report.outputs[0].unexplained == 28
+
+
+def test_hard_sigmoid_and_hard_swish_bounds_cover_onnxruntime():
+    # a sweep over [-8, 8] (both clamps and the ramp) and a second one near the breakpoints -3, 3
+    sweep = np.concatenate([np.linspace(-8, 8, 200001), 3.0 + np.linspace(-1e-3, 1e-3, 2001),
+                            -3.0 + np.linspace(-1e-3, 1e-3, 2001)]).astype(np.float32)
+    for op, attrs in (("HardSigmoid", {"alpha": 0.2, "beta": 0.5}), ("HardSigmoid", {"alpha": 1 / 6}),
+                      ("HardSwish", {})):
+        model = make_model([helper.make_node("Mul", ["x", "one"], ["t"]), helper.make_node(op, ["t"], ["y"], **attrs)],
+                           [value_info("x", F, [sweep.size])], [value_info("y", F, None)],
+                           [tensor("one", np.ones(1, np.float32))], opset=17)
+        value = evaluate_float64(model, {"x": sweep})["y"]
+        error = np.abs(_run(model, {"x": sweep}) - np.asarray(value, np.float64))
+        worst = bound_of(value)
+        assert np.all(np.isfinite(worst)) and np.all(error <= worst), op
+        # tight: the bound is within 8 ulps of the largest value
+        assert np.max(worst) <= 8 * float(np.spacing(np.float32(np.max(np.abs(value))))), op

@@ -105,16 +105,22 @@ def _bilinear(product, a, b_a, w, b_w, g: float, magnitude=None):
     return (1.0 + g) * product(abs_a + materialize(b_a, a), abs_w + materialize(b_w, w)) - magnitude
 
 
-def _in_quadrature(product, a, s_a, w, s_w, g: float, magnitude=None):
+def _in_quadrature(product, a, s_a, w, s_w, g: float, magnitude=None, stacked=None, n: int = 0):
     """The probable pass's scale of product(a^, w^) - product(a, w): independent input errors of
     scales s_a, s_w add in quadrature, sqrt(product(s_a^2, w^2) + product(a^2, s_w^2) + product(s_a^2,
-    s_w^2)), plus the sum's own rounding g * product(|a|, |w|) (added, not in quadrature: larger)."""
+    s_w^2)), plus the sum's own rounding g * product(|a|, |w|) (added, not in quadrature: larger).
+    `stacked`: the product of a stack of left operands, for the common case (exact right side) in
+    one float32 call made an upper bound again (_stacked_nonnegative)."""
     abs_a, abs_w = _abs(a), _abs(w)
     if magnitude is None:
         magnitude = product(abs_a, abs_w)
     variance = 0.0
     sq_a = None if s_a is None else np.square(materialize(s_a, a))
     sq_w = None if s_w is None else np.square(materialize(s_w, w))
+    if sq_a is not None and sq_w is None and stacked is not None:
+        quick = _stacked_nonnegative(stacked, [sq_a], abs_w * abs_w, n)
+        if quick is not None:
+            return np.sqrt(quick[0]) + g * magnitude
     if sq_a is not None:
         variance = variance + product(sq_a, abs_w * abs_w)
     if sq_w is not None:
@@ -179,11 +185,16 @@ def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
         carried_by_channel = None
         right_relative = all(c[1] is None or isinstance(c[1], float) for c in (ctx.b, ctx.k))
         if ctx.probable:
-            carried_by_channel = [_in_quadrature(product, a, ctx.b[0], w, ctx.b[1], ctx.gamma(n), magnitude)]
+            carried_by_channel = [_in_quadrature(product, a, ctx.b[0], w, ctx.b[1], ctx.gamma(n),
+                                                 magnitude if magnitude is not None else ctx.magnitude,
+                                                 None if stack is None else stack(product), n)]
         elif stack is not None and magnitude is None and right_relative:
             lefts = [_left_operand(a, compacts[0], compacts[1], ctx.gamma(n) if rounding else 0.0)
                      for compacts, rounding in ctx.channels()]
-            carried_by_channel = _stacked_nonnegative(stack(product), lefts, _abs(w), n)
+            # |a| rides along: the probable pass's magnitude |a| |w| (bound.py) costs no call of its own
+            carried_by_channel = _stacked_nonnegative(stack(product), lefts + [_abs(a)], _abs(w), n)
+            if carried_by_channel is not None:
+                ctx.magnitude = carried_by_channel.pop()
         results = []
         for index, (compacts, rounding) in enumerate(ctx.channels()):
             g = ctx.gamma(n) if rounding else 0.0

@@ -95,6 +95,7 @@ class OpContext:
     # the probable pass (bound.py): `b` holds the inputs' error scales sigma, and sums use the
     # independent-rounding model (Higham and Mary): only the bound channel is computed
     probable = False
+    magnitude = None  # a dot product's |a| |w|, left by the worst-case pass for the probable one
 
     def channels(self):
         """(input bounds, rounding on?) for the bound, then for the coherent bound."""
@@ -368,6 +369,33 @@ def _leaky(ctx, b):
     return max(1.0, abs(float(ctx.attr("alpha", 0.01)))) * _zero(b[0])
 
 
+def _hard_sigmoid_parts(ctx, alpha_default, beta_default):
+    alpha = float(ctx.attr("alpha", alpha_default)) if ctx.node.op_type == "HardSigmoid" else 1.0 / 6.0
+    beta = float(ctx.attr("beta", beta_default)) if ctx.node.op_type == "HardSigmoid" else 0.5
+    return alpha, beta
+
+
+def _hard_sigmoid(ctx, b):
+    alpha, _ = _hard_sigmoid_parts(ctx, 0.2, 0.5)
+    return abs(alpha) * _zero(b[0])
+
+
+def _hard_swish(ctx, b):
+    """x * hardsigmoid(x): the slope is at most max(1, |2 alpha x + beta|) over the interval, <= 1.5 on
+    [-3, 3] and 1 beyond; plus the product of the two bounds."""
+    width = _zero(b[0])
+    return 1.5 * width + width * width / 6.0
+
+
+def _hard_scale(ctx):
+    """What a hard sigmoid's roundings are relative to: alpha*x and + beta round before the clamp
+    (|alpha x| + |beta|), HardSwish's product by x after it (times |x|, plus |y|)."""
+    alpha, beta = _hard_sigmoid_parts(ctx, 0.2, 0.5)
+    x = np.abs(ctx.r(0))
+    inner = abs(alpha) * x + abs(beta)
+    return inner if ctx.node.op_type == "HardSigmoid" else x * inner + np.abs(ctx.y())
+
+
 def _jump(function):
     return _monotone(function)
 
@@ -393,6 +421,9 @@ ELEMENTWISE = {
     "Equal": _elementwise(_comparison, None), "Not": _elementwise(_lipschitz(1.0), None),
     "And": _elementwise(_widest, None), "Or": _elementwise(_widest, None), "Xor": _elementwise(_widest, None),
     "Where": _elementwise(_where, None),
+    # two roundings before the clamp (HardSwish: three, with the product), each within u of the scale
+    "HardSigmoid": _elementwise(_hard_sigmoid, 1.0, scale=_hard_scale),
+    "HardSwish": _elementwise(_hard_swish, 1.5, scale=_hard_scale),
 }
 
 
