@@ -112,7 +112,11 @@ class OutputFacts:
 
     def base_allowance(self) -> np.ndarray:
         """Per element, where no bound is in force: the original's own error there, twice (the
-        candidate rounds as much again), plus gamma times the element's own magnitude."""
+        candidate rounds as much again), plus gamma times the element's own magnitude. A candidate in
+        another precision (bound.derived False: an fp16 conversion) has no bound of its own yet; its
+        allowance keeps the whole-output terms of the accumulation estimate until it does."""
+        if not self.bound.derived:
+            return ERROR_FACTOR * self.err_o + ERROR_FACTOR * self.big_e + self.bound.gamma * self.scale_rms
         allowance = ERROR_FACTOR * self.err_o + self.bound.gamma * self.scale
         if self.bound_c is not None:
             allowance = allowance + np.where(self.beyond_own_bound, self.beyond_c, 0.0)
@@ -276,7 +280,8 @@ RULES = (
          _within_derived_bound, True),
     Rule("within-bound", "where no bound is in force (not derived, not finite, or the original beyond it): finite "
          "C within 2*e_o_i + gamma*|R_i| of R (+ lambda*sigma_i + K_i where the original left its bound); every "
-         "term is the element's own",
+         "term is the element's own, except for a candidate in another precision (an fp16 conversion, whose own "
+         "bound is not computed): 2*e_o + 2*E + gamma*max(|R|, m) there",
          "reassociation, folding and fusion change rounding only; the candidate may err as much "
          "as twice the original's own error at that element plus a relative rounding of the element",
          (_V + "test_conv_bn_fold_in_float32_is_rounding",
