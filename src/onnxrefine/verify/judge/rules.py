@@ -105,22 +105,14 @@ class OutputFacts:
                 and evidence.coherent_bound.shape == self.a.shape else 0.0
             self.bound_e = in_force
             self.bound_c = in_force + np.where(np.isnan(coherent), 0.0, coherent)
-            # where the original left even the worst-case bound: its own error, per element, with the
-            # probable bound where there is one
-            self.beyond_c = np.where(np.isfinite(probable), probable, 0.0) + np.where(np.isnan(coherent), 0.0,
-                                                                                     coherent)
 
     def base_allowance(self) -> np.ndarray:
-        """Per element, where no bound is in force: the original's own error there, twice (the
-        candidate rounds as much again), plus gamma times the element's own magnitude. A candidate in
-        another precision (bound.derived False: an fp16 conversion) has no bound of its own yet; its
-        allowance keeps the whole-output terms of the accumulation estimate until it does."""
-        if not self.bound.derived:
-            return ERROR_FACTOR * self.err_o + ERROR_FACTOR * self.big_e + self.bound.gamma * self.scale_rms
-        allowance = ERROR_FACTOR * self.err_o + self.bound.gamma * self.scale
-        if self.bound_c is not None:
-            allowance = allowance + np.where(self.beyond_own_bound, self.beyond_c, 0.0)
-        return allowance
+        """Where no bound is in force (not derived, +inf, or the original beyond it): the accumulation
+        estimate 2*e_o + 2*E + gamma*max(|R|, m), whose E and m are whole-output terms. A per-element
+        allowance (2*e_o_i + gamma*|R_i|) raised false alarms there: bert-base's cancelling elements
+        (|R| ~ 1e-3 of the typical value) err by more than gamma*|R_i|, and without a bound there is no
+        per-element magnitude of their summands to judge them by."""
+        return ERROR_FACTOR * self.err_o + ERROR_FACTOR * self.big_e + self.bound.gamma * self.scale_rms
 
     def artefact(self) -> np.ndarray:
         """Elements where the original's class is itself an artefact of float evaluation."""
@@ -278,29 +270,25 @@ RULES = (
           _R + "test_bn_fold_dropping_epsilon_before_global_average_pool_is_mismatch",
           _P + "test_one_percent_error_in_a_deep_matmul_chain_is_mismatch"),
          _within_derived_bound, True),
-    Rule("within-bound", "where no bound is in force (not derived, not finite, or the original beyond it): finite "
-         "C within 2*e_o_i + gamma*|R_i| of R (+ lambda*sigma_i + K_i where the original left its bound); every "
-         "term is the element's own, except for a candidate in another precision (an fp16 conversion, whose own "
-         "bound is not computed): 2*e_o + 2*E + gamma*max(|R|, m) there",
+    Rule("within-bound", "where no bound is in force (not derived, +inf, or the original beyond it): finite "
+         "C within 2*e_o + 2*E + gamma*max(|R|, m) of R; E and m are whole-output terms (the one gap left: "
+         "a per-element allowance raised false alarms on bert-base, see OutputFacts.base_allowance)",
          "reassociation, folding and fusion change rounding only; the candidate may err as much "
-         "as twice the original's own error at that element plus a relative rounding of the element",
+         "as twice the original's own error plus the accumulation's rounding",
          (_V + "test_conv_bn_fold_in_float32_is_rounding",
           _V + "test_judge_rounding_within_bound_and_mismatch_beyond",
           _R + "test_correct_bn_fold_before_global_average_pool_is_rounding"),
          (_V + "test_scale_error_of_1e_minus_3_is_caught", _V + "test_fold_without_epsilon_is_mismatch",
           _R + "test_bn_fold_dropping_epsilon_before_global_average_pool_is_mismatch",
-          _R + "test_clipped_softmax_where_the_original_overflows_is_mismatch",
-          _P + "test_one_large_column_lends_no_allowance_where_no_bound_is_derived",
-          _P + "test_one_ill_computed_column_lends_no_allowance_where_no_bound_is_derived"),
+          _R + "test_clipped_softmax_where_the_original_overflows_is_mismatch"),
          _within_bound, True),
-    Rule("ill-conditioned", "where no bound is in force: within-bound plus 2*k*s_i, behind Sqrt/Log/Div/Pow/Softmax/"
-         "normalizations",
+    Rule("ill-conditioned", "where no bound is in force: within-bound's allowance plus 2*k*s_i, behind Sqrt/Log/Div/"
+         "Pow/Softmax/normalizations",
          "rounding differences before an ill-conditioned op grow beyond gamma*|R| (a root near 0); "
          "the original's measured few-ulp sensitivity at that element, scaled to gamma, measures the growth",
          (_F + "test_rounding_amplified_by_sqrt_near_zero_is_rounding_not_mismatch",),
          (_F + "test_sensitivity_does_not_excuse_a_real_change",
-          _R + "test_constant_off_by_half_in_a_well_conditioned_sub_is_mismatch",
-          _P + "test_one_large_column_lends_no_allowance_behind_an_amplifier"),
+          _R + "test_constant_off_by_half_in_a_well_conditioned_sub_is_mismatch"),
          _ill_conditioned, True),
     Rule("reference-inexact", "R not finite at the element: |C - O| <= 2*gamma*|O_i| (+ 2*k*s_i if ill-conditioned)",
          "where the float64 value is itself inf/NaN, the two float runs are compared with each other, "
