@@ -26,8 +26,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "onnxrefine"
 
 # Lowest first; a layer imports only layers before it. "__init__" is the package root (its face).
 LAYERS = ["errors", "version", "runtime", "portable", "progress", "_deferred", "atomic", "resources", "input_shapes", "ir",
-          "plain", "verify", "rewrite", "passes", "verified", "api", "triage", "fuzz", "batch", "cli", "__main__",
-          "__init__"]
+          "plain", "verify", "rewrite", "passes", "verified", "around_maps", "api", "triage", "fuzz", "batch", "cli",
+          "__main__", "__init__"]
 # The one crossing: verify/certificate/certifier.py implements the rule engine's certificate hook, so
 # it reads the hook's request/outcome types (and the EXACT class name) from rewrite/rule.py.
 ALLOWED = {("verify/certificate/certifier.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateOutcome",
@@ -74,6 +74,11 @@ def imports_of(source: str) -> list[tuple[str, set[str], int]]:
             found.append(("(relative)", set(), node.lineno))
         elif isinstance(node, ast.Import):
             found += [(alias.name, set(), node.lineno) for alias in node.names if alias.name.startswith("onnxrefine")]
+        elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_face" and len(node.args) == 2
+              and isinstance(node.args[1], ast.Dict)):  # a face's names, imported on first use (_deferred.py)
+            for key, value in zip(node.args[1].keys, node.args[1].values):
+                names = {element.value for element in getattr(value, "elts", [])}
+                found.append((key.value, names, key.lineno))
     return found
 
 
@@ -320,6 +325,7 @@ def test_no_module_is_over_500_lines():
     ("from onnxrefine import verified\n", ["onnxrefine.verified"]),
     ("from . import x\n", ["(relative)"]),
     ("import os\nfrom onnx import helper\n", []),
+    ("__getattr__ = lazy_face(globals(), {'onnxrefine.verify.judge': ('Verdict',)})\n", ["onnxrefine.verify.judge"]),
 ])
 def test_the_scan_sees_every_kind_of_import(source, expected):
     """Imports inside functions, plain `import`, `from onnxrefine import x`."""

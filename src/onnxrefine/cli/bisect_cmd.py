@@ -25,8 +25,9 @@ def register(subparsers) -> None:
         "after each, and write a repro bundle for the first real mismatch.",
     )
     parser.add_argument("model", help="input .onnx file")
-    parser.add_argument("--optimizer", default="onnxrefine", choices=sorted(ADAPTERS),
-                        help="which optimizer to bisect (peers are used only when installed)")
+    parser.add_argument("--optimizer", default="onnxrefine", choices=sorted(ADAPTERS), metavar="NAME",
+                        help=f"which optimizer to bisect: {', '.join(sorted(ADAPTERS))} (default onnxrefine; "
+                             "peers are used only when installed)")
     parser.add_argument("--passes", help="comma-separated pass names (default: the optimizer's default list)")
     parser.add_argument("--out", default=None, help="bundle folder (default: <model>.bisect beside the model)")
     parser.add_argument("--inputs", help="input sets (.npz) instead of generated ones")
