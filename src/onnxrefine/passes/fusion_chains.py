@@ -92,6 +92,9 @@ TRANSPOSES_IDENTITY = Rule(
 
 
 # --- fuse_consecutive_squeezes / unsqueezes ---------------------------------------------------
+# These rules and the squeeze/unsqueeze pairs below keep their intermediates: where the inner node
+# has other readers it stays for them, and only the reader that fuses is repointed (onnxoptimizer
+# leaves such a chain whole).
 
 
 def _explicit_axes(node: ir.Node) -> list[int]:
@@ -143,11 +146,13 @@ SQUEEZES = Rule(
     "fuse_consecutive_squeezes",
     Op("Squeeze", Op("Squeeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
     lambda m, ctx: _fuse_axes_chain(m, ctx, compose_squeezes),
+    keeps_intermediates=True,
 )
 UNSQUEEZES = Rule(
     "fuse_consecutive_unsqueezes",
     Op("Unsqueeze", Op("Unsqueeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
     lambda m, ctx: _fuse_axes_chain(m, ctx, compose_unsqueezes),
+    keeps_intermediates=True,
 )
 
 
@@ -187,11 +192,13 @@ SQUEEZE_UNSQUEEZE = Rule(
     "fuse_consecutive_squeeze_unsqueeze",
     Op("Unsqueeze", Op("Squeeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
     squeeze_then_unsqueeze,
+    keeps_intermediates=True,
 )
 UNSQUEEZE_SQUEEZE = Rule(
     "fuse_consecutive_unsqueeze_squeeze",
     Op("Squeeze", Op("Unsqueeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
     unsqueeze_then_squeeze,
+    keeps_intermediates=True,
 )
 
 
