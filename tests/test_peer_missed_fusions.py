@@ -12,6 +12,8 @@ from helpers import make_model, op_types, run, tensor, value_info
 from onnx import TensorProto, helper
 from passutil import assert_bit_identical, check_pass, optimize, special_floats
 
+import onnxrefine
+
 from onnxrefine.passes.batchnorm import CONV_ADD_COMPUTED
 from onnxrefine.passes.fusion import MATMUL_ADD_COMPUTED
 from onnxrefine.rewrite.rule import REASSOCIATING
@@ -40,11 +42,11 @@ def i64(name, values):
 
 def conv_add(bias_shape, *, made_by=None, conv_bias=False, opset=17):
     """y = Conv(x, W) + b, b a graph input of `bias_shape` (or, with `made_by`, those nodes make
-    it from graph input `b0`); the Conv has 4 output channels."""
-    inits = [tensor("W", RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))]
+    it from graph input `b0`); the Conv has 8 output channels."""
+    inits = [tensor("W", RNG.standard_normal((8, 3, 3, 3)).astype(np.float32))]
     conv_inputs = ["x", "W"]
     if conv_bias:
-        inits.append(tensor("B", RNG.standard_normal(4).astype(np.float32)))
+        inits.append(tensor("B", RNG.standard_normal(8).astype(np.float32)))
         conv_inputs.append("B")
     nodes = [node("Conv", conv_inputs, ["c"], name="conv", pads=[1, 1, 1, 1])]
     inputs = [value_info("x", F, [1, 3, 5, 5])]
@@ -56,7 +58,7 @@ def conv_add(bias_shape, *, made_by=None, conv_bias=False, opset=17):
         inits += more_inits
         inputs.append(value_info("b0", F, list(source_shape)))
     nodes += [node("Add", ["c", "b"], ["y"], name="add")]
-    return make_model(nodes, inputs, [value_info("y", F, [1, 4, 5, 5])], inits, opset=opset)
+    return make_model(nodes, inputs, [value_info("y", F, [1, 8, 5, 5])], inits, opset=opset)
 
 
 def conv_feeds(bias_shape, source="b"):
@@ -69,7 +71,7 @@ def test_conv_bias_rule_declared_reassociating():
     assert CONV_ADD_COMPUTED.kind == REASSOCIATING and MATMUL_ADD_COMPUTED.kind == REASSOCIATING
 
 
-@pytest.mark.parametrize("bias_shape, opset", [((1, 4, 1, 1), 17), ((4, 1, 1), 17), ((1, 4, 1, 1), 11)])
+@pytest.mark.parametrize("bias_shape, opset", [((1, 8, 1, 1), 17), ((8, 1, 1), 17), ((1, 8, 1, 1), 11)])
 def test_graph_input_bias_becomes_the_conv_bias_through_a_squeeze(bias_shape, opset):
     model = conv_add(bias_shape, opset=opset)
     optimized = optimize(model, "fuse_add_bias_into_conv")
@@ -80,26 +82,26 @@ def test_graph_input_bias_becomes_the_conv_bias_through_a_squeeze(bias_shape, op
 
 
 def test_bias_unsqueezed_from_a_vector_is_read_as_the_vector():
-    made = ([node("Unsqueeze", ["b0", "axes"], ["b"])], (4,), [i64("axes", [1, 2])])
+    made = ([node("Unsqueeze", ["b0", "axes"], ["b"])], (8,), [i64("axes", [1, 2])])
     model = conv_add(None, made_by=made)
     optimized = optimize(model, "fuse_add_bias_into_conv")
     assert op_types(optimized) == ["Conv"] and list(optimized.graph.node[0].input) == ["x", "W", "b0"]
-    assert_within_rounding(model, optimized, conv_feeds((4,), "b0"))
+    assert_within_rounding(model, optimized, conv_feeds((8,), "b0"))
 
 
 def test_bias_computed_after_the_conv_keeps_the_graph_in_order():
     """onnxoptimizer moves only the bias's own producer before the Conv: here that Unsqueeze reads
     a Relu that comes after the Conv, and its graph is out of order. The checker in `optimize`
     rejects an unordered graph."""
-    made = ([node("Relu", ["b0"], ["r"]), node("Unsqueeze", ["r", "axes"], ["b"])], (4,), [i64("axes", [1, 2])])
+    made = ([node("Relu", ["b0"], ["r"]), node("Unsqueeze", ["r", "axes"], ["b"])], (8,), [i64("axes", [1, 2])])
     model = conv_add(None, made_by=made)
     optimized = optimize(model, "fuse_add_bias_into_conv")
     assert op_types(optimized) == ["Relu", "Conv"]
-    assert_within_rounding(model, optimized, conv_feeds((4,), "b0"))
+    assert_within_rounding(model, optimized, conv_feeds((8,), "b0"))
 
 
 def test_conv_with_a_bias_of_its_own_is_left():
-    model = conv_add((1, 4, 1, 1), conv_bias=True)
+    model = conv_add((1, 8, 1, 1), conv_bias=True)
     assert op_types(optimize(model, "fuse_add_bias_into_conv")) == ["Conv", "Add"]
 
 
@@ -108,14 +110,14 @@ def _open_output(model):
     return model
 
 
-@pytest.mark.parametrize("bias_shape", [(1, 1, 1, 5), (4, 5, 5)])   # varies along the width; per element
+@pytest.mark.parametrize("bias_shape", [(1, 1, 1, 5), (1, 1, 5, 1)])   # varies along the width, the height
 def test_bias_that_is_not_one_value_per_channel_stays_an_add(bias_shape):
     optimized, _ = expect_guard(_open_output(conv_add(bias_shape)), "fuse_add_bias_into_conv",
                                 "conv_bias.not_per_channel", conv_feeds(bias_shape)[0])
     assert "Add" in op_types(optimized)
 
 
-@pytest.mark.parametrize("bias_shape", [(1,), (2, 1, 4, 1, 1)])   # no channel axis; enlarges the output
+@pytest.mark.parametrize("bias_shape", [(1,), (1, 1, 8, 1, 1)])   # no channel axis; a rank above the output's
 def test_bias_that_does_not_line_up_with_the_channels_stays_an_add(bias_shape):
     optimized, _ = expect_guard(_open_output(conv_add(bias_shape)), "fuse_add_bias_into_conv", "conv_bias.rank",
                                 conv_feeds(bias_shape)[0])
@@ -124,7 +126,7 @@ def test_bias_that_does_not_line_up_with_the_channels_stays_an_add(bias_shape):
 
 def test_bias_of_unknown_shape_stays_an_add():
     model = conv_add(("c", 1, 1))
-    expect_guard(model, "fuse_add_bias_into_conv", "conv_bias.shape_unknown", conv_feeds((4, 1, 1))[0])
+    expect_guard(model, "fuse_add_bias_into_conv", "conv_bias.shape_unknown", conv_feeds((8, 1, 1))[0])
 
 
 # --- a run-time bias into a Gemm --------------------------------------------------------------
@@ -168,12 +170,24 @@ def test_bias_computed_after_the_matmul_keeps_the_graph_in_order():
     assert_within_rounding(model, optimized, gemm_feeds((5,)))
 
 
-def test_run_time_bias_of_every_element_stays_an_add():
-    """An [M, N] run-time value is a residual connection, not a bias."""
+def test_run_time_value_of_every_element_stays_an_add():
+    """An [M, N] run-time value is a residual connection, not a bias: not even a candidate."""
     model = matmul_add((3, 5))
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_matmul_add_bias_into_gemm"])
+    assert op_types(optimized) == ["Relu", "MatMul", "Add"] and not report.log.refusal_guards()
+
+
+def test_run_time_bias_broadcast_from_one_value_stays_an_add():
+    model = matmul_add((1,))
     optimized, _ = expect_guard(model, "fuse_matmul_add_bias_into_gemm", "gemm.bias_not_per_column",
-                                gemm_feeds((3, 5))[0])
+                                gemm_feeds((1,))[0])
     assert op_types(optimized) == ["Relu", "MatMul", "Add"]
+
+
+def test_residual_after_a_conv_is_not_a_bias_candidate():
+    model = conv_add((1, 8, 5, 5))
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_add_bias_into_conv"])
+    assert op_types(optimized) == ["Conv", "Add"] and not report.log.refusal_guards()
 
 
 # --- Squeeze / Unsqueeze chains whose intermediate has other readers ----------------------------

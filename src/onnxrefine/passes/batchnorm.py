@@ -8,6 +8,8 @@ after), so each is declared REASSOCIATING and verified against a float64 referen
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx_ir as ir
 
@@ -303,6 +305,9 @@ def fold_conv_add_computed(m: Match, ctx: RewriteContext) -> Replacement | None:
         return None  # fold_conv_add folds it into a constant bias
     refuse_quantized_layer(m["conv"], m["op"].outputs[0])  # quantized units stay as they are
     weight_shape = ctx.facts.static_shape(weight)
+    symbolic = ctx.facts.symbolic_shape(c)
+    if weight_shape is not None and symbolic is not None and math.prod(d for d in symbolic if isinstance(d, int)) > weight_shape[0]:
+        return None  # more values than channels: a residual or per-element value, no bias
     bias_shape = ctx.facts.static_shape(c)
     if weight_shape is None or len(weight_shape) < 3 or bias_shape is None:
         raise RewriteRefused("conv_bias.shape_unknown", "the weight's or the added value's shape is not known from "

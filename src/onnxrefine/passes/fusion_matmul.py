@@ -72,6 +72,9 @@ def fuse_matmul_add_computed(m: Match, ctx: RewriteContext) -> Replacement | Non
     takes the Add's place, after both operands."""
     if constant_array_available(m["c"]):
         return None  # fuse_matmul_add's case
+    symbolic = ctx.facts.symbolic_shape(m["c"])
+    if symbolic is not None and len(symbolic) == 2 and symbolic[0] != 1:
+        return None  # a value per row too: a residual connection, no bias
     bias_type = ctx.facts.dtype(m["c"])
     n = _gemm_columns(m, ctx, None if bias_type is None else bias_type.numpy())
     shape = ctx.facts.static_shape(m["c"])
