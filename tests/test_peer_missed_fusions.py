@@ -226,3 +226,18 @@ def test_shared_intermediate_kept_and_only_the_fusing_reader_repointed(first, se
     assert fused_input == "x"                               # the fusing reader alone is repointed
     for feed in feeds:
         assert_bit_identical(run(model, feed), run(optimized, feed))
+
+
+def test_patch_merging_slices_fused_around_their_shared_row_slice():
+    """Swin's patch merging: rows 0::2 of x sliced once, then columns 0::2 and 1::2 of them; each
+    pair becomes one Slice of x on both axes, and the shared row Slice goes with its last reader."""
+    def slice_node(src, out, start, axis):
+        return node("Slice", [src, f"s{start}", "end", f"ax{axis}", "two"], [out])
+    nodes = [slice_node("x", "rows", 0, 1), slice_node("rows", "a", 0, 2), slice_node("rows", "b", 1, 2),
+             node("Concat", ["a", "b"], ["y"], axis=-1)]
+    inits = [i64("s0", [0]), i64("s1", [1]), i64("end", [2 ** 62]), i64("ax1", [1]), i64("ax2", [2]), i64("two", [2])]
+    model = make_model(nodes, [value_info("x", F, [1, 4, 4, 3])], [value_info("y", F, [1, 2, 2, 6])], inits)
+    feeds = [{"x": special_floats((1, 4, 4, 3), seed=7)}]
+    optimized = check_pass(model, "fuse_consecutive_slices", feeds)
+    assert op_types(optimized) == ["Slice", "Slice", "Concat"]
+    assert all(n.input[0] == "x" for n in optimized.graph.node if n.op_type == "Slice")

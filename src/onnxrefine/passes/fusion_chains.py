@@ -252,7 +252,10 @@ def _slice_pattern(inner_or_x, suffix: str, name: str) -> Op:
     )
 
 
-SLICES = Rule("fuse_consecutive_slices", _slice_pattern(_slice_pattern(Var("x"), "1", "inner"), "2", "outer"), fuse_slices)
+# An inner Slice read by several outer ones (a Swin patch merging takes rows 0::2 once, then columns
+# 0::2 and 1::2 of them) stays until each reader has fused: the last one removes it.
+SLICES = Rule("fuse_consecutive_slices", _slice_pattern(_slice_pattern(Var("x"), "1", "inner"), "2", "outer"), fuse_slices,
+              keeps_intermediates=True)
 
 
 # --- fuse_consecutive_concats -----------------------------------------------------------------
