@@ -243,23 +243,13 @@ def test_memory_error_names_the_phase(example, tmp_path, monkeypatch, capsys):
     assert "not enough memory during optimize tiny.onnx" in err
 
 
-def test_onnxruntime_that_cannot_be_mapped_is_one_line(monkeypatch):
+def test_onnxruntime_that_cannot_be_mapped_is_one_line(failing_onnxruntime_import):
     """Under a tight address-space limit the dynamic loader fails to map onnxruntime's library:
     a one-line 'not enough memory to load onnxruntime', not an ImportError traceback."""
-    import builtins
-
     from onnxrefine import runtime
     from onnxrefine.errors import BadInputError
 
-    real_import = builtins.__import__
-
-    def failing(name, *args, **kwargs):
-        if name == "onnxruntime":
-            raise ImportError("libonnxruntime.so: failed to map segment from shared object")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
-    monkeypatch.setattr(builtins, "__import__", failing)
+    failing_onnxruntime_import(ImportError("libonnxruntime.so: failed to map segment from shared object"))
     with pytest.raises(BadInputError, match="not enough memory to load onnxruntime"):
         runtime.require_onnxruntime()
 
