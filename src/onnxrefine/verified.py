@@ -49,7 +49,7 @@ from onnxrefine.rewrite.rule import EXACT
 from onnxrefine.verify.judge import Verdict
 
 DEFAULT_VERIFY_BUDGET_S = 120.0  # the most auto mode spends unless --verify-budget says otherwise
-AUTO_BUDGET_FACTOR = 3.0
+AUTO_BUDGET_FACTOR = 2.0
 MAX_ROLLBACKS = 4
 ACCEPTED = tuple(verdict for verdict in Verdict if verdict.accepted)  # exact, rounding
 

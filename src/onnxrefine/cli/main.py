@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 
-from onnxrefine import progress
+from onnxrefine import portable, progress
 from onnxrefine.version import __version__
 from onnxrefine.cli.checks import check_args
 from onnxrefine.errors import OnnxRefineError
@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None, freeze_startup: bool = False) -> int:
         print(f"onnxrefine: error: {STARTUP_FAILURE}", file=sys.stderr)
         return EXIT_BAD_INPUT
     _install_signal_handlers()
+    portable.single_threaded_blas()
     debug = "--debug" in argv[:1] or os.environ.get("ONNXREFINE_DEBUG", "") not in ("", "0")
     try:
         # The options before the subcommand take no value: the first other word names it.

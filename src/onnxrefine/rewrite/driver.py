@@ -65,6 +65,9 @@ class RewriteDriver:
         self.on_progress = on_progress
         self.ctx = RewriteContext(model, self.names, self.budget)
         self.rewrites = 0
+        # True once a sweep over every graph found nothing: a new driver with these rules on
+        # this model would find nothing either (the schedule skips it, passes/pipeline.py).
+        self.settled = False
 
     def run(self) -> RewriteLog:
         for _ in range(MAX_SWEEPS):
@@ -74,6 +77,7 @@ class RewriteDriver:
                 if self._exhausted():
                     return self.log
             if self.rewrites == before:
+                self.settled = True
                 break
         return self.log
 
