@@ -28,7 +28,7 @@ def run() -> int:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"onnxrefine: error: not enough memory to start ({text})", file=sys.stderr)
         return 2
-    return exit_now(supervised(main))
+    return exit_now(supervised(lambda: main(freeze_startup=True)))
 
 
 _CRASHES = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")

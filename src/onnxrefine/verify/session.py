@@ -31,8 +31,7 @@ import onnx
 from onnxrefine import progress
 from onnxrefine.errors import BadInputError
 from onnxrefine.resources import ResourceLimitError
-from onnxrefine.verify import judge
-from onnxrefine.verify import evidence, graphinfo
+from onnxrefine.verify import evidence, graphinfo, judge
 from onnxrefine.verify.evidence import Track
 from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
 from onnxrefine.verify.reference import UnsupportedOperatorError
@@ -223,8 +222,7 @@ class VerificationSession:
             run.output_map, run.candidate_failure = evidence.match_outputs(
                 run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes,
                 self.match_outputs)
-        _candidate_runs(run.strict, run.candidate_file, run.labelled, self.custom_op_library, run.candidate_failure,
-                        run.output_map)
+        _candidate_runs(run.strict, run, self.custom_op_library)
         if self.deployment is None:
             return
         try:
@@ -235,8 +233,7 @@ class VerificationSession:
                              f"settings ({self.deployment.describe()}): {exc}")
         else:
             run.tracks.append(Track(self.deployment, deployed, map_outputs))
-            _candidate_runs(run.tracks[-1], run.candidate_file, run.labelled, self.custom_op_library,
-                            run.candidate_failure, run.output_map)
+            _candidate_runs(run.tracks[-1], run, self.custom_op_library)
 
     def add_reference(self, run: _Run) -> None:
         """The evidence of every track; the original in float64 on each set where a float output
@@ -430,9 +427,10 @@ def _original_runs(model_file, settings, labelled, custom_op_library, deadline, 
         return list(runner.output_names), results, runner.map_outputs
 
 
-def _candidate_runs(track, candidate_file, labelled, custom_op_library, failure, output_map) -> None:
-    track.candidate_failure = failure
-    if failure is not None:
+def _candidate_runs(track, run: _Run, custom_op_library) -> None:
+    candidate_file, labelled = run.candidate_file, run.labelled
+    track.candidate_failure = run.candidate_failure
+    if run.candidate_failure is not None:
         return
     try:
         runner = ModelRunner(candidate_file, "candidate model", track.settings, custom_op_library)
@@ -450,7 +448,7 @@ def _candidate_runs(track, candidate_file, labelled, custom_op_library, failure,
             except RunFailedError as exc:
                 track.candidate_failure = f"input set {label}: {exc}"
                 return
-        track.compare_map_keys(runner.map_outputs, output_map)
+        track.compare_map_keys(runner.map_outputs, run.output_map)
 
 
 def _add_perturbation_runs(track, original_file, labelled, indices, count, seed, custom_op_library) -> None:
@@ -488,7 +486,9 @@ def _whole_proto(given, role: str) -> onnx.ModelProto | None:
     path = os.fspath(given)
     light = onnx.load(path, load_external_data=False)
     folder = os.path.dirname(os.path.abspath(path))
-    files = {entry.value for tensor in onnx.external_data_helper._get_all_tensors(light)
+    from onnxrefine.ir.load_checks import tensors_with_places
+
+    files = {entry.value for tensor, _ in tensors_with_places(light)
              for entry in tensor.external_data if entry.key == "location"}
     size = os.path.getsize(path) + sum(os.path.getsize(os.path.join(folder, name)) for name in files
                                        if os.path.isfile(os.path.join(folder, name)))
