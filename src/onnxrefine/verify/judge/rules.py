@@ -77,7 +77,7 @@ class OutputFacts:
         # elsewhere (not derived, or the original beyond it) the accumulation allowance judges
         self.bound_e = None
         self.derived = self.beyond_own_bound = np.zeros(self.a.shape, dtype=bool)
-        if self.r is not None and bound.derived and evidence.error_bound is not None \
+        if self.r is not None and evidence.error_bound is not None \
                 and evidence.error_bound.shape == self.a.shape:
             self.bound_e = evidence.error_bound
             with np.errstate(invalid="ignore"):

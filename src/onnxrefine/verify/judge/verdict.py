@@ -156,10 +156,6 @@ class RoundingBound:
     amplifiers: tuple | None = None
     # discontinuous op types behind the value; None: unknown (float jumps count as unstable)
     jumps: tuple | None = None
-    # whether the original's derived per-element bound (bound.py) applies to the candidate: not
-    # where the candidate computes in a narrower float type (an fp16 conversion), whose rounding
-    # that bound of a float32 run does not cover; the accumulation allowance at `u` judges there
-    derived: bool = True
 
     @classmethod
     def for_output(cls, u: float, depth: int, width: int, *, path_sum: int | None = None,
