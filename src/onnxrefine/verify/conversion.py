@@ -162,24 +162,42 @@ def narrower_candidate(original: onnx.ModelProto, candidate: onnx.ModelProto) ->
 
 
 def attach_candidate_bounds(run, sets: dict, evaluate) -> None:
-    """Where the candidate is narrower (narrower_candidate), each differing output's SetEvidence gets
-    the bounds of the candidate's own precision (module docstring). `sets`: input set index -> the
-    original's output names evaluated there; `evaluate`: the session's reference evaluator. Where the
-    candidate's own bound is not available, the original's (which does not cover it) is dropped."""
+    """The candidate's own bounds, from its graph evaluated in float64 (`evaluate`: the session's
+    reference evaluator) on each set of `sets` (input set index -> the original's output names
+    evaluated there), where the original's do not judge it:
+    - a narrower candidate (narrower_candidate): each differing output's SetEvidence gets the bounds
+      of the candidate's own precision (module docstring); where the candidate's own bound is not
+      available, the original's (which does not cover it) is dropped;
+    - a float16 graph whose original bound is not finite at a differing element (a subgraph on its
+      path): SetEvidence.spec_same_bound, the candidate's own bound where the reference gives both
+      models the same value (rule float16-skipped-rounding)."""
     candidate_file = run.candidate_file
-    if candidate_file is None or run.strict.candidate_failure is not None \
-            or not narrower_candidate(run.original_file.proto, candidate_file.proto):
+    if candidate_file is None or run.strict.candidate_failure is not None:
+        return
+    narrower = narrower_candidate(run.original_file.proto, candidate_file.proto)
+    if not narrower and not any(np.dtype(dtype).name in NARROW_FLOATS for dtype in run.float_dtypes):
         return
     for index, names in sorted(sets.items()):
         items = [(name, track.set_evidence[index][name]) for track in run.tracks
                  if index < len(track.set_evidence) for name in names if name in track.set_evidence[index]]
-        items = [(name, item) for name, item in items if item.reference is not None]
+        items = [(name, item) for name, item in items if item.reference is not None
+                 and (narrower or _unbounded_where_differing(item))]
         if not items:
             continue
         values = _candidate_values(candidate_file, run.labelled[index][1],
                                    sorted({run.output_map[name] for name, _ in items}), evaluate)
         for name, item in items:
-            _attach(item, values.get(run.output_map[name]))
+            (_attach if narrower else _attach_spec_same)(item, values.get(run.output_map[name]))
+
+
+NARROW_FLOATS = ("float16", "bfloat16")
+
+
+def _unbounded_where_differing(item) -> bool:
+    if item.original.shape != item.candidate.shape or item.original.dtype != item.candidate.dtype:
+        return False
+    differ = ~judge.bit_identical(item.candidate, item.original)
+    return item.error_bound is None or bool(np.any(differ & ~np.isfinite(item.error_bound)))
 
 
 def _candidate_values(candidate_file, feeds, names, evaluate) -> dict:
@@ -196,14 +214,30 @@ def _candidate_values(candidate_file, feeds, names, evaluate) -> dict:
     return {name: value for name, value in values.items() if bound_of(value) is not None}
 
 
-def _attach(item, value) -> None:
-    from onnxrefine.verify.reference import bound_of, coherent_of
+def _own_bound(item, value):
+    from onnxrefine.verify.reference import bound_of
 
-    shape = item.reference.shape
     own = None if value is None else bound_of(value)
-    if own is None or np.shape(own) != shape or item.error_bound is None:
+    return None if own is None or np.shape(own) != item.reference.shape else np.asarray(own, np.float64)
+
+
+def _attach(item, value) -> None:
+    from onnxrefine.verify.reference import coherent_of
+
+    own = _own_bound(item, value)
+    if own is None or item.error_bound is None:
         item.error_bound = item.coherent_bound = None
         return
     coherent = coherent_of(value)
-    item.error_bound = np.maximum(item.error_bound, np.asarray(own, np.float64))  # NaN stays NaN
-    item.coherent_bound = np.zeros(shape) if coherent is None else np.asarray(coherent, np.float64)
+    item.error_bound = np.maximum(item.error_bound, own)  # NaN stays NaN
+    item.coherent_bound = np.zeros(own.shape) if coherent is None else np.asarray(coherent, np.float64)
+
+
+def _attach_spec_same(item, value) -> None:
+    own = _own_bound(item, value)
+    if own is None:
+        return
+    unbounded = np.ones(own.shape, dtype=bool) if item.error_bound is None else ~np.isfinite(item.error_bound)
+    same = judge.bit_identical(np.asarray(value, np.float64), item.reference) & unbounded & np.isfinite(own)
+    if same.any():
+        item.spec_same_bound = np.where(same, own, np.nan)
