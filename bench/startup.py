@@ -7,7 +7,8 @@ example, and `import onnxrefine`, each in a fresh interpreter.
 
 Import time is the sum of the top-level entries of `python -X importtime` (the interpreter's own
 `site`/`encodings` included), the median of --repeat runs. The heavy column names which of
-sympy, onnxruntime, rich and torch each command loaded. The cpu column (user + system time of the
+sympy, onnxruntime, rich, torch and the verifier's rooms (session, float64 reference, judge,
+report, localize) each command loaded. The cpu column (user + system time of the
 whole command) is the least disturbed by other processes on a shared machine.
 """
 
@@ -24,7 +25,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = {"sympy.core": "sympy", "onnxruntime.capi._pybind_state": "onnxruntime", "rich.console": "rich", "torch": "torch"}
+HEAVY = {"sympy.core": "sympy", "onnxruntime.capi._pybind_state": "onnxruntime", "rich.console": "rich", "torch": "torch",
+         # the verifier's rooms, which a run without verification (and only exact rewrites) never uses
+         "onnxrefine.verify.session": "verifier", "onnxrefine.verify.reference": "reference",
+         "onnxrefine.verify.judge.verdict": "judge", "onnxrefine.verify.report": "report",
+         "onnxrefine.verify.localize": "localize"}
 
 
 def commands(out_dir: str) -> list[tuple[str, list[str]]]:

@@ -85,3 +85,28 @@ def _idle_machine_for_verification_plans(monkeypatch):
     from onnxrefine.verify import plan as verify_plan
 
     monkeypatch.setattr(verify_plan, "machine_slowdown", lambda: 1.0)
+
+
+@pytest.fixture
+def failing_onnxruntime_import(monkeypatch):
+    """`fail(error, cause=None)`: from then on in the test, `import onnxruntime` raises `error`
+    (raised from `cause`, as pybind11 reports an exception during the native initialisation)."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fail(error: BaseException, cause: BaseException | None = None) -> None:
+        def failing(name, *args, **kwargs):
+            if name != "onnxruntime":
+                return real_import(name, *args, **kwargs)
+            if cause is None:
+                raise error
+            try:
+                raise cause
+            except BaseException as raised:
+                raise error from raised
+
+        monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
+        monkeypatch.setattr(builtins, "__import__", failing)
+
+    return fail

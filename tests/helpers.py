@@ -62,3 +62,15 @@ def assert_valid_like(original: onnx.ModelProto, optimized: onnx.ModelProto) -> 
         except Exception:
             continue
         check(optimized)
+
+
+def aborting_inference_model() -> onnx.ModelProto:
+    """A 3x3 pool over a 1-pixel input, then a strided Slice: onnx's C++ shape inference asserts on
+    it (SIGABRT, no Python handler runs)."""
+    return helper.make_model(helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3]),
+         helper.make_node("Slice", ["p", "st", "en", "ax", "sp"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("st", 0), ("en", 2), ("ax", 2), ("sp", 2))]),
+        opset_imports=[helper.make_opsetid("", 17)])

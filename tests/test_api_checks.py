@@ -89,3 +89,78 @@ def test_the_parameters_are_explicit_keywords():
 def test_verify_of_another_type_is_a_type_error():
     with pytest.raises(TypeError, match="verify must be True, False, None or onnxrefine.VerifySettings, not str"):
         onnxrefine.optimize(_relu_model(), verify="yes")
+
+
+def _two_nodes(first, second, *, inputs=None, outputs=None) -> onnx.ModelProto:
+    return make_model([helper.make_node(*first), helper.make_node(*second)],
+                      inputs or [value_info("x", shape=[2, 3])], outputs or [value_info("y", shape=[2, 3])],
+                      [helper.make_tensor("w", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])])
+
+
+def _rename_output(proto, op_type: str, name: str):
+    """`proto` in onnx-ir with `op_type`'s output renamed: a defect onnx-ir's reader refuses, but an
+    onnx_ir model built or edited in code can hold."""
+    def edit():
+        model = ir.serde.deserialize_model(proto)
+        next(node for node in model.graph if node.op_type == op_type).outputs[0].name = name
+        return model
+    return edit
+
+
+_DANGLING_BRANCH = helper.make_graph([helper.make_node("Neg", ["ghost"], ["o"])], "then", [], [value_info("o")])
+_CLEAN = _two_nodes(("Relu", ["x"], ["t"]), ("Add", ["t", "w"], ["y"]))
+# Each check a file gets, and the model that fails it: (file's model, the onnx_ir model or None to
+# read the file's model into onnx-ir as it is, the message all three kinds of model get).
+LOAD_CHECKS = {
+    "dangling reference": (_two_nodes(("Relu", ["x"], ["t"]), ("Add", ["ghost", "w"], ["y"])), None,
+                           r"node 'Add' \(Add\) reads 'ghost', which is never defined"),
+    "dangling reference in a branch": (
+        make_model([helper.make_node("If", ["c"], ["y"], then_branch=_DANGLING_BRANCH, else_branch=_DANGLING_BRANCH)],
+                   [value_info("c", TensorProto.BOOL, [])], [value_info("y")]), None,
+        r"node 'If' \(If\) reads 'ghost', which is never defined"),
+    "name written twice": (_two_nodes(("Relu", ["x"], ["y"]), ("Add", ["x", "w"], ["y"])),
+                           _rename_output(_CLEAN, "Relu", "y"), r"tensor 'y' is written by two nodes"),
+    "graph input overwritten": (_two_nodes(("Relu", ["x"], ["x"]), ("Add", ["x", "w"], ["y"])),
+                                _rename_output(_CLEAN, "Relu", "x"),
+                                r"node 'Relu' \(Relu\) writes 'x', which is already a graph input or initializer"),
+    "cycle": (_two_nodes(("Add", ["x", "y"], ["t"]), ("Add", ["t", "w"], ["y"])), None,
+              r"the graph has a cycle \(through node 'Add'\)"),
+    "output never defined": (_two_nodes(("Relu", ["x"], ["t"]), ("Add", ["t", "w"], ["z"])), None,
+                             r"output 'y' is never defined"),
+    "input of no element type": (_two_nodes(("Relu", ["x"], ["t"]), ("Add", ["t", "w"], ["y"]),
+                                            inputs=[value_info("x", TensorProto.UNDEFINED, [2, 3])]), None,
+                                 r"graph input 'x': element type is UNDEFINED \(0\)"),
+    "negative input dim": (_two_nodes(("Relu", ["x"], ["t"]), ("Add", ["t", "w"], ["y"]),
+                                      inputs=[value_info("x", shape=[2, -1])]), None,
+                           r"graph input 'x': negative dim in \[2, -1\]"),
+}
+
+
+@pytest.mark.parametrize("kind", ["path", "proto", "ir"])
+@pytest.mark.parametrize("check", sorted(LOAD_CHECKS))
+def test_every_load_check_runs_on_every_kind_of_model(check, kind, tmp_path):
+    proto, make_ir, message = LOAD_CHECKS[check]
+    if kind == "path":
+        onnx.save(proto, tmp_path / "m.onnx")
+        model = str(tmp_path / "m.onnx")
+    elif kind == "proto":
+        model = proto
+    else:
+        model = make_ir() if make_ir else ir.serde.deserialize_model(proto)
+    with pytest.raises(BadInputError, match=message):
+        onnxrefine.optimize(model)
+
+
+def test_an_onnx_ir_model_refused_by_a_check_is_left_as_it_was():
+    model = ir.serde.deserialize_model(LOAD_CHECKS["dangling reference"][0])
+    weights = dict(model.graph.initializers)
+    nodes = list(model.graph)
+    with pytest.raises(BadInputError):
+        onnxrefine.optimize(model)
+    assert dict(model.graph.initializers) == weights and list(model.graph) == nodes
+    assert all(value.const_value is not None for value in model.graph.initializers.values())
+
+
+def test_a_clean_onnx_ir_model_passes_the_checks_and_is_optimized():
+    optimized = onnxrefine.optimize(ir.serde.deserialize_model(_CLEAN))
+    assert isinstance(optimized, ir.Model) and list(optimized.graph.initializers) == ["w"]

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import gc
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
 from helpers import make_model, run, tensor, value_info
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import helper
 
 import onnxrefine
@@ -125,3 +128,53 @@ def test_freed_heap_memory_is_released_where_the_c_library_can():
 
     glibc = sys.platform.startswith("linux") and "libc.so" in (ctypes.util.find_library("c") or "")
     assert heap.release_freed() is glibc or not glibc
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 9), tail=st.lists(st.integers(1, 4), min_size=0, max_size=3),
+       per_row=st.booleans(), block=st.integers(1, 40), dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
+       seed=st.integers(0, 2**16), extreme=st.booleans())
+def test_buffered_scaling_is_bit_identical_to_the_whole_array_form(rows, tail, per_row, block, dtype, seed, extreme):
+    """The fold in kept buffers gives main's whole-array result bit for bit, or the same refusal
+    (overflow, underflow to zero, non-finite), on random weights, factors and block sizes."""
+    dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    shape = (rows, *tail)
+    weight = rng.normal(size=shape).astype(np.float32)
+    if extreme:  # zeros, subnormals, huge values: the refusals and the sign of zero
+        weight.flat[rng.integers(0, weight.size, 3)] = rng.choice([0.0, -0.0, 1e-40, 3e4, 1e30], 3)
+    weight = weight.astype(dtype)
+    factor_shape = ((rows,) if per_row else (1,)) + (1,) * len(tail)
+    factors = rng.choice([-2.0, 0.5, 1e-30, 7.3, 1e10] if extreme else [-2.0, 0.5, 1.7], size=factor_shape)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(foldmath, "FOLD_BLOCK_ELEMENTS", block)
+        try:
+            whole = round_folded(to_float64(weight) * factors, dtype, "folded weight")
+        except RewriteRefused as refused:
+            with pytest.raises(RewriteRefused) as buffered:
+                scale_rounded(weight, factors, dtype, "folded weight")
+            assert str(buffered.value) == str(refused)
+            return
+        buffered = scale_rounded(weight, factors, dtype, "folded weight")
+    assert buffered.dtype == whole.dtype and buffered.shape == whole.shape
+    assert buffered.tobytes() == whole.tobytes()
+
+
+@pytest.mark.parametrize(("factor", "value", "dtype"), [(1e-30, 1.0, np.float16), (1e10, 1.0, np.float16),
+                                                        (1e300, 1e30, np.float32), (-0.5, -0.0, np.float32)])
+def test_buffered_scaling_refuses_as_the_whole_array_form(monkeypatch, factor, value, dtype):
+    """Underflow to zero, overflow of the dtype, a non-finite float64 product, and -0.0 (kept, not
+    refused): the same outcome with the fold in kept buffers, a block of one channel."""
+    monkeypatch.setattr(foldmath, "FOLD_BLOCK_ELEMENTS", 2)
+    weight = np.full((4, 2), value, dtype)
+    weight[0, 0] = 1.0
+    factors = np.full((4, 1), factor)
+    factors[0] = 1.0  # the first block is fine: the refusal comes from a later one
+    try:
+        whole = round_folded(to_float64(weight) * factors, dtype, "folded weight")
+    except RewriteRefused as refused:
+        with pytest.raises(RewriteRefused) as buffered:
+            scale_rounded(weight, factors, dtype, "folded weight")
+        assert buffered.value.guard == refused.guard and str(buffered.value) == str(refused)
+        return
+    assert scale_rounded(weight, factors, dtype, "folded weight").tobytes() == whole.tobytes()

@@ -68,12 +68,13 @@ def _feeds(model: onnx.ModelProto) -> dict:
     return {"X": np.random.default_rng(0).standard_normal(dims).astype(np.float32)}
 
 
-def test_transpose_with_a_perm_reference_is_not_fused_with_a_reversed_perm():
+def test_transpose_with_a_perm_reference_is_fused_with_the_caller_s_perm():
+    # Bound at the one call site (rewrite/bindings.py): the caller's [0, 1, 2], never the reversed default.
     model = _transposes_model()
-    optimized, report = expect_guard(model, ["fuse_consecutive_transposes"], "driver.attribute_reference",
-                                     _feeds(model), rule="fuse_consecutive_transposes")
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_consecutive_transposes"])
+    assert [a.rule for a in report.log.applied] == ["fuse_consecutive_transposes"]
     assert run(optimized, _feeds(model))[0].shape == (2, 3, 4)
-    assert not report.log.applied
+    np.testing.assert_array_equal(run(optimized, _feeds(model))[0], run(model, _feeds(model))[0])
 
 
 def test_reshape_after_a_transpose_with_a_perm_reference_is_kept():
@@ -128,10 +129,14 @@ def _conv_bn_model(reference: str) -> onnx.ModelProto:
     return _call_model(body, {reference: 0.5}, [1, 2, 3, 3], function_attrs=(reference,))
 
 
-def test_batchnorm_epsilon_reference_is_refused_by_the_driver_and_the_rule(monkeypatch):
-    # The caller's epsilon 0.5, read as the default 1e-5, would fold the wrong scale.
+def test_batchnorm_epsilon_reference_is_bound_by_the_driver_and_refused_by_the_rule(monkeypatch):
+    # The caller's epsilon 0.5, read as the default 1e-5, would fold the wrong scale: the driver
+    # binds it at the call site (the fold is then right: reassociating, within rounding), the rule
+    # alone refuses it.
     model = _conv_bn_model("epsilon")
-    expect_guard(model, ["fuse_bn_into_conv"], "driver.attribute_reference", _feeds(model), rule="conv_bn")
+    folded, report = onnxrefine.optimize_with_report(model, ["fuse_bn_into_conv"])
+    assert [a.rule for a in report.log.applied] == ["conv_bn"]
+    np.testing.assert_allclose(run(folded, _feeds(model))[0], run(model, _feeds(model))[0], rtol=1e-5, atol=1e-6)
     optimized, _ = expect_guard(model, [_resolving("fuse_bn_into_conv", monkeypatch)], "attr.reference",
                                 _feeds(model), rule="conv_bn")
     assert "BatchNormalization" in [n.op_type for n in optimized.functions[0].node]
@@ -168,16 +173,16 @@ def test_reshape_target_reads_allowzero_reference_as_unknown():
 
 def test_certificate_window_and_split_readers_refuse_a_reference():
     from onnxrefine.verify.certificate import inputs as certificate_inputs
-    from onnxrefine.verify.certificate import proofs as certificate_proofs
+    from onnxrefine.verify.certificate.proofs import affine, matmul
 
     x = ir.Value(name="x")
     pool = _node_with_reference("MaxPool", [x], "kernel_shape", ir.AttributeType.INTS)
     expect_refused("attr.reference", certificate_inputs._window, pool, 0, {})
     split = _node_with_reference("Split", [x], "axis", ir.AttributeType.INT)
-    expect_refused("attr.reference", certificate_proofs._split_sizes, split, 2)
+    expect_refused("attr.reference", matmul._split_sizes, split, 2)
     # Two convolutions with strides=@a and strides=@b must not compare equal (both values unknown).
     conv = _node_with_reference("Conv", [x], "strides", ir.AttributeType.INTS)
-    expect_refused("attr.reference", certificate_proofs._attrs, conv)
+    expect_refused("attr.reference", affine._attrs, conv)
 
 
 def test_signed_zero_and_constant_readers_take_a_reference_as_unknown():

@@ -7,6 +7,8 @@ import json
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from helpers import make_model, tensor, value_info
 from onnx import helper
 
@@ -96,3 +98,26 @@ def test_pipeline_adapter_is_one_step_of_the_whole_pipeline():
     (name, apply), = ADAPTERS["onnxrefine-pipeline"].steps(None)
     assert name == "onnxrefine pipeline"
     assert [n.op_type for n in apply(model()).graph.node] == [n.op_type for n in model().graph.node]
+
+
+@given(st.lists(st.tuples(st.integers(1, 3), st.booleans()), min_size=1, max_size=40), st.data())
+def test_the_bisector_finds_the_first_bad_step_in_few_replays(kinds, data):
+    """Optimization with verification and `onnxrefine bisect` share this search: whatever the mix
+    of rule rewrites and graph-pass runs over rounds, it names the first step whose prefix is bad
+    in about log2(runs) + log2(steps of a run) questions, never asking about the known ends."""
+    from onnxrefine.passes.bisection import first_bad_step
+    from onnxrefine.passes.pipeline import Step
+
+    rounds = sorted(round_ for round_, _ in kinds)
+    steps = [Step(index, round_, "p", "rule" if is_rule else None)
+             for index, (round_, (_, is_rule)) in enumerate(zip(rounds, kinds), start=1)]
+    first = data.draw(st.integers(1, len(steps)))
+    asked = []
+
+    def is_bad(count: int) -> bool:
+        asked.append(count)
+        return count >= first
+
+    assert first_bad_step(steps, is_bad) is steps[first - 1]
+    assert 0 not in asked and len(steps) not in asked
+    assert len(asked) <= 2 * (len(steps).bit_length())

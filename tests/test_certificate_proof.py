@@ -1,4 +1,4 @@
-"""Certificates by proof for Conv -> affine-tail folds (verify/certificate/proofs.py): correct folds
+"""Certificates by proof for Conv -> affine-tail folds (verify/certificate/proofs/affine.py): correct folds
 are proved without a run once a run agreed, wrong constants are never proved (the run then refuses
 them), and the proof steps aside where a zero's sign can be read."""
 
@@ -15,7 +15,7 @@ from onnxrefine.passes import batchnorm, registry
 from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Const, Op, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, Rule
-from onnxrefine.verify.certificate.proofs import _bias_agrees, _weights_agree
+from onnxrefine.verify.certificate.proofs.affine import _bias_agrees, _weights_agree
 
 C = 4
 
@@ -84,9 +84,9 @@ def test_a_misreading_the_proof_shares_with_the_rule_is_caught_by_onnxruntime(mo
     # the proof agrees with each. onnxruntime's reading of the tail differs, so nothing rests on
     # the proof: every fold is run, and every run refuses.
     from onnxrefine.ir.foldmath import constant_array
-    from onnxrefine.verify.certificate import proofs
+    from onnxrefine.verify.certificate.proofs import affine
 
-    real_affine, real_step = batchnorm.bn_affine, proofs._tail_step
+    real_affine, real_step = batchnorm.bn_affine, affine._tail_step
 
     def rule_without_epsilon(m, ctx, channels, dtype):
         scale, shift = real_affine(m, ctx, channels, dtype)
@@ -104,7 +104,7 @@ def test_a_misreading_the_proof_shares_with_the_rule_is_caught_by_onnxruntime(mo
         return a * s, (d - mean) * s + beta, (mag + np.abs(mean)) * np.abs(s) + np.abs(beta)
 
     monkeypatch.setattr(batchnorm, "bn_affine", rule_without_epsilon)
-    monkeypatch.setattr(proofs, "_tail_step", proof_without_epsilon)
+    monkeypatch.setattr(affine, "_tail_step", proof_without_epsilon)
     optimized, report = onnxrefine.optimize_with_report(_conv_bn_chain(3), ["fuse_bn_into_conv"])
     assert op_types(optimized).count("BatchNormalization") == 3
     refused = [r.reason for r in report.log.refused.values() if r.rule == "conv_bn"]
@@ -123,8 +123,7 @@ def test_the_tail_reading_check_is_tight_enough_for_a_dropped_default_epsilon():
     # epsilon 1e-5 against variances near 0.5: the proof's a off by ~1e-5 relative, 40x the
     # check's tolerance for one node; the true reading passes.
     from onnxrefine.verify.certificate import certifier as certificate
-    from onnxrefine.verify.certificate.proofs import _tail_step
-    from onnxrefine.verify.certificate.reading import tail_reading_agrees
+    from onnxrefine.verify.certificate.proofs.affine import _tail_step, tail_reading_agrees
 
     rng = np.random.default_rng(3)
     params = {"g": rng.uniform(-2, 2, C), "be": rng.standard_normal(C), "m": rng.standard_normal(C) * 3,
@@ -182,9 +181,9 @@ def _rounded_fold(shape=(C, 5, 3, 3), seed=0):
 @pytest.mark.parametrize("shape", [(C, 5, 3, 3), (64, 1, 3, 3), (3, 4000, 1, 1)])  # blocks of many or one row
 def test_the_ratio_check_alone_accepts_one_rounding_and_nothing_a_few_ulps_further(monkeypatch, shape):
     # The product check disabled: what passes, the float32 ratio check passed on its own.
-    from onnxrefine.verify.certificate import proofs
+    from onnxrefine.verify.certificate.proofs import affine
 
-    monkeypatch.setattr(proofs, "_products_agree", lambda *args: False)
+    monkeypatch.setattr(affine, "_products_agree", lambda *args: False)
     folded, weight, a = _rounded_fold(shape)
     assert _weights_agree(folded, weight, a)
     for ulps in (-12, 12):  # one element 12 float32 ulps off: outside the 5.5-ulp implication
@@ -287,9 +286,9 @@ def test_a_split_order_the_proof_misreads_with_the_rule_is_caught_by_onnxruntime
     # is made to read the Split's outputs in reverse too, so it agrees with the rule. onnxruntime's
     # Split does not: every merge is run, and every run refuses.
     from onnxrefine.passes import fusion
-    from onnxrefine.verify.certificate import proofs
+    from onnxrefine.verify.certificate.proofs import matmul
 
-    real, real_order = fusion.fuse_sibling_matmuls, proofs._split_order
+    real, real_order = fusion.fuse_sibling_matmuls, matmul._split_order
 
     def reversing(m, ctx):
         replacement = real(m, ctx)
@@ -304,7 +303,7 @@ def test_a_split_order_the_proof_misreads_with_the_rule_is_caught_by_onnxruntime
         order = real_order(split, matmuls, replaced)
         return None if order is None else order[::-1]
 
-    monkeypatch.setattr(proofs, "_split_order", misread)
+    monkeypatch.setattr(matmul, "_split_order", misread)
     rule = Rule("fuse_qkv", fusion.QKV.pattern, reversing, kind=REASSOCIATING)
     registry._load_pass_modules()
     spec = PassSpec("planted_qkv", "test only", rules=(rule,), default=False)
@@ -375,16 +374,16 @@ def test_a_proof_that_misreads_beta_is_caught_by_the_miniature_and_the_run_refus
     # A proof that reads beta as 1 whatever the node says (the planted misreading) would certify
     # Gemm(beta=2); the miniature runs the real node, disagrees, and the run refuses each rewrite.
     from onnxrefine.passes import fusion
-    from onnxrefine.verify.certificate import proofs
+    from onnxrefine.verify.certificate.proofs import matmul
 
-    real_rule, real_attribute = fusion.fuse_matmul_add, proofs.attr
+    real_rule, real_attribute = fusion.fuse_matmul_add, matmul.attr
 
     def doubling(m, ctx):
         replacement = real_rule(m, ctx)
         replacement.nodes[0].attributes["beta"] = ir.AttrFloat32("beta", 2.0)
         return replacement
 
-    monkeypatch.setattr(proofs, "attr",
+    monkeypatch.setattr(matmul, "attr",
                         lambda node, name, default=None: default if name == "beta" else real_attribute(node, name, default))
     rule = Rule("fuse_matmul_add_bias_into_gemm", fusion.MATMUL_ADD.pattern, doubling, kind=REASSOCIATING)
     registry._load_pass_modules()

@@ -95,7 +95,7 @@ def test_every_proof_family_names_tests_that_exist():
     import ast
     from pathlib import Path
 
-    from onnxrefine.verify.certificate.families import PROOFS
+    from onnxrefine.verify.certificate.proofs import PROOFS
 
     root = Path(__file__).resolve().parent.parent
     defined = {}
@@ -109,11 +109,25 @@ def test_every_proof_family_names_tests_that_exist():
             assert name in defined[path], f"{proof.family}: {test} does not exist"
 
 
+def test_each_proof_has_its_reading_check_beside_it_in_the_module_that_declares_its_record():
+    import importlib
+
+    from onnxrefine.verify.certificate.proofs import PROOFS
+
+    assert [proof.family for proof in PROOFS] == ["zero_addition", "affine_fold", "merged_matmul",
+                                                  "gemm_from_matmul_add"]  # the order the certifier tries
+    for proof in PROOFS:
+        module = importlib.import_module(proof.prove.__module__)
+        assert proof in module.PROOFS, proof.family
+        if proof.reading is not None:
+            assert proof.reading.__module__ == proof.prove.__module__, proof.family
+
+
 def test_a_proof_family_is_one_record_the_certifier_walks(monkeypatch):
     # A planted family that "proves" Relu -> Abs by fiat: the certifier uses it as soon as it is a
     # record (no other place names it), and its reading check, run first, is what stops it.
     from onnxrefine.rewrite.rule import CertificateRequest
-    from onnxrefine.verify.certificate import families
+    from onnxrefine.verify.certificate import proofs
 
     asked = []
 
@@ -124,8 +138,8 @@ def test_a_proof_family_is_one_record_the_certifier_walks(monkeypatch):
         asked.append(request.rule)
         return None  # onnxruntime does not read it so: the first rewrite is run whole
 
-    planted_family = families.Proof("fiat", "test only", by_fiat, reading, ("t",), ("t",), exact=True)
-    monkeypatch.setattr(families, "PROOFS", (planted_family, *families.PROOFS))
+    planted_family = proofs.Proof("fiat", "test only", by_fiat, reading, ("t",), ("t",), exact=True)
+    monkeypatch.setattr(proofs, "PROOFS", (planted_family, *proofs.PROOFS))
     model = _unknown_shape_model()
     registry._load_pass_modules()
     spec = PassSpec("planted_relu_to_abs", "test only", rules=(PLANTED["relu_to_abs"],), default=False)

@@ -207,10 +207,10 @@ def test_a_dropped_epsilon_sized_error_is_refused_by_the_float64_meaning_check(m
     # the replacement evaluated in float64 can.
     from onnxrefine.verify.certificate import certifier as certificate
 
-    from onnxrefine.verify.certificate import families
+    from onnxrefine.verify.certificate import proofs
 
     # the run is under test, not the proof
-    monkeypatch.setattr(families, "PROOFS", tuple(p for p in families.PROOFS if p.family != "affine_fold"))
+    monkeypatch.setattr(proofs, "PROOFS", tuple(p for p in proofs.PROOFS if p.family != "affine_fold"))
     registry._load_pass_modules()
     pad = kernel // 2
     spec = PassSpec("planted_scale_conv", "test only", rules=(_scale_conv(error, pad),), default=False)

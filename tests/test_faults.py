@@ -17,6 +17,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from helpers import aborting_inference_model
 
 from onnxrefine.cli.main import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, main
 
@@ -242,23 +243,13 @@ def test_memory_error_names_the_phase(example, tmp_path, monkeypatch, capsys):
     assert "not enough memory during optimize tiny.onnx" in err
 
 
-def test_onnxruntime_that_cannot_be_mapped_is_one_line(monkeypatch):
+def test_onnxruntime_that_cannot_be_mapped_is_one_line(failing_onnxruntime_import):
     """Under a tight address-space limit the dynamic loader fails to map onnxruntime's library:
     a one-line 'not enough memory to load onnxruntime', not an ImportError traceback."""
-    import builtins
-
     from onnxrefine import runtime
     from onnxrefine.errors import BadInputError
 
-    real_import = builtins.__import__
-
-    def failing(name, *args, **kwargs):
-        if name == "onnxruntime":
-            raise ImportError("libonnxruntime.so: failed to map segment from shared object")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
-    monkeypatch.setattr(builtins, "__import__", failing)
+    failing_onnxruntime_import(ImportError("libonnxruntime.so: failed to map segment from shared object"))
     with pytest.raises(BadInputError, match="not enough memory to load onnxruntime"):
         runtime.require_onnxruntime()
 
@@ -358,15 +349,8 @@ def test_contained_inference_reports_the_crash_and_passes_errors_through():
 
     from onnxrefine.ir import contained
 
-    crash = helper.make_model(helper.make_graph(
-        [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3]),
-         helper.make_node("Slice", ["p", "st", "en", "ax", "sp"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1, 1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("st", 0), ("en", 2), ("ax", 2), ("sp", 2))]),
-        opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(contained.NativeCrash, match="SIGABRT"):
-        contained.infer_shapes(crash, strict_mode=False)
+        contained.infer_shapes(aborting_inference_model(), strict_mode=False)
     mixed = helper.make_model(helper.make_graph(
         [helper.make_node("Add", ["x", "i"], ["y"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),

@@ -1,6 +1,6 @@
 """One test per guard of constant folding (passes/folding.py), the static-shape folder
 (passes/shapes.py), If inlining (passes/cleanup.py) and the constant budget (rewrite/rule.py,
-rewrite/driver.py, passes/graphedit.py). Each model reaches exactly that guard; the test asserts
+rewrite/driver.py, passes/graphpass.py). Each model reaches exactly that guard; the test asserts
 the guard's id and, where onnxruntime runs the model, bit-identical outputs afterwards."""
 
 from __future__ import annotations

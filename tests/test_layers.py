@@ -8,6 +8,10 @@
 - across verify/'s subpackages only faces: code outside judge/, ort/, reference/, ... imports the
   names a subpackage's __init__ exports, never one of its modules;
 - no module imports another module's _private name;
+- no private attribute of another object is read (onnx's and onnx-ir's above all: a release may
+  drop it) except the few listed in PRIVATE_READS, each with its reason;
+- passes/ and rewrite/ edit graphs only through ir/edit.py: no call of onnx-ir's graph mutators
+  (a graph's node list, initializers, inputs, outputs) there;
 - no module is over 500 lines.
 """
 
@@ -22,8 +26,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "onnxrefine"
 
 # Lowest first; a layer imports only layers before it. "__init__" is the package root (its face).
 LAYERS = ["errors", "version", "runtime", "portable", "progress", "_deferred", "atomic", "resources", "input_shapes", "ir",
-          "plain", "verify", "rewrite", "passes", "verified", "api", "triage", "fuzz", "batch", "cli", "__main__",
-          "__init__"]
+          "plain", "verify", "rewrite", "passes", "verified", "around_maps", "api", "triage", "fuzz", "batch", "cli",
+          "__main__", "__init__"]
 # The one crossing: verify/certificate/certifier.py implements the rule engine's certificate hook, so
 # it reads the hook's request/outcome types (and the EXACT class name) from rewrite/rule.py.
 ALLOWED = {("verify/certificate/certifier.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateOutcome",
@@ -33,6 +37,27 @@ ALLOWED = {("verify/certificate/certifier.py", "onnxrefine.rewrite.rule"): {"EXA
            # libraries, before it imports anything that needs them.
            ("cli/main.py", "onnxrefine.STARTUP_FAILURE"): set()}
 MAX_LINES = 500
+# (module, private name) -> why it is read. A name of onnx or onnx-ir is read only where no public
+# one exists, and behind a feature check (the reading module falls back where it is gone).
+PRIVATE_READS = {
+    ("ir/edit.py", "_uses"): "onnx-ir has no use count; its public uses() copies the use list on every "
+                             "call (quadratic on long chains); falls back to uses() where `_uses` changes",
+    ("ir/protoview.py", "_core"): "onnx-ir exports no tensor base class; the public name is taken first",
+    ("verify/reference/evaluator.py", "_op_list"): "onnx.reference has no public per-operator lookup; "
+                                                   "where the module moved, nothing falls back to it",
+    ("__main__.py", "_exit"): "os._exit is os's documented exit without clean-up",
+    ("__main__.py", "_run_exitfuncs"): "atexit has no public way to run its handlers early; where it is "
+                                       "missing the interpreter tears down as usual",
+    ("ir/contained.py", "_exit"): "os._exit is os's documented exit without clean-up",
+    # The package's own objects: a module's helper reading its own class, or a memo kept on a context.
+    ("ir/protoview.py", "_inner"): "the module's own tensor class",
+    ("fuzz/patterns.py", "_scopes"): "the fuzz graph builder's current scope, for a pattern that plants a node",
+    ("ir/signed_zero.py", "_signed_zero_analysis"): "a memo kept on the rule context for one driver run",
+    ("passes/folding.py", "_fold_refused"): "a memo kept on the pass context for one pass run",
+    ("verify/localize/layerwise.py", "_cached"): "the localizer's cache, dropped after its last input set",
+    ("verify/reference/kernels/resize.py", "_run_fallback"): "the evaluator's onnx.reference fallback",
+    ("verify/reference/kernels/tensor.py", "_run_fallback"): "the evaluator's onnx.reference fallback",
+}
 
 
 def imports_of(source: str) -> list[tuple[str, set[str], int]]:
@@ -49,6 +74,11 @@ def imports_of(source: str) -> list[tuple[str, set[str], int]]:
             found.append(("(relative)", set(), node.lineno))
         elif isinstance(node, ast.Import):
             found += [(alias.name, set(), node.lineno) for alias in node.names if alias.name.startswith("onnxrefine")]
+        elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_face" and len(node.args) == 2
+              and isinstance(node.args[1], ast.Dict)):  # a face's names, imported on first use (_deferred.py)
+            for key, value in zip(node.args[1].keys, node.args[1].values):
+                names = {element.value for element in getattr(value, "elts", [])}
+                found.append((key.value, names, key.lineno))
     return found
 
 
@@ -174,6 +204,82 @@ def private_imports(src: Path = SRC) -> list[str]:
     return bad
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_reads_of(source: str) -> list[tuple[str, int]]:
+    """(private name, line) for every private attribute read off an object other than self/cls:
+    `x._name`, getattr/hasattr/setattr(x, "_name"), and imports of another package's private module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found.append((node.attr, node.lineno))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and _is_private(node.args[1].value)):
+            found.append((node.args[1].value, node.lineno))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            for module in modules:
+                if not module.startswith("onnxrefine"):
+                    found += [(part, node.lineno) for part in module.split(".") if _is_private(part)]
+    return sorted(found, key=lambda item: item[1])
+
+
+def private_reads(src: Path = SRC, allowed: dict | None = None) -> list[str]:
+    allowed = PRIVATE_READS if allowed is None else allowed
+    bad = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src).as_posix()
+        bad += [f"{rel}:{line}: reads {name}" for name, line in private_reads_of(path.read_text())
+                if (rel, name) not in allowed]
+    return bad
+
+
+# onnx-ir's graph mutators: methods only a Graph has, the list methods on a graph (a name or an
+# attribute spelling a graph), and any change to a graph's inputs, outputs or initializers (a node's
+# are tuples, so a change there is a graph's).
+GRAPH_ONLY_METHODS = {"insert_before", "insert_after", "register_initializer"}
+LIST_METHODS = {"append", "extend", "insert", "pop", "remove", "clear", "sort"}
+GRAPH_PARTS = {"inputs", "outputs", "initializers"}
+EDITORS = ("passes", "rewrite")
+
+
+def _graphish(node: ast.expr) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name.lower().endswith(("graph", "branch", "body"))
+
+
+def graph_mutations_of(source: str) -> list[tuple[str, int]]:
+    """(what, line) for every direct onnx-ir graph edit in `source`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method, receiver = node.func.attr, node.func.value
+            part = receiver.attr if isinstance(receiver, ast.Attribute) and receiver.attr in GRAPH_PARTS else None
+            if method in GRAPH_ONLY_METHODS or (method in LIST_METHODS and (part or _graphish(receiver))):
+                found.append((f"{part + '.' if part else ''}{method}()", node.lineno))
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+            [node.target] if isinstance(node, ast.AugAssign) else []
+        for target in targets:
+            if (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute)
+                    and target.value.attr in GRAPH_PARTS):
+                found.append((f"{target.value.attr}[...] =", node.lineno))
+    return sorted(found, key=lambda item: item[1])
+
+
+def graph_edits_outside_edit(src: Path = SRC) -> list[str]:
+    bad = []
+    for folder in EDITORS:
+        for path in sorted((src / folder).rglob("*.py")):
+            rel = path.relative_to(src).as_posix()
+            bad += [f"{rel}:{line}: {what} (edit through ir/edit.py)" for what, line in graph_mutations_of(path.read_text())]
+    return bad
+
+
 def long_modules(src: Path = SRC) -> list[str]:
     return [f"{path.relative_to(src).as_posix()}: {count} lines" for path in sorted(src.rglob("*.py"))
             if (count := len(path.read_text().splitlines())) > MAX_LINES]
@@ -196,6 +302,17 @@ def test_no_module_imports_another_modules_private_name():
     assert not private_imports(), "\n".join(private_imports())
 
 
+def test_no_private_attribute_is_read_but_the_listed_ones():
+    assert not private_reads(), "\n".join(private_reads())
+    stale = sorted(key for key in PRIVATE_READS
+                   if key[1] not in {name for name, _ in private_reads_of((SRC / key[0]).read_text())})
+    assert not stale, f"PRIVATE_READS lists reads that are gone: {stale}"
+
+
+def test_passes_and_the_rule_engine_edit_graphs_only_through_ir_edit():
+    assert not graph_edits_outside_edit(), "\n".join(graph_edits_outside_edit())
+
+
 def test_no_module_is_over_500_lines():
     assert not long_modules(), "\n".join(long_modules())
 
@@ -208,6 +325,7 @@ def test_no_module_is_over_500_lines():
     ("from onnxrefine import verified\n", ["onnxrefine.verified"]),
     ("from . import x\n", ["(relative)"]),
     ("import os\nfrom onnx import helper\n", []),
+    ("__getattr__ = lazy_face(globals(), {'onnxrefine.verify.judge': ('Verdict',)})\n", ["onnxrefine.verify.judge"]),
 ])
 def test_the_scan_sees_every_kind_of_import(source, expected):
     """Imports inside functions, plain `import`, `from onnxrefine import x`."""
@@ -264,3 +382,36 @@ def test_a_private_import_and_a_long_module_are_reported(tmp_path):
                            "b.py": "x = 1\n" * (MAX_LINES + 1)})
     assert private_imports(src) == ["a.py:1: onnxrefine.b ['_hidden']"]
     assert long_modules(src) == [f"b.py: {MAX_LINES + 1} lines"]
+
+
+def test_a_private_read_is_reported_however_it_is_spelled(tmp_path):
+    src = _fake(tmp_path, {"a.py": "def f(value, tensor):\n"
+                                   "    self._ok, cls._ok, value.__class__\n"
+                                   "    n = len(value._uses)\n"
+                                   "    m = getattr(tensor, '_inner', None)\n"
+                                   "    from onnx.reference.ops._op_list import load_op\n"
+                                   "    import onnx_ir._core\n"})
+    assert private_reads(src, allowed={}) == ["a.py:3: reads _uses", "a.py:4: reads _inner",
+                                              "a.py:5: reads _op_list", "a.py:6: reads _core"]
+    assert private_reads(src, allowed={("a.py", "_uses"): "", ("a.py", "_inner"): "", ("a.py", "_op_list"): "",
+                                       ("a.py", "_core"): ""}) == []
+
+
+def test_a_direct_graph_edit_is_reported_however_it_is_spelled(tmp_path):
+    src = _fake(tmp_path, {"passes/__init__.py": "", "rewrite/__init__.py": "",
+                           "passes/p.py": "def f(graph, node, value, names):\n"
+                                          "    graph.remove(node, safe=True)\n"
+                                          "    value.graph.initializers.pop(value.name)\n"
+                                          "    node.graph.insert_before(node, [node])\n"
+                                          "    graph.outputs[0] = value\n"
+                                          "    names.append(node.name)\n"
+                                          "    branch.append(node)\n",
+                           "rewrite/d.py": "def g(root, graph):\n    graph.outputs.clear()\n"})
+    assert graph_edits_outside_edit(src) == [
+        "passes/p.py:2: remove() (edit through ir/edit.py)",
+        "passes/p.py:3: initializers.pop() (edit through ir/edit.py)",
+        "passes/p.py:4: insert_before() (edit through ir/edit.py)",
+        "passes/p.py:5: outputs[...] = (edit through ir/edit.py)",
+        "passes/p.py:7: append() (edit through ir/edit.py)",
+        "rewrite/d.py:2: outputs.clear() (edit through ir/edit.py)",
+    ]

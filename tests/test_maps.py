@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxrefine.cli import optimize_maps
+from onnxrefine import around_maps
 from onnxrefine.cli.main import main
 from onnxrefine.ir import maps
 
@@ -91,7 +91,7 @@ def test_a_map_typed_input_is_written_unchanged_with_a_note(tmp_path, capsys):
 def test_an_assembly_that_fails_its_check_is_not_written_optimized(tmp_path, capsys, monkeypatch):
     source, out = tmp_path / "clf.onnx", tmp_path / "out.onnx"
     onnx.save(zipmap_model(), source)
-    monkeypatch.setattr(optimize_maps, "check_end_to_end", lambda *a, **k: "planted: the maps differ")
+    monkeypatch.setattr(around_maps, "check_end_to_end", lambda *a, **k: "planted: the maps differ")
     assert main(["optimize", str(source), str(out), "--no-verify"]) == 0
     assert "note: written unchanged: planted: the maps differ" in capsys.readouterr().out
     assert [n.op_type for n in onnx.load(str(out)).graph.node] == ["MatMul", "Add", "Add", "Softmax", "ArgMax", "ZipMap"]
@@ -105,12 +105,12 @@ def test_the_end_to_end_check_catches_a_changed_zipmap_input():
     broken = onnx.ModelProto()
     broken.CopyFrom(original)
     broken.graph.node[-1].attribute[0].ints[:] = [30, 20, 10]
-    assert optimize_maps.check_end_to_end(original, broken, aside) == "the set-aside ZipMap node changed"
-    assert optimize_maps.check_end_to_end(original, original, aside) is None
+    assert around_maps.check_end_to_end(original, broken, aside) == "the set-aside ZipMap node changed"
+    assert around_maps.check_end_to_end(original, original, aside) is None
     reversed_labels = onnx.ModelProto()
     reversed_labels.CopyFrom(broken)  # labels not in ascending order: still repacked label by label
     core, aside = maps.split(reversed_labels)
-    assert optimize_maps.check_end_to_end(reversed_labels, reversed_labels, aside) is None
+    assert around_maps.check_end_to_end(reversed_labels, reversed_labels, aside) is None
 
 
 def test_split_refuses_what_it_cannot_put_back():
@@ -128,7 +128,7 @@ def test_split_refuses_what_it_cannot_put_back():
 def test_the_end_to_end_check_compares_each_map_with_the_row_it_repacks(monkeypatch):
     original = zipmap_model()
     _, aside = maps.split(original)
-    real_run, calls = optimize_maps._run, []
+    real_run, calls = around_maps._run, []
 
     def run_with_one_value_off(model, feeds):
         results = real_run(model, feeds)
@@ -138,6 +138,118 @@ def test_the_end_to_end_check_compares_each_map_with_the_row_it_repacks(monkeypa
             first[10] = float(np.nextafter(np.float32(first[10]), np.float32(2)))
         return results
 
-    monkeypatch.setattr(optimize_maps, "_run", run_with_one_value_off)
-    assert optimize_maps.check_end_to_end(original, original, aside) == \
+    monkeypatch.setattr(around_maps, "_run", run_with_one_value_off)
+    assert around_maps.check_end_to_end(original, original, aside) == \
         "ZipMap output output_probability does not repack its input exactly"
+
+
+# -- verify on map models: each map's values judged in its keys' order, its keys compared as sets ----
+
+def _with_zipmap_labels(model: onnx.ModelProto, labels: list) -> onnx.ModelProto:
+    changed = onnx.ModelProto()
+    changed.CopyFrom(model)
+    attribute = changed.graph.node[-1].attribute[0]
+    if attribute.name == "classlabels_int64s":
+        attribute.ints[:] = labels
+    else:
+        attribute.strings[:] = [str(label).encode() for label in labels]
+    return changed
+
+
+def _verify(original, candidate):
+    from onnxrefine.verify import verify_models
+
+    report = verify_models(original, candidate, trials=1, stress=False, deployment=None, localize=False)
+    return report.verdict, {row.name: row for row in report.outputs}
+
+
+@pytest.mark.parametrize("int_labels", [True, False])
+def test_verify_judges_a_zipmap_model_map_by_map(int_labels):
+    model = zipmap_model(int_labels)
+    labels = [10, 20, 30] if int_labels else ["a", "b", "c"]
+    verdict, rows = _verify(model, model)
+    assert verdict == "exact" and rows["output_probability"].verdict == "exact"
+    assert rows["output_probability"].dtype == "float32"  # the maps' own type, not Python's float64
+
+    heavier = onnx.ModelProto()
+    heavier.CopyFrom(model)
+    weight = numpy_helper.to_array(heavier.graph.initializer[0]).copy()
+    weight[0, 0] += 0.5
+    heavier.graph.initializer[0].CopyFrom(numpy_helper.from_array(weight, "W"))
+    verdict, rows = _verify(model, heavier)
+    assert verdict == "mismatch" and rows["output_probability"].verdict == "mismatch"
+
+    swapped = _with_zipmap_labels(model, [labels[1], labels[0], labels[2]])
+    verdict, rows = _verify(model, swapped)
+    assert verdict == "mismatch" and rows["output_probability"].verdict == "mismatch"
+    assert rows["label"].verdict == "exact"
+
+
+def test_verify_calls_maps_with_other_keys_a_mismatch_even_where_the_values_agree():
+    """Labels renamed in their order: the values in sorted-key order agree, the keys do not."""
+    model = zipmap_model()
+    verdict, rows = _verify(model, _with_zipmap_labels(model, [10, 20, 31]))
+    assert verdict == "mismatch"
+    assert rows["output_probability"].notes == [
+        "the maps hold other keys: the original's [10, 20, 30], the candidate's [10, 20, 31]"]
+    assert rows["label"].verdict == "exact"
+
+
+def test_map_values_keep_their_type_and_sequence_order():
+    from onnxrefine.verify.ort.mapvalues import values_and_keys
+
+    values, keys = values_and_keys([{"b": 2.0, "a": 1.0}, {"a": 3.0, "b": 4.0}], np.float32)
+    assert keys == ("a", "b") and values.dtype == np.float32 and values.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    values, keys = values_and_keys(np.asarray({2: 0.5, 1: 0.25}), np.float32)  # one map, as a child returns it
+    assert keys == (1, 2) and values.tolist() == [0.25, 0.5]
+    values, keys = values_and_keys([{1: 1.0}, {1: 2.0, 2: 3.0}], np.float32)
+    assert keys == ((1,), (1, 2)) and values.tolist() == [1.0, 2.0, 3.0]
+    values, keys = values_and_keys([], np.float32)
+    assert keys == () and values.shape == (0, 0)
+
+
+# -- the Python API: the same behaviour as the CLI -------------------------------------------------
+
+@pytest.mark.parametrize("given", ["path", "proto"])
+def test_the_api_optimizes_a_zipmap_model_around_its_maps(tmp_path, given):
+    import onnxrefine
+
+    model = zipmap_model()
+    source = tmp_path / "clf.onnx"
+    onnx.save(model, source)
+    before = model.SerializeToString()
+    optimized, report = onnxrefine.optimize_with_report(str(source) if given == "path" else model)
+    assert model.SerializeToString() == before  # the caller's proto is not modified
+    assert isinstance(optimized, onnx.ModelProto)
+    onnx.checker.check_model(optimized, full_check=True)
+    assert [n.op_type for n in optimized.graph.node] == ["Gemm", "Softmax", "ArgMax", "ZipMap"]
+    assert [o.name for o in optimized.graph.output] == ["label", "output_probability"]
+    assert report.nodes_before == 6 and report.nodes_after == 4
+    assert report.operators_after["ai.onnx.ml.ZipMap"] == 1
+    out = tmp_path / "out.onnx"
+    onnx.save(optimized, out)
+    feeds = {"x": np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)}
+    (label_a, maps_a), (label_b, maps_b) = _run(source, feeds), _run(out, feeds)
+    assert np.array_equal(label_a, label_b) and [list(m) for m in maps_a] == [list(m) for m in maps_b]
+    assert onnxrefine.optimize(model).graph.node[-1].op_type == "ZipMap"  # optimize() as well
+
+
+def test_the_api_hands_back_a_model_it_cannot_split_unchanged_saying_why(caplog):
+    import onnxrefine
+
+    model = map_input_model()
+    with caplog.at_level("WARNING", logger="onnxrefine"):
+        optimized, report = onnxrefine.optimize_with_report(model)
+    assert optimized.SerializeToString() == model.SerializeToString() and optimized is not model
+    assert report.verification == {"status": "skipped", "reason": "left unchanged: a graph input is map-typed"}
+    assert "model left unchanged: a graph input is map-typed" in caplog.text
+
+
+def test_the_api_hands_back_a_model_whose_assembly_fails_its_check_unchanged(monkeypatch):
+    import onnxrefine
+
+    monkeypatch.setattr(around_maps, "check_end_to_end", lambda *a, **k: "planted: the maps differ")
+    model = zipmap_model()
+    optimized, report = onnxrefine.optimize_with_report(model, verify=True)
+    assert optimized.SerializeToString() == model.SerializeToString()
+    assert report.verification["reason"] == "left unchanged: planted: the maps differ"

@@ -1,6 +1,6 @@
 """Which opset a graph's nodes run under: one reading (ir/opsets.opset_version) for the rule
 context and the graph-level passes. They used to differ on a function that declares version 0:
-the rule context replaced the 0 by the model's version (`or`), graphedit.opset_of kept it."""
+the rule context replaced the 0 by the model's version (`or`), graphpass.opset_of kept it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxrefine.ir.opsets import STANDARD_DOMAINS, opset_version
-from onnxrefine.passes.graphedit import opset_of
+from onnxrefine.passes.graphpass import opset_of
 from onnxrefine.rewrite.rule import RewriteContext
 
 

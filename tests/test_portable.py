@@ -84,7 +84,7 @@ def test_copy_range_falls_back_to_reads_and_writes(tmp_path, monkeypatch):
 
 def _no_proc(monkeypatch, psutil=None):
     monkeypatch.setattr(portable, "has_proc", lambda: False)
-    monkeypatch.setattr(portable, "_psutil", lambda: psutil)
+    monkeypatch.setattr(portable, "psutil_module", lambda: psutil)
 
 
 @pytest.mark.skipif(portable.shutil.which("ps") is None, reason="no ps on this machine")
@@ -113,7 +113,7 @@ def test_budget_without_resource_or_proc(monkeypatch):
     real_open = open
     monkeypatch.setattr("builtins.open", lambda path, *a, **k: (_ for _ in ()).throw(FileNotFoundError(path))
                         if str(path).startswith(("/proc", "/sys")) else real_open(path, *a, **k))
-    monkeypatch.setattr(portable, "_psutil", lambda: None)
+    monkeypatch.setattr(portable, "psutil_module", lambda: None)
     assert resources.available_memory() is None
     assert resources.default_memory_budget() == resources.DEFAULT_BUDGET_CAP
 
@@ -143,3 +143,49 @@ def test_kill_group_without_killpg_kills_the_child(monkeypatch):
     monkeypatch.delattr(os, "killpg")
     portable.kill_group(child)
     assert child.wait(timeout=10) != 0
+
+
+_BLAS_THREADS = """
+import ctypes, json, os, sys
+import numpy
+from onnxrefine import portable
+
+def threads():
+    for path in sorted({line.split()[-1] for line in open("/proc/self/maps") if "openblas" in line.lower()}):
+        library = ctypes.CDLL(path)
+        for name in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+                     "openblas_get_num_threads64_", "openblas_get_num_threads"):
+            if hasattr(library, name):
+                return getattr(library, name)()
+    return None
+
+before = threads()
+changed = portable.single_threaded_blas()
+print(json.dumps([before, changed, threads()]))
+"""
+
+
+@pytest.mark.skipif(not portable.has_proc(), reason="finds numpy's OpenBLAS through /proc/self/maps")
+@pytest.mark.parametrize("user_setting", [None, "2"])
+def test_the_command_line_runs_blas_on_one_thread_unless_the_user_says(user_setting):
+    import json
+    import subprocess
+
+    env = {key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"}
+    env["OPENBLAS_NUM_THREADS" if user_setting else "UNUSED_SETTING"] = user_setting or ""
+    done = subprocess.run([sys.executable, "-c", _BLAS_THREADS], env=env, capture_output=True, text=True,
+                          timeout=120)
+    before, changed, after = json.loads(done.stdout.strip().splitlines()[-1])
+    if before is None:
+        pytest.skip("numpy's BLAS here is not OpenBLAS")
+    if user_setting:
+        assert (changed, after) == (False, int(user_setting))
+    else:
+        assert changed and after == 1
+
+
+def test_the_command_line_asks_for_one_blas_thread(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(portable, "single_threaded_blas", lambda: calls.append(True) or True)
+    assert cli_main(["optimize", "--list-passes"]) == 0
+    assert calls == [True]

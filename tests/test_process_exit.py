@@ -51,3 +51,42 @@ def test_the_supervised_command_keeps_its_exit_code_and_output(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 7 and result.stdout == "done\n" and result.stderr == ""
+
+
+def test_a_native_crash_leaves_no_temp_files_beside_the_outputs(tmp_path):
+    """A crash runs no clean-up: the temp files and folders a run had staged beside its outputs
+    stayed (`.out.onnx.<random>.tmp`). The supervisor removes those its worker listed; a committed
+    output, and a file the worker did not make, stay."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".unrelated.tmp").write_text("not ours")
+    script = ("import ctypes, os, sys\n"
+              "from onnxrefine import atomic\n"
+              "from onnxrefine.__main__ import supervised\n"
+              "def run():\n"
+              "    atomic.write_atomic('done.json', '{}')\n"
+              "    with atomic.staging():\n"
+              "        atomic.write_atomic('out.onnx', b'model')\n"
+              "        with atomic.staged_folder('folder'):\n"
+              "            open(os.path.join(sys.argv[1], 'unused'), 'w').close()\n"
+              "            ctypes.string_at(0)\n"  # a segfault in native code
+              "sys.exit(supervised(run))\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TMPDIR=str(tmp_path))
+    env.pop("ONNXREFINE_NO_SUPERVISOR", None)
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, cwd=work,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3 and "crashed (SIGSEGV)" in result.stderr
+    assert sorted(p.name for p in work.iterdir()) == [".unrelated.tmp", "done.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["unused", "work"]  # the list itself is gone
+
+
+def test_the_sweep_touches_only_the_temp_names_it_makes(tmp_path):
+    from onnxrefine import atomic
+
+    kept, temp = tmp_path / "model.onnx", tmp_path / ".model.onnx.x1.tmp"
+    kept.write_text("a user's file")
+    temp.write_text("staged")
+    journal = tmp_path / "list"
+    journal.write_text(f"{kept}\n{temp}\n{tmp_path / '.gone.tmp'}\n")
+    assert atomic.sweep_journal(journal) == [str(temp)]
+    assert kept.exists() and not temp.exists()

@@ -295,6 +295,47 @@ def test_conv_transpose_matches_onnxruntime(config):
     _conv_case("ConvTranspose", config)
 
 
+def _padded_im2col_conv(x, w, strides, dilations, begins, ends, group):
+    """The convolution as the textbook im2col: pad the input, take every window, one matmul."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    d = w.ndim - 2
+    xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(begins, ends)))
+    effective = [(k - 1) * dl + 1 for k, dl in zip(w.shape[2:], dilations)]
+    win = sliding_window_view(xp, effective, axis=tuple(range(2, 2 + d)))
+    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
+              + tuple(slice(None, None, dl) for dl in dilations)]  # (N, C, O..., K...)
+    n, out_sizes, cg, m = x.shape[0], win.shape[2:2 + d], w.shape[1], w.shape[0]
+    win = win.reshape((n, group, cg) + win.shape[2:])
+    cols = np.ascontiguousarray(win.transpose([1, 2, *range(3 + d, 3 + 2 * d), 0, *range(3, 3 + d)]))
+    out = np.matmul(w.reshape(group, m // group, -1), cols.reshape(group, cg * int(np.prod(w.shape[2:])), -1))
+    return np.moveaxis(out.reshape(m, n, *out_sizes), 1, 0)
+
+
+@_SETTINGS
+@given(st.data())
+def test_conv_kernel_is_the_padded_im2col_bit_for_bit(data):
+    """The kernel fills its im2col matrix tap by tap without padding the input (padding wider than
+    the input, strides, dilations, groups): the same matrix, so the same float64 result exactly."""
+    from onnxrefine.verify.reference.kernels import nn
+
+    dims = data.draw(st.integers(1, 3))
+    group = data.draw(st.integers(1, 3))
+    cg, mg, n = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
+    kernel = [data.draw(st.integers(1, 3)) for _ in range(dims)]
+    strides = [data.draw(st.integers(1, 3)) for _ in range(dims)]
+    dilations = [data.draw(st.integers(1, 3)) for _ in range(dims)]
+    begins = [data.draw(st.integers(0, 5)) for _ in range(dims)]
+    ends = [data.draw(st.integers(0, 5)) for _ in range(dims)]
+    spatial = [max(1, (k - 1) * dl + 1 - b - e + data.draw(st.integers(0, 4)))
+               for k, dl, b, e in zip(kernel, dilations, begins, ends)]
+    x = rand(n, group * cg, *spatial)
+    w = rand(group * mg, cg, *kernel)
+    dtype = data.draw(st.sampled_from([np.float64, np.float32]))
+    got = nn.conv(x.astype(dtype), w, None, strides, dilations, begins, ends, group)
+    assert np.array_equal(got, _padded_im2col_conv(x.astype(dtype), w, strides, dilations, begins, ends, group))
+
+
 @st.composite
 def pool_configs(draw, op_type: str):
     dims = draw(st.sampled_from([1, 2, 2, 3]))

@@ -7,51 +7,30 @@ rewrite was refused, and the run exited 0 with a different model."""
 
 from __future__ import annotations
 
-import builtins
-import sys
 
 import pytest
 
 from onnxrefine import runtime
 
 
-def _interrupted_import(monkeypatch):
-    """Make `import onnxruntime` fail the way pybind11 reports a Ctrl-C during initialisation."""
-    real = builtins.__import__
-
-    def fake(name, *args, **kwargs):
-        if name == "onnxruntime":
-            try:
-                raise KeyboardInterrupt
-            except KeyboardInterrupt as cause:
-                raise ImportError("initialization failed") from cause
-        return real(name, *args, **kwargs)
-
-    monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
-    monkeypatch.setattr(builtins, "__import__", fake)
+def _interrupted_import(fail) -> None:
+    """`import onnxruntime` fails the way pybind11 reports a Ctrl-C during initialisation."""
+    fail(ImportError("initialization failed"), cause=KeyboardInterrupt())
 
 
-def test_an_interrupted_import_raises_keyboard_interrupt(monkeypatch):
-    _interrupted_import(monkeypatch)
+def test_an_interrupted_import_raises_keyboard_interrupt(failing_onnxruntime_import):
+    _interrupted_import(failing_onnxruntime_import)
     with pytest.raises(KeyboardInterrupt):
         runtime.require_onnxruntime()
 
 
-def test_another_import_failure_stays_an_import_error(monkeypatch):
-    real = builtins.__import__
-
-    def fake(name, *args, **kwargs):
-        if name == "onnxruntime":
-            raise ImportError("libonnxruntime.so: cannot open shared object file")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
-    monkeypatch.setattr(builtins, "__import__", fake)
+def test_another_import_failure_stays_an_import_error(failing_onnxruntime_import):
+    failing_onnxruntime_import(ImportError("libonnxruntime.so: cannot open shared object file"))
     with pytest.raises(ImportError, match="cannot open shared object"):
         runtime.require_onnxruntime()
 
 
-def test_the_cli_exits_130_and_writes_nothing(monkeypatch, tmp_path, capsys):
+def test_the_cli_exits_130_and_writes_nothing(failing_onnxruntime_import, tmp_path, capsys):
     import importlib.util
     from pathlib import Path
 
@@ -64,32 +43,18 @@ def test_the_cli_exits_130_and_writes_nothing(monkeypatch, tmp_path, capsys):
     big_model = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(big_model)
     source = big_model.build(tmp_path / "m.onnx", layers=1, hidden=8)
-    _interrupted_import(monkeypatch)
+    _interrupted_import(failing_onnxruntime_import)
     assert main(["optimize", str(source), "-o", str(tmp_path / "out.onnx"), "--no-verify"]) == 130
     assert not (tmp_path / "out.onnx").exists()
     assert "interrupted" in capsys.readouterr().err
 
 
-def test_a_terminate_during_the_import_stays_a_terminate(monkeypatch):
+def test_a_terminate_during_the_import_stays_a_terminate(failing_onnxruntime_import):
     """SIGTERM is raised as a KeyboardInterrupt subclass (cli/main.py) so that clean-up runs; the
     import's re-raise must keep it that subclass, or the command exits 130 instead of 143."""
-    import builtins
-    import sys
-
     from onnxrefine import runtime
     from onnxrefine.cli.main import Terminated
 
-    real_import = builtins.__import__
-
-    def interrupted_import(name, *args, **kwargs):
-        if name == "onnxruntime":
-            try:
-                raise Terminated(15)
-            except Terminated as exc:
-                raise ImportError("initialization failed") from exc
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
-    monkeypatch.setattr(builtins, "__import__", interrupted_import)
+    failing_onnxruntime_import(ImportError("initialization failed"), cause=Terminated(15))
     with pytest.raises(Terminated):
         runtime.require_onnxruntime()

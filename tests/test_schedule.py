@@ -187,6 +187,28 @@ def test_a_replay_of_k_steps_is_the_prefix_of_the_full_schedule():
         assert [a.root for a in prefix_log.applied[:k]] == [a.root for a in log.applied[:k]]
 
 
+def test_no_unit_runs_again_on_a_model_it_found_nothing_in():
+    """The driver run and each graph pass are skipped while the model is as they left it having
+    found nothing, and the rounds end once every one is in that state: no all no-op last round
+    (which would find nothing, and costs a full sweep of every rule and graph pass)."""
+    model = io.proto_to_ir(conv_bn_residual())
+    events = []
+    run_passes(model, default_pass_names(), budget=ConstantBudget(io.tensor_bytes(model)),
+               on_event=lambda kind, **info: events.append((kind, info)))
+    runs = [(info["round"], info["name"], info["changes"]) for kind, info in events if kind == "pass"]
+    rounds = [info["rounds"] for kind, info in events if kind == "done"][0]
+    assert rounds >= 1 and any(changes for _, _, changes in runs)
+    last_round = [changes for round_index, _, changes in runs if round_index == rounds]
+    assert rounds == 1 or any(last_round), runs
+    seen_nothing: dict[str, int] = {}  # unit -> count of changes by anyone when it last found nothing
+    total = 0
+    for _, name, changes in runs:
+        assert seen_nothing.get(name) != total, f"{name} ran again on the model it found nothing in"
+        total += changes
+        if not changes:
+            seen_nothing[name] = total
+
+
 # -- verify once ---------------------------------------------------------------------------------
 
 

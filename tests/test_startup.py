@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from onnxrefine.cli.main import SUBCOMMANDS
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "tiny_cnn.onnx"
 # sympy's stand-in (onnxrefine._deferred) is never in sys.modules once onnx_ir is imported, and the
@@ -21,11 +23,11 @@ EXAMPLE = ROOT / "examples" / "tiny_cnn.onnx"
 PROBES = {"sympy": "sympy.core", "onnxruntime": "onnxruntime", "rich": "rich", "api": "onnxrefine.api"}
 
 
-def loaded_after(code: str) -> dict:
-    """Run `code` in a fresh interpreter; which of PROBES it imported, and its stdout."""
+def loaded_after(code: str, probes: dict = PROBES) -> dict:
+    """Run `code` in a fresh interpreter; which of `probes` it imported, and its stdout."""
     script = code + (
         "\nimport json, sys\n"
-        f"print('@@' + json.dumps({{k: v in sys.modules for k, v in {PROBES!r}.items()}}))\n"
+        f"print('@@' + json.dumps({{k: v in sys.modules for k, v in {probes!r}.items()}}))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ONNXREFINE_PROGRESS="off")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
@@ -62,6 +64,32 @@ def test_optimize_without_verification_does_not_import_sympy(tmp_path):
     assert not loaded["sympy"]
 
 
+# What `optimize --no-verify` never runs on a model with nothing to fold and only exact rewrites:
+# the verifier, its float64 reference, its verdict rules, its report and its localization.
+VERIFIER = {name: f"onnxrefine.verify.{name}" for name in
+            ("session", "inputs", "reference", "judge.verdict", "judge.spec_identity", "report", "localize")}
+
+
+def test_optimize_without_verification_loads_no_verifier(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["i"]),
+                               helper.make_node("Sigmoid", ["i"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    code = (
+        "from onnxrefine.cli.main import main\n"
+        f"assert main(['optimize', {str(tmp_path / 'm.onnx')!r}, '-o', {str(tmp_path / 'o.onnx')!r}, '--no-verify']) == 0\n"
+    )
+    others = {name: module for name, module in SUBCOMMANDS.items() if name != "optimize"}
+    loaded = loaded_after(code, {**VERIFIER, **others, "certificates": "onnxrefine.verify.certificate"})
+    assert "1 proved" in loaded["stdout"]  # the Identity went, on a certificate's proof
+    assert loaded.pop("certificates")
+    assert not [name for name in [*VERIFIER, *others] if loaded[name]]
+
+
 def test_api_import_does_not_load_sympy():
     loaded = loaded_after("import onnxrefine\nfrom onnxrefine import optimize, VerifySettings")
     assert not loaded["sympy"] and not loaded["onnxruntime"]
@@ -91,3 +119,17 @@ def test_sympy_imported_first_is_left_alone():
         "assert str(ir.SymbolicDim('N') + 1) == 'N + 1'\n"
     )
     assert loaded["sympy"]
+
+
+def test_only_the_commands_own_process_freezes_its_start_up(tmp_path):
+    """`python -m onnxrefine` freezes what start-up made (no full collection traverses it again);
+    main() called in a caller's process (these tests) leaves the caller's objects collectable."""
+    out = str(tmp_path / "out.onnx")
+    code = (
+        "import gc\nfrom onnxrefine.cli.main import main\n"
+        f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {out!r}, '--no-verify']) == 0\n"
+        "assert gc.get_freeze_count() == 0\n"
+        f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {out!r}, '--no-verify'], freeze_startup=True) == 0\n"
+        "assert gc.get_freeze_count() > 10000, gc.get_freeze_count()\n"
+    )
+    loaded_after(code)

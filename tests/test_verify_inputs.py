@@ -178,3 +178,17 @@ def test_check_inputs_reports_missing_extra_dtype_and_shape():
 def test_missing_npz_is_bad_input(tmp_path):
     with pytest.raises(BadInputError, match="not found"):
         load_inputs(os.fspath(tmp_path / "none.npz"))
+
+
+def test_missing_inputs_say_what_the_file_gave():
+    """An npz keyed by other names ('image' where the model reads 'x', or sets keyed 'a/x') said only
+    which input was missing; it now names what was given and how several sets are keyed."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [value_info("x", TensorProto.FLOAT, ["N", 4])],
+                       [value_info("y", TensorProto.FLOAT, None)])
+    with pytest.raises(BadInputError) as raised:
+        check_inputs(model, [{"a/x": np.zeros((3, 4), np.float32)}])
+    assert str(raised.value) == ("inputs: missing model input(s) x (given: a/x; several sets are keyed "
+                                 "'<n>/<name>', n = 0, 1, ...)")
+    with pytest.raises(BadInputError, match=r"missing model input\(s\) x \(no arrays given\)"):
+        check_inputs(model, [{}])

@@ -28,7 +28,7 @@ def run() -> int:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"onnxrefine: error: not enough memory to start ({text})", file=sys.stderr)
         return 2
-    return exit_now(supervised(main))
+    return exit_now(supervised(lambda: main(freeze_startup=True)))
 
 
 _CRASHES = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
@@ -46,15 +46,23 @@ def supervised(work) -> int:
 
     if not hasattr(os, "fork") or os.environ.get("ONNXREFINE_NO_SUPERVISOR", "") not in ("", "0"):
         return work()
+    import tempfile
+
+    from onnxrefine import atomic
+
     sys.stdout.flush()
     sys.stderr.flush()
     parent = os.getpid()
+    # The worker notes each temp file it makes beside an output here; after a crash (which runs no
+    # clean-up) the supervisor removes those still there.
+    journal_fd, journal = tempfile.mkstemp(prefix="onnxrefine-temps.", suffix=".list")
     pid = os.fork()
     if pid == 0:
         code = 3
         try:
             os.setpgid(0, 0)
             _die_with(parent)
+            atomic.journal_to(journal_fd)
             code = work()
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -74,7 +82,13 @@ def supervised(work) -> int:
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), forward)
-    _, status = os.waitpid(pid, 0)  # retried by Python when a forwarded signal interrupts it
+    os.close(journal_fd)
+    try:
+        _, status = os.waitpid(pid, 0)  # retried by Python when a forwarded signal interrupts it
+        if not os.WIFEXITED(status):
+            atomic.sweep_journal(journal)
+    finally:
+        os.unlink(journal)
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
     died = os.WTERMSIG(status)

@@ -71,3 +71,20 @@ def import_onnx_ir() -> None:
             for name, module in stand_ins.items():
                 if sys.modules.get(name) is module:
                     del sys.modules[name]
+
+
+def lazy_face(namespace: dict, homes: dict[str, tuple[str, ...]]):
+    """The `__getattr__` (PEP 562) of a package face whose names are imported from their modules
+    on first use, so that importing the package for one of its rooms does not load the others.
+    `homes`: module (absolute name, so that tests/test_layers.py reads it as an import) -> the
+    names it gives. A name once looked up is kept in the package's namespace."""
+    where = {name: module for module, names in homes.items() for name in names}
+
+    def __getattr__(name: str):
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+        value = namespace[name] = getattr(importlib.import_module(module), name)
+        return value
+
+    return __getattr__

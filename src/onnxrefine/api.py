@@ -12,12 +12,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import onnx
 import onnx_ir as ir
 
+from onnxrefine import around_maps
 from onnxrefine.errors import BadInputError
 from onnxrefine.input_shapes import apply as fix_input_shapes
-from onnxrefine.ir import heap, io
+from onnxrefine.ir import heap, io, load
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES, ConstantBudget
+from onnxrefine.ir.maps import MapTypesError
 from onnxrefine.passes.pipeline import run_passes
 from onnxrefine.passes.registry import default_pass_names, get_pass
 from onnxrefine.rewrite.log import RewriteLog
@@ -291,14 +294,58 @@ def optimize_with_report(
     if isinstance(passes, str):
         raise BadInputError("passes must be a list of pass names, not a string")
     settings = verify_settings(verify)
-    ir_model, kind = io.to_ir(model)
+    around = None  # a model with maps: its tensor part optimized, the rest put back (around_maps.py)
+    try:
+        ir_model, kind = io.to_ir(model)
+    except MapTypesError:
+        original = load.load_full_proto(model) if isinstance(model, (str, os.PathLike)) else model
+        try:
+            (ir_model, around), kind = around_maps.split_core(original), "proto"
+        except around_maps.PassThrough as why:
+            return _unchanged(original, str(why))
     ir_model, report = optimize_ir(
         ir_model, passes, disable=disable, fixed_point=fixed_point, per_tensor_bytes=per_tensor_bytes,
         growth_ratio=growth_ratio, on_progress=on_progress, verify=settings, on_event=on_event, certify=certify,
         # loaded from it just now: verification reads the original from the file
         source_path=model if kind == "path" else None, input_shapes=input_shapes,
     )
-    return io.from_ir(ir_model, kind), report
+    if around is None:
+        return io.from_ir(ir_model, kind), report
+    try:
+        optimized = around_maps.assembled(ir_model, around, seed=settings.seed if settings else 0,
+                                          dims=settings.dims if settings else None)
+    except around_maps.PassThrough as why:
+        return _unchanged(around.original, str(why))
+    count_set_aside(report, around)
+    logger.info("%s", around.note())
+    return optimized, report
+
+
+def _unchanged(original: onnx.ModelProto, reason: str):
+    """A valid model this optimizer cannot hold, handed back as it came (a copy), saying why."""
+    logger.warning("model left unchanged: %s", reason)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(original)
+    return copy, unchanged_report(original, reason)
+
+
+def unchanged_report(original: onnx.ModelProto, reason: str) -> OptimizationReport:
+    """The report of a model left unchanged: no pass ran, nothing to verify."""
+    nodes = len(original.graph.node)
+    report = OptimizationReport([], nodes, nodes, 0.0, RewriteLog(),
+                                verification={"status": "skipped", "reason": f"left unchanged: {reason}"})
+    report.constant_budget = {"refused": 0, "growth_bytes": 0, "allowed_growth_bytes": 0, "per_tensor_bytes": 0}
+    report.operators_before = report.operators_after = count_by_operator(original.graph.node)
+    return report
+
+
+def count_set_aside(report: OptimizationReport, around) -> None:
+    """The nodes set aside around the maps, unchanged, in the report's node and operator counts."""
+    for name, count in count_by_operator(around.aside.nodes).items():
+        for counts in (report.operators_before, report.operators_after):
+            counts[name] = counts.get(name, 0) + count
+    report.nodes_before += len(around.aside.nodes)
+    report.nodes_after += len(around.aside.nodes)
 
 
 def verify_settings(verify: bool | VerifySettings | None) -> VerifySettings | None:

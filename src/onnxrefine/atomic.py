@@ -64,11 +64,54 @@ def check_name(path: str | os.PathLike) -> None:
                             f"this file system allows {limit})")
 
 
+# The supervising process's list of the temp files and folders this process makes beside its
+# outputs (__main__.py): a descriptor open for appending, one absolute path a line. A native crash
+# runs no clean-up, so the supervisor removes what the list names and the crash left behind.
+_journal_fd: int | None = None
+
+
+def journal_to(fd: int | None) -> None:
+    global _journal_fd
+    _journal_fd = fd
+
+
+def journaled(path: str) -> str:
+    """`path`, a temp file or folder just made, noted in the supervisor's list (if any)."""
+    if _journal_fd is not None:
+        try:
+            os.write(_journal_fd, os.fsencode(os.path.abspath(path)) + b"\n")
+        except OSError:  # the list is a help after a crash, never a reason to fail the run
+            pass
+    return path
+
+
+def sweep_journal(journal: str | os.PathLike) -> list[str]:
+    """Remove the temp files and folders the list names that still exist (a crash left them);
+    returns them. Only names this module makes (`.<name>.<random>...`) are touched."""
+    try:
+        with open(journal, "rb") as handle:
+            listed = [os.fsdecode(line.rstrip(b"\n")) for line in handle if line.strip()]
+    except OSError:
+        return []
+    removed = []
+    for path in dict.fromkeys(listed):
+        if not os.path.basename(path).startswith(".") or not os.path.lexists(path):
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        removed.append(path)
+    return removed
+
+
 def temp_beside(path: str | os.PathLike, folder: str | os.PathLike | None = None) -> tuple[int, str]:
     """An open descriptor and the name of a new temp file named after `path`, in `folder` (by
     default the folder holding the name `path`, symlink or not: the rename then stays within it)."""
     folder = os.path.dirname(os.path.abspath(path)) if folder is None else folder
-    return tempfile.mkstemp(prefix=f".{_short(Path(path).name)}.", suffix=".tmp", dir=folder)
+    fd, name = tempfile.mkstemp(prefix=f".{_short(Path(path).name)}.", suffix=".tmp", dir=folder)
+    return fd, journaled(name)
 
 
 class Staging:
@@ -268,7 +311,7 @@ def staged_folder(target: str | os.PathLike, *, replace: bool = False) -> Iterat
         raise BadInputError(f"{target}: already exists; choose another folder")
     parent = target.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
-    staging_dir = Path(tempfile.mkdtemp(prefix=f".{_short(target.name)}.", dir=parent))
+    staging_dir = Path(journaled(tempfile.mkdtemp(prefix=f".{_short(target.name)}.", dir=parent)))
     try:
         yield staging_dir
         publish_mode(staging_dir, directory=True)

@@ -59,7 +59,8 @@ def _proc_rss(pid: int) -> int | None:
         return None
 
 
-def _psutil():
+def psutil_module():
+    """psutil where it is installed (an optional extra, never a dependency), else None."""
     try:
         import psutil
     except ImportError:
@@ -93,7 +94,7 @@ def process_rss(pid: int) -> int | None:
     """Resident bytes of `pid`; None when it cannot be measured here (or the process is gone)."""
     if has_proc():
         return _proc_rss(pid)
-    psutil = _psutil()
+    psutil = psutil_module()
     if psutil is not None:
         try:
             return int(psutil.Process(pid).memory_info().rss)
@@ -121,7 +122,7 @@ def tree_rss(pid: int) -> int | None:
             total += _proc_rss(current) or 0
             todo.extend(_proc_children(current))
         return total
-    psutil = _psutil()
+    psutil = psutil_module()
     if psutil is not None:
         try:
             root = psutil.Process(pid)
@@ -178,3 +179,35 @@ def kill_group(process: subprocess.Popen) -> None:
         pass
     except OSError:
         process.kill()
+
+
+# The thread-count setters of the OpenBLAS builds numpy ships with (numpy 2's scipy-openblas with
+# 64-bit integers, the plain one), tried in this order.
+_OPENBLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                     "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def single_threaded_blas() -> bool:
+    """Make the OpenBLAS that numpy loaded use one thread, unless the user's OPENBLAS_NUM_THREADS
+    says otherwise; False where there is none to find (another BLAS, no /proc). The command line's
+    float64 work is many small products (a reference's per-layer matmuls and im2col convolutions),
+    where OpenBLAS's threads hand off and spin for more CPU than they save: the float64 convolutions
+    of mobilenet_v3_small took 3.0 s of CPU with its default threads, 0.44 s with one (loaded machine).
+    Set from the library file already mapped into this process (numpy loads it privately)."""
+    if "OPENBLAS_NUM_THREADS" in os.environ or not has_proc():
+        return False
+    try:
+        import ctypes
+
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line}
+        for path in sorted(paths):
+            library = ctypes.CDLL(path)
+            for name in _OPENBLAS_SETTERS:
+                setter = getattr(library, name, None)
+                if setter is not None:
+                    setter(1)
+                    return True
+    except (OSError, AttributeError, ValueError):
+        pass
+    return False

@@ -124,7 +124,7 @@ def available_memory() -> int | None:
 
     found.extend(portable.rlimit_headroom())
     if not found:  # no /proc (macOS, Windows): the system's own figure where psutil is installed
-        psutil = portable._psutil()
+        psutil = portable.psutil_module()
         if psutil is not None:
             found.append(int(psutil.virtual_memory().available))
     return min(found) if found else None

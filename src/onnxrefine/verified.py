@@ -42,13 +42,14 @@ from onnxrefine.errors import BadInputError, OnnxRefineError
 from onnxrefine.ir import io, traversal
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.passes import interface
+from onnxrefine.passes.bisection import first_bad_step
 from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.rewrite.log import DEFERRED, RewriteLog
 from onnxrefine.rewrite.rule import EXACT
 from onnxrefine.verify.judge import Verdict
 
 DEFAULT_VERIFY_BUDGET_S = 120.0  # the most auto mode spends unless --verify-budget says otherwise
-AUTO_BUDGET_FACTOR = 3.0
+AUTO_BUDGET_FACTOR = 2.0
 MAX_ROLLBACKS = 4
 ACCEPTED = tuple(verdict for verdict in Verdict if verdict.accepted)  # exact, rounding
 
@@ -351,8 +352,8 @@ class _Schedule:
         return report
 
     def bisect(self, steps: list[Step], final_report):
-        """The first step whose prefix turns the verdict, and that prefix's report. Pass runs
-        first (a driver run of a round, or one graph pass run), then rewrites inside the run."""
+        """The first step whose prefix turns the verdict, and that prefix's report
+        (passes/bisection.py: pass runs first, then rewrites inside the run)."""
 
         def is_bad(verdict: str) -> bool:
             if final_report.verdict == Verdict.MISMATCH:
@@ -366,18 +367,8 @@ class _Schedule:
             reports[count] = self.verify(model, f"bisect: first {count} of {len(steps)} steps")
             return is_bad(reports[count].verdict)
 
-        ends = [0] + [s.index for i, s in enumerate(steps)
-                      if i + 1 == len(steps) or _run_of(steps[i + 1]) != _run_of(s)]
-        good, bad = 0, len(ends) - 1
-        while bad - good > 1:
-            middle = (good + bad) // 2
-            good, bad = (good, middle) if bad_at(ends[middle]) else (middle, bad)
-        low, high = ends[good], ends[bad]
-        while high - low > 1:
-            middle = (low + high) // 2
-            low, high = (low, middle) if bad_at(middle) else (middle, high)
-        culprit = steps[high - 1]
-        report = reports[high]  # every bad end was verified (the last one is the final model)
+        culprit = first_bad_step(steps, bad_at)
+        report = reports[culprit.index]  # every bad prefix was verified (the last one is the final model)
         self.emit("bisect", step=culprit, verdict=report.verdict)
         return culprit, report
 
@@ -387,7 +378,3 @@ class _Schedule:
         else:
             self.disabled.add(step.pass_name)
 
-
-def _run_of(step: Step) -> tuple:
-    """Steps of one pass run: all rule rewrites of a round come from one driver run."""
-    return (step.round, "rules") if step.rule is not None else (step.round, step.pass_name, step.index)

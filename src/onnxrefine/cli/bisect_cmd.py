@@ -13,7 +13,8 @@ from onnxrefine.cli.arguments import parse_dims
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import io
 from onnxrefine.triage.adapters import ADAPTERS
-from onnxrefine.triage.bisect import BisectSettings, bisect
+from onnxrefine.triage.bisect import TRIALS, bisect
+from onnxrefine.verified import VerifySettings
 
 
 def register(subparsers) -> None:
@@ -24,15 +25,16 @@ def register(subparsers) -> None:
         "after each, and write a repro bundle for the first real mismatch.",
     )
     parser.add_argument("model", help="input .onnx file")
-    parser.add_argument("--optimizer", default="onnxrefine", choices=sorted(ADAPTERS),
-                        help="which optimizer to bisect (peers are used only when installed)")
+    parser.add_argument("--optimizer", default="onnxrefine", choices=sorted(ADAPTERS), metavar="NAME",
+                        help=f"which optimizer to bisect: {', '.join(sorted(ADAPTERS))} (default onnxrefine; "
+                             "peers are used only when installed)")
     parser.add_argument("--passes", help="comma-separated pass names (default: the optimizer's default list)")
     parser.add_argument("--out", default=None, help="bundle folder (default: <model>.bisect beside the model)")
     parser.add_argument("--inputs", help="input sets (.npz) instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2")
     parser.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
-    parser.add_argument("--trials", type=int, default=2, metavar="N",
-                        help="random input sets per verification (default 2)")
+    parser.add_argument("--trials", type=int, default=TRIALS, metavar="N",
+                        help=f"random input sets per verification (default {TRIALS})")
     from onnxrefine.cli.arguments import add_memory_budget_argument
     add_memory_budget_argument(parser)
     parser.set_defaults(func=run)
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     with progress.phase(f"load {Path(args.model).name}"):
         model = io.from_ir(io.load_model(args.model), "proto")
     out = bisect_out(args)
-    settings = BisectSettings(
+    settings = VerifySettings(
         seed=args.seed, trials=args.trials, dims=parse_dims(args.dims),
         inputs=check_inputs(model, load_inputs(args.inputs)) if args.inputs else None,  # exit 2 on a mismatch
     )

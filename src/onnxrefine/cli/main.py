@@ -18,24 +18,27 @@ Exit codes (the README's table; scripts rely on them being distinct):
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
 import signal
 import sys
 
-from onnxrefine import progress
+from onnxrefine import portable, progress
 from onnxrefine.version import __version__
 from onnxrefine.cli.checks import check_args
 from onnxrefine.errors import OnnxRefineError
 
-SUBCOMMAND_MODULES = (
-    "onnxrefine.cli.optimize_cmd",
-    "onnxrefine.cli.verify_cmd",
-    "onnxrefine.cli.bisect_cmd",
-    "onnxrefine.cli.fuzz_cmd",
-    "onnxrefine.cli.reduce_cmd",
-)
+# Each subcommand's name and the module that registers it: a run imports only its own (the
+# optimizer's run does not load the verifier's, the fuzzer's or the reducer's command modules).
+SUBCOMMANDS = {
+    "optimize": "onnxrefine.cli.optimize_cmd",
+    "verify": "onnxrefine.cli.verify_cmd",
+    "bisect": "onnxrefine.cli.bisect_cmd",
+    "fuzz": "onnxrefine.cli.fuzz_cmd",
+    "reduce": "onnxrefine.cli.reduce_cmd",
+}
 
 EXIT_OK, EXIT_DIFFER, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 128 + 13
@@ -77,7 +80,8 @@ def _safe_streams() -> None:
                 pass
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser: with every subcommand, or with `command`'s alone (its run needs no other)."""
     parser = argparse.ArgumentParser(
         prog="onnxrefine",
         description="Optimize ONNX models without changing what they compute, and prove it.",
@@ -88,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an internal error (also ONNXREFINE_DEBUG=1)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in SUBCOMMAND_MODULES:
+    for module_name in [SUBCOMMANDS[command]] if command in SUBCOMMANDS else SUBCOMMANDS.values():
         importlib.import_module(module_name).register(subparsers)
     return parser
 
@@ -134,7 +138,10 @@ def _memory_text(exc: MemoryError) -> str:
             + (f": {exc}" if str(exc) else ""))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, freeze_startup: bool = False) -> int:
+    """The CLI. `freeze_startup`: the process is the command's own (`python -m onnxrefine`), whose
+    start-up objects need no collecting; a caller that runs main in a process of its own (tests)
+    leaves its objects collectable."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv == ["--version"]:  # answered before the subcommands (and the optimizer) are imported
         print(f"onnxrefine {__version__}")
@@ -147,9 +154,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"onnxrefine: error: {STARTUP_FAILURE}", file=sys.stderr)
         return EXIT_BAD_INPUT
     _install_signal_handlers()
+    portable.single_threaded_blas()
     debug = "--debug" in argv[:1] or os.environ.get("ONNXREFINE_DEBUG", "") not in ("", "0")
     try:
-        parser = build_parser()
+        # The options before the subcommand take no value: the first other word names it.
+        parser = build_parser(next((word for word in argv if not word.startswith("-")), None))
+        if freeze_startup:
+            # What start-up made (modules, classes, functions: a few hundred thousand objects)
+            # lives until the process exits: frozen, the collections of the run do not traverse
+            # it again (one full collection less, 0.04 s on small models).
+            gc.freeze()
         args = parser.parse_args(argv)
         debug = debug or args.debug
         if not getattr(args, "func", None):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnxrefine import atomic, progress
-from onnxrefine.api import optimize_ir
+from onnxrefine.api import count_set_aside, optimize_ir
 from onnxrefine.plain import plain
 from onnxrefine.cli.arguments import (add_input_shape_argument, add_run_settings_arguments, default_output_path,
                                       parse_dims, run_settings_from_args)
@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
                 try:  # assembled and checked before anything is written
                     size_after = optimize_maps.save(model, around, output, seed=args.seed, dims=parse_dims(args.dims))
                     notes.append(around.note())
-                    around.count_into(report)
+                    count_set_aside(report, around)
                 except optimize_maps.PassThrough as why:
                     unchanged = str(why)
             else:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # rich is imported where a table is printed (the CLI's start-
     from rich.console import Console, Group
     from rich.table import Table
 
-# Verdicts of a verification that passed (onnxrefine.verify.judge.verdict's success words).
+# Verdicts of a verification that passed (onnxrefine.verify.judge.verdicts' success words).
 PASSING = ("exact", "rounding")
 
 

@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     parser.add_argument("original", help="the original .onnx model")
     parser.add_argument("candidate", nargs="?", help="the rewritten .onnx model")
     parser.add_argument("--inputs", metavar="FILE",
-                        help="input values: .npz (keys = input names, or '<set>/<name>' for several "
+                        help="input values: .npz (keys = input names, or '<n>/<name>', n = 0, 1, ..., for several "
                              "sets); a fuzzer oracle.pkl only with --trust-pickle")
     parser.add_argument("--trust-pickle", action="store_true",
                         help="allow --inputs to be a pickle (unpickling runs code from the file)")
@@ -85,11 +85,10 @@ def _check_output_path(option: str, path: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from onnxrefine.cli.output import stdout_console
+    from onnxrefine.cli.verify_output import render_table
     from onnxrefine.verify import verify_models
     from onnxrefine.verify.inputs import load_inputs
-    from onnxrefine.verify.report import render_table
 
     from onnxrefine.cli import batch
 
@@ -117,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             report.write_json(args.json)
         if args.html:
             report.write_html(args.html)
-    console = Console(file=sys.stdout, width=max(120, Console().width))
+    console = stdout_console()
     render_table(report, console)
     sys.stdout.flush()
     print(f"verdict: {report.verdict}", flush=True)

@@ -10,7 +10,10 @@ each of the README's promises is kept in one place:
 - nodes left unread are removed with the constants only they read (`remove_unread`, `release`);
 - new constants are checked against the constant budget, crediting the bytes the edit frees
   (`freed_bytes`, `over_budget`).
-Names always come from the model's NameAllocator (ir/names.py).
+Names always come from the model's NameAllocator (ir/names.py). The structural verbs at the end
+(`insert_nodes`, `remove_nodes`, `add_initializer`, `drop_initializer`, the graph's ports) are the
+only way code under passes/ and rewrite/ changes a graph's node list, initializers, inputs or
+outputs: tests/test_layers.py holds that no module there calls onnx-ir's graph mutators itself.
 """
 
 from __future__ import annotations
@@ -41,14 +44,11 @@ def place_constant(names: NameAllocator, graph: ir.Graph, in_function: bool, val
     inside a function as a Constant node inserted before `before` (appended when None), which is
     returned."""
     if not in_function:
-        graph.register_initializer(value)
+        add_initializer(graph, value)
         return None
     node = ir.Node("", "Constant", [], [ir.AttrTensor("value", value.const_value)], outputs=[value],
                    name=names.fresh(f"{value.name}_constant"))
-    if before is not None:
-        graph.insert_before(before, node)
-    else:
-        graph.append(node)
+    insert_nodes(graph, [node], before)
     return node
 
 
@@ -99,7 +99,7 @@ def replace_value(names: NameAllocator, graph: ir.Graph, old: ir.Value, new: ir.
         new.name = output_name  # onnx-ir re-keys an initializer under its new name
         for index, output in enumerate(graph.outputs):
             if output is old:
-                graph.outputs[index] = new
+                set_output(graph, index, new)
     readers = [use.node for use in old.uses()]
     old.replace_all_uses_with(new)
     return readers
@@ -117,9 +117,12 @@ def pass_on_name(old: ir.Value, new: ir.Value) -> None:
 
 
 def use_count(value: ir.Value) -> int:
-    """len(value.uses()) without the copy: onnx-ir copies a value's whole use list on every
-    uses() call, so asking about a constant read by every node of a long chain made each rewrite
-    O(nodes) and the run quadratic (bench/engine_scaling.py --big-chain)."""
+    """len(value.uses()) without the copy. The one read of an onnx-ir private attribute, for want
+    of a public one: onnx-ir (0.1.12 to 1.1 at least) has no use count, and its public uses() and
+    consumers() copy a value's whole use list on every call, so asking about a constant read by
+    every node of a long chain made each rewrite O(nodes) and the run quadratic
+    (bench/engine_scaling.py --big-chain). Feature-checked: where `_uses` is not the dict it is
+    today, the public uses() answers."""
     uses = getattr(value, "_uses", None)
     return len(uses) if isinstance(uses, dict) else len(value.uses())
 
@@ -137,10 +140,10 @@ def release(value: ir.Value) -> Iterable[ir.Node]:
     producer = value.producer()
     if producer is None:
         if value.is_initializer() and value.graph is not None:
-            value.graph.initializers.pop(value.name, None)
+            drop_initializer(value.graph, value.name)
         return ()
     if producer.op_type == "Constant" and producer.graph is not None:
-        producer.graph.remove(producer, safe=True)
+        remove_nodes(producer.graph, [producer])
         return ()
     return (producer,)
 
@@ -154,7 +157,7 @@ def remove_unread(graph: ir.Graph, nodes: Iterable[ir.Node]) -> tuple[list[ir.No
         if not is_unread(node):
             continue
         inputs = list(dict.fromkeys(v for v in node.inputs if v is not None))
-        graph.remove(node, safe=True)
+        remove_nodes(graph, [node])
         removed.append(node)
         for value in inputs:
             revisit.extend(release(value))
@@ -194,3 +197,56 @@ def over_budget(budget: ConstantBudget, new_sizes: Sequence[int], freed: int,
     if reason is None:
         reason = budget.growth_refusal(list(new_sizes), freed)
     return reason
+
+
+# --- structural verbs: nodes, initializers, the graph's ports ------------------------------------
+
+
+def insert_nodes(graph: ir.Graph, nodes: Sequence[ir.Node], before: ir.Node | None = None) -> None:
+    """Put `nodes` (in their order) into `graph` before `before`, or at its end when None."""
+    if before is not None:
+        graph.insert_before(before, nodes)
+    else:
+        graph.extend(nodes)
+
+
+def remove_nodes(graph: ir.Graph, nodes: Sequence[ir.Node], *, safe: bool = True) -> None:
+    """Take `nodes` out of `graph`. `safe`: onnx-ir checks that nothing outside them still reads
+    their outputs and detaches their inputs; unsafe keeps their connections, for nodes that move to
+    another graph or that go with everything reading them."""
+    graph.remove(nodes, safe=safe)
+
+
+def add_initializer(graph: ir.Graph, value: ir.Value) -> None:
+    """Make `value` (holding its const_value, in no graph) an initializer of `graph`."""
+    graph.register_initializer(value)
+
+
+def drop_initializer(graph: ir.Graph, name: str) -> ir.Value | None:
+    """Take the initializer `name` out of `graph` (None where there is none); its readers, if any,
+    keep reading the value."""
+    return graph.initializers.pop(name, None)
+
+
+def set_outputs(graph: ir.Graph, values: Iterable[ir.Value]) -> None:
+    """`values`, in order, become the outputs of `graph`."""
+    values = list(values)  # may be computed from the outputs being replaced
+    graph.outputs.clear()
+    graph.outputs.extend(values)
+
+
+def set_output(graph: ir.Graph, index: int, value: ir.Value) -> None:
+    graph.outputs[index] = value
+
+
+def add_input(graph: ir.Graph, value: ir.Value) -> None:
+    """`value` (computed by no node) becomes the last input of `graph`."""
+    graph.inputs.append(value)
+
+
+def set_input(graph: ir.Graph, index: int, value: ir.Value) -> None:
+    graph.inputs[index] = value
+
+
+def remove_input(graph: ir.Graph, index: int) -> ir.Value:
+    return graph.inputs.pop(index)

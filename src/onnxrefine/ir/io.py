@@ -20,6 +20,7 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
+from onnxrefine import atomic
 from onnxrefine.errors import BadInputError
 from onnxrefine.ir import heap, protoview, traversal, validate, wire
 
@@ -189,7 +190,7 @@ def check_staged(stage, path: str | os.PathLike, input_path: str | os.PathLike |
     a hard link would not do: onnx's checker refuses external data with more than one link)."""
     path = Path(path)
     folder = path.resolve().parent
-    scratch = tempfile.mkdtemp(prefix=".check.", dir=folder)
+    scratch = atomic.journaled(tempfile.mkdtemp(prefix=".check.", dir=folder))
     moved: list[tuple[str, str]] = []
     try:
         for temp, target in stage.staged_files():

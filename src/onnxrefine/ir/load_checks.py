@@ -8,7 +8,8 @@ Each defect is one BadInputError naming the tensor, node or field:
   are followed, naming a regular file, with a non-negative offset, a length equal to dtype x dims
   and a range inside the file. Each file is opened once (openfile.OpenFile) and checked through that
   descriptor; the open files are returned so the weights are read from exactly those;
-- the main graph's inputs: no negative dims.
+- the main graph's inputs: a known element type, no negative dims.
+An onnx_ir.Model given to the API gets the same checks on its serialized form (`check_ir_model`).
 Graph structure (undefined names, cycles, a name written twice) is validate.py's.
 """
 
@@ -284,13 +285,35 @@ def check_graph_inputs(proto: onnx.ModelProto) -> None:
 
 
 def check_ir_model(model) -> None:
-    """The checks that apply to an onnx_ir.Model given to the API: its main graph's inputs. (The
-    rest concern the serialized form, which such a model no longer has: its tensors are arrays,
-    its strings Python text, its edges object references.)"""
-    for value in model.graph.inputs:
-        if value.shape is not None:
-            _check_input_dims(value.name or "", [d if isinstance(d, int) else (getattr(d, "value", None) or "?")
-                                                 for d in value.shape])
+    """The checks a file gets, on an onnx_ir.Model given to the API: `check_model` and validate.py's
+    structure checks (undefined names, cycles, a name written twice) run on its serialized form.
+    The main graph's initializers are serialized as headers only (dtype and dims: their data are
+    arrays already, and copying them is what would cost); every other tensor is checked whole."""
+    import onnx_ir as ir
+
+    from onnxrefine.ir import wire
+
+    for name, value in model.graph.initializers.items():
+        # (the skeleton takes the initializers out and puts them back, which needs these)
+        problem = "has no tensor" if value.const_value is None else (
+            "is registered under another name" if value.name != name else None)
+        if problem:
+            raise BadInputError(f"graph '{one_line(model.graph.name or '')}': initializer '{one_line(name)}' {problem}")
+    try:
+        proto, graph_bytes, initializers = wire.serialize_skeleton(model)
+        proto.graph.ParseFromString(graph_bytes)
+        headers = [onnx.TensorProto.FromString(wire.tensor_header(value)[0]) for value in initializers]
+    except Exception as exc:  # noqa: BLE001 - onnx-ir and protobuf on what cannot be serialized
+        raise BadInputError(f"model cannot be serialized: {first_line(exc)}") from None
+    where = f"graph '{one_line(proto.graph.name)}'"
+    for header in headers:
+        expected_bytes(header, f"{where}: initializer '{one_line(header.name)}'")
+    # Tensors that stay external are read relative to the folder onnx-ir was given for them.
+    folder = next((Path(value.const_value.base_dir) for value in initializers
+                   if isinstance(value.const_value, ir.ExternalTensor) and value.const_value.base_dir), Path.cwd())
+    check_model(proto, folder)
+    proto.graph.initializer.extend(headers)
+    validate.check_graph_structure(proto)
 
 
 def _check_input_dims(name: str, dims: list) -> None:

@@ -202,7 +202,7 @@ def fold_gemm_bn(m: Match, ctx: RewriteContext) -> Replacement:
     scale, shift = bn_affine(m, ctx, channels, weight.dtype)
     beta = float(np.float32(attr(gemm, "beta", 1.0)))
     factors = scale[:, None] if trans_b else scale[None, :]
-    new_weight = round_folded(to_float64(weight) * factors, weight.dtype, "folded weight")
+    new_weight = scale_rounded(weight, factors, weight.dtype, "folded weight")
     bias = m.array("c")
     if bias is None:
         new_bias64 = shift
@@ -233,7 +233,7 @@ def fold_matmul_bn(m: Match, ctx: RewriteContext) -> Replacement:
         raise RewriteRefused("bn_matmul.output_rank", "MatMul output rank is not known to be 2 (BatchNormalization's channel axis)")
     channels = weight.shape[1]
     scale, shift = bn_affine(m, ctx, channels, weight.dtype)
-    new_weight = round_folded(to_float64(weight) * scale[None, :], weight.dtype, "folded weight")
+    new_weight = scale_rounded(weight, scale[None, :], weight.dtype, "folded weight")
     new_bias = round_folded(shift, weight.dtype, "folded bias")
     hint = m["matmul"].name or "matmul"
     w_value = ctx.constant(new_weight, f"{hint}_weight_folded", derived_from=[m["w"]])

@@ -23,7 +23,7 @@ from onnxrefine.ir.attrs import references
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.quantization import merge_refusal
-from onnxrefine.passes import graphedit
+from onnxrefine.passes import graphpass
 from onnxrefine.passes.folding import RANDOM_OPS
 from onnxrefine.passes.registry import CLEANUP, GRAPH, PassContext, PassSpec
 from onnxrefine.rewrite.pattern import Match, Op, Var
@@ -44,7 +44,7 @@ def detach(nodes) -> None:
         for index in range(len(node.inputs)):
             if node.inputs[index] is not None:
                 node.replace_input_with(index, None)
-        for sub in graphedit.subgraphs_of(node):
+        for sub in traversal.subgraphs_of(node):
             stack.extend(sub)
 
 
@@ -62,16 +62,16 @@ def dead_code_in_graph(pctx: PassContext, graph: ir.Graph) -> int:
     dead = []
     removed = 0
     for node in reversed(list(graph)):
-        if _removable(node, functions) and graphedit.is_dead(node):
+        if _removable(node, functions) and edit.is_unread(node):
             detach([node])
             dead.append(node)
             continue
-        for sub in graphedit.subgraphs_of(node):
+        for sub in traversal.subgraphs_of(node):
             removed += dead_code_in_graph(pctx, sub)
     if dead:
-        graph.remove(dead, safe=True)
+        edit.remove_nodes(graph, dead)
         for node in dead:
-            graphedit.log_apply(pctx, "eliminate_deadend", EXACT, graph, node)
+            graphpass.log_apply(pctx, "eliminate_deadend", EXACT, graph, node)
     return removed + len(dead)
 
 
@@ -85,11 +85,11 @@ def run_deadend(pctx: PassContext) -> int:
 
 def run_unused_initializer(pctx: PassContext) -> int:
     changes = 0
-    for graph, in_function in list(graphedit.graphs(pctx.model)):
+    for graph in [site.graph for site in traversal.graphs(pctx.model)]:
         for name, value in list(graph.initializers.items()):
             if value.uses() or value.is_graph_input() or value.is_graph_output():
                 continue
-            graph.initializers.pop(name)
+            edit.drop_initializer(graph, name)
             pctx.log.apply(rule="eliminate_unused_initializer", kind=EXACT, graph=graph.name or "",
                            root=name, removed=[name], added=[])
             changes += 1
@@ -133,12 +133,12 @@ def _dedup_graph(pctx: PassContext, graph: ir.Graph, outer, outer_layouts, neste
             local.setdefault(key, list(outer.get(key, []))).append(value)
             continue
         value.replace_all_uses_with(kept)
-        graph.initializers.pop(name)
+        edit.drop_initializer(graph, name)
         pctx.log.apply(rule="eliminate_duplicate_initializer", kind=EXACT, graph=graph.name or "",
                        root=name, removed=[name], added=[kept.name])
         changes += 1
     for node in graph:
-        for sub in graphedit.subgraphs_of(node):
+        for sub in traversal.subgraphs_of(node):
             # an outer initializer is visible inside
             changes += _dedup_graph(pctx, sub, seen, layouts, nested_layouts)
     return changes
@@ -197,7 +197,7 @@ def cse_in_graph(pctx: PassContext, graph: ir.Graph) -> int:
     changes = 0
     keep_alive = []  # ids in keys must not be reused while the table lives
     for node in list(graph):
-        for sub in graphedit.subgraphs_of(node):
+        for sub in traversal.subgraphs_of(node):
             changes += cse_in_graph(pctx, sub)
         key = _node_key(node)
         if key is None:
@@ -209,8 +209,8 @@ def cse_in_graph(pctx: PassContext, graph: ir.Graph) -> int:
             continue
         if not _merge(pctx, graph, kept, node):
             continue
-        graph.remove(node, safe=True)
-        graphedit.log_apply(pctx, "eliminate_common_subexpression", EXACT, graph, node, [kept.name or ""])
+        edit.remove_nodes(graph, [node])
+        graphpass.log_apply(pctx, "eliminate_common_subexpression", EXACT, graph, node, [kept.name or ""])
         changes += 1
     return changes
 
@@ -220,7 +220,7 @@ def _merge(pctx: PassContext, graph: ir.Graph, kept: ir.Node, duplicate: ir.Node
         if old.is_graph_output() and (new.is_graph_output() or new.is_graph_input() or not new.name):
             return False  # two outputs of one value would need an Identity: not worth it
     for old, new in zip(duplicate.outputs, kept.outputs):
-        graphedit.replace_value(pctx, graph, old, new)
+        edit.replace_value(pctx.names, graph, old, new)
     return True
 
 
@@ -232,7 +232,7 @@ def run_cse(pctx: PassContext) -> int:
 
 
 def _constant_condition(node: ir.Node) -> bool | None:
-    if node.op_type != "If" or node.domain not in graphedit.STANDARD_DOMAINS or not node.inputs:
+    if node.op_type != "If" or node.domain not in STANDARD_DOMAINS or not node.inputs:
         return None
     if references(node):  # then_branch=@b in a function body: each caller's own graph
         return None
@@ -248,9 +248,9 @@ def inline_if(pctx: PassContext, graph: ir.Graph, in_function: bool, node: ir.No
     other_attr = node.attributes.get("else_branch" if cond else "then_branch")
     branch: ir.Graph = taken_attr.value
     branch_outputs = list(branch.outputs)
-    branch.outputs.clear()
+    edit.set_outputs(branch, [])
     moved = list(branch)
-    branch.remove(moved)  # unsafe on purpose: the nodes keep their connections
+    edit.remove_nodes(branch, moved, safe=False)  # the nodes keep their connections: they move
     for inner in moved:
         inner.name = pctx.names.fresh(inner.name or f"{node.name or 'if'}_{inner.op_type}")
         for value in inner.outputs:
@@ -259,14 +259,14 @@ def inline_if(pctx: PassContext, graph: ir.Graph, in_function: bool, node: ir.No
     new_nodes = list(moved)
     produced_here = {id(v) for n in moved for v in n.outputs}
     for name, value in list(branch.initializers.items()):
-        branch.initializers.pop(name)
+        edit.drop_initializer(branch, name)
         value.name = pctx.names.fresh(name)
         holder = edit.place_constant(pctx.names, graph, in_function, value, before=node)
         if holder is not None:  # a Constant node: inside a function
             new_nodes.insert(0, holder)
         produced_here.add(id(value))
     if moved:
-        graph.insert_before(node, moved)
+        edit.insert_nodes(graph, moved, before=node)
     claimed: set[int] = set()
     for old, new in zip(node.outputs, branch_outputs):
         if old.is_graph_output() and (id(new) not in produced_here or id(new) in claimed
@@ -274,17 +274,17 @@ def inline_if(pctx: PassContext, graph: ir.Graph, in_function: bool, node: ir.No
             # An outer value (or one output twice) cannot take the output's name: copy it.
             identity = ir.Node("", "Identity", [new], name=pctx.names.fresh(f"{node.name or 'if'}_output"))
             identity.outputs[0].name = pctx.names.fresh(f"{old.name}_inlined")
-            graph.insert_before(node, identity)
+            edit.insert_nodes(graph, [identity], before=node)
             new_nodes.append(identity)
             new = identity.outputs[0]
         claimed.add(id(new))
         if new.type is None:
             new.type = old.type
-        graphedit.replace_value(pctx, graph, old, new)
+        edit.replace_value(pctx.names, graph, old, new)
     if other_attr is not None:
         detach(other_attr.value)
-    graph.remove(node, safe=True)
-    graphedit.log_apply(pctx, "eliminate_if_with_const_cond", EXACT, graph, node, [n.name for n in new_nodes])
+    edit.remove_nodes(graph, [node])
+    graphpass.log_apply(pctx, "eliminate_if_with_const_cond", EXACT, graph, node, [n.name for n in new_nodes])
     return new_nodes
 
 
@@ -300,7 +300,7 @@ def _inline_ifs(pctx: PassContext, graph: ir.Graph, in_function: bool) -> int:
             queue.extend(inline_if(pctx, graph, in_function, node, cond))
             changes += 1
             continue
-        for sub in graphedit.subgraphs_of(node):
+        for sub in traversal.subgraphs_of(node):
             changes += _inline_ifs(pctx, sub, in_function)
     return changes
 

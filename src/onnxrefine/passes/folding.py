@@ -29,9 +29,10 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir import edit, traversal
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.foldmath import constant_array, constant_node_array, is_float_dtype
 from onnxrefine.ir.quantization import fold_refusal
-from onnxrefine.passes import graphedit
+from onnxrefine.passes import graphpass
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
 from onnxrefine.verify.ort import inference_session
@@ -207,7 +208,7 @@ def _reference_fallback(model, feeds, outputs, inferred, ort_error) -> list:
 
 
 def _foldable(node: ir.Node) -> bool:
-    if node.domain not in graphedit.STANDARD_DOMAINS or node.op_type in _NEVER_FOLDED:
+    if node.domain not in STANDARD_DOMAINS or node.op_type in _NEVER_FOLDED:
         return False
     if not any(v is not None for v in node.inputs):
         return False
@@ -233,7 +234,7 @@ def _is_constant(value: ir.Value) -> bool:
     if value.const_value is not None and (value.is_initializer() or value.producer() is None):
         return True
     producer = value.producer()
-    return producer is not None and producer.op_type == "Constant" and producer.domain in graphedit.STANDARD_DOMAINS
+    return producer is not None and producer.op_type == "Constant" and producer.domain in STANDARD_DOMAINS
 
 
 def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: frozenset[str] | None = None) -> int:
@@ -244,7 +245,7 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
     for node in list(graph):
         if node.graph is not graph or not _foldable(node) or (only is not None and node.op_type not in only):
             continue
-        if graphedit.is_dead(node):
+        if edit.is_unread(node):
             continue  # dead code is the dead-code pass's business; evaluating it buys nothing
         if not all(v is None or _is_constant(v) for v in node.inputs):
             continue  # checked before reading any bytes
@@ -258,7 +259,7 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
             continue  # declined in an earlier round on the same inputs: evaluating again is wasted
         quantization = fold_refusal(node)
         if quantization is not None:  # a Q/DQ node keeps the model quantized (ir/quantization.py)
-            graphedit.log_refuse(pctx, "fold_constants", graph, node, quantization, guard="fold.quantized")
+            graphpass.log_refuse(pctx, "fold_constants", graph, node, quantization, guard="fold.quantized")
             refused[id(node)] = (node, signature)
             continue
         source_bytes = max((a.nbytes for a in arrays if a is not None), default=0)
@@ -275,10 +276,10 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
                 replacements.append((output, result))
             freed = edit.freed_bytes([node])
             for _output, result in replacements:
-                graphedit.charge_constant(pctx, result.nbytes, source_bytes, freed)
+                graphpass.charge_constant(pctx, result.nbytes, source_bytes, freed)
                 freed = 0
         except RewriteRefused as refusal:
-            graphedit.log_refuse(pctx, "fold_constants", graph, node, refusal)
+            graphpass.log_refuse(pctx, "fold_constants", graph, node, refusal)
             refused[id(node)] = (node, signature)  # the node is kept alive, so its id stays its own
             continue
         added = []
@@ -286,8 +287,8 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
             if not (output.uses() or output.is_graph_output()):
                 continue
             hint = output.name or f"{node.name or node.op_type}_folded"
-            value = graphedit.new_constant(pctx, graph, in_function, result, f"{hint}_folded", before=node)
-            graphedit.replace_value(pctx, graph, output, value)
+            value = edit.new_constant(pctx.names, graph, in_function, result, f"{hint}_folded", before=node)
+            edit.replace_value(pctx.names, graph, output, value)
             added.append((output, value))
         removed, _ = edit.remove_unread(graph, [node])
         if not removed:  # every output read was replaced just above
@@ -295,7 +296,7 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
         for output, value in added:
             edit.pass_on_name(output, value)
         added = [value.name for _output, value in added]
-        graphedit.log_apply(pctx, "fold_constants", EXACT, graph, node, added)
+        graphpass.log_apply(pctx, "fold_constants", EXACT, graph, node, added)
         folded += 1
     return folded
 
@@ -322,7 +323,7 @@ def run_extract_constants(pctx: PassContext) -> int:
             continue  # a function body cannot hold initializers (nor, by ir/edit.py's rule, its subgraphs)
         graph = site.graph
         for node in list(graph):
-            if node.op_type != "Constant" or node.domain not in graphedit.STANDARD_DOMAINS:
+            if node.op_type != "Constant" or node.domain not in STANDARD_DOMAINS:
                 continue
             array = constant_node_array(node)
             attr = node.attributes.get("value")
@@ -339,9 +340,9 @@ def run_extract_constants(pctx: PassContext) -> int:
             edit.replace_value(pctx.names, graph, old, value)  # a graph output renames `old` itself
             if old.name == original:
                 old.name = pctx.names.fresh(f"{original}_constant")
-            graph.register_initializer(value)
-            graph.remove(node, safe=True)
-            graphedit.log_apply(pctx, "extract_constant_to_initializer", EXACT, graph, node, [value.name])
+            edit.add_initializer(graph, value)
+            edit.remove_nodes(graph, [node])
+            graphpass.log_apply(pctx, "extract_constant_to_initializer", EXACT, graph, node, [value.name])
             changes += 1
     return changes
 

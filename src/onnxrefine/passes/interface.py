@@ -32,8 +32,9 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
-from onnxrefine.ir import traversal
-from onnxrefine.passes import graphedit
+from onnxrefine.ir import edit, traversal
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
+from onnxrefine.passes import graphpass
 from onnxrefine.passes.registry import GRAPH, INTERFACE, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
 
@@ -107,7 +108,7 @@ def run_rename_input_output(pctx: PassContext) -> int:
         if taken:
             raise RewriteRefused("rename.name_taken", f"'{taken[0]}' already names another value of the model")
     except RewriteRefused as refusal:
-        graphedit.log_refuse(pctx, "rename_input_output", graph, _anchor(graph), refusal)
+        graphpass.log_refuse(pctx, "rename_input_output", graph, _anchor(graph), refusal)
         return 0
     changes = {"inputs": {}, "outputs": {}}
     for value, new_name, kind in plan.values():
@@ -139,7 +140,7 @@ def run_rewrite_input_dtype(pctx: PassContext) -> int:
         if value.is_initializer() or value.dtype != ir.DataType.INT64:
             continue
         if value.is_graph_output():
-            graphedit.log_refuse(pctx, "rewrite_input_dtype", graph, _anchor(graph),
+            graphpass.log_refuse(pctx, "rewrite_input_dtype", graph, _anchor(graph),
                                  f"'{value.name}' is also a graph output: retyping it would retype the output",
                                  guard="retype.input_is_output")
             continue
@@ -148,15 +149,11 @@ def run_rewrite_input_dtype(pctx: PassContext) -> int:
         value.replace_all_uses_with(widened)
         cast = ir.Node("", "Cast", [value], [ir.AttrInt64("to", ir.DataType.INT64)], outputs=[widened],
                        name=pctx.names.fresh(f"{value.name}_Cast"))
-        first = next(iter(graph), None)
-        if first is None:
-            graph.append(cast)
-        else:
-            graph.insert_before(first, cast)
+        edit.insert_nodes(graph, [cast], before=next(iter(graph), None))
         value.type = ir.TensorType(ir.DataType.INT32)
         # Keyed by the original's name, so the record holds whichever runs first, rename or retype.
         retyped[interface_record(pctx.model).get("inputs", {}).get(value.name, value.name)] = ["int64", "int32"]
-        graphedit.log_apply(pctx, "rewrite_input_dtype", EXACT, graph, cast, [cast.name])
+        graphpass.log_apply(pctx, "rewrite_input_dtype", EXACT, graph, cast, [cast.name])
     if retyped:
         _record(pctx.model, retyped_inputs=interface_record(pctx.model).get("retyped_inputs", {}) | retyped)
     return len(retyped)
@@ -172,7 +169,7 @@ def predict_values(graph: ir.Graph) -> tuple[set[int], list[ir.Node]]:
     values = {id(v) for v in graph.inputs if not v.is_initializer()}
     nodes = []
     for node in graph:
-        impure = node.op_type in IMPURE_OPS or node.domain not in graphedit.STANDARD_DOMAINS or \
+        impure = node.op_type in IMPURE_OPS or node.domain not in STANDARD_DOMAINS or \
             any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values())
         if impure or any(v is not None and id(v) in values for v in node.inputs):
             nodes.append(node)
@@ -201,13 +198,12 @@ def run_split_init(pctx: PassContext) -> int:
         return 0
     cut, predict, predict_nodes = boundary(graph)
     outputs = [v for v in cut if v.producer() is not None or v.is_initializer()]
-    graph.outputs.clear()
-    graph.outputs.extend(outputs)
+    edit.set_outputs(graph, outputs)
     for node in reversed(predict_nodes):
-        graph.remove(node, safe=False)
+        edit.remove_nodes(graph, [node], safe=False)
     for index in reversed(range(len(graph.inputs))):
         if id(graph.inputs[index]) in predict:
-            graph.inputs.pop(index)
+            edit.remove_input(graph, index)
     _record(pctx.model, split="init", boundary=[v.name for v in outputs])
     pctx.log.apply(rule="split_init", kind=EXACT, graph=graph.name or "", root="<interface>",
                    removed=[f"{n.name} ({n.op_type})" for n in predict_nodes], added=[])
@@ -230,21 +226,21 @@ def run_split_predict(pctx: PassContext) -> int:
                 use.node.replace_input_with(use.idx, new)
         for index, output in enumerate(graph.outputs):
             if output is value:
-                graph.outputs[index] = new
+                edit.set_output(graph, index, new)
         if value.is_initializer():
-            graph.initializers.pop(value.name)
+            edit.drop_initializer(graph, value.name)
         value.name = pctx.names.fresh(f"{new.name}_init")
-        graph.inputs.append(new)
+        edit.add_input(graph, new)
         fed.append(new.name)
     removed = [n for n in reversed(list(graph)) if id(n) not in kept]
     for node in removed:
-        graph.remove(node, safe=False)
+        edit.remove_nodes(graph, [node], safe=False)
     for name in list(graph.initializers):
-        graph.initializers.pop(name)
+        edit.drop_initializer(graph, name)
     for index in reversed(range(len(graph.inputs))):
         value = graph.inputs[index]
         if not value.uses() and not value.is_graph_output():
-            graph.inputs.pop(index)
+            edit.remove_input(graph, index)
     pctx.names.absorb(pctx.model)
     _record(pctx.model, split="predict", boundary=fed)
     pctx.log.apply(rule="split_predict", kind=EXACT, graph=graph.name or "", root="<interface>",
@@ -334,17 +330,16 @@ def original_interface(candidate: ir.Model, boundary_values=None) -> ir.Model:
             if value.name == name:
                 wide = ir.Value(name=name, type=ir.TensorType(ir.DataType.INT64), shape=value.shape)
                 value.name = f"{name}__narrowed"
-                graph.inputs[index] = wide
+                edit.set_input(graph, index, wide)
                 cast = ir.Node("", "Cast", [wide], [ir.AttrInt64("to", ir.DataType.INT32)], outputs=[value])
-                first = next(iter(graph), None)
-                graph.insert_before(first, cast) if first is not None else graph.append(cast)
+                edit.insert_nodes(graph, [cast], before=next(iter(graph), None))
     if record.get("split") == "predict":
         for name in record.get("boundary", []):
             for index, value in enumerate(graph.inputs):
                 if value.name == name and boundary_values is not None and name in boundary_values:
-                    graph.inputs.pop(index)
+                    edit.remove_input(graph, index)
                     value.const_value = ir.Tensor(np.asarray(boundary_values[name]), name=name)
-                    graph.register_initializer(value)
+                    edit.add_initializer(graph, value)
                     break
     return view
 
@@ -371,11 +366,10 @@ def verification_pair(original, candidate: ir.Model) -> tuple[object, ir.Model]:
     original = io.load_model(path)
     values = {v.name: v for n in original.graph for v in n.outputs} | dict(original.graph.initializers)
     values |= {v.name: v for v in original.graph.inputs}
-    original.graph.outputs.clear()
-    original.graph.outputs.extend(values[o.name] for o in view.graph.outputs)
+    edit.set_outputs(original.graph, [values[o.name] for o in view.graph.outputs])
     for value in original.graph.inputs:
         if not value.is_initializer():
-            view.graph.inputs.append(ir.Value(name=value.name, type=value.type, shape=value.shape))
+            edit.add_input(view.graph, ir.Value(name=value.name, type=value.type, shape=value.shape))
     return original, view
 
 

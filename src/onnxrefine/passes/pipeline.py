@@ -2,8 +2,10 @@
 
 A round runs the phases of registry.PHASES in turn: "rules" (every rule of the chosen passes in one
 worklist driver run), then "graph" and "cleanup" (their graph-level passes, each phase's by its
-declared order); rounds repeat until one changes nothing (or `fixed_point=False`). The
-"interface" passes run once after the last round.
+declared order); rounds repeat until one changes nothing (or `fixed_point=False`). A unit (the
+driver run, a graph pass) that found nothing is not run again until the model changes, and the
+rounds end once every unit has found nothing in the model as it is: the round that would only
+confirm it is not run. The "interface" passes run once after the last round.
 Verification, progress and bisection are hooks on this schedule, never a second pipeline:
 
 - `on_event(kind, **info)` is called as the schedule goes: "round" (round), "step" (one
@@ -73,7 +75,6 @@ def run_passes(
     log: RewriteLog | None = None,
     names: NameAllocator | None = None,
     on_progress: Callable[[int], None] | None = None,
-    max_rewrites: int | None = None,
     max_steps: int | None = None,
     vetoed: Collection[tuple[str, str, str]] = (),
     on_event: EventHook | None = None,
@@ -81,8 +82,8 @@ def run_passes(
 ) -> RewriteLog:
     """Run the schedule on `model` in place and return its log.
 
-    `max_rewrites` caps rule rewrites and skips graph passes (bisect.replay narrows one rule pass
-    with it); `max_steps` caps steps of the whole schedule (see the module docstring);
+    `max_steps` caps steps of the whole schedule (see the module docstring; passes/bisection.py
+    replays prefixes with it);
     `certifier` checks each rule rewrite on its matched subgraph; graph-level passes that check
     their own rewrites read it from the pass context, the others' rewrites stand on their declared
     reason for being exact.
@@ -98,39 +99,45 @@ def run_passes(
     graph_passes = [spec for spec in specs if spec.run is not None and spec.phase != INTERFACE]
     interface_passes = [spec for spec in specs if spec.phase == INTERFACE]
     started = time.perf_counter()
-    rewrites_done = steps = rounds = 0
+    steps = rounds = 0
 
     def room() -> int | None:
         return None if max_steps is None else max_steps - steps
 
+    # The schedule's units (the driver run, each graph pass) and the model's version when each
+    # last ran and changed nothing: on the same version it would find nothing again (the model is
+    # the same; a unit decides from the model alone), so it is skipped, and the rounds end when
+    # every unit is settled on the current version (the round that would only confirm it is not run).
+    version = 0
+    settled: dict[str, int] = {}
+    units = (["rules"] if rules else []) + [spec.name for spec in graph_passes]
     for round_index in range(1, MAX_ROUNDS + 1):
         if room() is not None and room() <= 0:
             break
         rounds = round_index
         emit("round", round=round_index)
         changes = 0
-        if rules:
+        if rules and settled.get("rules") != version:
             progress.report(detail=f"round {round_index}: {len(rules)} rewrite rules")
-            remaining = None if max_rewrites is None else max_rewrites - rewrites_done
-            if remaining is not None and remaining <= 0:
-                break
-            caps = [cap for cap in (remaining, room()) if cap is not None]
             first, pass_started = len(log.applied), time.perf_counter()
             driver = RewriteDriver(
                 model, rules, budget=budget, names=context.names, log=log, on_progress=on_progress,
-                max_rewrites=min(caps) if caps else None, certifier=certifier,
+                max_rewrites=room(), certifier=certifier,
             )
             driver.run()
             changes += driver.rewrites
-            rewrites_done += driver.rewrites
+            version += driver.rewrites
+            if driver.settled:  # its last sweep, over the model as it is now, found nothing
+                settled["rules"] = version
             for entry in log.applied[first:]:
                 steps += 1
                 emit("step", step=Step(steps, round_index, pass_of_rule.get(entry.rule, entry.rule), entry.rule,
                                        entry.graph, entry.root))
             emit("pass", round=round_index, name="rules", passes=[s.name for s in specs if s.rules],
                  changes=driver.rewrites, seconds=time.perf_counter() - pass_started)
-        # A capped rewrite replay is a prefix of rule rewrites only; graph passes would blur it.
-        for spec in graph_passes if max_rewrites is None else ():
+        for spec in graph_passes:
+            if settled.get(spec.name) == version:
+                continue
             progress.report(done=graph_passes.index(spec), total=len(graph_passes),
                             detail=f"round {round_index}: {spec.name}")
             if room() is not None and room() <= 0:
@@ -142,12 +149,15 @@ def run_passes(
             changes += made
             if made:
                 steps += 1
+                version += made
                 emit("step", step=Step(steps, round_index, spec.name))
+            else:
+                settled[spec.name] = version
             emit("pass", round=round_index, name=spec.name, changes=made,
                  seconds=time.perf_counter() - pass_started)
-        if not fixed_point or changes == 0:
+        if not fixed_point or changes == 0 or all(settled.get(unit) == version for unit in units):
             break
-    for spec in interface_passes if max_rewrites is None else ():
+    for spec in interface_passes:
         if room() is not None and room() <= 0:
             break
         pass_started = time.perf_counter()

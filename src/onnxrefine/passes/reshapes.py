@@ -23,9 +23,11 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir import edit, traversal
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import StaticShapes
-from onnxrefine.passes import graphedit
+from onnxrefine.passes import graphpass
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.log import CERTIFIED, PROVED, UNCHECKED
 from onnxrefine.rewrite.rule import EXACT, CertificateRequest, RewriteContext
@@ -50,12 +52,12 @@ def _region(outer: ir.Node, rank: int) -> tuple[list[ir.Node], ir.Value]:
             raise RewriteRefused("reshape_region.graph_input", "the Reshape reads a graph input, not an elementwise region")
         if id(node) in region:
             continue
-        if node.op_type == "Reshape" and node.domain in graphedit.STANDARD_DOMAINS and node is not outer:
+        if node.op_type == "Reshape" and node.domain in STANDARD_DOMAINS and node is not outer:
             if entry is not None and entry is not node.outputs[0]:
                 raise RewriteRefused("reshape_region.two_reshapes", "the region reads more than one Reshape")
             entry = node.outputs[0]
             continue
-        if node.domain not in graphedit.STANDARD_DOMAINS or len(node.outputs) != 1 or not (
+        if node.domain not in STANDARD_DOMAINS or len(node.outputs) != 1 or not (
                 node.op_type in UNARY and len(node.inputs) == 1 or node.op_type in BINARY and len(node.inputs) == 2):
             raise RewriteRefused("reshape_region.not_elementwise", f"{node.op_type} {node.name!r} is not an elementwise operator this rewrite knows")
         region[id(node)] = node
@@ -117,14 +119,14 @@ def _certify(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes, nodes: li
     if outcome.status == "refused":
         raise RewriteRefused("certificate.graph_failed", f"certificate failed: {outcome.detail}")
     if outcome.status in ("skipped", "deferred"):
-        return graphedit.uncertified(pctx, RULE, graph, outer, outcome.detail)
+        return graphpass.uncertified(pctx, RULE, graph, outer, outcome.detail)
     return (PROVED if getattr(outcome, "proved", False) else CERTIFIED), f"certified: {outcome.detail}"
 
 
 def eliminate_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes) -> int:
     changes = 0
     for outer in list(graph):
-        if outer.graph is not graph or outer.op_type != "Reshape" or outer.domain not in graphedit.STANDARD_DOMAINS:
+        if outer.graph is not graph or outer.op_type != "Reshape" or outer.domain not in STANDARD_DOMAINS:
             continue
         producer = outer.inputs[0].producer() if outer.inputs and outer.inputs[0] is not None else None
         if producer is None or producer.op_type == "Reshape":
@@ -140,7 +142,7 @@ def eliminate_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes)
             _check_closed(nodes, entry, outer)
             evidence = _certify(pctx, graph, oracle, nodes, entry, source, outer)
         except RewriteRefused as refused:
-            graphedit.log_refuse(pctx, RULE, graph, outer, refused)
+            graphpass.log_refuse(pctx, RULE, graph, outer, refused)
             continue
         if evidence is None:
             continue  # no certificate could be made, and nothing verifies the run: refused, logged
@@ -151,10 +153,10 @@ def eliminate_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes)
                     node.replace_input_with(index, source)
             node.outputs[0].shape = ir.Shape(target)  # the region now runs on x's shape
         exit_value = outer.inputs[0]
-        graphedit.replace_value(pctx, graph, outer.outputs[0], exit_value)  # a graph output keeps its name
-        graph.remove(outer, safe=True)
-        graph.remove(inner, safe=True)
-        graphedit.log_apply(pctx, RULE, EXACT, graph, outer, evidence=evidence[0], certificate=evidence[1])
+        edit.replace_value(pctx.names, graph, outer.outputs[0], exit_value)  # a graph output keeps its name
+        edit.remove_nodes(graph, [outer])
+        edit.remove_nodes(graph, [inner])
+        graphpass.log_apply(pctx, RULE, EXACT, graph, outer, evidence=evidence[0], certificate=evidence[1])
         oracle.forget()  # the region's values changed shape: no memoised fact may outlive that
         changes += 1
     return changes
@@ -163,8 +165,8 @@ def eliminate_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes)
 def run(pctx: PassContext) -> int:
     oracle = StaticShapes(pctx.model)
     total = 0
-    for graph, _ in list(graphedit.graphs(pctx.model)):
-        total += eliminate_in_graph(pctx, graph, oracle)
+    for site in list(traversal.graphs(pctx.model)):
+        total += eliminate_in_graph(pctx, site.graph, oracle)
     return total
 
 

@@ -16,10 +16,12 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir import edit, traversal
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import StaticShapes
-from onnxrefine.passes import graphedit
+from onnxrefine.passes import graphpass
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
 
@@ -69,7 +71,7 @@ def _readers(node: ir.Node, graph: ir.Graph, count: int) -> list[tuple[ir.Node, 
         raise RewriteRefused("split_seq.graph_output", "the sequence is a graph output")
     readers = []
     for user, slot in sequence.uses():
-        if user.op_type != "SequenceAt" or user.domain not in graphedit.STANDARD_DOMAINS or slot != 0:
+        if user.op_type != "SequenceAt" or user.domain not in STANDARD_DOMAINS or slot != 0:
             raise RewriteRefused("split_seq.other_reader", f"the sequence is read by {user.op_type}, not only SequenceAt")
         if user.graph is not graph:
             raise RewriteRefused("split_seq.subgraph_reader", "the sequence is read inside a subgraph")
@@ -88,46 +90,45 @@ def _readers(node: ir.Node, graph: ir.Graph, count: int) -> list[tuple[ir.Node, 
 def rewrite_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, oracle: StaticShapes) -> int:
     changes = 0
     for node in list(graph):
-        if node.graph is not graph or node.op_type != "SplitToSequence" or node.domain not in graphedit.STANDARD_DOMAINS:
+        if node.graph is not graph or node.op_type != "SplitToSequence" or node.domain not in STANDARD_DOMAINS:
             continue
         try:
             sizes = _sizes(node, oracle)
             readers = _readers(node, graph, len(sizes))
             axis = int(attr(node, "axis", 0))
         except RewriteRefused as refused:
-            graphedit.log_refuse(pctx, RULE, graph, node, refused)
+            graphpass.log_refuse(pctx, RULE, graph, node, refused)
             continue
         inputs = [node.inputs[0]]
         attributes = [ir.AttrInt64("axis", axis)]
-        if graphedit.opset_of(pctx.model, graph) >= 13:
-            inputs.append(graphedit.new_constant(pctx, graph, in_function, np.array(sizes, np.int64),
-                                                 f"{node.name or 'split'}_sizes", before=node))
+        if graphpass.opset_of(pctx.model, graph) >= 13:
+            inputs.append(edit.new_constant(pctx.names, graph, in_function, np.array(sizes, np.int64),
+                                            f"{node.name or 'split'}_sizes", before=node))
         else:
             attributes.append(ir.AttrInt64s("split", sizes))
         split = ir.Node("", "Split", inputs, attributes, num_outputs=len(sizes),
                         name=pctx.names.fresh(node.name or "split"))
         for output in split.outputs:
             output.name = pctx.names.fresh(f"{node.name or 'split'}_piece")
-        graph.insert_before(node, split)
+        edit.insert_nodes(graph, [split], before=node)
         named: set[int] = set()
         for reader, index in readers:
-            graphedit.replace_value(pctx, graph, reader.outputs[0], split.outputs[index])
-            graph.remove(reader, safe=True)
+            edit.replace_value(pctx.names, graph, reader.outputs[0], split.outputs[index])
+            edit.remove_nodes(graph, [reader])
             if index not in named:  # each piece is called what its first SequenceAt's output was
                 named.add(index)
-                graphedit.pass_on_name(reader.outputs[0], split.outputs[index])
-        graph.remove(node, safe=True)
+                edit.pass_on_name(reader.outputs[0], split.outputs[index])
+        edit.remove_nodes(graph, [node])
         if node.name:
             split.name = node.name  # the Split stands where the SplitToSequence stood
-        graphedit.log_apply(pctx, RULE, EXACT, graph, node, [split.name])
+        graphpass.log_apply(pctx, RULE, EXACT, graph, node, [split.name])
         changes += 1
     return changes
 
 
 def run(pctx: PassContext) -> int:
     oracle = StaticShapes(pctx.model)
-    return sum(rewrite_graph(pctx, graph, in_function, oracle)
-               for graph, in_function in list(graphedit.graphs(pctx.model)))
+    return sum(rewrite_graph(pctx, site.graph, site.in_function, oracle) for site in list(traversal.graphs(pctx.model)))
 
 
 PASSES = (

@@ -15,10 +15,12 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
+from onnxrefine.ir import edit, traversal
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.facts import StaticShapes, Sym
-from onnxrefine.passes import graphedit
+from onnxrefine.passes import graphpass
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.log import CERTIFIED, UNCHECKED
 from onnxrefine.rewrite.rule import EXACT
@@ -60,13 +62,13 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
                          only: frozenset[str], rule: str) -> int:
     folds = []  # (node, the constant it gives, whether it is a Reshape's new target)
     for node in list(graph):
-        if node.graph is not graph or node.domain not in graphedit.STANDARD_DOMAINS:
+        if node.graph is not graph or node.domain not in STANDARD_DOMAINS:
             continue
         if node.op_type == "Reshape" and "Reshape" in only:
             try:
                 target = _reshape_target(node, oracle)
             except RewriteRefused as refused:  # allowzero=@a: the caller's, not known in the body
-                graphedit.log_refuse(pctx, rule, graph, node, refused)
+                graphpass.log_refuse(pctx, rule, graph, node, refused)
                 continue
             if target is not None:
                 folds.append((node, target, True))
@@ -74,13 +76,13 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
         if node.op_type not in only or len(node.outputs) != 1:
             continue
         output = node.outputs[0]
-        if graphedit.is_dead(node):
+        if edit.is_unread(node):
             continue
         elements = oracle.elements(output)
         if elements is None or not elements.known():
             continue
         if output.type is not None and output.dtype is not None and output.dtype != elements.dtype:
-            graphedit.log_refuse(pctx, rule, graph, node,
+            graphpass.log_refuse(pctx, rule, graph, node,
                                  f"declared element type {output.dtype} differs from the computed {elements.dtype}",
                                  guard="static_shape.declared_dtype")
             continue
@@ -91,17 +93,17 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
             continue  # refused, and logged
         if is_target:
             old_target = node.inputs[1]
-            value = graphedit.new_constant(pctx, graph, in_function, array,
-                                           f"{old_target.name or 'shape'}_static", before=node)
+            value = edit.new_constant(pctx.names, graph, in_function, array,
+                                      f"{old_target.name or 'shape'}_static", before=node)
             node.replace_input_with(1, value)
         else:
             output = node.outputs[0]
-            value = graphedit.new_constant(pctx, graph, in_function, array, f"{output.name or node.op_type}_static",
-                                           before=node)
-            graphedit.replace_value(pctx, graph, output, value)
-            graph.remove(node, safe=True)
-            graphedit.pass_on_name(output, value)
-        graphedit.log_apply(pctx, rule, EXACT, graph, node, [value.name], evidence=evidence[0], certificate=evidence[1])
+            value = edit.new_constant(pctx.names, graph, in_function, array, f"{output.name or node.op_type}_static",
+                                      before=node)
+            edit.replace_value(pctx.names, graph, output, value)
+            edit.remove_nodes(graph, [node])
+            edit.pass_on_name(output, value)
+        graphpass.log_apply(pctx, rule, EXACT, graph, node, [value.name], evidence=evidence[0], certificate=evidence[1])
         changes += 1
     return changes
 
@@ -118,11 +120,11 @@ def _checked(pctx: PassContext, graph: ir.Graph, folds, rule: str, oracle: Stati
     observed = ort.observe(pctx.model, probes, facts=oracle)
     if isinstance(observed, str):
         reason = f"the model does not run in onnxruntime to check it: {observed}"
-        return [graphedit.uncertified(pctx, rule, graph, node, reason) for node, _, _ in folds]
+        return [graphpass.uncertified(pctx, rule, graph, node, reason) for node, _, _ in folds]
     checked = []
     for node, array, is_target in folds:
         if any(id(v) not in observed for v in probes_of(node, is_target)):
-            checked.append(graphedit.uncertified(
+            checked.append(graphpass.uncertified(
                 pctx, rule, graph, node, "its value depends on a function's or a loop body's inputs, which "
                 "onnxruntime gives values only within a call or an iteration"))
             continue
@@ -136,7 +138,7 @@ def _checked(pctx: PassContext, graph: ir.Graph, folds, rule: str, oracle: Stati
             agrees = computed.dtype == array.dtype and computed.shape == array.shape and np.array_equal(computed, array)
             detail = f"folded {array.tolist()} where onnxruntime computes {computed.tolist()}"
         if not agrees:
-            graphedit.log_refuse(pctx, rule, graph, node, f"{detail} on the model's own input shapes",
+            graphpass.log_refuse(pctx, rule, graph, node, f"{detail} on the model's own input shapes",
                                  guard="static_shape.runtime_disagrees")
             checked.append(None)
         else:
@@ -166,8 +168,8 @@ def _runner(only: frozenset[str], rule: str):
     def run(pctx: PassContext) -> int:
         oracle = StaticShapes(pctx.model)
         return sum(
-            fold_shapes_in_graph(pctx, graph, in_function, oracle, only, rule)
-            for graph, in_function in list(graphedit.graphs(pctx.model))
+            fold_shapes_in_graph(pctx, site.graph, site.in_function, oracle, only, rule)
+            for site in list(traversal.graphs(pctx.model))
         )
 
     return run

@@ -21,6 +21,7 @@ import onnx_ir as ir
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir import edit, signed_zero, tensordata, traversal
 from onnxrefine.ir.attrs import references
+from onnxrefine.rewrite import bindings
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.rewrite.log import CERTIFIED, DEFERRED, PROVED, UNCHECKED, RewriteLog, node_label
@@ -64,6 +65,9 @@ class RewriteDriver:
         self.on_progress = on_progress
         self.ctx = RewriteContext(model, self.names, self.budget)
         self.rewrites = 0
+        # True once a sweep over every graph found nothing: a new driver with these rules on
+        # this model would find nothing either (the schedule skips it, passes/pipeline.py).
+        self.settled = False
 
     def run(self) -> RewriteLog:
         for _ in range(MAX_SWEEPS):
@@ -73,6 +77,7 @@ class RewriteDriver:
                 if self._exhausted():
                     return self.log
             if self.rewrites == before:
+                self.settled = True
                 break
         return self.log
 
@@ -116,36 +121,83 @@ class RewriteDriver:
             tensordata.drop_pages(weights)
 
     def _try_match(self, rule: Rule, node: ir.Node, site: traversal.GraphSite, found) -> list[ir.Node] | None:
-        owner, graph = site.owner, site.graph
+        graph = site.graph
         if any(matched.graph is not graph for matched in found.nodes):
             return None  # part of the match lives in an enclosing graph; rewrite it there, not here
         try:
             if not rule.keeps_intermediates:
                 _refuse_shared_intermediates(found.nodes)
-            if not rule.resolves_references:
-                _refuse_attribute_references(found.nodes)
-            self.ctx.begin(owner, rule.name)
-            replacement = rule.rewrite(found, self.ctx)
-            if replacement is None:
-                return None
-            matched = _with_extra_nodes(found.nodes, replacement.also_removed, graph)
-            if not rule.resolves_references:
-                _refuse_attribute_references(matched)
-            self._check_replacement(replacement, matched, graph)
-            freed = edit.freed_bytes(matched)
-            new_sizes = [pending.array.nbytes for pending in self.ctx.pending_constants]
-            # The per-tensor cap was checked when the rule made each constant (RewriteContext).
-            reason = edit.over_budget(self.budget, new_sizes, freed)
-            if reason is not None:
-                raise RewriteRefused("budget.growth", reason)
-            evidence = self._certify(rule, matched, replacement, owner)
+            if not rule.resolves_references and any(references(n) for n in found.nodes):
+                attempt = self._rewrite_per_call(rule, found, site)
+            else:
+                attempt = self._rewrite(rule, found, site)
+                if attempt is not None:
+                    attempt = (*attempt, self._certify(rule, attempt[1], attempt[0], site.owner))
         except RewriteRefused as refusal:
             self.log.refuse(rule.name, graph.name or "", node_label(node), str(refusal), refusal.guard)
             return None
+        if attempt is None:
+            return None
+        replacement, matched, new_sizes, freed, evidence = attempt
         self.budget.charge(new_sizes, freed)
         return self._apply(rule, matched, replacement, site, evidence)
 
-    def _certify(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, owner) -> tuple[str, str]:
+    def _rewrite(self, rule: Rule, found, site: traversal.GraphSite):
+        """(replacement, matched nodes, new constants' sizes, bytes freed); None where the rule does
+        not apply, RewriteRefused where a guard refuses."""
+        self.ctx.begin(site.owner, rule.name)
+        replacement = rule.rewrite(found, self.ctx)
+        if replacement is None:
+            return None
+        matched = _with_extra_nodes(found.nodes, replacement.also_removed, site.graph)
+        if not rule.resolves_references:
+            _refuse_attribute_references(matched)
+        self._check_replacement(replacement, matched, site.graph)
+        freed = edit.freed_bytes(matched)
+        new_sizes = [pending.array.nbytes for pending in self.ctx.pending_constants]
+        # The per-tensor cap was checked when the rule made each constant (RewriteContext).
+        reason = edit.over_budget(self.budget, new_sizes, freed)
+        if reason is not None:
+            raise RewriteRefused("budget.growth", reason)
+        return replacement, matched, new_sizes, freed
+
+    def _rewrite_per_call(self, rule: Rule, found, site: traversal.GraphSite):
+        """A match carrying attribute references (a function body's `perm=@perm`), rewritten at each
+        call site with the references bound to that call's values (rewrite/bindings.py) and
+        certified there: applied only when every call site gives the same replacement."""
+        function = site.owner
+        calls = bindings.call_bindings(self.model, function) if isinstance(function, ir.Function) else \
+            "the graph is not a function's body"
+        if isinstance(calls, str):
+            _refuse_attribute_references(found.nodes, calls)
+        first = kept = shape = None
+        notes = []
+        for call, binding in calls:
+            try:
+                with bindings.bound(function, binding):
+                    attempt = self._rewrite(rule, found, site)
+                    if attempt is None:
+                        return None
+                    this = bindings.structure(attempt[0], self.ctx.pending_constants)
+                    if first is None:
+                        first, shape = attempt, this
+                        kept = (self.ctx.pending_constants, self.ctx.pending_nodes, self.ctx.sign_insensitive)
+                    elif this != shape:
+                        raise RewriteRefused("driver.reference_differs",
+                                             f"the rewrite differs between call sites ({node_label(call)} binds "
+                                             f"{', '.join(sorted(binding))} to other values): the function is kept")
+                    notes.append(self._certify(rule, attempt[1], attempt[0], function, calls=[call]))
+            finally:
+                # Facts read with the references bound hold at that call only.
+                self.ctx.facts.forget_bodies()
+        self.ctx.pending_constants, self.ctx.pending_nodes, self.ctx.sign_insensitive = kept
+        kinds = {evidence for evidence, _ in notes}
+        evidence = DEFERRED if DEFERRED in kinds else (PROVED if kinds == {PROVED} else CERTIFIED)
+        suffix = f" (attribute references bound at each of its {len(notes)} call sites)"
+        return (*first, (evidence, notes[0][1] + suffix))
+
+    def _certify(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, owner,
+                 calls=None) -> tuple[str, str]:
         """(evidence, note) for the log (rewrite/log.py EVIDENCE); raises RewriteRefused when the
         certificate fails, or when none could be made and no end-to-end verdict will judge it."""
         if self.certifier is None:
@@ -157,6 +209,7 @@ class RewriteDriver:
                 inputs=_boundary_inputs(matched, replacement.nodes, self.ctx.pending_constants),
                 new_constants=[pending.value for pending in self.ctx.pending_constants], context=self.ctx,
                 sign_insensitive=list(replacement.sign_insensitive) + list(self.ctx.sign_insensitive),
+                calls=calls,
             )
         )
         if outcome.status == "refused":
@@ -190,7 +243,7 @@ class RewriteDriver:
             if (holder := edit.place_constant(self.names, graph, site.in_function, pending.value, before=root))
         ]
         if replacement.nodes:
-            graph.insert_before(root, list(replacement.nodes))
+            edit.insert_nodes(graph, list(replacement.nodes), before=root)
         new_nodes.extend(replacement.nodes)
         touched: list[ir.Node] = list(new_nodes)
         for old, new in replacement.outputs.items():
@@ -265,14 +318,15 @@ def _boundary_inputs(matched: Sequence[ir.Node], new_nodes: Sequence[ir.Node], p
     return list(found.values())
 
 
-def _refuse_attribute_references(matched: list[ir.Node]) -> None:
+def _refuse_attribute_references(matched: list[ir.Node], why: str = "") -> None:
     """A matched node inside a function body whose attribute refers to the caller's (`perm=@perm`)
-    computes what each call site says: a rule that does not bind the reference cannot know it."""
+    computes what each call site says: where no call site binds it (`why`), it cannot be known."""
     for node in matched:
         names = references(node)
         if names:
             raise RewriteRefused("driver.attribute_reference",
-                                 f"{node_label(node)} has attribute reference(s) {', '.join(names)} (function body)")
+                                 f"{node_label(node)} has attribute reference(s) {', '.join(names)} (function body)"
+                                 + (f": {why}" if why else ""))
 
 
 def _refuse_shared_intermediates(matched: list[ir.Node]) -> None:

@@ -62,6 +62,9 @@ class CertificateRequest:
     new_constants: Sequence[ir.Value]
     context: RewriteContext
     sign_insensitive: Sequence[ir.Value] = ()
+    # For a rewrite in a function body whose attribute references are bound to one call's values
+    # (rewrite/bindings.py): that call, whose argument shapes the certificate takes. None: every call.
+    calls: Sequence[ir.Node] | None = None
 
 
 @dataclass(frozen=True)

@@ -5,39 +5,37 @@ Verification localises (verify/localize/layerwise.py), so a step that breaks a v
 is found even where the outputs dilute the change, and the result, the bundle's report and README
 title name the first bad intermediate value with the rewrite that broke it.
 
-For onnxrefine the failing pass is narrowed further to a single rewrite: the driver is
-deterministic, so replaying the pass with `max_rewrites=k` gives the first k rewrites, and a
-binary search over k finds the rewrite after which the verdict turns to mismatch.
+For onnxrefine the failing pass is narrowed further to a single rewrite by the schedule's one
+bisector (passes/bisection.py), which optimization with verification uses too: the schedule is
+deterministic, so replaying the pass with `max_steps=k` gives its first k rewrites, and the bisector
+finds the rewrite after which the verdict turns to mismatch. Verification takes the settings that
+optimization with verification takes (verified.py's VerifySettings: seed, trials, dims, inputs).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import onnx
-import onnx_ir as ir
 
 from onnxrefine import progress
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import ConstantBudget
-from onnxrefine.passes.pipeline import run_passes
+from onnxrefine.passes.bisection import first_bad_step
+from onnxrefine.passes.pipeline import Step, run_passes
 from onnxrefine.passes.registry import get_pass
 from onnxrefine.resources import ResourceLimitError
 from onnxrefine.triage.adapters import get_adapter
 from onnxrefine.triage.bundle import write_bundle
+from onnxrefine.verified import VerifySettings
 from onnxrefine.verify.judge import Verdict
 
-
-@dataclass
-class BisectSettings:
-    seed: int = 0
-    trials: int = 2
-    dims: Mapping[str, int] | None = None
-    inputs: Sequence[Mapping[str, np.ndarray]] | None = None
+# Random input sets per verification when the caller names no settings (`--trials`' default): a
+# bisection verifies small prefixes, where a second random set is cheap.
+TRIALS = 2
 
 
 # A bisection's verdict when no step changes what the model computes (else Verdict.MISMATCH).
@@ -57,14 +55,14 @@ class BisectResult:
         return asdict(self)
 
 
-def _verify(before: onnx.ModelProto, after: onnx.ModelProto, settings: BisectSettings):
+def _verify(before: onnx.ModelProto, after: onnx.ModelProto, settings: VerifySettings):
     from onnxrefine.verify import verify_models
 
     return verify_models(before, after, inputs=settings.inputs, trials=settings.trials, seed=settings.seed,
                          dims=settings.dims)
 
 
-def _input_sets(model: onnx.ModelProto, settings: BisectSettings) -> list:
+def _input_sets(model: onnx.ModelProto, settings: VerifySettings) -> list:
     if settings.inputs is not None:
         return list(settings.inputs)
     from onnxrefine.verify.inputs import generate_inputs
@@ -72,33 +70,33 @@ def _input_sets(model: onnx.ModelProto, settings: BisectSettings) -> list:
     return generate_inputs(model, seed=settings.seed, dims=settings.dims, stress=True, trials=settings.trials)
 
 
-def replay(model: onnx.ModelProto, pass_name: str, max_rewrites: int | None):
-    """The model after the first `max_rewrites` rewrites of one onnxrefine pass, and its log."""
+def replay(model: onnx.ModelProto, pass_name: str, max_steps: int | None, on_event=None):
+    """The model after the first `max_steps` rewrites of one onnxrefine pass, and its log."""
     ir_model = io.proto_to_ir(model)
     budget = ConstantBudget(io.tensor_bytes(ir_model))
-    log = run_passes(ir_model, [pass_name], budget=budget, max_rewrites=max_rewrites)
+    log = run_passes(ir_model, [pass_name], budget=budget, max_steps=max_steps, on_event=on_event)
     return io.to_proto(ir_model), log
 
 
-def narrow_to_rewrite(before: onnx.ModelProto, pass_name: str, settings: BisectSettings):
+def narrow_to_rewrite(before: onnx.ModelProto, pass_name: str, settings: VerifySettings):
     """(model before the culprit rewrite, model after it, the rewrite) for a failing rule pass."""
-    _, full_log = replay(before, pass_name, None)
-    good, bad = 0, len(full_log.applied)
-    while bad - good > 1:
-        progress.report(detail=f"step {pass_name}: narrowing to one rewrite ({good}..{bad} of {len(full_log.applied)})")
-        middle = (good + bad) // 2
-        candidate, _ = replay(before, pass_name, middle)
-        if _verify(before, candidate, settings).verdict == Verdict.MISMATCH:
-            bad = middle
-        else:
-            good = middle
-    previous, _ = replay(before, pass_name, good) if good else (before, None)
-    culprit_model, log = replay(before, pass_name, bad)
-    culprit = asdict(log.applied[bad - 1]) if len(log.applied) >= bad else None
+    steps: list[Step] = []
+    replay(before, pass_name, None, lambda kind, **info: steps.append(info["step"]) if kind == "step" else None)
+
+    def bad_at(count: int) -> bool:
+        progress.report(detail=f"step {pass_name}: narrowing to one rewrite (first {count} of {len(steps)})")
+        candidate, _ = replay(before, pass_name, count)
+        return _verify(before, candidate, settings).verdict == Verdict.MISMATCH
+
+    culprit = first_bad_step(steps, bad_at)
+    previous, _ = replay(before, pass_name, culprit.index - 1) if culprit.index > 1 else (before, None)
+    culprit_model, log = replay(before, pass_name, culprit.index)
+    rewrite = next((asdict(entry) for entry in reversed(log.applied)
+                    if (entry.rule, entry.graph, entry.root) == culprit.rewrite_key), None)
     if _verify(previous, culprit_model, settings).verdict != Verdict.MISMATCH:
         # The change only shows cumulatively: keep the whole prefix as the repro.
         previous = before
-    return previous, culprit_model, culprit
+    return previous, culprit_model, rewrite
 
 
 def _same_computation(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
@@ -123,9 +121,9 @@ def bisect(
     optimizer: str = "onnxrefine",
     passes: Sequence[str] | None = None,
     out_dir: str | os.PathLike = "bisect_bundle",
-    settings: BisectSettings | None = None,
+    settings: VerifySettings | None = None,
 ) -> BisectResult:
-    settings = settings or BisectSettings()
+    settings = settings or VerifySettings(trials=TRIALS)
     adapter = get_adapter(optimizer)
     result = BisectResult(verdict=CLEAN)
     current = model

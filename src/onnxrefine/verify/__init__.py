@@ -16,23 +16,34 @@ from __future__ import annotations
 
 import contextlib
 from contextvars import ContextVar
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from onnxrefine import progress
-from onnxrefine.verify.inputs import generate_inputs, load_inputs, save_inputs
-from onnxrefine.verify.report import OutputReport, VerificationReport
-from onnxrefine.verify.ort import RunSettings
-from onnxrefine.verify.session import (DECLINING_REFERENCE, DEFAULT_DEPLOYMENT, LOCALIZE_MAX_BYTES,
-                                       VerificationSession, float64_reference)
-from onnxrefine.verify.judge import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, Verdict
+from onnxrefine._deferred import lazy_face
+
+if TYPE_CHECKING:
+    from onnxrefine.verify.ort import RunSettings
+    from onnxrefine.verify.report import VerificationReport
 
 __all__ = [
     "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "Verdict", "verify_models", "VerificationReport",
     "OutputReport", "generate_inputs", "load_inputs", "save_inputs", "RunSettings", "run_settings",
     "VerificationSession", "DECLINING_REFERENCE", "float64_reference", "LOCALIZE_MAX_BYTES",
 ]
+
+# The API's names are imported on first use: a module that needs one room (the optimizer's
+# constant folding needs verify.ort's session) does not load the verifier, its reference
+# evaluator, its judge and its report with this package.
+__getattr__ = lazy_face(globals(), {
+    "onnxrefine.verify.inputs": ("generate_inputs", "load_inputs", "save_inputs"),
+    "onnxrefine.verify.report": ("OutputReport", "VerificationReport"),
+    "onnxrefine.verify.ort": ("RunSettings",),
+    "onnxrefine.verify.session": ("DECLINING_REFERENCE", "DEFAULT_DEPLOYMENT", "LOCALIZE_MAX_BYTES",
+                                  "VerificationSession", "float64_reference"),
+    "onnxrefine.verify.judge": ("EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict"),
+})
 
 _UNSET: Any = object()
 # Run settings a caller chose for every verification below it (`onnxrefine optimize` sets the
@@ -98,6 +109,8 @@ def verify_models(original, candidate, *,
     `reference`: the float64 evaluator (session.ReferenceEvaluator; default: reference/evaluator.py's);
     None: the default. DECLINING_REFERENCE declines every model, so the no-reference fallback judges.
     """
+    from onnxrefine.verify.session import DEFAULT_DEPLOYMENT, VerificationSession, float64_reference
+
     scoped = _SCOPED.get()
     given = {"deployment": deployment, "custom_op_library": custom_op_library, "atol": atol, "rtol": rtol,
              "reference": reference}

@@ -15,24 +15,30 @@ import onnx
 from onnxrefine.verify import graphinfo
 from onnxrefine.verify import judge
 from onnxrefine.verify.report import OutputReport
-from onnxrefine.verify.ort import RunFailedError, RunSettings
+from onnxrefine.verify.ort import RunFailedError, RunSettings, key_differences
 from onnxrefine.verify.judge import EXACT, MISMATCH, ROUNDING, UNSTABLE
 
 
 class Track:
     """The runs of both models under one RunSettings, and the evidence built from them."""
 
-    def __init__(self, settings: RunSettings, original_runs: list):
+    def __init__(self, settings: RunSettings, original_runs: list, map_outputs):
         self.settings = settings
         self.original_runs = original_runs  # per set: (first, second) output dicts
+        self.map_outputs = map_outputs  # the original's map outputs and their keys (ort/mapvalues.py)
         self.candidate_runs: list = []
         self.candidate_failure: str | None = None
+        self.output_failures: dict[str, str] = {}  # output name -> why it cannot be compared
         self.evidence: dict[str, list] = {}
         self.comparisons: dict[str, list] = {}
         self.set_evidence: list[dict] = []
         self.differing_sets: list[int] = []
         self.differing_float: dict[int, list] = {}
         self.converted: dict[str, str] = {}  # output name -> the candidate's own float dtype
+
+    def compare_map_keys(self, candidate_map_outputs, output_map) -> None:
+        """A map output whose keys differ from the original's is a mismatch, its values unjudged."""
+        self.output_failures = key_differences(self.map_outputs, candidate_map_outputs, output_map)
 
     def collect(self, output_names, output_map, labelled) -> None:
         self.evidence = {name: [] for name in output_names}
@@ -47,7 +53,7 @@ class Track:
             set_evidence = {}
             differing_float = []
             for name in output_names:
-                if name not in cand_out:
+                if name not in cand_out or name in self.output_failures:
                     continue
                 self.comparisons[name].append(judge.compare_arrays(cand_out[name], first[name]))
                 item = judge.SetEvidence(first[name], second[name], cand_out[name],

@@ -144,7 +144,10 @@ def check_input_sets(specs: Sequence[graphinfo.InputSpec],
         where = f"input set {index}" if len(input_sets) > 1 else "inputs"
         missing = [one_line(name) for name in expected if name not in feeds]
         if missing:
-            raise BadInputError(f"{where}: missing model input(s) {', '.join(missing)}")
+            given = ", ".join(one_line(str(name)) for name in list(feeds)[:6]) + (" ..." if len(feeds) > 6 else "")
+            raise BadInputError(f"{where}: missing model input(s) {', '.join(missing)} ("
+                                + (f"given: {given}; several sets are keyed '<n>/<name>', n = 0, 1, ...)" if feeds
+                                   else "no arrays given)"))
         extra = [one_line(str(name)) for name in feeds if name not in expected]
         if extra:
             raise BadInputError(f"{where}: not inputs of the model: {', '.join(extra)}")

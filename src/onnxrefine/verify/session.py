@@ -31,8 +31,7 @@ import onnx
 from onnxrefine import progress
 from onnxrefine.errors import BadInputError
 from onnxrefine.resources import ResourceLimitError
-from onnxrefine.verify import judge
-from onnxrefine.verify import conversion, evidence, graphinfo
+from onnxrefine.verify import conversion, evidence, graphinfo, judge
 from onnxrefine.verify.evidence import Track
 from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
 from onnxrefine.verify.reference import UnsupportedOperatorError
@@ -208,14 +207,14 @@ class VerificationSession:
         strict = RunSettings.strict()
         share = 2 / 3 if self.deployment is None else 1 / 3
         deadline = None if self.time_budget_s is None else run.started + self.time_budget_s * share
-        run.output_names, first_runs = _original_runs(run.original_file, strict, run.labelled,
-                                                      self.custom_op_library, deadline, run.inputs_given)
+        run.output_names, first_runs, map_outputs = _original_runs(run.original_file, strict, run.labelled,
+                                                                   self.custom_op_library, deadline, run.inputs_given)
         if len(first_runs) < len(run.labelled):
             run.notes.append(f"time budget of {self.time_budget_s:g}s spent: {len(run.labelled) - len(first_runs)} "
                              f"of {len(run.labelled)} input sets not run")
             run.labelled = run.labelled[:len(first_runs)]
         run.labelled, first_runs = evidence.runnable_sets(run.labelled, first_runs, run.notes)
-        run.tracks = [Track(strict, first_runs)]
+        run.tracks = [Track(strict, first_runs, map_outputs)]
 
     def run_candidate(self, run: _Run) -> None:
         """The candidate on the strict track; then both models under the deployment settings."""
@@ -223,19 +222,18 @@ class VerificationSession:
             run.output_map, run.candidate_failure = evidence.match_outputs(
                 run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes,
                 self.match_outputs)
-        _candidate_runs(run.strict, run.candidate_file, run.labelled, self.custom_op_library, run.candidate_failure)
+        _candidate_runs(run.strict, run, self.custom_op_library)
         if self.deployment is None:
             return
         try:
-            _, deployed = _original_runs(run.original_file, self.deployment, run.labelled, self.custom_op_library,
-                                         None, run.inputs_given)
+            _, deployed, map_outputs = _original_runs(run.original_file, self.deployment, run.labelled,
+                                                      self.custom_op_library, None, run.inputs_given)
         except BadInputError as exc:
             run.notes.append(f"deployment check not run: the original does not run under the deployment "
                              f"settings ({self.deployment.describe()}): {exc}")
         else:
-            run.tracks.append(Track(self.deployment, deployed))
-            _candidate_runs(run.tracks[-1], run.candidate_file, run.labelled, self.custom_op_library,
-                            run.candidate_failure)
+            run.tracks.append(Track(self.deployment, deployed, map_outputs))
+            _candidate_runs(run.tracks[-1], run, self.custom_op_library)
 
     def add_reference(self, run: _Run) -> None:
         """The evidence of every track; the original in float64 on each set where a float output
@@ -250,8 +248,7 @@ class VerificationSession:
             early.start(labelled, run.u, run.perturb_count)  # localisation observes the evaluations below
         for index, names in sorted(needs_reference.items()):
             self._reference_on_set(run.original_file, labelled[index][1], sorted(names),
-                                   [track.set_evidence[index] for track in run.tracks
-                                    if index < len(track.set_evidence)],
+                                   [track.set_evidence[index] for track in run.tracks if index < len(track.set_evidence)],
                                    run.reference_state, None if early is None or early.localizer is None else
                                    (lambda i=index: early.observer(labelled[i][0], i, labelled[i][1])))
         conversion.attach_candidate_bounds(run, needs_reference, self.reference)  # a narrower one's own bounds
@@ -323,7 +320,8 @@ class VerificationSession:
             for name in run.output_names:
                 report = evidence.output_report(name, track.evidence[name], track.comparisons[name],
                                                 run.bounds[name], run.output_map.get(name),
-                                                track.candidate_failure, run.reference_state)
+                                                track.candidate_failure or track.output_failures.get(name),
+                                                run.reference_state)
                 evidence.apply_hard_bound(report, track.evidence[name], (self.atol, self.rtol))
                 section.append(report)
             sections.append(section)
@@ -426,12 +424,13 @@ def _original_runs(model_file, settings, labelled, custom_op_library, deadline, 
                 raise BadInputError(f"input set {label}: {exc}"
                                     + ("" if given_inputs else " (generated inputs; pass --inputs or --dims)")) from None
             results.append((first, runner.run(feeds)))
-        return list(runner.output_names), results
+        return list(runner.output_names), results, runner.map_outputs
 
 
-def _candidate_runs(track, candidate_file, labelled, custom_op_library, failure) -> None:
-    track.candidate_failure = failure
-    if failure is not None:
+def _candidate_runs(track, run: _Run, custom_op_library) -> None:
+    candidate_file, labelled = run.candidate_file, run.labelled
+    track.candidate_failure = run.candidate_failure
+    if run.candidate_failure is not None:
         return
     try:
         runner = ModelRunner(candidate_file, "candidate model", track.settings, custom_op_library)
@@ -449,6 +448,7 @@ def _candidate_runs(track, candidate_file, labelled, custom_op_library, failure)
             except RunFailedError as exc:
                 track.candidate_failure = f"input set {label}: {exc}"
                 return
+        track.compare_map_keys(runner.map_outputs, run.output_map)
 
 
 def _add_perturbation_runs(track, original_file, labelled, indices, count, seed, custom_op_library) -> None:
@@ -486,7 +486,9 @@ def _whole_proto(given, role: str) -> onnx.ModelProto | None:
     path = os.fspath(given)
     light = onnx.load(path, load_external_data=False)
     folder = os.path.dirname(os.path.abspath(path))
-    files = {entry.value for tensor in onnx.external_data_helper._get_all_tensors(light)
+    from onnxrefine.ir.load_checks import tensors_with_places
+
+    files = {entry.value for tensor, _ in tensors_with_places(light)
              for entry in tensor.external_data if entry.key == "location"}
     size = os.path.getsize(path) + sum(os.path.getsize(os.path.join(folder, name)) for name in files
                                        if os.path.isfile(os.path.join(folder, name)))

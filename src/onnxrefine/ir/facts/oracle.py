@@ -42,12 +42,19 @@ class StaticShapes:
     make a recorded fact wrong; it can only make an unknown one knowable, which `forget` allows.
     """
 
-    def __init__(self, model: ir.Model):
+    def __init__(self, model: ir.Model, given: dict | None = None, known: list | None = None):
         self._main_inputs = {id(v) for v in model.graph.inputs}
+        # id(value) -> (value, dtype, symbolic shape) taken as given, like a main input's
+        # declaration: a control-flow body's inputs as one iteration sees them. Only a certificate
+        # asks such an oracle (verify/certificate/scopes.py), to choose the sizes it runs at;
+        # rules never trust it.
+        self._given = dict(given or {})
         self.model = model
-        self._shapes: dict[int, tuple[ir.Value, object]] = {}
-        self._elements: dict[int, tuple[ir.Value, object]] = {}
-        self._dtypes: dict[int, tuple[ir.Value, object]] = {}
+        # (shapes, elements, dtypes) memos another oracle of the model already holds (`given`)
+        shapes, elements, dtypes = known or ({}, {}, {})
+        self._shapes: dict[int, tuple[ir.Value, object]] = dict(shapes)
+        self._elements: dict[int, tuple[ir.Value, object]] = dict(elements)
+        self._dtypes: dict[int, tuple[ir.Value, object]] = dict(dtypes)
         self._warming = False
 
     def _warm(self, value: ir.Value, memo: dict, compute) -> None:
@@ -75,6 +82,22 @@ class StaticShapes:
         finally:
             self._warming = False
 
+    def given(self, given: dict) -> StaticShapes:
+        """An oracle that also takes `given` (see __init__) as facts, reusing this one's answers
+        for the main graph's values (no body's input reaches them)."""
+        main = self.model.graph
+        known = [{key: hit for key, hit in memo.items() if hit[0].graph is main}
+                 for memo in (self._shapes, self._elements, self._dtypes)]
+        return StaticShapes(self.model, given, known)
+
+    def forget_bodies(self) -> None:
+        """Forget the facts of every value outside the main graph (those of a function body read
+        with its attribute references bound to one call's values)."""
+        main = self.model.graph
+        for memo in (self._shapes, self._elements, self._dtypes):
+            for key in [key for key, hit in memo.items() if hit[0].graph is not main]:
+                del memo[key]
+
     def forget(self) -> None:
         self._shapes.clear()
         self._elements.clear()
@@ -101,6 +124,9 @@ class StaticShapes:
         return result
 
     def _infer_dtype(self, value: ir.Value, depth: int) -> ir.DataType | None:
+        given = self._given.get(id(value))
+        if given is not None and given[0] is value:
+            return given[1]
         if id(value) in self._main_inputs:
             return value.dtype if isinstance(value.type, ir.TensorType) else None
         if value.is_graph_input():
@@ -162,6 +188,9 @@ class StaticShapes:
         return tuple(dims)
 
     def _infer_shape(self, value: ir.Value, depth: int) -> tuple | None:
+        given = self._given.get(id(value))
+        if given is not None and given[0] is value:
+            return given[2]
         if id(value) in self._main_inputs:
             return self._input_shape(value)
         if value.is_graph_input():

@@ -21,10 +21,10 @@ A rule that proved no reader can observe the sign of a zero in an output says so
 
 A set on which the ORIGINAL fails to run is dropped; a set on which only the candidate fails
 refuses the rewrite. No certificate can be made (outcome "skipped", with the reason) when the
-window cannot be made concrete: an input whose shape or element type neither a fact nor a run of
-the model gives (inside functions and control-flow bodies, mostly), a node of a custom domain other
-than onnxruntime's own (com.microsoft, run where onnxruntime has its kernel) or with a subgraph, a
-dtype the sets do not cover (bfloat16, float8, strings), no set on which the original runs, or no
+window cannot be made concrete: an input whose shape or element type neither a fact, a run of
+the model nor its control-flow body's first iteration or a function's call sites (`scopes.py`)
+gives, a node of a custom domain other than onnxruntime's own (com.microsoft, run where
+onnxruntime has its kernel) or with a subgraph, a dtype the sets do not cover (bfloat16, float8, strings), no set on which the original runs, or no
 float64 reference for an operator. The driver then refuses the rewrite (certificate.uncertifiable), unless
 the run verifies end to end (`defer_uncertified`): the outcome is then "deferred", the rewrite
 applied and left to that verdict (bisected and rolled back when it fails).
@@ -42,8 +42,8 @@ accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each co
 multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
 A rewrite that only removes Identity nodes is certified by Identity's definition
 (`model.forwards_through_identity`), one that removes x + 0 or x - 0 by IEEE 754's
-(`proofs.zero_addition_proof`). Some families are certified by proof (the records of
-`families.PROOFS`: proofs.py's proofs, each with reading.py's check beside it), once the proof's
+(`proofs/definitions.py`). Some families are certified by proof (the records of `proofs.PROOFS`,
+each proof with its reading check beside it in its family's module), once the proof's
 reading of the ops has been checked against onnxruntime in the optimization: by asking
 onnxruntime for an affine fold's tail map, a Split's order or a Gemm's reading, or else by
 running the rule's first rewrite whole. Building the
@@ -62,7 +62,7 @@ import onnx_ir as ir
 
 from onnxrefine.errors import RewriteRefused
 from onnxrefine.rewrite.rule import EXACT, CertificateOutcome, CertificateRequest
-from onnxrefine.verify.certificate import families
+from onnxrefine.verify.certificate import proofs
 from onnxrefine.verify.certificate.bound import CertificateFailure as _Refuse
 from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate.bound import judge_exact, judge_reassociating, side_model
@@ -75,6 +75,7 @@ from onnxrefine.verify.certificate.model import (
     forwards_through_identity,
 )
 from onnxrefine.verify.certificate.concrete import RunShapes
+from onnxrefine.verify.certificate.scopes import body_facts, call_sides
 from onnxrefine.verify.certificate.concrete import unresolved as unresolved_sides
 from onnxrefine.verify.certificate.inputs import (
     NARROW_FLOATS,
@@ -88,6 +89,7 @@ from onnxrefine.verify.certificate.inputs import (
 HEAVY_BYTES = 1 << 16
 MAX_SESSIONS = 256
 OBSERVED_NOTE = " (at the shapes of a run of the model)"
+BODY_NOTE = " (in a control-flow body, at its first iteration's shapes)"
 NO_RUN = "the matched subgraph does not run on any generated input set"
 
 
@@ -180,9 +182,9 @@ class Certifier:
     # -- building -----------------------------------------------------------------------------
 
     def _certify(self, request: CertificateRequest) -> CertificateOutcome:
-        """The first proof family (families.PROOFS) that proves the rewrite, once its reading of
+        """The first proof family (proofs.PROOFS) that proves the rewrite, once its reading of
         the ops has been checked against onnxruntime in this optimization; else a run."""
-        for proof in families.PROOFS:
+        for proof in proofs.PROOFS:
             if request.kind == EXACT and not proof.exact:
                 continue
             note = proof.prove(request)
@@ -222,10 +224,17 @@ class Certifier:
                 raise _Skip(f"{node.op_type} has an attribute reference (function body)")
         sides, context = boundary(request)
         unresolved = unresolved_sides(sides)
+        scoped = body_facts(request, self._runs) if unresolved else None
+        if scoped is not None:  # a control-flow body: its inputs as its first iteration sees them
+            sides, context = boundary(request, scoped)
+            unresolved = unresolved_sides(sides)
+            if not unresolved:
+                return self._certify_sides(request, sides, context, BODY_NOTE)
         if unresolved and isinstance(request.owner, ir.Function):
-            outcomes = [self._certify_sides(request, given, context, "")
-                        for given in self._runs.per_call(request, sides)]
-            return CertificateOutcome("certified", f"{outcomes[0].detail} at each of its {len(outcomes)} call sites")
+            outcomes = [self._certify_sides(request, given, at_call, "")
+                        for given, at_call in call_sides(request, self._runs)]
+            where = "" if request.calls is not None else f" at each of its {len(outcomes)} call sites"
+            return CertificateOutcome("certified", f"{outcomes[0].detail}{where}")
         if unresolved:
             if not self._runs.fill(request, sides):
                 what = "element type" if unresolved[0].dtype is None else "shape"
@@ -418,7 +427,7 @@ def _run(session, feeds) -> dict | str:
     return {name: np.asarray(value) for name, value in zip(names, values)}
 
 
-RUNTIME = families.Runtime(_make_session, _run)  # how a proof's reading check reaches onnxruntime
+RUNTIME = proofs.Runtime(_make_session, _run)  # how a proof's reading check reaches onnxruntime
 
 
 def _first_line(exc: BaseException) -> str:

@@ -8,9 +8,8 @@ Two sources, tried by the certifier (certifier.py) after the shape facts:
   fact about them. Each run also asks every other value of the model whose shape no fact fixes
   (only Shapes and one element of each are fetched), so the first run usually answers for the
   rest; a value a rewrite makes inherits the shape of the value it replaces (`inherit`);
-- the call sites of a model-local function (`RunShapes.per_call`), for a rewrite in its body: one
-  set of sides per call, each formal input taking its argument's type and shape there (from the
-  facts, else from a run).
+- for a rewrite in a model-local function's body or a control-flow body, the facts its inputs
+  have at each call or first iteration (scopes.py), whose arguments a run may give.
 
 The run only chooses the sizes the certificate is judged at: a wrong choice can make a
 certificate impossible, never make a wrong rewrite pass.
@@ -18,20 +17,15 @@ certificate impossible, never make a wrong rewrite pass.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import onnx_ir as ir
 
-from onnxrefine.ir import traversal
-from onnxrefine.verify.certificate.bound import CertificateSkip as _Skip
 from onnxrefine.verify.certificate.inputs import SUPPORTED_DTYPES
-from onnxrefine.verify.certificate.model import Side, boundary_side
+from onnxrefine.verify.certificate.model import Side
 from onnxrefine.verify.ort import MAX_OBSERVED_VALUES, observe
 
 # Runs of the model made to learn shapes no fact gives, per optimization.
 MAX_OBSERVATIONS = 4
-MAX_CALLS = 8  # call sites of a function a rewrite in its body is certified at, one by one
 # Operators whose output is not a tensor (no Shape of it to ask for).
 _NOT_TENSOR_OPS = frozenset("SequenceConstruct SequenceEmpty SequenceInsert SequenceErase SplitToSequence Optional".split())
 
@@ -60,22 +54,7 @@ class RunShapes:
         has in a run of the model. False where no run can say (a value of a function body or of
         a loop iteration, a model that does not run, MAX_OBSERVATIONS runs made)."""
         activations = [s for s in sides if s.array is None]
-        missing = [s.value for s in activations if id(s.value) not in self._observed]
-        if missing:
-            if self._runs >= MAX_OBSERVATIONS:
-                return False
-            self._runs += 1
-            unknown = [v for node in request.model.graph for v in node.outputs
-                       if id(v) not in self._observed and _not_static(v, request.context.facts)]
-            asked = list(dict.fromkeys(missing + unknown))[:MAX_OBSERVED_VALUES]
-            shapes = observe(request.model, asked, self.seed, shapes=True, facts=request.context.facts)
-            if isinstance(shapes, str):
-                self._runs = MAX_OBSERVATIONS  # a model that did not run will not run the next time
-                return False
-            values = {id(v): v for v in asked}
-            for key, (shape, dtype) in shapes.items():
-                self._observed[key] = (values[key], shape, dtype)
-        if any(id(s.value) not in self._observed for s in activations):
+        if len(self.observed(request, [s.value for s in activations])) < len(activations):
             return False
         for side in activations:
             _, side.shape, dtype = self._observed[id(side.value)]
@@ -85,45 +64,23 @@ class RunShapes:
                 side.dtype = np.dtype(dtype)
         return True
 
-    def per_call(self, request, sides) -> list[list[Side]]:
-        """One copy of `sides` per call site of the function `request` rewrites in, its formal
-        inputs' types and shapes taken from the call's arguments; _Skip where a boundary value
-        is not a formal input or a call's argument has no known shape."""
-        function = request.owner
-        identifier = function.identifier()
-        calls = [node for site in traversal.graphs(request.model) for node in site.graph
-                 if node.op_identifier() == identifier]
-        formal = {id(v): index for index, v in enumerate(function.inputs)}
-        open_sides = unresolved(sides)
-        open_ids = {id(s) for s in open_sides}
-        outside = next((s for s in open_sides if id(s.value) not in formal), None)
-        if outside is not None or not calls or len(calls) > MAX_CALLS:
-            side = outside or open_sides[0]
-            what = "element type" if side.dtype is None else "shape"
-            count = "" if outside is not None or calls and len(calls) <= MAX_CALLS else \
-                f" (the function has {len(calls)} call sites)"
-            raise _Skip(f"the {what} of '{side.name}' is not known{count}")
-        per_call = []
-        for call in calls:
-            given = []
-            for side in sides:
-                index = formal.get(id(side.value))
-                if id(side) not in open_ids or index is None:
-                    given.append(replace(side))
-                    continue
-                argument = call.inputs[index] if index < len(call.inputs) else None
-                if argument is None or not argument.name:
-                    raise _Skip(f"a call of {function.name} leaves '{side.name}' out")
-                bound = boundary_side(argument, request.context.facts)
-                if bound.array is not None:  # a constant at this call: its type and shape
-                    bound = Side(argument, argument.name, dtype=bound.array.dtype, shape=bound.array.shape)
-                if bound.dtype is None or bound.shape is None:
-                    bound = Side(argument, argument.name)
-                    if not self.fill(request, [bound]):
-                        raise _Skip(f"the shape of '{side.name}' is not known at a call of {function.name}")
-                given.append(replace(side, dtype=bound.dtype, shape=bound.shape))
-            per_call.append(given)
-        return per_call
+    def observed(self, request, values) -> dict[int, tuple]:
+        """id(value) -> (shape, numpy dtype) in a run of the model, for those of `values` a run
+        answers (none after MAX_OBSERVATIONS runs, or once the model did not run)."""
+        missing = [v for v in values if id(v) not in self._observed]
+        if missing and self._runs < MAX_OBSERVATIONS:
+            self._runs += 1
+            unknown = [v for node in request.model.graph for v in node.outputs
+                       if id(v) not in self._observed and _not_static(v, request.context.facts)]
+            asked = list(dict.fromkeys(missing + unknown))[:MAX_OBSERVED_VALUES]
+            shapes = observe(request.model, asked, self.seed, shapes=True, facts=request.context.facts)
+            if isinstance(shapes, str):
+                self._runs = MAX_OBSERVATIONS  # a model that did not run will not run the next time
+            else:
+                values_by_id = {id(v): v for v in asked}
+                for key, (shape, dtype) in shapes.items():
+                    self._observed[key] = (values_by_id[key], shape, dtype)
+        return {id(v): self._observed[id(v)][1:] for v in values if id(v) in self._observed}
 
 
 def _not_static(value: ir.Value, oracle) -> bool:

@@ -47,15 +47,16 @@ class Side:
     shape: tuple | None = None
 
 
-def boundary(request: CertificateRequest) -> tuple[list[Side], list[ir.Node]]:
-    """The boundary values, and the context nodes pulled in to compute integer ones.
+def boundary(request: CertificateRequest, oracle=None) -> tuple[list[Side], list[ir.Node]]:
+    """The boundary values, and the context nodes pulled in to compute integer ones; their types
+    and shapes from `oracle` (default: the rewrite's trusted facts).
 
     An integer value the matched subgraph reads (a shape, a dim) must agree with the data it
     describes: where nothing vouches for its value, its producers (shape arithmetic back to
     the activations, at most MAX_CONTEXT nodes) join the certificate model, so it is computed
     from the same adversarial data instead of being made up.
     """
-    oracle = request.context.facts
+    oracle = oracle or request.context.facts
     body = list(request.matched) + list(request.replacement)
     context: list[ir.Node] = []
     known: dict[int, Side] = {}  # each value's side, once: the loop revisits them as context grows

@@ -3,14 +3,20 @@ the named rules that excuse a difference (rules.py), the element-wise comparison
 discrete-decision boundaries (decisions.py), and the two exemptions that ask onnxruntime itself
 (runtime_artefacts.py, spec_identity.py). The face below is what the rest of the package uses."""
 
-from onnxrefine.verify.judge.compare import bit_identical, compare_arrays, merge, ulp_distance
-from onnxrefine.verify.judge.decisions import (COMPARISON_OPS, DECISION_OPS, ROUNDING_OPS, DecisionEvidence,
-                                               exact_decisions, exact_values)
-from onnxrefine.verify.judge.runtime_artefacts import ArtefactCheck
-from onnxrefine.verify.judge.spec_identity import excuse_float16_runtime
-from onnxrefine.verify.judge.verdict import (EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, RoundingBound, SetEvidence,
-                                             Verdict, judge_output, lowest_precision_u, nonfinite_replaced, perturb,
-                                             perturbation_runs, worst)
+from onnxrefine._deferred import lazy_face
+
+# Imported on first use: the certificates need `bit_identical` alone, not the verdict's rules and
+# the exemptions that load the float64 reference.
+__getattr__ = lazy_face(globals(), {
+    "onnxrefine.verify.judge.compare": ("bit_identical", "compare_arrays", "merge", "ulp_distance"),
+    "onnxrefine.verify.judge.decisions": ("COMPARISON_OPS", "DECISION_OPS", "ROUNDING_OPS", "DecisionEvidence",
+                                          "exact_decisions", "exact_values"),
+    "onnxrefine.verify.judge.runtime_artefacts": ("ArtefactCheck",),
+    "onnxrefine.verify.judge.spec_identity": ("excuse_float16_runtime",),
+    "onnxrefine.verify.judge.verdicts": ("EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict"),
+    "onnxrefine.verify.judge.verdict": ("RoundingBound", "SetEvidence", "judge_output", "lowest_precision_u",
+                                        "nonfinite_replaced", "perturb", "perturbation_runs", "worst"),
+})
 
 __all__ = ["EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict", "worst", "RoundingBound", "SetEvidence",
            "judge_output", "lowest_precision_u", "nonfinite_replaced", "perturb", "perturbation_runs", "bit_identical",

@@ -94,7 +94,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import numpy as np
 
@@ -104,26 +103,9 @@ from onnxrefine.verify.judge.decisions import DecisionEvidence
 from onnxrefine.verify.judge.systematic import systematic_error
 from onnxrefine.verify.judge.controls import CONTROLS, JUMP, Control, ControlFacts
 from onnxrefine.verify.judge.rules import PERTURB_ULPS, RULES, DiscreteFacts, OutputFacts, Rule
+from onnxrefine.verify.judge.verdicts import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, Verdict
 
 
-
-class Verdict(StrEnum):
-    """A verdict, in order of severity. A str (StrEnum): it compares equal to, formats as and is
-    written to JSON as its value, so reports read exactly as they did with plain strings."""
-
-    EXACT = "exact"
-    ROUNDING = "rounding"
-    UNSTABLE = "unstable"
-    MISMATCH = "mismatch"
-
-    @property
-    def accepted(self) -> bool:
-        """A candidate with this verdict computes what the original computes (up to rounding)."""
-        return self in (Verdict.EXACT, Verdict.ROUNDING)
-
-
-EXACT, ROUNDING, UNSTABLE, MISMATCH = Verdict.EXACT, Verdict.ROUNDING, Verdict.UNSTABLE, Verdict.MISMATCH
-VERDICTS = tuple(Verdict)  # in order of severity
 
 N_MIN = 4
 STAT_K = 4

@@ -14,6 +14,7 @@ import onnx
 from onnxrefine.errors import BadInputError
 from onnxrefine.verify.ort.errors import describe as describe_ort_failure
 from onnxrefine.verify.ort.files import ModelFile, open_model
+from onnxrefine.verify.ort.mapvalues import MapOutputs
 from onnxrefine.verify.ort.settings import RunSettings, session_options
 
 def inference_session(model, options, providers=("CPUExecutionProvider",)):
@@ -59,6 +60,7 @@ class ModelRunner:
         self._owned = None if isinstance(model, ModelFile) else open_model(model, role)
         self.source = model if isinstance(model, ModelFile) else self._owned
         self.output_names = [out.name for out in self.source.proto.graph.output]
+        self.map_outputs = MapOutputs(self.source.proto.graph)  # judged as their values (mapvalues.py)
         try:
             estimate = peak_estimate(self.source, None)
             resources.check_runnable(estimate, role)
@@ -113,7 +115,8 @@ class ModelRunner:
             raise
         except Exception as exc:
             raise RunFailedError(describe_ort_failure(exc, "run", self.role)) from None
-        return {name: np.asarray(value) for name, value in zip(self.output_names, results)}
+        outputs = self.map_outputs.as_tensors(dict(zip(self.output_names, results)))
+        return {name: np.asarray(value) for name, value in outputs.items()}
 
     def run_outputs(self, names, feeds) -> list:
         """The named values of one run, as onnxruntime returns them (any graph outputs)."""

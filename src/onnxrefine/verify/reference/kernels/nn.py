@@ -50,6 +50,15 @@ def _windows(xp, effective, strides, dilations, out_sizes):
     return win[index]
 
 
+def _tap_reach(size, out, stride, begin, offset):
+    """(first output, end output, first input) of the outputs whose tap at `offset` (k * dilation)
+    reads inside the input along one axis (input position o * stride - begin + offset); the
+    other outputs read padding."""
+    first = max(0, -(-(begin - offset) // stride))
+    end = max(first, min(out, (size - 1 + begin - offset) // stride + 1))
+    return first, end, first * stride - begin + offset
+
+
 def conv(x, w, bias, strides, dilations, begins, ends, group):
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
@@ -60,29 +69,25 @@ def conv(x, w, bias, strides, dilations, begins, ends, group):
     n_out = int(np.prod(out_sizes, dtype=np.int64))
     k_size = int(np.prod(kernel, dtype=np.int64))
     mg = m // group
-    if min(out_sizes, default=1) > 0 and any(b or e for b, e in zip(begins, ends)):
-        # Gather the taps instead of materializing the padded input: a dilated window wider
-        # than the input (ASPP) would otherwise pad a few pixels to (2*pad+1)^2 per channel.
-        # Index `size` along an axis reads the one zero appended there (padding).
-        xz = np.pad(x, [(0, 0), (0, 0)] + [(0, 1)] * d)
-        index = []
-        for i in range(d):
-            size = x.shape[2 + i]
-            pos = (np.arange(out_sizes[i])[:, None] * strides[i] - begins[i]
-                   + np.arange(kernel[i])[None, :] * dilations[i])
-            pos = np.where((pos >= 0) & (pos < size), pos, size)
-            shape = [1] * (2 * d)
-            shape[2 * i], shape[2 * i + 1] = out_sizes[i], kernel[i]
-            index.append(pos.reshape(shape))
-        win = xz[(slice(None), slice(None), *index)]  # (N, C, O1, K1, O2, K2, ...)
-        win = win.reshape((n, group, cg, *[v for i in range(d) for v in (out_sizes[i], kernel[i])]))
-        order = [1, 2, *(4 + 2 * i for i in range(d)), 0, *(3 + 2 * i for i in range(d))]
+    if n == 1 and k_size == 1 and list(out_sizes) == list(x.shape[2:]) and not any(begins):
+        cols = np.ascontiguousarray(x).reshape(group, cg, n_out)  # a pointwise conv reads the input as is
     else:
-        win = _windows(x, effective, strides, dilations, out_sizes)  # (N, C, O..., K...)
-        win = win.reshape((n, group, cg, *out_sizes, *kernel))
-        order = [1, 2, *range(3 + d, 3 + 2 * d), 0, *range(3, 3 + d)]
-    # (G, Cg, K..., N, O...) so that the matmul result (G, Mg, N*O) is already channel-major.
-    cols = np.ascontiguousarray(win.transpose(order)).reshape(group, cg * k_size, n * n_out)
+        # The im2col matrix (G, Cg, K..., N, O...), so that the matmul result (G, Mg, N*O) is
+        # already channel-major; filled one kernel tap at a time from a strided view of the input
+        # (no padded copy, no gather: a transposing gather of a large input thrashes the cache,
+        # 3 s for one 160x160 depthwise conv); padding's entries keep the zeros it starts with.
+        cols = np.zeros((group, cg, *kernel, n, *out_sizes), dtype=x.dtype)
+        source = x.reshape(n, group, cg, *x.shape[2:]).transpose(1, 2, 0, *range(3, 3 + d))  # (G, Cg, N, I...)
+        for tap in np.ndindex(*kernel):
+            written, read = [], []
+            for i in range(d):
+                first, end, start = _tap_reach(x.shape[2 + i], out_sizes[i], strides[i], begins[i],
+                                               tap[i] * dilations[i])
+                written.append(slice(first, end))
+                read.append(slice(start, start + (end - first - 1) * strides[i] + 1, strides[i]) if end > first
+                            else slice(0, 0))
+            cols[(slice(None), slice(None), *tap, slice(None), *written)] = source[(slice(None),) * 3 + tuple(read)]
+        cols = cols.reshape(group, cg * k_size, n * n_out)
     weights = w.reshape(group, mg, cg * k_size)
     out = np.matmul(weights, cols)  # (G, Mg, N*O)
     out = out.reshape(group * mg, n, *out_sizes)

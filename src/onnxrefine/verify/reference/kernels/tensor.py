@@ -131,7 +131,9 @@ def _variadic(fn, finish=None):
 
 
 def _sigmoid(x):
-    return np.where(x >= 0, 1.0 / (1.0 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1.0 + np.exp(-np.abs(x))))
+    tail = np.exp(-np.abs(x))  # once: the expression used to compute it three times
+    denominator = 1.0 + tail
+    return np.where(x >= 0, 1.0 / denominator, tail / denominator)
 
 
 def _clip(call):

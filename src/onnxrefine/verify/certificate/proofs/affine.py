@@ -1,11 +1,7 @@
-"""Certificates by proof, for rewrite families where a proof is cheaper and stronger than a run.
+"""Affine folds into a convolution (Conv -> BatchNormalization / Mul / Add / Sub / Div): the
+proof, and beside it the check of its reading of the tail against onnxruntime.
 
-Two families: per-channel affine folds into a convolution (Conv -> BN/Mul/Add/Sub/Div,
-`affine_fold_proof`) and sibling MatMuls merged into one on concatenated weights
-(`merged_matmul_proof`). Each returns the certificate's note when it proves the rewrite and None
-when the proof does not apply or does not hold: the run-based certificate then decides.
-
-Affine folds. Why: running a fold's matched subgraph on adversarial sets costs a convolution over every weight
+Why: running a fold's matched subgraph on adversarial sets costs a convolution over every weight
 six times, in onnxruntime and again in float64, for each of the dozens of BatchNormalization folds
 a CNN holds: more than the optimization itself. For this family a proof is cheaper and stronger.
 
@@ -34,23 +30,46 @@ that would underflow or overflow, opset < 9 BatchNormalization, function bodies.
 The proof reads each op's meaning itself, so it could share a misreading with the rule. Until a
 rule's proof has been checked against onnxruntime in an optimization, no rewrite rests on the
 proof alone (`certificate.Certifier`). For these folds the check asks onnxruntime for the tail's
-map on the first rewrite's own constants (`certificate/reading.py`, from `affine_tail`); for the
-other proofs, and wherever that check cannot say, the first rewrite is run whole.
+map on the first rewrite's own constants (`tail_reading_agrees`, below, from `affine_tail`);
+wherever that check cannot say, the first rewrite is run whole.
+
+The reading check. What the proof reads is the tail's per-channel map t -> a t + d; the Conv part of the proof (linearity in the
+weights, the same input and attributes) reads no op semantics that differ between models. So
+the tail alone is asked: its nodes with the model's own constants, in one onnxruntime session
+like the certificates' (CPU, optimizations off, one thread), on t = 0 and t = T = 2^20 in every
+channel, give d = T(0) and a = (T(T) - T(0)) / T. They must agree with the proof's a and d
+within the float32 rounding of a few operations on values of magnitude |a| T + |d|:
+
+    |a_ort - a| <= c (|a| + m / T) eps    and    |d_ort - d| <= c m eps,    c = 16 (nodes + 1)
+
+where m bounds the magnitudes summed into d (`_tail_step`) and eps = 2^-23.
+A dropped or misread epsilon changes a by ~epsilon / (2 var) relative (5e-4 for 1e-3 and a
+variance of 1: ~130x the tolerance of one node); a swapped Sub changes the sign of a.
+
+Anything unusual (a float16 or float64 weight, a session or run that fails, a non-finite result)
+returns None, and the certificate falls back to running the rewrite whole.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_ir as ir
+from onnx import helper, numpy_helper
 
 from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.signed_zero import for_context
+from onnxrefine.verify.certificate.model import canonical_node
+from onnxrefine.verify.certificate.proofs.record import PROOF_TESTS as _P
+from onnxrefine.verify.certificate.proofs.record import Proof, Runtime, miniature_model
 
 _DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _EPS64 = float(np.finfo(np.float64).eps)
+_EPS32 = 2.0 ** -23
 _SLACK = 64.0  # float64 ulps allowed between two derivations of a and d (a few ops each)
+PROBE = 2.0 ** 20
 
 
 def _attrs(node: ir.Node) -> dict:
@@ -271,7 +290,7 @@ def affine_fold_proof(request) -> str | None:
 
 def affine_tail(request):
     """For a request `affine_fold_proof` proved: the tail's own map t -> a t + d read from its
-    nodes (a = 1, d = 0 before the first), with what `reading` needs to ask
+    nodes (a = 1, d = 0 before the first), with what `tail_reading_agrees` needs to ask
     onnxruntime for the same map: (nodes, the Conv's output, rank, channels, dtype, a, d, m,
     opsets), m bounding the magnitudes summed into d. None if the tail cannot be read."""
     matched = list(request.matched)
@@ -292,204 +311,75 @@ def affine_tail(request):
     return tail, conv.outputs[0], rank, channels, dtype, a, d, mag, opsets
 
 
-def _split_sizes(split: ir.Node, rank: int | None) -> list[int] | None:
-    """The Split's sizes if it splits the last axis (of a rank-`rank` value), or None."""
-    axis = attr(split, "axis", 0)
-    if axis != -1 and (rank is None or axis != rank - 1):
-        return None
-    if len(split.inputs) > 1 and split.inputs[1] is not None:
-        sizes = constant_array(split.inputs[1])
-        return None if sizes is None else [int(v) for v in sizes.reshape(-1)]
-    sizes = attr(split, "split")
-    return None if sizes is None else [int(v) for v in sizes]
+# --- the reading check ---------------------------------------------------------------------------
 
 
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """Bit-identical arrays of one dtype and shape, compared through an unsigned view of the same
-    width (no copy of a column slice; tobytes copied both sides of a 7 MB merged weight)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.dtype.itemsize not in (1, 2, 4, 8) or a.dtype.kind not in "fiub":
-        return a.tobytes() == np.ascontiguousarray(b).tobytes()
-    bits = np.dtype(f"u{a.dtype.itemsize}")
-    return bool(np.array_equal(a.view(bits), b.view(bits)))
+def tail_model(nodes: list[ir.Node], data: ir.Value, rank: int, channels: int, opsets: dict) -> onnx.ModelProto | None:
+    """The tail nodes alone: input "t" in place of `data` (the Conv's output), [2, C, 1, ...],
+    their constants as initializers, output "y" the last node's first output."""
+    rename = {data.name: "t"}
+    initializers, protos = [], []
+    produced = {id(v) for n in nodes for v in n.outputs}
+    for node in nodes:
+        for value in node.inputs:
+            if value is None or value is data or id(value) in produced or value.name in rename:
+                continue
+            array = constant_array(value)
+            if array is None:
+                return None  # the tail reads something that is neither t nor a constant
+            rename[value.name] = f"k{len(rename)}"
+            initializers.append(numpy_helper.from_array(np.require(array, requirements="C"), rename[value.name]))
+    protos.extend(canonical_node(node, rename) for node in nodes)
+    protos.append(helper.make_node("Identity", [rename[nodes[-1].outputs[0].name]], ["y"]))
+    shape = [2, channels] + [1] * (rank - 2)
+    graph = helper.make_graph(protos, "tail", [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, shape)],
+                              [onnx.ValueInfoProto(name="y")], initializers)
+    return miniature_model(graph, opsets)
 
 
-def _split_order(split: ir.Node, matmuls: list, replaced: dict) -> list | None:
-    """The original MatMuls in the order of the Split's outputs (which one each output replaces)."""
-    order = []
-    for value in split.outputs:
-        owner = [n for n in matmuls if replaced.get(id(n.outputs[0])) is value]
-        if len(owner) != 1:
-            return None
-        order.append(owner[0])
-    return order
+def tail_reading_agrees(tail, make_session, run) -> str | None:
+    """The certificate's note when onnxruntime computes the tail's map as the proof read it;
+    None when it does not, or the check does not apply (the rewrite is then run whole).
+
+    `tail`: (nodes, data value, rank, channels, dtype, a, d, m) from
+    `affine_tail`; `make_session` and `run` are the certifier's own."""
+    nodes, data, rank, channels, dtype, a, d, magnitude, opsets = tail
+    if np.dtype(dtype) != np.float32 or not nodes:
+        return None
+    model = tail_model(nodes, data, rank, channels, opsets)
+    if model is None:
+        return None
+    try:
+        session = make_session(model.SerializeToString())
+    except Exception:  # noqa: BLE001 - onnxruntime raises many types; the run decides then
+        return None
+    probe = np.zeros((2, channels) + (1,) * (rank - 2), np.float32)
+    probe[1] = PROBE
+    result = run(session, {"t": probe})
+    if isinstance(result, str):
+        return None
+    y = np.asarray(result["y"], np.float64).reshape(2, -1)
+    if y.shape[1] != channels or not np.all(np.isfinite(y)):
+        return None
+    a_ort, d_ort = (y[1] - y[0]) / PROBE, y[0]
+    c = 16.0 * (len(nodes) + 1) * _EPS32
+    if np.all(np.abs(a_ort - a) <= c * (np.abs(a) + magnitude / PROBE)) and np.all(np.abs(d_ort - d) <= c * magnitude):
+        return "its reading of the tail agrees with onnxruntime on this model's constants"
+    return None
 
 
-def merged_matmul_parts(request):
-    """(MatMuls in Split order, their weights, merged node, merged weight, Split node, rank) for
-    a sibling-MatMul merge whose shapes and sizes agree, else None (weights not compared yet)."""
-    matmuls = [n for n in request.matched]
-    new = [n for n in request.replacement if n.op_type != "Constant"]
-    if len(matmuls) < 2 or len(new) != 2 or len(request.outputs) != len(matmuls):
-        return None
-    merged, split = new
-    if merged.op_type != "MatMul" or split.op_type != "Split" or split.inputs[0] is not merged.outputs[0]:
-        return None
-    if any(n.domain not in STANDARD_DOMAINS for n in matmuls + new) or not isinstance(request.owner, ir.Graph):
-        return None
-    x = merged.inputs[0]
-    if any(n.op_type != "MatMul" or n.inputs[0] is not x for n in matmuls):
-        return None
-    order = _split_order(split, matmuls, {id(old): new_value for old, new_value in request.outputs})
-    if order is None:
-        return None
-    weights = [constant_array(n.inputs[1]) for n in order]
-    merged_weight = constant_array(merged.inputs[1])
-    if merged_weight is None or any(w is None or w.ndim != 2 or w.dtype != merged_weight.dtype for w in weights):
-        return None
-    if merged_weight.ndim != 2 or merged_weight.shape != (weights[0].shape[0], sum(w.shape[1] for w in weights)):
-        return None
-    product = merged.outputs[0]
-    rank = len(product.shape) if product.shape is not None else request.context.facts.rank(product)
-    if _split_sizes(split, rank) != [w.shape[1] for w in weights]:
-        return None
-    return order, weights, merged, merged_weight, split, rank
+def _tail_reading(request, runtime: Runtime) -> str | None:
+    tail = affine_tail(request)
+    return None if tail is None else tail_reading_agrees(tail, runtime.make_session, runtime.run)
 
 
-def merged_matmul_proof(request) -> str | None:
-    """MatMul(x, W_i) for several i -> Split(MatMul(x, concat(W_i, axis=1)), widths), proved.
-
-    Each output element of the merged product is the dot product of the same row of x with the
-    same column of the same W_i, so the outputs equal the originals' up to the order onnxruntime
-    accumulates in (the reassociating class; signed zeros and inf/NaN meet the same terms). Proved:
-    the same x, 2-D weights of one dtype, the merged weight bit-identical to their concatenation in
-    the order the Split hands the outputs back, and the Split's sizes the weights' widths.
-    """
-    parts = merged_matmul_parts(request)
-    if parts is None:
-        return None
-    _, weights, _, merged_weight, _, _ = parts
-    start = 0
-    for weight in weights:  # bit for bit (NaN payloads and signed zeros included)
-        end = start + weight.shape[1]
-        if not _same_bits(merged_weight[:, start:end], weight):
-            return None
-        start = end
-    return (f"proved: {len(weights)} MatMuls of one input; the merged weight is their weights' "
-            f"concatenation bit for bit and the Split hands each product back")
-
-
-def gemm_from_matmul_add_proof(request) -> str | None:
-    """Add(MatMul(a, b), c) -> Gemm(a, b, c), proved without reading a weight.
-
-    Gemm with alpha = beta = 1 and no transposes is A @ B + C by definition; onnxruntime adds C
-    inside the accumulation instead of after it (the reassociating class: each output element sums
-    the same terms, so infinities and NaN meet the same terms too). Proved: the Gemm reads the very
-    values a, b and c the MatMul and the Add read, a is 2-D (Gemm's requirement), c broadcasts onto
-    [M, N] without enlarging it, and no reader can see a zero's sign (a -0 bias added last keeps a
-    sum of +0 at +0; accumulated first, it can give -0).
-    """
-    matched = list(request.matched)
-    new = [n for n in request.replacement if n.op_type != "Constant"]
-    if len(matched) != 2 or len(new) != 1 or len(request.outputs) != 1:
-        return None
-    matmul, add = matched
-    gemm = new[0]
-    if (matmul.op_type, add.op_type, gemm.op_type) != ("MatMul", "Add", "Gemm"):
-        return None
-    if any(n.domain not in STANDARD_DOMAINS for n in (matmul, add, gemm)) or not isinstance(request.owner, ir.Graph):
-        return None
-    product = matmul.outputs[0]
-    others = [v for v in add.inputs if v is not product]
-    if len(add.inputs) != 2 or len(others) != 1 or product.is_graph_output() or len(product.uses()) != 1:
-        return None
-    a, b = matmul.inputs[0], matmul.inputs[1]
-    c = others[0]
-    if len(gemm.inputs) != 3 or gemm.inputs[0] is not a or gemm.inputs[1] is not b or gemm.inputs[2] is not c:
-        return None
-    if (float(attr(gemm, "alpha", 1.0)), float(attr(gemm, "beta", 1.0)),
-            int(attr(gemm, "transA", 0)), int(attr(gemm, "transB", 0))) != (1.0, 1.0, 0, 0):
-        return None
-    old, replacement = request.outputs[0]
-    if old is not add.outputs[0] or replacement is not gemm.outputs[0]:
-        return None
-    oracle = request.context.facts
-    a_shape, b_shape, c_shape = oracle.symbolic_shape(a), oracle.static_shape(b), oracle.static_shape(c)
-    if a_shape is None or len(a_shape) != 2 or b_shape is None or len(b_shape) != 2 or c_shape is None:
-        return None
-    m_dim, n_dim = a_shape[0], b_shape[1]
-    aligned = (1,) * (2 - len(c_shape)) + tuple(c_shape) if len(c_shape) <= 2 else None
-    if aligned is None or aligned[1] not in (1, n_dim) or (aligned[0] != 1 and aligned[0] != m_dim):
-        return None
-    if for_context(request.context).observable(old):
-        return None
-    return "proved: Gemm(a, b, c) with alpha = beta = 1 and no transposes reads the MatMul's and the Add's own values"
-
-
-def gemm_parts(request):
-    """(matmul, add, gemm, rank of c, c broadcast over rows, c broadcast over columns) for the
-    Gemm reading check (reading.gemm_reading_agrees), or None; called only once
-    `gemm_from_matmul_add_proof` has proved the request."""
-    matmul, add = list(request.matched)
-    gemm = next(n for n in request.replacement if n.op_type == "Gemm")
-    c = next(v for v in add.inputs if v is not matmul.outputs[0])
-    c_shape = request.context.facts.static_shape(c)
-    b_shape = request.context.facts.static_shape(matmul.inputs[1])
-    if c_shape is None or b_shape is None or len(c_shape) > 2:
-        return None
-    aligned = (1,) * (2 - len(c_shape)) + tuple(c_shape)
-    return matmul, add, gemm, len(c_shape), aligned[0] == 1, aligned[1] == 1 and b_shape[1] != 1
-
-
-def zero_addition_proof(request) -> str | None:
-    """x + c -> x and x - c -> x where every element of c is a zero, by IEEE 754's definition.
-
-    For every float x other than a zero, x + (+-0) and x - (+-0) are x itself (x is
-    representable: nothing rounds), +-inf and NaN included (NaN payloads aside, as everywhere in
-    the certificates); subnormals too (ONNX has no flush-to-zero; onnxruntime's is off unless a
-    session asks). For x = +-0: x + (-0) and x - (+0) are x; x + (+0) and x - (-0) are +0, so
-    x = -0 gives +0 where the candidate keeps -0. The rewrite is therefore bit-exact except for
-    the sign of a zero where c holds a +0 (Add) or a -0 (Sub), which is accepted only on an
-    output the rule declared sign-insensitive: the same condition the run-based judges apply.
-
-    Declined (the run decides): c first in a Sub (0 - x is -x), any nonzero or NaN element of c,
-    a c that broadcasts x up (a higher rank, a dim x does not provably have), a dtype that is not
-    x's own, an unknown rank, a replacement that forwards anything but x, function bodies.
-    This is a definition, like Identity's: there is no reading of an op to cross-check by a run.
-    """
-    matched = list(request.matched)
-    if len(matched) != 1 or request.replacement or len(request.outputs) != 1 or not isinstance(request.owner, ir.Graph):
-        return None
-    node = matched[0]
-    if (node.op_type not in ("Add", "Sub") or node.domain not in STANDARD_DOMAINS or len(node.inputs) != 2
-            or len(node.outputs) != 1):
-        return None
-    old, new = request.outputs[0]
-    if old is not node.outputs[0] or node.inputs[0] is node.inputs[1]:
-        return None
-    if new is node.inputs[0]:
-        other = node.inputs[1]
-    elif new is node.inputs[1] and node.op_type == "Add":  # 0 + x; never 0 - x
-        other = node.inputs[0]
-    else:
-        return None
-    zero = constant_array(other)
-    if zero is None or zero.dtype.kind != "f" or np.any(zero != 0):  # NaN != 0 too
-        return None
-    oracle = request.context.facts
-    dtype = oracle.dtype(new) or new.dtype
-    if dtype is None or np.dtype(dtype.numpy()) != zero.dtype:
-        return None
-    shape = oracle.symbolic_shape(new)
-    if shape is None or zero.ndim > len(shape):
-        return None
-    for d_zero, d_x in zip(zero.shape, shape[len(shape) - zero.ndim:]):
-        if d_zero != 1 and not (isinstance(d_x, int) and d_x == d_zero):
-            return None
-    flips = ~np.signbit(zero) if node.op_type == "Add" else np.signbit(zero)
-    if np.any(flips) and not any(old is v for v in request.sign_insensitive):
-        return None
-    what = "+ 0" if node.op_type == "Add" else "- 0"
-    return (f"proved: x {what} is x by IEEE 754 (zeros of c: {zero.size}, no broadcast of x)"
-            + ("; the zero sign it may flip is declared unread" if np.any(flips) else ""))
+PROOFS = (
+    Proof("affine_fold", "Conv followed by per-channel affine maps: every folded weight and bias is its "
+          "float64 value rounded once",
+          affine_fold_proof, _tail_reading,
+          (_P + "test_every_fold_is_proved_the_first_once_onnxruntime_agrees_with_its_tail_reading",),
+          (_P + "test_a_wrong_constant_in_a_later_fold_is_not_proved_and_its_run_refuses_it",
+           _P + "test_a_misreading_the_proof_shares_with_the_rule_is_caught_by_onnxruntime",
+           _P + "test_no_proof_where_a_reader_sees_the_sign_of_a_zero",
+           _P + "test_the_tail_reading_check_is_tight_enough_for_a_dropped_default_epsilon")),
+)

@@ -1,0 +1,89 @@
+"""onnx's shape inference, contained in a child that serves one request after another."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import onnx
+import pytest
+from helpers import aborting_inference_model
+from onnx import TensorProto, helper
+
+from onnxrefine.ir import contained
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="containment forks (POSIX only)")
+
+
+def _relu(width: int) -> onnx.ModelProto:
+    return helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _width(model: onnx.ModelProto) -> int:
+    return model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
+
+
+@pytest.fixture
+def forks(monkeypatch):
+    """The forks made while the test runs, from a fresh worker on."""
+    contained.close_worker()
+    made = []
+    real = os.fork
+
+    def counting():
+        pid = real()
+        if pid:
+            made.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", counting)
+    yield made
+    contained.close_worker()
+
+
+def test_one_child_serves_many_inferences(forks):
+    assert [_width(contained.infer_shapes(_relu(width))) for width in (3, 5, 7)] == [3, 5, 7]
+    assert len(forks) == 1
+
+
+def test_after_a_crash_the_next_inference_gets_a_new_child(forks):
+    assert _width(contained.infer_shapes(_relu(2))) == 2
+    with pytest.raises(contained.NativeCrash, match="SIGABRT"):
+        contained.infer_shapes(aborting_inference_model(), strict_mode=False)
+    assert _width(contained.infer_shapes(_relu(4))) == 4
+    assert len(forks) == 2
+
+
+def test_an_idle_child_leaves_and_is_replaced(forks, monkeypatch):
+    monkeypatch.setattr(contained, "WORKER_IDLE_SECONDS", 0.05)
+    assert _width(contained.infer_shapes(_relu(2))) == 2
+    time.sleep(1.0)  # it leaves on its own once idle
+    assert _width(contained.infer_shapes(_relu(6))) == 6
+    assert len(forks) == 2
+
+
+def test_a_request_left_unread_by_an_idle_exit_is_asked_again(forks, monkeypatch):
+    """The child may leave idle just as a request is written: an exit 0 without a reply is no
+    crash, and a new child answers."""
+    monkeypatch.setattr(contained, "WORKER_IDLE_SECONDS", 0.05)
+    monkeypatch.setattr(contained._Worker, "alive", lambda self: True)  # it looked alive...
+    assert _width(contained.infer_shapes(_relu(2))) == 2
+    time.sleep(1.0)  # ...and left before the request
+    assert _width(contained.infer_shapes(_relu(8))) == 8
+    assert len(forks) == 2
+
+
+def test_a_forked_process_does_not_share_its_parents_child(forks):
+    assert _width(contained.infer_shapes(_relu(2))) == 2
+    pid = os.fork()
+    if pid == 0:  # the forked process: its own child answers, its parent's is left alone
+        try:
+            ok = _width(contained.infer_shapes(_relu(9))) == 9
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert _width(contained.infer_shapes(_relu(3))) == 3  # the parent's pipes are still in step
