@@ -7,7 +7,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from helpers import make_model, tensor, value_info
 from onnx import helper
@@ -100,6 +100,7 @@ def test_pipeline_adapter_is_one_step_of_the_whole_pipeline():
     assert [n.op_type for n in apply(model()).graph.node] == [n.op_type for n in model().graph.node]
 
 
+@settings(max_examples=100, deadline=None)  # a loaded machine is slow, not wrong
 @given(st.lists(st.tuples(st.integers(1, 3), st.booleans()), min_size=1, max_size=40), st.data())
 def test_the_bisector_finds_the_first_bad_step_in_few_replays(kinds, data):
     """Optimization with verification and `onnxrefine bisect` share this search: whatever the mix

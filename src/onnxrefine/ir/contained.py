@@ -21,10 +21,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import faulthandler
+import gc
 import os
 import pickle
 import select
 import signal
+import sys
 import threading
 
 import onnx
@@ -67,11 +69,7 @@ def call(function, *args, what: str):
         status = 0
         try:
             os.close(read_end)
-            # What the native code prints as it dies (an assertion's text) is not the user's
-            # business: the parent says it in one line.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 2)
-            faulthandler.disable()  # its dump of the child's stack goes to a descriptor of its own
+            _detach()
             message = _outcome(function, *args)
             with os.fdopen(write_end, "wb") as out:
                 out.write(message)
@@ -95,6 +93,23 @@ def call(function, *args, what: str):
     if not message:
         raise _crash(status, what)
     return _result(message, what)
+
+
+def _detach() -> None:
+    """In a forked child: nothing it does reaches the parent but through its pipes. What the native
+    code prints as it dies (an assertion's text) is not the user's business (the parent says it in
+    one line), and the standard streams may be the parent's channel to its own parent (a test
+    runner's worker): stdin, stdout and stderr become the null device. No garbage collection runs:
+    the parent's garbage, collected here, would run the parent's finalizers (a channel's close
+    message, a buffered file's flush) from this process."""
+    gc.disable()
+    faulthandler.disable()  # its dump of the child's stack goes to a descriptor of its own
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    # The parent's stream objects (which may hold its unflushed output) are left untouched.
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the child's until it ends
 
 
 def _outcome(function, *args) -> bytes:
@@ -142,9 +157,7 @@ class _Worker:
             try:
                 os.close(self.requests)
                 os.close(self.replies)
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, 2)
-                faulthandler.disable()
+                _detach()
                 _serve(requests_read, replies_write)
             except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
                 status = 1
@@ -194,9 +207,14 @@ _worker: _Worker | None = None
 def close_worker() -> None:
     """End and reap the worker: its time is then counted in this process's children's usage."""
     global _worker
-    if _worker is not None:
-        _worker.close()
-        _worker = None
+    worker, _worker = _worker, None
+    if worker is None:
+        return
+    try:
+        worker.close()
+    except BaseException:  # noqa: BLE001 - a signal's handler raising mid-wait (SIGTERM while exiting)
+        # The process is ending either way: end the child at once, and say nothing from an exit handler.
+        worker.close(kill=True)
 
 
 def _ask_worker(request: bytes) -> bytes:

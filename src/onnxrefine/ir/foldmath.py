@@ -123,7 +123,8 @@ def scale_rounded(weight: np.ndarray, factors: np.ndarray, dtype, what: str) -> 
         shape = block.shape
         result = product[:block.size].reshape(shape)
         result[...] = block  # to_float64: exact for every float dtype
-        np.multiply(result, factors if factors.shape[0] == 1 else factors[start:start + step], out=result)
+        with np.errstate(over="ignore", invalid="ignore"):  # refused below; the whole-array form then says it
+            np.multiply(result, factors if factors.shape[0] == 1 else factors[start:start + step], out=result)
         if not _rounded_into(result, out[start:start + step], back[:block.size].reshape(shape),
                              flags[:block.size].reshape(shape)):
             return round_folded(to_float64(weight) * factors, dtype, what)

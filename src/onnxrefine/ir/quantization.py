@@ -9,8 +9,8 @@ while the unit is intact. So, for every pass that folds, moves, merges or remove
 
 - a Q/DQ node is never folded (folding DequantizeLinear of a constant weight turns an int8 weight
   into float32: onnxruntime then re-quantizes it with scales of its own and the outputs move by a
-  quantization step), never merged with a twin (the count of Q/DQ nodes is the model's contract
-  with the runtime), and never reached through by a fusion;
+  quantization step), merged with a twin only where every consumer keeps the node unit the
+  runtime's QDQ fusions form (`merge_refusal`), and never reached through by a fusion;
 - a float layer inside a quantized region (its data input is dequantized, or its result is
   quantized next) does not get float arithmetic folded into it: the folded value is rounded
   differently, and QuantizeLinear amplifies a rounding-level change into a whole quantization
@@ -61,10 +61,42 @@ def fold_refusal(node: ir.Node) -> str | None:
 
 
 def merge_refusal(node: ir.Node) -> str | None:
-    """Why common-subexpression elimination must not merge `node` with a twin, or None."""
-    if is_quantizing_node(node):
-        return f"{node.op_type} nodes are kept one per quantized unit, as the runtime's QDQ fusions expect"
-    return None
+    """Why common-subexpression elimination must not merge `node` with a twin (the same inputs,
+    scale and zero point included, and attributes), or None.
+
+    The rule follows onnxruntime's QDQ handling. Its selectors turn a node unit (a DequantizeLinear
+    on the inputs -> op -> one QuantizeLinear per output, the op's outputs read by those Qs only)
+    into an integer kernel, and before they run, EnsureUniqueDQForNodeUnit gives every consumer
+    of a shared DequantizeLinear a copy of its own. So:
+
+    - twin DequantizeLinear nodes (standard domain) merge: onnxruntime copies the merged one back
+      per consumer, and every consumer's node unit is the one it had;
+    - twin QuantizeLinear nodes (standard domain) merge only where the quantized tensor's producer
+      forms no node unit before or after: the tensor is a graph input, a constant or a graph
+      output, its producer reads no DequantizeLinear output, or a node other than a
+      QuantizeLinear reads it too. Otherwise one Q instead of two could let the producer become a
+      unit (the selectors count one Q per output), which changes what a runtime that forms node
+      units from the graph as given computes (onnxruntime's own common-subexpression elimination
+      merges such twins before its selectors, so it loses nothing by this);
+    - DynamicQuantizeLinear and the com.microsoft forms are never merged."""
+    if not is_quantizing_node(node):
+        return None
+    if node.domain in STANDARD_DOMAINS and node.op_type == "DequantizeLinear":
+        return None
+    if node.domain in STANDARD_DOMAINS and node.op_type == "QuantizeLinear" and not _may_become_unit(node.inputs[0]):
+        return None
+    return f"{node.op_type} nodes are kept one per quantized unit, as the runtime's QDQ fusions expect"
+
+
+def _may_become_unit(value: ir.Value | None) -> bool:
+    """Whether the producer of `value`, quantized by QuantizeLinear twins, might form a QDQ node
+    unit once they are one node (see merge_refusal)."""
+    producer = value.producer() if value is not None else None
+    if producer is None or value.is_graph_output():
+        return False
+    if not any(dequantized(v) for v in producer.inputs):
+        return False
+    return all(use.node.op_type == "QuantizeLinear" and use.node.domain in QUANT_DOMAINS for use in value.uses())
 
 
 def layer_refusal(layer: ir.Node, result: ir.Value | None = None) -> str | None:

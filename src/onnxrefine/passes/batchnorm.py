@@ -8,6 +8,8 @@ after), so each is declared REASSOCIATING and verified against a float64 referen
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx_ir as ir
 
@@ -15,9 +17,10 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.attrs import attr
 from onnxrefine.ir.foldmath import is_float_dtype, round_folded, scale_rounded, to_float64
 from onnxrefine.ir.quantization import refuse_quantized_layer
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.signed_zero import refuse_if_observable
 from onnxrefine.passes.registry import NO_PATTERN_YET, PassSpec
-from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Var
+from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Var, constant_array_available
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
 
 
@@ -271,6 +274,63 @@ def fold_conv_add(m: Match, ctx: RewriteContext) -> Replacement:
     return Replacement([new], {m["op"].outputs[0]: new.outputs[0]})
 
 
+# Ops whose output holds their data input's elements in the same order, only shaped otherwise.
+_RESHAPING_OPS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity")
+
+
+def _channel_axis_of(shape: tuple[int, ...], rank: int, channels: int) -> int:
+    """The axis of `shape` that broadcasts onto the channel axis of a rank-`rank` NC... output,
+    refused unless every other dim is 1 and that one is `channels`: exactly per channel."""
+    if len(shape) > rank or len(shape) < rank - 1:
+        raise RewriteRefused("conv_bias.rank", f"an added value of rank {len(shape)} does not line up with the "
+                             f"channel axis of a rank-{rank} Conv output")
+    axis = len(shape) - rank + 1
+    if shape[axis] != channels or any(d != 1 for i, d in enumerate(shape) if i != axis):
+        raise RewriteRefused("conv_bias.not_per_channel", f"an added value of shape {list(shape)} is not one value "
+                             f"per output channel ({channels})")
+    return axis
+
+
+def fold_conv_add_computed(m: Match, ctx: RewriteContext) -> Replacement | None:
+    """Conv(x, W) + c, c computed at run time (a graph input or any node's output) of shape
+    [M, 1, ...] or [1, M, 1, ...] for M output channels: c becomes the Conv's bias, read as the
+    [M] tensor a Reshape/Unsqueeze/Squeeze/Flatten/Identity made it from, or through a new
+    Squeeze. onnxoptimizer does this too but moves only the bias's own producer before the Conv,
+    so a bias computed after the Conv from values computed after it leaves the graph out of order;
+    here the Conv takes the Add's place, after everything the bias reads. Declared reassociating
+    like the constant case: a runtime may add the bias into its accumulator before the sums.
+    A Conv that already has a bias is not matched (its two additions would be reassociated)."""
+    c, weight = m["c"], m["w"]
+    if constant_array_available(c) and constant_array_available(weight):
+        return None  # fold_conv_add folds it into a constant bias
+    refuse_quantized_layer(m["conv"], m["op"].outputs[0])  # quantized units stay as they are
+    weight_shape = ctx.facts.static_shape(weight)
+    symbolic = ctx.facts.symbolic_shape(c)
+    if weight_shape is not None and symbolic is not None and math.prod(d for d in symbolic if isinstance(d, int)) > weight_shape[0]:
+        return None  # more values than channels: a residual or per-element value, no bias
+    bias_shape = ctx.facts.static_shape(c)
+    if weight_shape is None or len(weight_shape) < 3 or bias_shape is None:
+        raise RewriteRefused("conv_bias.shape_unknown", "the weight's or the added value's shape is not known from "
+                             "trusted facts")
+    channels = weight_shape[0]
+    axis = _channel_axis_of(bias_shape, len(weight_shape), channels)
+    conv: ir.Node = m["conv"]
+    hint = f"{conv.name or 'conv'}_bias"
+    producer, nodes, removed = c.producer(), [], []
+    if (producer is not None and producer.op_type in _RESHAPING_OPS and producer.domain in STANDARD_DOMAINS
+            and ctx.facts.static_shape(producer.inputs[0]) == (channels,)):
+        bias, removed = producer.inputs[0], [producer]
+    else:
+        axes = [i for i in range(len(bias_shape)) if i != axis]
+        if ctx.opset() >= 13:
+            squeeze = ctx.node("Squeeze", [c, ctx.constant(np.array(axes, np.int64), f"{hint}_axes")], hint=hint)
+        else:
+            squeeze = ctx.node("Squeeze", [c], {"axes": axes}, hint=hint)
+        bias, nodes = squeeze.outputs[0], [squeeze]
+    new = ctx.node("Conv", [m["x"], weight, bias], list(conv.attributes.values()), hint=conv.name or None)
+    return Replacement([*nodes, new], {m["op"].outputs[0]: new.outputs[0]}, also_removed=removed)
+
+
 def _transpose_channels(m: Match, weight: np.ndarray, what: str) -> tuple[int, np.ndarray]:
     """(group, the constant "c" per output channel) of a ConvTranspose, whose weight is
     [C_in, C_out / group, k...]: output channel g * C_out/group + j is group g's column j."""
@@ -339,6 +399,8 @@ MATMUL_BN = Rule(
 )
 CONV_MUL = Rule("conv_mul", Op("Mul", _conv(), Const("c"), name="op"), fold_conv_mul, kind=REASSOCIATING)
 CONV_ADD = Rule("conv_add", Op("Add", _conv(), Const("c"), name="op"), fold_conv_add, kind=REASSOCIATING)
+CONV_ADD_COMPUTED = Rule("conv_add_computed", Op("Add", Op("Conv", Var("x"), Var("w"), name="conv"), Var("c"), name="op"),
+                         fold_conv_add_computed, kind=REASSOCIATING)
 CONV_TRANSPOSE_MUL = Rule("conv_transpose_mul", Op("Mul", _conv_transpose(), Const("c"), name="op"),
                           fold_conv_transpose_mul, kind=REASSOCIATING)
 CONV_TRANSPOSE_ADD = Rule("conv_transpose_add", Op("Add", _conv_transpose(), Const("c"), name="op"),
@@ -370,8 +432,9 @@ PASSES = (
     ),
     PassSpec(
         "fuse_add_bias_into_conv",
-        "Fold a scalar or per-channel constant Add after a Conv or ConvTranspose into its bias",
-        rules=(CONV_ADD, CONV_TRANSPOSE_ADD),
+        "Fold a scalar or per-channel constant Add after a Conv or ConvTranspose into its bias; a per-channel "
+        "value computed at run time into a Conv without bias",
+        rules=(CONV_ADD, CONV_TRANSPOSE_ADD, CONV_ADD_COMPUTED),
         order=42,
         fuzz="conv_add_bias",
     ),

@@ -179,7 +179,7 @@ def _attribute_key(attr: ir.Attr):
 def _node_key(node: ir.Node):
     if node.domain not in _PURE_DOMAINS or node.op_type in RANDOM_OPS:
         return None
-    if merge_refusal(node) is not None:  # Q/DQ nodes stay one per quantized unit (ir/quantization.py)
+    if merge_refusal(node) is not None:  # Q/DQ twins only where node units stay (ir/quantization.py)
         return None
     try:
         attributes = tuple(sorted((name, _attribute_key(a)) for name, a in node.attributes.items()))

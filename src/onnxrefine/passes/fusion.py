@@ -34,10 +34,12 @@ from onnxrefine.passes.fusion_chains import (  # noqa: F401  (re-exported for ca
 )
 from onnxrefine.passes.fusion_matmul import (  # noqa: F401  (re-exported for callers and tests)
     MATMUL_ADD,
+    MATMUL_ADD_COMPUTED,
     QKV,
     TRANSPOSE_GEMM_A,
     TRANSPOSE_GEMM_B,
     fuse_matmul_add,
+    fuse_matmul_add_computed,
     fuse_sibling_matmuls,
 )
 from onnxrefine.passes.fusion_pad import PAD_CONV, PAD_POOL
@@ -63,8 +65,8 @@ PASSES = (
     PassSpec("fuse_consecutive_reduce_unsqueeze", "Unsqueeze(ReduceX(x, keepdims=0)) on the same axes -> keepdims=1",
              rules=(REDUCE_UNSQUEEZE,), order=30, fuzz="reduce_unsqueeze"),
     PassSpec("fuse_matmul_add_bias_into_gemm", "MatMul(A 2-D, B 2-D: constant, or computed of static shape) + "
-             "constant bias -> Gemm",
-             rules=(MATMUL_ADD,), order=30, fuzz="matmul_add"),
+             "constant bias, or a run-time one per column ([N] or [1, N]) -> Gemm",
+             rules=(MATMUL_ADD, MATMUL_ADD_COMPUTED), order=30, fuzz="matmul_add"),
     PassSpec("fuse_transpose_into_gemm", "Transpose [1,0] feeding Gemm -> Gemm transA/transB",
              rules=(TRANSPOSE_GEMM_A, TRANSPOSE_GEMM_B), order=30, fuzz="transpose_gemm"),
     PassSpec("fuse_pad_into_conv", "Constant zero Pad on spatial dims -> Conv pads (auto_pad=VALID too); a Pad of "

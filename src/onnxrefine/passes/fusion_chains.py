@@ -92,6 +92,9 @@ TRANSPOSES_IDENTITY = Rule(
 
 
 # --- fuse_consecutive_squeezes / unsqueezes ---------------------------------------------------
+# These rules and the squeeze/unsqueeze pairs below keep their intermediates: where the inner node
+# has other readers it stays for them, and only the reader that fuses is repointed (onnxoptimizer
+# leaves such a chain whole).
 
 
 def _explicit_axes(node: ir.Node) -> list[int]:
@@ -143,11 +146,13 @@ SQUEEZES = Rule(
     "fuse_consecutive_squeezes",
     Op("Squeeze", Op("Squeeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
     lambda m, ctx: _fuse_axes_chain(m, ctx, compose_squeezes),
+    keeps_intermediates=True,
 )
 UNSQUEEZES = Rule(
     "fuse_consecutive_unsqueezes",
     Op("Unsqueeze", Op("Unsqueeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
     lambda m, ctx: _fuse_axes_chain(m, ctx, compose_unsqueezes),
+    keeps_intermediates=True,
 )
 
 
@@ -187,11 +192,13 @@ SQUEEZE_UNSQUEEZE = Rule(
     "fuse_consecutive_squeeze_unsqueeze",
     Op("Unsqueeze", Op("Squeeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
     squeeze_then_unsqueeze,
+    keeps_intermediates=True,
 )
 UNSQUEEZE_SQUEEZE = Rule(
     "fuse_consecutive_unsqueeze_squeeze",
     Op("Squeeze", Op("Unsqueeze", Var("x"), Opt(Var("a1")), name="inner"), Opt(Var("a2")), name="outer"),
     unsqueeze_then_squeeze,
+    keeps_intermediates=True,
 )
 
 
@@ -245,7 +252,10 @@ def _slice_pattern(inner_or_x, suffix: str, name: str) -> Op:
     )
 
 
-SLICES = Rule("fuse_consecutive_slices", _slice_pattern(_slice_pattern(Var("x"), "1", "inner"), "2", "outer"), fuse_slices)
+# An inner Slice read by several outer ones (a Swin patch merging takes rows 0::2 once, then columns
+# 0::2 and 1::2 of them) stays until each reader has fused: the last one removes it.
+SLICES = Rule("fuse_consecutive_slices", _slice_pattern(_slice_pattern(Var("x"), "1", "inner"), "2", "outer"), fuse_slices,
+              keeps_intermediates=True)
 
 
 # --- fuse_consecutive_concats -----------------------------------------------------------------

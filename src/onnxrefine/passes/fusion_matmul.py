@@ -14,7 +14,7 @@ from onnxrefine.ir.foldmath import constant_array
 from onnxrefine.ir.quantization import refuse_quantized_layer
 from onnxrefine.ir.attrs import attr
 from onnxrefine.passes.opargs import int64_constant
-from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Var
+from onnxrefine.rewrite.pattern import Const, Match, Op, Opt, Var, constant_array_available
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, Rule
 
 
@@ -23,14 +23,12 @@ from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, RewriteContext, 
 _GEMM_FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 
 
-def fuse_matmul_add(m: Match, ctx: RewriteContext) -> Replacement:
-    """The weight may be computed (onnxscript fuses those too) where it is known to be a 2-D matrix
-    of static shape; the bias stays a constant: an Add of a run-time value after a MatMul is a
-    residual connection that deployment-time fusions (SkipLayerNormalization) look for."""
+def _gemm_columns(m: Match, ctx: RewriteContext, bias_dtype) -> int:
+    """The column count N of MatMul(a, b) once Gemm can take its operands: opset, a 2-D weight of
+    known shape, a float32/float64 pair, a 2-D input."""
     refuse_quantized_layer(m["matmul"], m["add"].outputs[0])  # quantized units stay as they are
     if ctx.opset() < 11:
         raise RewriteRefused("gemm.opset", "Gemm before opset 11 has other broadcast and optional-input rules")
-    bias = m.array("c")
     weight = constant_array(m["b"])
     if weight is None:
         weight_shape = ctx.facts.static_shape(m["b"])
@@ -42,21 +40,60 @@ def fuse_matmul_add(m: Match, ctx: RewriteContext) -> Replacement:
         weight_shape, weight_dtype = weight.shape, weight.dtype
     if len(weight_shape) != 2:
         raise RewriteRefused("gemm.weight_rank", "MatMul's second operand is not a matrix")
-    if ir.DataType.from_numpy(weight_dtype) not in _GEMM_FLOATS or bias.dtype != weight_dtype:
-        raise RewriteRefused("gemm.dtypes", f"dtypes {weight_dtype}/{bias.dtype} are not a float32 or float64 pair")
+    if ir.DataType.from_numpy(weight_dtype) not in _GEMM_FLOATS or bias_dtype != weight_dtype:
+        raise RewriteRefused("gemm.dtypes", f"dtypes {weight_dtype}/{bias_dtype} are not a float32 or float64 pair")
     if ctx.facts.rank(m["a"]) != 2:
         raise RewriteRefused("gemm.input_rank", "MatMul's input is not known to be 2-D (Gemm would reject it)")
-    n = weight_shape[1]
-    if bias.ndim > 2 or (bias.ndim >= 1 and bias.shape[-1] not in (1, n)) or (bias.ndim == 2 and bias.shape[0] != 1):
-        raise RewriteRefused("gemm.bias_shape", f"bias of shape {bias.shape} does not broadcast onto [M, {n}] without enlarging it")
+    return weight_shape[1]
+
+
+def _gemm(m: Match, ctx: RewriteContext) -> Replacement:
     new = ctx.node("Gemm", [m["a"], m["b"], m["c"]], hint=m["add"].name or None)
     return Replacement([new], {m["add"].outputs[0]: new.outputs[0]})
+
+
+def fuse_matmul_add(m: Match, ctx: RewriteContext) -> Replacement:
+    """The weight may be computed (onnxscript fuses those too) where it is known to be a 2-D matrix
+    of static shape; a constant bias may be of any shape that broadcasts onto [M, N] without
+    enlarging it."""
+    bias = m.array("c")
+    n = _gemm_columns(m, ctx, bias.dtype)
+    if bias.ndim > 2 or (bias.ndim >= 1 and bias.shape[-1] not in (1, n)) or (bias.ndim == 2 and bias.shape[0] != 1):
+        raise RewriteRefused("gemm.bias_shape", f"bias of shape {bias.shape} does not broadcast onto [M, {n}] without enlarging it")
+    return _gemm(m, ctx)
+
+
+def fuse_matmul_add_computed(m: Match, ctx: RewriteContext) -> Replacement | None:
+    """A bias computed at run time (a graph input, or any node's output) of shape [N] or [1, N]:
+    one value per column, as onnxoptimizer and onnxscript fuse it. A run-time value of another
+    shape stays an Add: an [M, N] one is a residual connection that deployment-time fusions
+    (SkipLayerNormalization) look for. onnxoptimizer puts the Gemm where the MatMul was, so a bias
+    computed after the MatMul is read before it is made (the model no longer loads); here the Gemm
+    takes the Add's place, after both operands."""
+    if constant_array_available(m["c"]):
+        return None  # fuse_matmul_add's case
+    symbolic = ctx.facts.symbolic_shape(m["c"])
+    if symbolic is not None and len(symbolic) == 2 and symbolic[0] != 1:
+        return None  # a value per row too: a residual connection, no bias
+    bias_type = ctx.facts.dtype(m["c"])
+    n = _gemm_columns(m, ctx, None if bias_type is None else bias_type.numpy())
+    shape = ctx.facts.static_shape(m["c"])
+    if shape not in ((n,), (1, n)):
+        raise RewriteRefused("gemm.bias_not_per_column", f"a run-time bias of shape {shape} is not one value per "
+                             f"column ([{n}] or [1, {n}])")
+    return _gemm(m, ctx)
 
 
 MATMUL_ADD = Rule(
     "fuse_matmul_add_bias_into_gemm",
     Op("Add", Op("MatMul", Var("a"), Var("b"), name="matmul"), Const("c"), name="add"),
     fuse_matmul_add,
+    kind=REASSOCIATING,
+)
+MATMUL_ADD_COMPUTED = Rule(
+    "fuse_matmul_add_computed_bias",
+    Op("Add", Op("MatMul", Var("a"), Var("b"), name="matmul"), Var("c"), name="add"),
+    fuse_matmul_add_computed,
     kind=REASSOCIATING,
 )
 

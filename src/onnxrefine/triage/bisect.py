@@ -79,9 +79,12 @@ def replay(model: onnx.ModelProto, pass_name: str, max_steps: int | None, on_eve
 
 
 def narrow_to_rewrite(before: onnx.ModelProto, pass_name: str, settings: VerifySettings):
-    """(model before the culprit rewrite, model after it, the rewrite) for a failing rule pass."""
+    """(model before the culprit rewrite, model after it, the rewrite) for a failing rule pass; None
+    where the pass alone rewrites nothing (the step's change came from elsewhere: it stays whole)."""
     steps: list[Step] = []
     replay(before, pass_name, None, lambda kind, **info: steps.append(info["step"]) if kind == "step" else None)
+    if not steps:
+        return None
 
     def bad_at(count: int) -> bool:
         progress.report(detail=f"step {pass_name}: narrowing to one rewrite (first {count} of {len(steps)})")
@@ -146,8 +149,11 @@ def bisect(
             current = candidate
             continue
         before, after, rewrite = current, candidate, None
+        narrowed = None
         if optimizer == "onnxrefine" and get_pass(name).rules:
-            before, after, rewrite = narrow_to_rewrite(current, name, settings)
+            narrowed = narrow_to_rewrite(current, name, settings)
+        if narrowed is not None:
+            before, after, rewrite = narrowed
             report = _verify(before, after, settings)
         title = f"{optimizer}: step '{name}' changes what the model computes"
         if rewrite:
