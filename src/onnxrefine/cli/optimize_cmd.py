@@ -21,7 +21,7 @@ from onnxrefine.input_shapes import parse_input_shapes
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import DEFAULT_GROWTH_RATIO, DEFAULT_PER_TENSOR_BYTES
 from onnxrefine.passes.registry import all_passes
-from onnxrefine.verified import DEFAULT_VERIFY_BUDGET_S, VerifySettings
+from onnxrefine.verified import AUTO_BUDGET_FACTOR, DEFAULT_VERIFY_BUDGET_S, VerifySettings
 
 if TYPE_CHECKING:  # rich is imported where a table is printed (the CLI's start-up)
     from rich.console import Console
@@ -68,8 +68,8 @@ def register(subparsers) -> None:
     parser.add_argument("--no-certify", dest="certify", action="store_false",
                         help="do not check each rewrite on its own matched subgraph (on by default)")
     parser.add_argument("--verify-budget", type=float, default=None,
-                        help="seconds verification may take in auto mode (default: 3x the optimization's own "
-                        f"time, at most {DEFAULT_VERIFY_BUDGET_S:g}; a random and an inf/NaN set always run); input sets are left out, or "
+                        help="seconds verification may take in auto mode (default: "
+                        f"{AUTO_BUDGET_FACTOR:g}x the optimization's own time, at most {DEFAULT_VERIFY_BUDGET_S:g}; a random and an inf/NaN set always run); input sets are left out, or "
                         "verification skipped, by an estimate made before it runs")
     parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
     parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
