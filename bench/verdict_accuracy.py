@@ -516,6 +516,60 @@ def float16_conversion(float32_io):
     return orig, cand, {}, [{"x": _normal((4, 16))}], False
 
 
+def _as_float16(orig):
+    """The float32 model converted to float16 between Casts from and to float32 (weights rounded once)."""
+    converted = onnx.ModelProto()
+    converted.CopyFrom(orig)
+    graph = converted.graph
+    for init in graph.initializer:
+        if init.data_type == F32:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name))
+    for value in graph.input:
+        rename = {value.name: value.name + "16"}
+        for n in graph.node:
+            n.input[:] = [rename.get(i, i) for i in n.input]
+    for value in graph.output:
+        for n in graph.node:
+            n.output[:] = [value.name + "16" if o == value.name else o for o in n.output]
+    graph.node.insert(0, node("Cast", [graph.input[0].name], [graph.input[0].name + "16"], to=F16))
+    graph.node.append(node("Cast", [graph.output[0].name + "16"], [graph.output[0].name], to=F32))
+    return converted
+
+
+def float16_conversion_beside_a_large_channel(bug):
+    """Conv -> Relu -> Conv (output channel 0 2000x the others) -> Add bias -> Relu, converted to
+    float16; bug: channel 2's weights negated. The whole-output allowance at float16 (about 1 here)
+    excused the flip; each element's own float16 bound does not."""
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((8, 3, 3, 3)) / 4).astype(np.float32)
+    w2 = (rng.standard_normal((4, 8, 3, 3)) / 6).astype(np.float32)
+    w2[0] *= 2000
+    b2 = (rng.standard_normal((4, 1, 1)) / 8).astype(np.float32)
+    nodes = [node("Conv", ["x", "W1"], ["c1"], pads=[1, 1, 1, 1]), node("Relu", ["c1"], ["r1"]),
+             node("Conv", ["r1", "W2"], ["c2"], pads=[1, 1, 1, 1]), node("Add", ["c2", "B2"], ["a2"]),
+             node("Relu", ["a2"], ["y"])]
+    ins, outs = [("x", F32, [2, 3, 8, 8])], [("y", F32)]
+    orig = model(nodes, ins, outs, [("W1", w1), ("W2", w2), ("B2", b2)])
+    changed = w2.copy()
+    if bug:
+        changed[2] = -changed[2]
+    cand = _as_float16(model(nodes, ins, outs, [("W1", w1), ("W2", changed), ("B2", b2)]))
+    return orig, cand, {}, [{"x": _normal((2, 3, 8, 8))}], not bug
+
+
+def float16_if_inlined():
+    """Log(If(true){Exp(x)}) in float16 with the branch inlined: onnxruntime then computes Exp and Log
+    in float32 with no float16 rounding between them, which the spec (and the original) make."""
+    x16 = [("x", F16, [64])]
+    then = helper.make_graph([node("Exp", ["x"], ["e"])], "then", [], [helper.make_tensor_value_info("e", F16, None)])
+    other = helper.make_graph([node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F16, None)])
+    orig = model([node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
+                  node("If", ["c"], ["e"], then_branch=then, else_branch=other), node("Log", ["e"], ["y"])],
+                 x16, [("y", F16)])
+    cand = model([node("Exp", ["x"], ["e"]), node("Log", ["e"], ["y"])], x16, [("y", F16)])
+    return orig, cand, {}, [{"x": np.linspace(-0.05, 0.05, 64).astype(np.float16)}], False
+
+
 def unused_input_dropped():
     """The original declares an input it never reads; the candidate drops it (onnxslim does)."""
     ins = [("x", F32, [3, 4]), ("unused", F32, [2])]
@@ -586,6 +640,8 @@ def cases():
         ("maxpool log(softmax) -> logsoftmax, inf/nan", maxpool_log_softmax),
         ("fp16 conversion, float32 inputs/outputs", lambda: float16_conversion(True)),
         ("fp16 conversion, float16 inputs/outputs", lambda: float16_conversion(False)),
+        ("fp16 conversion beside a large channel", lambda: float16_conversion_beside_a_large_channel(False)),
+        ("float16 If inlined (a rounding skipped)", float16_if_inlined),
     ]
     bugs = [
         ("bn fold, epsilon dropped", lambda: conv_bn(0, (2, 3, 8, 8), drop_eps=True, eps=1e-2, small_var=True)),
@@ -627,6 +683,7 @@ def cases():
         ("Where threshold 3.7 -> 3.9 (generated)", where_threshold_moved),
         ("Clip(0,6) breakpoint moved (generated)", clip_breakpoint_moved),
         ("int64 product -> int32 product (generated)", int32_product_overflow),
+        ("fp16 conversion, channel negated beside a large one", lambda: float16_conversion_beside_a_large_channel(True)),
     ]
     exact = [
         ("identity removed", identity_removed),

@@ -163,3 +163,24 @@ def test_facts_read_at_one_call_site_are_not_taken_to_the_next():
     assert not [r for r in report.log.refused.values() if r.guard.startswith("certificate")]
     feeds = {f"X{i}": np.arange(24, dtype=np.float32).reshape(2, 3, 4) for i in range(2)}
     assert_bit_identical(run(model, feeds), run(optimized, feeds))
+
+
+def test_a_graph_reference_is_not_bound():
+    import onnx_ir as ir
+
+    from onnxrefine.rewrite import bindings
+
+    branch = helper.make_node("If", ["c"], ["y"])
+    branch.attribute.append(helper.make_attribute_ref("then_branch", AttributeProto.GRAPH))
+    branch.attribute.append(helper.make_attribute_ref("else_branch", AttributeProto.GRAPH))
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "g", [], [helper.make_tensor_value_info(
+        "o", T.FLOAT, None)])
+    function = helper.make_function("local", "F", ["c", "x"], ["y"], [branch], [helper.make_opsetid("", 17)],
+                                    attributes=["then_branch", "else_branch"])
+    call = helper.make_node("F", ["C", "X"], ["Y"], domain="local", then_branch=graph, else_branch=graph)
+    main = helper.make_graph([call], "main", [helper.make_tensor_value_info("C", T.BOOL, []),
+                                              helper.make_tensor_value_info("X", T.FLOAT, [2])],
+                             [helper.make_tensor_value_info("Y", T.FLOAT, None)])
+    model = ir.serde.deserialize_model(helper.make_model(
+        main, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)], functions=[function]))
+    assert bindings.call_bindings(model, next(iter(model.functions.values()))) == "a graph attribute is not bound"

@@ -346,21 +346,23 @@ def test_report_and_explain_show_the_refusal(planted, tmp_path, capsys):
 
 
 def _mul_by_two_in_a_function() -> onnx.ModelProto:
-    # The Mul reads n, computed in the body: its shape is each call's, and the certificate takes
-    # only the formal inputs' types and shapes from the call sites.
+    # The Mul reads n, computed in the body: its shape is each call's, and the function has more
+    # call sites (9) than a rewrite in its body is certified at (8), so no certificate is made.
     body = [helper.make_node("Constant", [], ["two"], value=tensor("v", np.array(2, np.float32))),
             helper.make_node("Neg", ["a"], ["n"]),
             helper.make_node("Mul", ["n", "two"], ["t"]), helper.make_node("Relu", ["t"], ["b"])]
     function = helper.make_function("local", "f", ["a"], ["b"], body, [helper.make_opsetid("", 17)])
-    model = make_model([helper.make_node("f", ["x"], ["y"], domain="local")], [value_info("x", shape=[2])],
-                       [value_info("y", shape=[2])], functions=[function])
+    calls = range(9)
+    model = make_model([helper.make_node("f", ["x"], [f"y{i}"], domain="local") for i in calls],
+                       [value_info("x", shape=[2])], [value_info(f"y{i}", shape=[2]) for i in calls],
+                       functions=[function])
     model.opset_import.append(helper.make_opsetid("local", 1))
     return model
 
 
 def test_a_rewrite_no_certificate_can_be_made_for_is_refused_without_verification(planted):
-    # Inside a model-local function nothing vouches for the shape of a value the body computes: no
-    # certificate, and no end-to-end verdict to judge the rewrite either, so it is refused with the reason.
+    # A function called from more places than are certified: no certificate, and no end-to-end
+    # verdict to judge the rewrite either, so it is refused with the reason.
     optimized, report = expect_guard(_mul_by_two_in_a_function(), [planted("double_to_add")],
                                      "certificate.uncertifiable", rule="double_to_add")
     assert not report.log.applied and report.certificates["skipped"] == 1

@@ -101,3 +101,23 @@ def test_a_contained_child_writes_nothing_to_the_parents_streams_and_collects_no
     garbage, collected in the child, would run the parent's finalizers there."""
     assert contained.call(_print_and_say_whether_gc_runs, what="the check") is False
     assert "from the child" not in capfd.readouterr().out
+
+
+def test_a_signal_while_the_child_is_reaped_at_exit_ends_it_quietly(forks, monkeypatch):
+    """SIGTERM landing while the exit handler waits for the child (the CLI's handler raises):
+    the child is killed and reaped, and the exit handler raises nothing."""
+    assert _width(contained.infer_shapes(_relu(2))) == 2
+    real_waitpid = os.waitpid
+    interrupted = []
+
+    def interrupted_once(pid, options):
+        if not interrupted:
+            interrupted.append(pid)
+            raise KeyboardInterrupt
+        return real_waitpid(pid, options)
+
+    monkeypatch.setattr(os, "waitpid", interrupted_once)
+    contained.close_worker()
+    assert interrupted == forks
+    with pytest.raises(ChildProcessError):
+        real_waitpid(forks[0], os.WNOHANG)  # reaped

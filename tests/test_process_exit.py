@@ -77,7 +77,7 @@ def test_a_native_crash_leaves_no_temp_files_beside_the_outputs(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 3 and "crashed (SIGSEGV)" in result.stderr
     assert sorted(p.name for p in work.iterdir()) == [".unrelated.tmp", "done.json"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["unused", "work"]  # the list itself is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["unused", "work"]  # the list has no name
 
 
 def test_the_sweep_touches_only_the_temp_names_it_makes(tmp_path):
@@ -86,7 +86,6 @@ def test_the_sweep_touches_only_the_temp_names_it_makes(tmp_path):
     kept, temp = tmp_path / "model.onnx", tmp_path / ".model.onnx.x1.tmp"
     kept.write_text("a user's file")
     temp.write_text("staged")
-    journal = tmp_path / "list"
-    journal.write_text(f"{kept}\n{temp}\n{tmp_path / '.gone.tmp'}\n")
-    assert atomic.sweep_journal(journal) == [str(temp)]
+    listed = f"{kept}\n{temp}\n{tmp_path / '.gone.tmp'}\n".encode()
+    assert atomic.sweep_journal(listed) == [str(temp)]
     assert kept.exists() and not temp.exists()

@@ -54,8 +54,10 @@ def supervised(work) -> int:
     sys.stderr.flush()
     parent = os.getpid()
     # The worker notes each temp file it makes beside an output here; after a crash (which runs no
-    # clean-up) the supervisor removes those still there.
+    # clean-up) the supervisor removes those still there. The list has no name: nothing of it is
+    # left behind, even when the supervisor itself is killed.
     journal_fd, journal = tempfile.mkstemp(prefix="onnxrefine-temps.", suffix=".list")
+    os.unlink(journal)
     pid = os.fork()
     if pid == 0:
         code = 3
@@ -82,13 +84,12 @@ def supervised(work) -> int:
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), forward)
-    os.close(journal_fd)
     try:
         _, status = os.waitpid(pid, 0)  # retried by Python when a forwarded signal interrupts it
-        if not os.WIFEXITED(status):
-            atomic.sweep_journal(journal)
+        if not os.WIFEXITED(status):  # read by position: the worker's writes moved the shared offset
+            atomic.sweep_journal(os.pread(journal_fd, os.fstat(journal_fd).st_size, 0))
     finally:
-        os.unlink(journal)
+        os.close(journal_fd)
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
     died = os.WTERMSIG(status)

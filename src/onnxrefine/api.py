@@ -256,7 +256,7 @@ def optimize(
 
     A path gives back an onnx.ModelProto. Every kind of model gets the checks the CLI gives a
     file before any rewrite (a malformed one is a one-line BadInputError); a ModelProto is not
-    modified. `passes` takes onnxrefine or onnxoptimizer pass names (None: the default
+    modified, an onnx_ir.Model may be (it is optimized in place, as onnx-ir passes are). `passes` takes onnxrefine or onnxoptimizer pass names (None: the default
     pipeline); `disable` leaves passes out.
 
     By default each rewrite is checked on its own matched subgraph before it is applied (its

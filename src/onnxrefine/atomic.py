@@ -85,14 +85,11 @@ def journaled(path: str) -> str:
     return path
 
 
-def sweep_journal(journal: str | os.PathLike) -> list[str]:
-    """Remove the temp files and folders the list names that still exist (a crash left them);
-    returns them. Only names this module makes (`.<name>.<random>...`) are touched."""
-    try:
-        with open(journal, "rb") as handle:
-            listed = [os.fsdecode(line.rstrip(b"\n")) for line in handle if line.strip()]
-    except OSError:
-        return []
+def sweep_journal(listed: bytes) -> list[str]:
+    """Remove the temp files and folders `listed` (the journal's bytes) names that still exist (a
+    crash left them); returns them. Only names this module makes (`.<name>.<random>...`) are
+    touched."""
+    listed = [os.fsdecode(line) for line in listed.split(b"\n") if line.strip()]
     removed = []
     for path in dict.fromkeys(listed):
         if not os.path.basename(path).startswith(".") or not os.path.lexists(path):

@@ -207,9 +207,14 @@ _worker: _Worker | None = None
 def close_worker() -> None:
     """End and reap the worker: its time is then counted in this process's children's usage."""
     global _worker
-    if _worker is not None:
-        _worker.close()
-        _worker = None
+    worker, _worker = _worker, None
+    if worker is None:
+        return
+    try:
+        worker.close()
+    except BaseException:  # noqa: BLE001 - a signal's handler raising mid-wait (SIGTERM while exiting)
+        # The process is ending either way: end the child at once, and say nothing from an exit handler.
+        worker.close(kill=True)
 
 
 def _ask_worker(request: bytes) -> bytes:

@@ -31,7 +31,11 @@ def call_bindings(model: ir.Model, function: ir.Function) -> list[tuple[ir.Node,
         return "no call of the function binds them"
     if len(calls) > MAX_CALLS:
         return f"the function has {len(calls)} call sites, more than {MAX_CALLS} to bind them at"
-    wanted = {found.ref_attr_name for node in function.graph for found in node.attributes.values() if found.is_ref()}
+    references = [found for node in function.graph for found in node.attributes.values() if found.is_ref()]
+    if any(found.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for found in references):
+        # a caller's graph would then sit in two nodes at once
+        return "a graph attribute is not bound"
+    wanted = {found.ref_attr_name for found in references}
     found = []
     for call in calls:
         binding = {}

@@ -9,8 +9,6 @@ VerificationSession (session.py) calls them in order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import onnx
 
@@ -70,127 +68,6 @@ class Track:
             self.set_evidence.append(set_evidence)
             if differing_float:
                 self.differing_float[index] = differing_float
-
-
-@dataclass
-class Conversion:
-    """How the candidate's declared inputs relate to the original's (a conversion to another
-    precision, an input dropped): what the runs must do about it, or why they cannot run."""
-
-    problem: str | None = None
-    dropped: list = field(default_factory=list)  # inputs of the original the candidate does not declare
-    retyped: list = field(default_factory=list)  # inputs it declares in another float type
-    narrower: dict = field(default_factory=dict)  # input name -> the candidate's narrower float dtype
-    notes: list = field(default_factory=list)
-
-    @property
-    def changes_inputs(self) -> bool:
-        return bool(self.dropped or self.retyped)
-
-
-def conversion(original: onnx.ModelProto, candidate: onnx.ModelProto) -> Conversion:
-    """The candidate may declare a float input in another float type (an fp16 conversion: it is fed
-    the inputs cast to its type, and where that type is narrower both models get the values rounded
-    to it, so each is judged on what it was given) and may drop an input (it is fed what it
-    declares; its outputs show whether the original needed the values). An input the original lacks,
-    or one retyped to a non-float type, is a problem: the candidate cannot run on the original's sets."""
-    want = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(original)}
-    have = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(candidate)}
-    extra = sorted(set(have) - set(want))
-    dropped = sorted(set(want) - set(have))
-    read = [name for name in dropped if _reads(original.graph, name)]
-    retyped = [name for name in have if name in want and have[name] != want[name]]
-    unconvertible = [name for name in retyped if not (graphinfo.is_float_dtype(have[name])
-                                                      and graphinfo.is_float_dtype(want[name]))]
-    result = Conversion(dropped=dropped, retyped=retyped)
-    if extra or unconvertible:
-        why = [f"declares input(s) {', '.join(extra)} the original lacks" if extra else "",
-               f"declares input(s) {', '.join(unconvertible)} in a non-float type of its own" if unconvertible else ""]
-        result.problem = (f"candidate inputs {sorted(have)} do not match the original's {sorted(want)}: "
-                          + "; ".join(part for part in why if part))
-        return result
-    unread = [name for name in dropped if name not in read]
-    if unread:
-        result.notes.append(f"candidate drops input(s) {', '.join(unread)}, which the original never reads: "
-                            "fed the inputs it declares")
-    if read:
-        # a graph cannot read a value it does not declare: the candidate answers without it (onnxslim
-        # folds a Shape of an input of static shape); judged on what it declares, its outputs show
-        # whether the original needed the values
-        result.notes.append(f"candidate drops input(s) {', '.join(read)}, which the original reads: fed the "
-                            "inputs it declares, judged on its outputs")
-    for name in retyped:
-        if np.dtype(have[name]).itemsize < np.dtype(want[name]).itemsize:
-            result.narrower[name] = np.dtype(have[name])
-    if retyped:
-        result.notes.append("candidate declares input(s) " + ", ".join(
-            f"{name} as {have[name]} (the original {want[name]})" for name in retyped)
-            + ": each model is fed the inputs cast to its declared types" + (
-                ", both given the values rounded to the narrower type" if result.narrower else ""))
-    return result
-
-
-def _reads(graph: onnx.GraphProto, name: str) -> bool:
-    """Whether any node of `graph` or of its subgraphs (which see outer names), or an output, reads `name`."""
-    if any(out.name == name for out in graph.output):
-        return True
-    for node in graph.node:
-        if name in node.input:
-            return True
-        for attr in node.attribute:
-            subgraphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
-            if any(_reads(sub, name) for sub in subgraphs):
-                return True
-    return False
-
-
-def apply_conversion(run, draw) -> None:
-    """conversion() applied to a verification's state (session._Run): its problem becomes the
-    candidate's failure, its notes are added, the sets become what both models get, and the early
-    localisation is dropped where the candidate's inputs differ (localisation feeds both alike).
-    `draw()` gives the sets generated for the candidate's own types (None: the sets were given)."""
-    if run.candidate_failure is not None:
-        return
-    plan = conversion(run.original_file.proto, run.candidate_file.proto)
-    run.candidate_failure = plan.problem
-    run.notes.extend(plan.notes)
-    if plan.problem is None and plan.narrower:
-        run.labelled = converted_sets(plan, run.original_file.proto, run.labelled, {} if draw is None else draw())
-    if plan.changes_inputs:
-        run.early = None
-
-
-def localisation_refusal(original, candidate, max_bytes: int) -> str | None:
-    """Why layer-wise localisation is not run on the pair (models None: weights beyond max_bytes)."""
-    if original is None or candidate is None:
-        return f"not run: a model's weights exceed {max_bytes >> 20} MiB (localisation holds both models in memory)"
-    if conversion(original, candidate).changes_inputs:
-        return "not run: the candidate declares other inputs (a conversion), so its intermediates are not the original's"
-    return None
-
-
-def converted_sets(plan: Conversion, original: onnx.ModelProto, labelled, drawn: dict) -> list:
-    """The (label, feeds) sets as both models get them under `plan`: each input the candidate
-    declares narrower rounded to that type (exact values of it, in the original's dtype). `drawn`:
-    label -> the sets generated for the candidate's own types, which replace the original's draw
-    of the same label (a set drawn for float32 overflows float16)."""
-    dtypes = {spec.name: spec.dtype for spec in graphinfo.graph_inputs(original)}
-    sets = []
-    with np.errstate(over="ignore", invalid="ignore"):
-        for label, feeds in labelled:
-            mine = drawn.get(label, {})
-            sets.append((label, {name: (np.asarray(mine.get(name, value)).astype(plan.narrower[name]).astype(dtypes[name])
-                                        if name in plan.narrower else value) for name, value in feeds.items()}))
-    return sets
-
-
-def converted_output_notes(tracks) -> list:
-    converted = {name: dtype for track in tracks for name, dtype in track.converted.items()}
-    if not converted:
-        return []
-    return ["candidate output(s) " + ", ".join(f"{name} ({dtype})" for name, dtype in converted.items())
-            + " in another float type: compared in the original's type, judged with the bound of the "
-            "narrowest precision either graph computes in"]
 
 
 def declared_feeds(model: onnx.ModelProto, feeds) -> dict:
@@ -281,18 +158,12 @@ def apply_hard_bound(report: OutputReport, sets, tolerance) -> None:
 
 def bounds(model, feeds, names, u) -> dict:
     """The rounding bound of each output of `model` (the original) at `u`, the lowest precision
-    either graph computes in; where that is below the original's own, the candidate is a narrower
-    conversion and the original's derived per-element bound does not judge it (RoundingBound.derived)."""
-    derived = u <= judge.lowest_precision_u(graphinfo.float_dtypes(model))
+    either graph computes in (a narrower conversion's per-element bounds: conversion.py)."""
     try:
         profile = graphinfo.accumulation_profile(model, feeds)
     except Exception:  # an unreadable graph: the widest guess, sensitivity allowed
-        found = {name: judge.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
-    else:
-        found = {name: judge.RoundingBound.for_value(u, profile[name]) for name in names}
-    for bound in found.values():
-        bound.derived = derived
-    return found
+        return {name: judge.RoundingBound.for_output(u, 1, graphinfo.UNKNOWN_DIM) for name in names}
+    return {name: judge.RoundingBound.for_value(u, profile[name]) for name in names}
 
 
 # -- evidence for the verdict rules (verdict.py): dependency cones and discrete-output feeds -----

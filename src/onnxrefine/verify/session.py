@@ -10,7 +10,7 @@ verify() runs the steps in this order, each a method below:
   plan_precision  u, discrete ops, perturbation runs, float16 note
   run_original    the original twice per set (strict settings; the time budget is spent here)
   run_candidate   the candidate on the same sets; both again under the deployment settings
-  add_reference   the original in float64 where the outputs differ; decision evidence
+  add_reference   the original (and a narrower candidate) in float64 where the outputs differ; decision evidence
   add_controls    perturbation runs of the original where the bound alone leaves a difference
   compare         one OutputReport per output and track (the verdict rules, the hard bound)
   verdict         the VerificationReport: overall verdict, notes, settings
@@ -31,7 +31,7 @@ import onnx
 from onnxrefine import progress
 from onnxrefine.errors import BadInputError
 from onnxrefine.resources import ResourceLimitError
-from onnxrefine.verify import evidence, graphinfo, judge
+from onnxrefine.verify import conversion, evidence, graphinfo, judge
 from onnxrefine.verify.evidence import Track
 from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
 from onnxrefine.verify.reference import UnsupportedOperatorError
@@ -162,7 +162,7 @@ class VerificationSession:
 
     def check_outputs(self, run: _Run) -> VerificationReport:
         """The output check: every step but localisation."""
-        evidence.apply_conversion(run, None if run.inputs_given else  # how a converted candidate is fed
+        conversion.apply_conversion(run, None if run.inputs_given else  # how a converted candidate is fed
                                   lambda: dict(self.plan_inputs(run.candidate_file.proto, None)))
         self.plan_precision(run)
         self.run_original(run)
@@ -248,10 +248,10 @@ class VerificationSession:
             early.start(labelled, run.u, run.perturb_count)  # localisation observes the evaluations below
         for index, names in sorted(needs_reference.items()):
             self._reference_on_set(run.original_file, labelled[index][1], sorted(names),
-                                   [track.set_evidence[index] for track in run.tracks
-                                    if index < len(track.set_evidence)],
+                                   [track.set_evidence[index] for track in run.tracks if index < len(track.set_evidence)],
                                    run.reference_state, None if early is None or early.localizer is None else
                                    (lambda i=index: early.observer(labelled[i][0], i, labelled[i][1])))
+        conversion.attach_candidate_bounds(run, needs_reference, self.reference)  # a narrower one's own bounds
         for track in run.tracks:
             for index in track.differing_sets:
                 evidence.add_decision_evidence(run.original_file, labelled[index][1], track.set_evidence[index],
@@ -347,7 +347,7 @@ class VerificationSession:
             for name, sets in track.evidence.items():
                 if any(not np.all(judge.bit_identical(item.rerun, item.original)) for item in sets):
                     notes.append(f"control: the original is not deterministic on output {name}{where}")
-        notes.extend(evidence.converted_output_notes(tracks))
+        notes.extend(conversion.converted_output_notes(tracks))
         if run.discrete:
             notes.append(f"graph has discrete ops: {run.perturb_count} perturbation runs of the original "
                          "per input set where the candidate differs")
@@ -380,7 +380,7 @@ class VerificationSession:
         else:
             original_model = _whole_proto(original, "original model")
             candidate_model = _whole_proto(candidate, "candidate model")
-        refusal = evidence.localisation_refusal(original_model, candidate_model, LOCALIZE_MAX_BYTES)
+        refusal = conversion.localisation_refusal(original_model, candidate_model, LOCALIZE_MAX_BYTES)
         if refusal is not None:
             report.localisation = {"status": refusal}
             return

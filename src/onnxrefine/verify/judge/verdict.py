@@ -59,6 +59,11 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        whose true value overflows (R non-finite or |R| > sqrt(max); without R,
                        the same of O): which intermediate overflows first depends on evaluation
                        order. A candidate +-inf where R is finite and moderate is NOT excused.
+    float16-skipped-rounding  C finite within B_c of R, where the original's bound is not finite
+                       (a subgraph on the path) and the float64 reference, rounding every float16
+                       value, gives both models the same value (SetEvidence.spec_same_bound: B_c
+                       is the candidate's own derived bound, which also bounds a run that computes
+                       a float16 op in float32 and skips its rounding).
     maxpool-lowest     -inf <-> -largest finite where R is -inf and a MaxPool makes the side's output
                        showing -largest (onnxruntime's float MaxPool over a window of only -inf).
     sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
@@ -138,10 +143,6 @@ class RoundingBound:
     amplifiers: tuple | None = None
     # discontinuous op types behind the value; None: unknown (float jumps count as unstable)
     jumps: tuple | None = None
-    # whether the original's derived per-element bound (bound.py) applies to the candidate: not
-    # where the candidate computes in a narrower float type (an fp16 conversion), whose rounding
-    # that bound of a float32 run does not cover; the accumulation allowance at `u` judges there
-    derived: bool = True
 
     @classmethod
     def for_output(cls, u: float, depth: int, width: int, *, path_sum: int | None = None,
@@ -194,6 +195,9 @@ class SetEvidence:
     # per element, the scale sigma of the same error in the independent-rounding model (bound.py):
     # a legitimate run lies within lambda * sigma but with the stated probability
     probable_scale: np.ndarray | None = None
+    # per element, where the original's bound is not finite in a float16 graph and the reference gives
+    # both models the same value: the candidate's own derived bound (NaN elsewhere; rule float16-skipped-rounding)
+    spec_same_bound: np.ndarray | None = None
 
     def attach_reference(self, value) -> None:
         """`reference` (and its bounds, when the evaluator derived them) from a float64 evaluation."""
