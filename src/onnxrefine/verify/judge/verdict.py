@@ -192,13 +192,16 @@ class SetEvidence:
     # (NaN: not derived there), and the part of it a legitimate candidate may err by coherently
     error_bound: np.ndarray | None = None
     coherent_bound: np.ndarray | None = None
+    # per element, the scale sigma of the same error in the independent-rounding model (bound.py):
+    # a legitimate run lies within lambda * sigma but with the stated probability
+    probable_scale: np.ndarray | None = None
     # per element, where the original's bound is not finite in a float16 graph and the reference gives
     # both models the same value: the candidate's own derived bound (NaN elsewhere; rule float16-skipped-rounding)
     spec_same_bound: np.ndarray | None = None
 
     def attach_reference(self, value) -> None:
         """`reference` (and its bounds, when the evaluator derived them) from a float64 evaluation."""
-        from onnxrefine.verify.reference import bound_of, coherent_of
+        from onnxrefine.verify.reference import bound_of, coherent_of, probable_scale_of
 
         self.reference = np.asarray(value, dtype=np.float64)
         bound, coherent = bound_of(value), coherent_of(value)
@@ -206,6 +209,8 @@ class SetEvidence:
         self.error_bound = None if bound is None or bound.shape != shape else np.asarray(bound, np.float64)
         self.coherent_bound = None if coherent is None or coherent.shape != shape else np.asarray(coherent,
                                                                                                  np.float64)
+        scale = probable_scale_of(value)
+        self.probable_scale = None if scale is None or scale.shape != shape else np.asarray(scale, np.float64)
     # every decision (DISCRETE_OPS, Cast to int) behind the output reads exactly computed values
     # (decisions.exact_decisions): few-ulp input moves then stand for no rounding of the original
     exact_decisions: bool = False
@@ -312,8 +317,8 @@ def _explained_discrete(evidence: SetEvidence, bound: RoundingBound, differ: np.
 
 
 def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.ndarray,
-                     differ: np.ndarray, judgement: Judgement) -> np.ndarray:
-    facts = OutputFacts(evidence, bound, unstable)
+                     differ: np.ndarray, judgement: Judgement, judged: int | None = None) -> np.ndarray:
+    facts = OutputFacts(evidence, bound, unstable, judged)
     explained = np.zeros(differ.shape, dtype=bool)
     vetoed = np.zeros(differ.shape, dtype=bool)
     has_reference = facts.r is not None
@@ -382,7 +387,8 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
         by_control: dict = {}
         unstable = unstable_positions(evidence, bound, by_control)
         if graphinfo.is_float_dtype(original.dtype):
-            explained = _explained_float(evidence, bound, unstable, differ, judgement)  # may veto unstable
+            explained = _explained_float(evidence, bound, unstable, differ, judgement,  # may veto unstable
+                                         sum(int(e.original.size) for e in sets))
         else:
             explained = _explained_discrete(evidence, bound, differ, judgement)
         judgement.unstable_positions += int(np.count_nonzero(unstable))

@@ -21,6 +21,8 @@ both bounds as attributes; bound_of / coherent_of read them (None on any other a
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxrefine.verify.reference.kernels import dtype as _dtype
@@ -37,7 +39,11 @@ _CARRIERS = frozenset(MOVERS) | {"Shape", "Size"}
 _COSTLY = frozenset({"MatMul", "Gemm", "Conv", "ReduceSum", "ReduceMean", "AveragePool", "GlobalAveragePool",
                      "Softmax", "LogSoftmax", "LayerNormalization"})
 
-__all__ = ["BoundedReference", "BoundTracker", "bound_of", "coherent_of", "derived_op_types"]
+# the probability that a legitimate run leaves the probable bound anywhere in one judged output
+FAILURE_PROBABILITY = 1e-6
+
+__all__ = ["BoundedReference", "BoundTracker", "FAILURE_PROBABILITY", "bound_of", "coherent_of", "derived_op_types",
+           "probable_lambda", "probable_scale_of"]
 
 
 class BoundedReference(np.ndarray):
@@ -45,6 +51,7 @@ class BoundedReference(np.ndarray):
 
     error_bound = None
     coherent_bound = None
+    probable_scale = None
 
 
 def bound_of(value) -> np.ndarray | None:
@@ -55,6 +62,19 @@ def bound_of(value) -> np.ndarray | None:
 def coherent_of(value) -> np.ndarray | None:
     """The per-element coherent bound of a value the reference evaluator returned (None: not computed)."""
     return getattr(value, "coherent_bound", None)
+
+
+def probable_scale_of(value) -> np.ndarray | None:
+    """The per-element probable scale sigma of a value the reference evaluator returned (None: not
+    computed): |v_run - v_ref| <= lambda * sigma but with probability 2 exp(-lambda^2 / 2) (probable_bound)."""
+    return getattr(value, "probable_scale", None)
+
+
+def probable_lambda(count: int, failure: float = FAILURE_PROBABILITY) -> float:
+    """lambda with count * 2 exp(-lambda^2 / 2) = failure: every one of `count` elements whose errors
+    are sums of independent mean-zero roundings lies within lambda * sigma, but with probability
+    `failure` (a union bound over the elements; docs/verification.md)."""
+    return math.sqrt(2.0 * math.log(2.0 * max(1, int(count)) / failure))
 
 
 def derived_op_types() -> frozenset[str]:
@@ -83,15 +103,16 @@ class BoundTracker:
         self.bounds.pop(name, None)
 
     def _of_input(self, name: str, value) -> tuple:
+        """(bound, coherent, probable scale) of a value, compact."""
         if name in self.bounds:
             return self.bounds[name]
         dtype = dtype_of(self.types.get(name))
         if name in self.constants and dtype is not None and dtype.kind == "f" and isinstance(value, np.ndarray):
             # a weight is exact in the original; a candidate may hold it folded and rounded once
-            return None, float(np.finfo(dtype).eps) / 2 if dtype.itemsize <= 8 else 0.0
+            return None, float(np.finfo(dtype).eps) / 2 if dtype.itemsize <= 8 else 0.0, None
         if name in self.constants or name in self.graph_inputs:
-            return None, None  # a graph input or an exact constant
-        return NOT_DERIVED, NOT_DERIVED  # produced where no bound was derived
+            return None, None, None  # a graph input or an exact constant
+        return NOT_DERIVED, NOT_DERIVED, NOT_DERIVED  # produced where no bound was derived
 
     def after_node(self, node, seen, outputs, scope) -> None:
         """Bounds of `node`'s outputs from its inputs' (called once the node has run); `seen`: the
@@ -100,33 +121,36 @@ class BoundTracker:
         inputs, attrs, opset = seen if seen is not None else ([None] * len(node.input), {}, 0)
         rule = BOUND_RULES.get(node.op_type) if (node.domain or "") in ("", "ai.onnx") else None
         in_names = list(node.input)
-        reprs = [self._of_input(name, value) if name else (None, None) for name, value in zip(in_names, inputs)]
+        reprs = [self._of_input(name, value) if name else (None, None, None) for name, value in zip(in_names, inputs)]
         constant = bool(in_names) and all(not name or name in self.constants for name in in_names)
         if node.op_type == "Constant":
             constant = True
         if constant:
             self.constants.update(name for name in names if name)
-        results = None
+        results = scales = None
         if rule is not None and seen is not None and all(isinstance(v, np.ndarray) or v is None for v in inputs):
             ctx = OpContext(node, inputs, attrs, opset, outputs, [r[0] for r in reprs], [r[1] for r in reprs],
                             [dtype_of(self.types.get(name)) for name in names], self.evaluator, scope,
                             [name in getattr(self.evaluator, "narrow_types", {}) for name in names])
             unbounded = [any(isinstance(c, float) and c == UNBOUNDED for c in compacts) for compacts in (ctx.b, ctx.k)]
             ctx.only_coherent = node.op_type in _COSTLY and unbounded[0]
-            if all(unbounded) and node.op_type not in _CARRIERS:
-                rule = _unbounded
+            worst_case = _unbounded if all(unbounded) and node.op_type not in _CARRIERS else rule
             try:
                 with np.errstate(all="ignore"):
-                    results = rule(ctx)
+                    results = worst_case(ctx)
                 if ctx.only_coherent and results is not None:
                     results = [(UNBOUNDED, result[-1]) for result in results]
             except Exception:  # noqa: BLE001 - a rule that cannot read this node derives nothing
                 results = None
+            scales = None if results is None else _probable_pass(rule, ctx, [r[2] for r in reprs])
         for index, name in enumerate(names):
             if not name:
                 continue
             bound, coherent = (NOT_DERIVED, NOT_DERIVED) if results is None or index >= len(results) \
-                else results[index]
+                else results[index][:2]
+            # an error that never exceeds B is a variable of scale at most B: the smaller of the two holds
+            scale = bound if scales is None or index >= len(scales) or index >= len(outputs) \
+                else _smaller(scales[index], bound, outputs[index])
             if constant and node.op_type != "Constant" and bound is not None and index < len(outputs):
                 # a constant computed at run time errs alike on every input set and element that reads it
                 out = outputs[index]
@@ -135,21 +159,61 @@ class BoundTracker:
                 dtype = dtype_of(self.types.get(name))
                 coherent = float(np.finfo(dtype).eps) / 2 if dtype is not None and dtype.kind == "f" else None
                 bound = None
-            self.bounds[name] = (_compact(bound), _compact(coherent))
+            if bound is None or constant:
+                scale = bound  # a constant's error is the same on every input set: no random variable
+            self.bounds[name] = (_compact(bound), _compact(coherent), _compact(scale))
 
     def attach(self, name: str, value):
         """`value` as a BoundedReference carrying its bounds (unchanged if it is no numeric array)."""
         if not isinstance(value, np.ndarray) or value.dtype == object or isinstance(value, BoundedReference):
             return value
-        bound, coherent = self._of_input(name, value)
+        bound, coherent, scale = self._of_input(name, value)
         view = value.view(BoundedReference)
         view.error_bound = materialize(bound, value)
         view.coherent_bound = materialize(coherent, value)
+        view.probable_scale = materialize(scale, value)
         return view
 
 
+# Rules whose probable pass is their worst-case pass (no sum inside): when every input's scale is its
+# bound, so is the output's
+_NO_SUMS = frozenset(ELEMENTWISE) | frozenset(MOVERS) | {"Shape", "Size", "BatchNormalization"}
+
+
+def _probable_pass(rule, ctx, scales) -> list | None:
+    """The outputs' probable scales: `rule` again with the inputs' scales as their bounds, sums in the
+    independent-rounding model (OpContext.probable). None: the same as the bounds."""
+    if ctx.node.op_type in _NO_SUMS and all(s is b for s, b in zip(scales, ctx.b)):
+        return None
+    if all(isinstance(s, float) and s == UNBOUNDED for s in scales if s is not None) and \
+            any(s is not None for s in scales) and ctx.node.op_type not in _CARRIERS:
+        return [UNBOUNDED] * len(ctx.outputs)
+    saved = ctx.b, ctx.only_coherent
+    ctx.b, ctx.only_coherent, ctx.probable = scales, False, True
+    try:
+        with np.errstate(all="ignore"):
+            results = rule(ctx)
+        return None if results is None else [result[0] for result in results]
+    except Exception:  # noqa: BLE001 - the probable pass falls back to the bound
+        return None
+    finally:
+        ctx.b, ctx.only_coherent = saved
+        ctx.probable = False
+
+
+def _smaller(scale, bound, value):
+    """The elementwise smaller of two compact bounds of `value` (NaN where either is NaN)."""
+    if scale is None or bound is None:
+        return None
+    if isinstance(scale, float) and isinstance(bound, float):
+        return NOT_DERIVED if math.isnan(scale) or math.isnan(bound) else min(scale, bound)
+    if isinstance(bound, float) and bound == UNBOUNDED:
+        return scale
+    return np.minimum(materialize(scale, value), materialize(bound, value))
+
+
 def _unbounded(ctx):
-    return [(UNBOUNDED, UNBOUNDED)] * len(ctx.outputs)
+    return [(UNBOUNDED, UNBOUNDED, UNBOUNDED)] * len(ctx.outputs)
 
 
 def _compact(bound):

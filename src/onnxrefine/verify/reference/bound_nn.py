@@ -53,8 +53,9 @@ def _movement(positions, relative_passes: bool):
                                [NOT_DERIVED if ctx.node.op_type == "MaxPool" else
                                 (None if m is None else np.asarray(m, dtype=np.float64)) for m in moved[1:]])
         if ctx.node.op_type == "Dropout" and len(ctx.outputs) > 1:
-            outputs[0][1] = outputs[1][1] = None  # the mask of an inference Dropout is all true
-        return list(zip(outputs[0], outputs[1]))
+            for channel in outputs:
+                channel[1] = None  # the mask of an inference Dropout is all true
+        return list(zip(*outputs))
     return rule
 
 
@@ -102,6 +103,31 @@ def _bilinear(product, a, b_a, w, b_w, g: float, magnitude=None):
             + np.sum(abs_a, axis=-1, keepdims=True) * np.max(b_w, axis=-2, keepdims=True)
         return (1.0 + g) * cross + g * magnitude
     return (1.0 + g) * product(abs_a + materialize(b_a, a), abs_w + materialize(b_w, w)) - magnitude
+
+
+def _in_quadrature(product, a, s_a, w, s_w, g: float, magnitude=None, stacked=None, n: int = 0):
+    """The probable pass's scale of product(a^, w^) - product(a, w): independent input errors of
+    scales s_a, s_w add in quadrature, sqrt(product(s_a^2, w^2) + product(a^2, s_w^2) + product(s_a^2,
+    s_w^2)), plus the sum's own rounding g * product(|a|, |w|) (added, not in quadrature: larger).
+    `stacked`: the product of a stack of left operands, for the common case (exact right side) in
+    one float32 call made an upper bound again (_stacked_nonnegative)."""
+    abs_a, abs_w = _abs(a), _abs(w)
+    if magnitude is None:
+        magnitude = product(abs_a, abs_w)
+    variance = 0.0
+    sq_a = None if s_a is None else np.square(materialize(s_a, a))
+    sq_w = None if s_w is None else np.square(materialize(s_w, w))
+    if sq_a is not None and sq_w is None and stacked is not None:
+        quick = _stacked_nonnegative(stacked, [sq_a], abs_w * abs_w, n)
+        if quick is not None:
+            return np.sqrt(quick[0]) + g * magnitude
+    if sq_a is not None:
+        variance = variance + product(sq_a, abs_w * abs_w)
+    if sq_w is not None:
+        variance = variance + product(abs_a * abs_a, sq_w)
+    if sq_a is not None and sq_w is not None:
+        variance = variance + product(sq_a, sq_w)
+    return np.sqrt(variance) + g * magnitude
 
 
 def _integral(*values) -> bool:
@@ -158,13 +184,20 @@ def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
             exact = _exact_sum(ctx, magnitude, a, w)
         carried_by_channel = None
         right_relative = all(c[1] is None or isinstance(c[1], float) for c in (ctx.b, ctx.k))
-        if stack is not None and magnitude is None and right_relative:
-            lefts = [_left_operand(a, compacts[0], compacts[1], gamma(n, u) if rounding else 0.0)
+        if ctx.probable:
+            carried_by_channel = [_in_quadrature(product, a, ctx.b[0], w, ctx.b[1], ctx.gamma(n),
+                                                 magnitude if magnitude is not None else ctx.magnitude,
+                                                 None if stack is None else stack(product), n)]
+        elif stack is not None and magnitude is None and right_relative:
+            lefts = [_left_operand(a, compacts[0], compacts[1], ctx.gamma(n) if rounding else 0.0)
                      for compacts, rounding in ctx.channels()]
-            carried_by_channel = _stacked_nonnegative(stack(product), lefts, _abs(w), n)
+            # |a| rides along: the probable pass's magnitude |a| |w| (bound.py) costs no call of its own
+            carried_by_channel = _stacked_nonnegative(stack(product), lefts + [_abs(a)], _abs(w), n)
+            if carried_by_channel is not None:
+                ctx.magnitude = carried_by_channel.pop()
         results = []
         for index, (compacts, rounding) in enumerate(ctx.channels()):
-            g = gamma(n, u) if rounding else 0.0
+            g = ctx.gamma(n) if rounding else 0.0
             if carried_by_channel is not None:
                 carried = carried_by_channel[index]
             else:
@@ -263,12 +296,19 @@ def _summing(mean: bool):
                 exact = None  # the division by n rounds
         results = []
         for compacts, rounding in ctx.channels():
-            g = gamma(n - 1, u) if rounding else 0.0
+            g = ctx.gamma(n - 1) if rounding else 0.0
             if compacts[0] is None and not rounding:
                 results.append(None)
                 continue
             b = 0.0 if compacts[0] is None else materialize(compacts[0], x)
-            carried = _kernel_on(ctx, (1.0 + g) * b + g * _abs(x))
+            if ctx.probable:
+                # independent input errors add in quadrature: sqrt(sum b^2), a mean's sqrt(sum b^2) / n
+                # (an AveragePool's window may hold fewer than n elements: not divided, larger)
+                divisor = n if ctx.node.op_type in ("ReduceMean", "GlobalAveragePool") else 1.0
+                spread = np.sqrt(_kernel_on(ctx, b * b + np.zeros(np.shape(x))) / divisor)
+                carried = (1.0 + g) * spread + _kernel_on(ctx, g * _abs(x))
+            else:
+                carried = _kernel_on(ctx, (1.0 + g) * b + g * _abs(x))
             if rounding:
                 if exact is not None:
                     carried = np.where(exact, 0.0, carried)
@@ -315,7 +355,7 @@ def _softmax(log: bool):
             if rounding:
                 library = LIBRARY_ULPS[ctx.node.op_type] * 2.0 * u
                 shifted = np.abs(x - top) * u + library  # relative error of each exp term
-                total = gamma(n, u) + np.max(shifted, axis=axes, keepdims=True) * (1.0 + gamma(n, u))
+                total = ctx.gamma(n) + np.max(shifted, axis=axes, keepdims=True) * (1.0 + ctx.gamma(n))
                 spread = spread + shifted + total + (u if not log else 0.0)
             if log:
                 carried = spread + (u * (np.abs(y) + spread) if rounding else 0.0)
@@ -377,14 +417,21 @@ def _layer_norm(ctx):
         b = 0.0 if compacts[0] is None else materialize(compacts[0], ctx.inputs[0])
         b_g = 0.0 if compacts[1] is None else materialize(compacts[1], ctx.inputs[1])
         b_s = 0.0 if len(compacts) < 3 or compacts[2] is None else materialize(compacts[2], ctx.inputs[2])
-        g = gamma(n, u) if rounding else 0.0
+        g = ctx.gamma(n) if rounding else 0.0
         uu = u if rounding else 0.0
-        b_mu = np.mean(b + np.zeros(x.shape), axis=axes, keepdims=True) + g * np.mean(np.abs(x), axis=axes,
-                                                                                        keepdims=True)
+        b = b + np.zeros(x.shape)
+        if ctx.probable:  # independent errors: the means of b and of |d| b_d in quadrature
+            b_mu = np.sqrt(np.mean(b * b, axis=axes, keepdims=True) / n)
+        else:
+            b_mu = np.mean(b, axis=axes, keepdims=True)
+        b_mu = b_mu + g * np.mean(np.abs(x), axis=axes, keepdims=True)
         b_d = (b + b_mu) * (1.0 + uu) + uu * np.abs(d)
-        b_v = (2.0 * np.mean(np.abs(d) * b_d, axis=axes, keepdims=True) + np.mean(b_d * b_d, axis=axes,
-                                                                                   keepdims=True)) * (1.0 + g) \
-            + gamma(n + 1, u) * v * (1.0 if rounding else 0.0)
+        if ctx.probable:
+            linear = np.sqrt(np.mean(np.square(d * b_d), axis=axes, keepdims=True) / n)
+        else:
+            linear = np.mean(np.abs(d) * b_d, axis=axes, keepdims=True)
+        b_v = (2.0 * linear + np.mean(b_d * b_d, axis=axes, keepdims=True)) * (1.0 + g) \
+            + ctx.gamma(n + 1) * v * (1.0 if rounding else 0.0)
         room = 1.0 - b_v / (v + eps)
         rel_r = np.where(room > 0, 1.0 / np.sqrt(np.where(room > 0, room, 1.0)) - 1.0, np.inf)
         if rounding:
@@ -402,7 +449,9 @@ STRUCTURAL = {
     **{op: _movement(positions, True) for op, positions in _MOVERS.items()},
     **{op: _movement(positions, False) for op, positions in _PICKERS.items()},
     **{op: _shape for op in _SHAPES},
-    **{op: _exact_of_exact for op in ("ConstantOfShape", "Range", "NonZero", "OneHot", "EyeLike")},
+    # Mod is exact in IEEE arithmetic too (fmod's result is representable), as are the bitwise ops
+    **{op: _exact_of_exact for op in ("ConstantOfShape", "Range", "NonZero", "OneHot", "EyeLike", "Mod", "BitShift",
+                                      "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot")},
     "MatMul": _dot_rule(_matmul_product, lambda ctx: ctx.inputs[0].shape[-1], stack=_matmul_stack),
     "Gemm": _dot_rule(_gemm_product, _gemm_terms, _gemm_extra, stack=_matmul_stack),
     "Conv": _dot_rule(_conv_product, _conv_terms, _conv_extra, stack=_conv_stack),

@@ -92,12 +92,26 @@ class OpContext:
         return self.attrs.get(name, default)
 
     only_coherent = False  # an input's bound is unbounded everywhere: the output's is too, skip it
+    # the probable pass (bound.py): `b` holds the inputs' error scales sigma, and sums use the
+    # independent-rounding model (Higham and Mary): only the bound channel is computed
+    probable = False
+    magnitude = None  # a dot product's |a| |w|, left by the worst-case pass for the probable one
 
     def channels(self):
         """(input bounds, rounding on?) for the bound, then for the coherent bound."""
         if not self.only_coherent:
             yield self.b, True
-        yield self.k, False
+        if not self.probable:
+            yield self.k, False
+
+    def gamma(self, n: float, index: int = 0) -> float:
+        """The relative rounding of an n-term sum in the output's dtype: gamma(n) in the worst case;
+        in the probable pass the scale of sum_k delta_k s_k (|delta_k| <= u independent, mean zero,
+        |s_k| <= sum |terms|): sqrt(n) * u, grown by gamma(n) for the second-order terms."""
+        u = self.u(index)
+        if self.probable:
+            return math.sqrt(n) * u * (1.0 + gamma(n, u)) if n * u < 1.0 else math.inf
+        return gamma(n, u)
 
     def finish(self, index: int, prop, ulps: float | None, exact=None, scale=None,
                underflows: int = 0) -> np.ndarray | None:
@@ -355,6 +369,33 @@ def _leaky(ctx, b):
     return max(1.0, abs(float(ctx.attr("alpha", 0.01)))) * _zero(b[0])
 
 
+def _hard_sigmoid_parts(ctx, alpha_default, beta_default):
+    alpha = float(ctx.attr("alpha", alpha_default)) if ctx.node.op_type == "HardSigmoid" else 1.0 / 6.0
+    beta = float(ctx.attr("beta", beta_default)) if ctx.node.op_type == "HardSigmoid" else 0.5
+    return alpha, beta
+
+
+def _hard_sigmoid(ctx, b):
+    alpha, _ = _hard_sigmoid_parts(ctx, 0.2, 0.5)
+    return abs(alpha) * _zero(b[0])
+
+
+def _hard_swish(ctx, b):
+    """x * hardsigmoid(x): the slope is at most max(1, |2 alpha x + beta|) over the interval, <= 1.5 on
+    [-3, 3] and 1 beyond; plus the product of the two bounds."""
+    width = _zero(b[0])
+    return 1.5 * width + width * width / 6.0
+
+
+def _hard_scale(ctx):
+    """What a hard sigmoid's roundings are relative to: alpha*x and + beta round before the clamp
+    (|alpha x| + |beta|), HardSwish's product by x after it (times |x|, plus |y|)."""
+    alpha, beta = _hard_sigmoid_parts(ctx, 0.2, 0.5)
+    x = np.abs(ctx.r(0))
+    inner = abs(alpha) * x + abs(beta)
+    return inner if ctx.node.op_type == "HardSigmoid" else x * inner + np.abs(ctx.y())
+
+
 def _jump(function):
     return _monotone(function)
 
@@ -380,6 +421,9 @@ ELEMENTWISE = {
     "Equal": _elementwise(_comparison, None), "Not": _elementwise(_lipschitz(1.0), None),
     "And": _elementwise(_widest, None), "Or": _elementwise(_widest, None), "Xor": _elementwise(_widest, None),
     "Where": _elementwise(_where, None),
+    # two roundings before the clamp (HardSwish: three, with the product), each within u of the scale
+    "HardSigmoid": _elementwise(_hard_sigmoid, 1.0, scale=_hard_scale),
+    "HardSwish": _elementwise(_hard_swish, 1.5, scale=_hard_scale),
 }
 
 
