@@ -141,7 +141,7 @@ def tool_versions() -> dict:
             ["git", "-C", str(BENCH_DIR.parent), "status", "--porcelain", "--", "src"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()
-        # Engineers share one working tree, so the measured code may include uncommitted work.
+        # The measured code may include uncommitted work in the tree: say so beside the commit.
         versions["onnxrefine"] += f" (git {commit}{' + uncommitted changes' if dirty else ''})"
     except (OSError, subprocess.CalledProcessError):
         pass

@@ -27,7 +27,7 @@ from onnxrefine.rewrite.rule import EXACT
 
 # Operators whose output value the oracle can compute from partial shape information.
 FOLDABLE = frozenset("Shape Size Gather Slice Concat Unsqueeze Squeeze Cast Identity Reshape Add Sub Mul Div Max Min".split()
-                     + ["Equal"])  # parity helper: Equal of dims and negative ints
+                     + ["Equal"])  # Equal of dims and negative ints (Expand's Where(Equal(shape, -1), 1, shape))
 
 
 def _reshape_target(node: ir.Node, oracle: StaticShapes) -> np.ndarray | None:

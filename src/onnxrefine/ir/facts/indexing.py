@@ -208,7 +208,7 @@ def _resize_sizes_shape(node, shape, sizes) -> tuple | None:
 
 
 def _resize_scales_shape(node, shape, scales_value) -> tuple | None:
-    """Resize by constant whole-number scales: each dim times its scale (parity helper's addition).
+    """Resize by constant whole-number scales: each dim times its scale.
     Only whole-number scales and products below 2**24: then onnxruntime's float32 product
     `scale * dim` and the spec's floor(dim * scale) are the same integer."""
     if shape is None or scales_value is None:

@@ -213,7 +213,7 @@ def arithmetic(op: str, a: Elements | None, b: Elements | None) -> Elements | No
 
 
 def equal(a: Elements | None, b: Elements | None) -> Elements | None:
-    """Equal over partial values (parity helper's addition). A Sym element is a dim size, never
+    """Equal over partial values. A Sym element is a dim size, never
     negative, so it differs from every negative int (Expand's `Where(Equal(shape, -1), 1, shape)`);
     the same Sym object is equal to itself; anything else unknown stays unknown."""
     pair = _paired(a, b)
