@@ -74,3 +74,13 @@ def aborting_inference_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("st", 0), ("en", 2), ("ax", 2), ("sp", 2))]),
         opset_imports=[helper.make_opsetid("", 17)])
+
+
+def plant_pass(monkeypatch, spec) -> str:
+    """Register a test-only pass for one test (monkeypatch undoes it: a plain assignment would
+    outlive the test in its xdist worker) and return its name."""
+    from onnxrefine.passes import registry
+
+    registry._load_pass_modules()  # the real passes first, so that they do not replace the planted one
+    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    return spec.name

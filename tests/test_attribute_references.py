@@ -11,7 +11,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from guardutil import expect_guard, expect_refused
-from helpers import run
+from helpers import plant_pass, run
 from onnx import AttributeProto, helper
 from onnx import TensorProto as T
 
@@ -98,10 +98,9 @@ def test_the_shape_facts_answer_unknown_for_a_reference():
 def _resolving(pass_name: str, monkeypatch) -> str:
     """A test pass with `pass_name`'s rules marked as resolving references, so the driver lets the
     match through and the rule's own reading of the attribute is what is tested."""
-    registry._load_pass_modules()
     rules = tuple(dataclasses.replace(rule, resolves_references=True) for rule in registry.get_pass(pass_name).rules)
     spec = PassSpec(f"resolving_{pass_name}", "test only", rules=rules, default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     return spec.name
 
 

@@ -9,11 +9,10 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from helpers import make_model, tensor, value_info
+from helpers import make_model, plant_pass, tensor, value_info
 from onnx import helper
 
 from onnxrefine.cli.main import main
-from onnxrefine.passes import registry
 from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Op, Var
 from onnxrefine.rewrite.rule import EXACT, Replacement, Rule
@@ -29,10 +28,9 @@ def neg_relu_to_relu(m, ctx):
 
 @pytest.fixture
 def planted(monkeypatch):
-    registry._load_pass_modules()
     rule = Rule("drop_neg_under_relu", Op("Relu", Op("Neg", Var("x"))), neg_relu_to_relu, kind=EXACT)
     spec = PassSpec("planted_drop_neg", "test only", rules=(rule,))
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     return spec.name
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import make_model, op_types, run, tensor, value_info
+from helpers import make_model, op_types, plant_pass, run, tensor, value_info
 import onnx_ir as ir
 from onnx import helper
 
 import onnxrefine
-from onnxrefine.passes import batchnorm, registry
+from onnxrefine.passes import batchnorm
 from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Const, Op, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, Rule
@@ -270,9 +270,8 @@ def test_a_merged_weight_that_is_not_the_concatenation_is_not_proved(monkeypatch
         return replacement
 
     rule = Rule("fuse_qkv", fusion.QKV.pattern, corrupting, kind=REASSOCIATING)
-    registry._load_pass_modules()
     spec = PassSpec("planted_qkv", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     optimized, report = onnxrefine.optimize_with_report(_qkv_layers(3), ["planted_qkv"])
     notes = _qkv_notes(report)
     assert sum(note.startswith("certified: proved") for note in notes) == 2
@@ -305,9 +304,8 @@ def test_a_split_order_the_proof_misreads_with_the_rule_is_caught_by_onnxruntime
 
     monkeypatch.setattr(matmul, "_split_order", misread)
     rule = Rule("fuse_qkv", fusion.QKV.pattern, reversing, kind=REASSOCIATING)
-    registry._load_pass_modules()
     spec = PassSpec("planted_qkv", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     optimized, report = onnxrefine.optimize_with_report(_qkv_layers(2), ["planted_qkv"])
     assert report.certificates["proved"] == 0 and report.certificates["refused"] >= 2
     assert op_types(optimized).count("MatMul") == 6
@@ -359,9 +357,8 @@ def test_a_gemm_with_a_transposed_weight_is_not_proved_and_its_run_refuses_it(mo
         return replacement
 
     rule = Rule("fuse_matmul_add_bias_into_gemm", fusion.MATMUL_ADD.pattern, transposing, kind=REASSOCIATING)
-    registry._load_pass_modules()
     spec = PassSpec("planted_gemm", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     optimized, report = onnxrefine.optimize_with_report(_linear_layers(), ["planted_gemm"])
     # the two untransposed layers are proved (the first with the miniature's check), the last is not
     assert sum(note.startswith("certified: proved") for note in _gemm_notes(report)) == 2
@@ -386,9 +383,8 @@ def test_a_proof_that_misreads_beta_is_caught_by_the_miniature_and_the_run_refus
     monkeypatch.setattr(matmul, "attr",
                         lambda node, name, default=None: default if name == "beta" else real_attribute(node, name, default))
     rule = Rule("fuse_matmul_add_bias_into_gemm", fusion.MATMUL_ADD.pattern, doubling, kind=REASSOCIATING)
-    registry._load_pass_modules()
     spec = PassSpec("planted_gemm_beta", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     optimized, report = onnxrefine.optimize_with_report(_linear_layers(), ["planted_gemm_beta"])
     refused = [r.reason for r in report.log.refused.values() if r.rule == "fuse_matmul_add_bias_into_gemm"]
     assert refused and all(reason.startswith("certificate failed") for reason in refused)
@@ -424,9 +420,8 @@ def _planted_drop(monkeypatch, op: str, constant_first: bool = False, declare: b
 
     pattern = Op(op, Const("c"), Var("x")) if constant_first else Op(op, Var("x"), Const("c"))
     rule = Rule("drop_zero", pattern, drop, kind=REASSOCIATING)
-    registry._load_pass_modules()
     spec = PassSpec("planted_drop_zero", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     return spec.name
 
 

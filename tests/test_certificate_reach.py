@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from helpers import make_model, run, value_info
+from helpers import make_model, plant_pass, run, value_info
 from onnx import TensorProto, helper
 from passutil import assert_bit_identical
 
@@ -30,10 +30,9 @@ PLANTED = {
 
 @pytest.fixture
 def planted(monkeypatch):
-    registry._load_pass_modules()
     for name, rule in PLANTED.items():
         spec = PassSpec(f"planted_{name}", "test only", rules=(rule,), default=False)
-        monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+        plant_pass(monkeypatch, spec)
     return lambda name: f"planted_{name}"
 
 
@@ -141,9 +140,8 @@ def test_a_proof_family_is_one_record_the_certifier_walks(monkeypatch):
     planted_family = proofs.Proof("fiat", "test only", by_fiat, reading, ("t",), ("t",), exact=True)
     monkeypatch.setattr(proofs, "PROOFS", (planted_family, *proofs.PROOFS))
     model = _unknown_shape_model()
-    registry._load_pass_modules()
     spec = PassSpec("planted_relu_to_abs", "test only", rules=(PLANTED["relu_to_abs"],), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     _, report = onnxrefine.optimize_with_report(model, ["planted_relu_to_abs"])
     assert asked == ["relu_to_abs"]
     assert [guard for guard, _ in _refusals(report, "relu_to_abs")] == ["certificate.failed"]
@@ -181,9 +179,8 @@ def _relu_to_custom(m, ctx):
      "custom domain 'com.example'"),
 ])
 def test_a_wrong_rewrite_to_a_contrib_operator_is_run_in_onnxruntime(monkeypatch, rule, guard, reason):
-    registry._load_pass_modules()
     spec = PassSpec("planted_contrib", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [value_info("x", shape=[2, 3])],
                        [value_info("y", shape=[2, 3])])
     _, report = onnxrefine.optimize_with_report(model, ["planted_contrib"])

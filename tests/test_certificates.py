@@ -9,13 +9,12 @@ import numpy as np
 import onnx
 import pytest
 from guardutil import expect_guard
-from helpers import make_model, op_types, run, tensor, value_info
+from helpers import make_model, op_types, plant_pass, run, tensor, value_info
 from onnx import helper
 
 import onnxrefine
 from onnxrefine.cli.main import main
 from onnxrefine.errors import RewriteRefused
-from onnxrefine.passes import registry
 from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Const, Op, Var
 from onnxrefine.rewrite.rule import EXACT, REASSOCIATING, Replacement, Rule
@@ -76,10 +75,9 @@ PLANTED = {
 
 @pytest.fixture
 def planted(monkeypatch):
-    registry._load_pass_modules()
     for name, rule in PLANTED.items():
         spec = PassSpec(f"planted_{name}", "test only", rules=(rule,), default=False)
-        monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+        plant_pass(monkeypatch, spec)
     return lambda name: f"planted_{name}"
 
 
@@ -152,9 +150,8 @@ def test_data_movement_is_certified_on_one_set_of_distinct_values(monkeypatch, p
     # Transpose(Transpose(x, p), p) -> x: only moves elements, so one set whose elements are all
     # distinct decides it. [1, 2, 0] twice is [2, 0, 1]: same shape (3, 3, 3), other order.
     rule = Rule("transpose_pair", Op("Transpose", Op("Transpose", Var("x"))), _transpose_pair_to_identity, kind=EXACT)
-    registry._load_pass_modules()
     spec = PassSpec("planted_transpose_pair", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
              helper.make_node("Transpose", ["t"], ["u"], perm=perm), helper.make_node("Reciprocal", ["u"], ["y"])]
     model = make_model(nodes, [value_info("x", shape=[3, 3, 3])], [value_info("y", shape=[3, 3, 3])])
@@ -211,10 +208,9 @@ def test_a_dropped_epsilon_sized_error_is_refused_by_the_float64_meaning_check(m
 
     # the run is under test, not the proof
     monkeypatch.setattr(proofs, "PROOFS", tuple(p for p in proofs.PROOFS if p.family != "affine_fold"))
-    registry._load_pass_modules()
     pad = kernel // 2
     spec = PassSpec("planted_scale_conv", "test only", rules=(_scale_conv(error, pad),), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[pad] * 4), helper.make_node("Mul", ["c", "k"], ["y"])]
     model = make_model(nodes, [value_info("x", shape=[1, 16, 6, 6])], [value_info("y", shape=None)],
@@ -263,9 +259,8 @@ def test_sets_side_by_side_in_one_image_still_catch_a_zero_sign_flip(monkeypatch
     # Conv 1x1 (no padding: the sets go side by side along the width, one column each) -> Mul(-2)
     # -> Reciprocal, folded into W by a rule without a sign guard: on a zero set the products of
     # mixed-sign weights sum to +0, times -2 is -0; the folded weights give +0.
-    registry._load_pass_modules()
     spec = PassSpec("planted_scale_conv", "test only", rules=(_scale_conv(0.0, 0),), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "k"], ["m"]),
              helper.make_node("Reciprocal", ["m"], ["y"])]
@@ -313,9 +308,8 @@ def test_a_rule_may_declare_outputs_whose_zero_sign_nobody_reads(monkeypatch, de
         return Replacement([node], {old: node.outputs[0]}, sign_insensitive=[old] if declared else [])
 
     rule = Rule("drop_add_zero", Op("Add", Var("x"), Const("zero")), drop, kind=REASSOCIATING)
-    registry._load_pass_modules()
     spec = PassSpec("planted_drop_add_zero", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     model = make_model([helper.make_node("Add", ["x", "z"], ["y"]), helper.make_node("Relu", ["y"], ["r"])],
                        [value_info("x", shape=[2, 3])], [value_info("r", shape=[2, 3])],
                        [tensor("z", np.zeros((), np.float32))])
@@ -491,9 +485,8 @@ def test_a_cached_certificate_is_not_reused_where_the_zero_sign_becomes_observab
         return Replacement([], {old: m["x"]}, sign_insensitive=[old] if unread else [])
 
     rule = Rule("drop_add_zero", Op("Add", Var("x"), Const("zero")), drop, kind=REASSOCIATING)
-    registry._load_pass_modules()
     spec = PassSpec("planted_drop_add_zero", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     nodes = [helper.make_node("Add", ["x1", "z"], ["y1"]), helper.make_node("Relu", ["y1"], ["r1"]),
              helper.make_node("Add", ["x2", "z"], ["y2"]), helper.make_node("Reciprocal", ["y2"], ["r2"])]
     model = make_model(nodes, [value_info("x1", shape=[2, 3]), value_info("x2", shape=[2, 3])],

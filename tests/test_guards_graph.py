@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 from guardutil import expect_guard
-from helpers import make_model, tensor, value_info
+from helpers import make_model, plant_pass, tensor, value_info
 from onnx import TensorProto, helper
 
-from onnxrefine.passes import registry
 from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Op, Var
 from onnxrefine.rewrite.rule import EXACT, Replacement, Rule
@@ -222,10 +221,9 @@ def test_driver_intermediate_read_elsewhere():
 
 
 def _planted(monkeypatch, name, rewrite):
-    registry._load_pass_modules()
     rule = Rule(name, Op("Neg", Var("x")), rewrite, kind=EXACT)
     spec = PassSpec(f"planted_{name}", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     return spec.name
 
 

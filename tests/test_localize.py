@@ -7,11 +7,10 @@ import json
 
 import numpy as np
 import onnx
-from helpers import make_model, tensor, value_info
+from helpers import make_model, plant_pass, tensor, value_info
 from onnx import TensorProto, helper
 
 from onnxrefine.cli.main import main
-from onnxrefine.passes import registry
 from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Op, Var
 from onnxrefine.rewrite.rule import REASSOCIATING, Replacement, Rule
@@ -328,11 +327,10 @@ def drop_bn_epsilon(m, ctx):
 
 
 def test_bisect_names_the_rewrite_and_the_value_it_broke(tmp_path, monkeypatch, capsys):
-    registry._load_pass_modules()
     rule = Rule("drop_bn_epsilon", Op("BatchNormalization", Var("x"), Var("s"), Var("b"), Var("m"), Var("v")),
                 drop_bn_epsilon, kind=REASSOCIATING)
     spec = PassSpec("planted_drop_bn_epsilon", "test only", rules=(rule,))
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     # Only block 5 has a near-degenerate variance: dropping epsilon elsewhere is rounding.
     original, _ = residual_net(small_var_blocks={5}, var_range=(5.0, 20.0))
     out = tmp_path / "bundle"

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import make_model, op_types, run, tensor, value_info
+from helpers import make_model, op_types, plant_pass, run, tensor, value_info
 from onnx import TensorProto, helper
 
 import onnxrefine
@@ -21,7 +21,6 @@ from onnxrefine.verify import plan as verify_plan
 from onnxrefine.cli.main import main
 from onnxrefine.ir import io
 from onnxrefine.ir.budget import ConstantBudget
-from onnxrefine.passes import registry
 from onnxrefine.passes.pipeline import run_passes
 from onnxrefine.passes.registry import GRAPH, PassSpec, default_pass_names
 from onnxrefine.rewrite.pattern import Op, Var
@@ -356,10 +355,9 @@ def flip_conv_b(m, ctx):
 
 @pytest.fixture
 def planted_rule(monkeypatch):
-    registry._load_pass_modules()
     rule = Rule("flip_conv_weight", Op("Conv", Var("x"), Var("w")), flip_conv_b, kind=EXACT)
     spec = PassSpec("planted_flip_conv", "test only", rules=(rule,), default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     return spec.name
 
 
@@ -381,10 +379,9 @@ def flip_head_pass(pctx) -> int:
 
 @pytest.fixture
 def planted_graph_pass(monkeypatch):
-    registry._load_pass_modules()
     spec = PassSpec("planted_flip_head", "test only", run=flip_head_pass, kind=EXACT, phase=GRAPH, order=50,
                     default=False)
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     return spec.name
 
 

@@ -8,12 +8,11 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from helpers import make_model, op_types, run, tensor, value_info
+from helpers import make_model, op_types, plant_pass, run, tensor, value_info
 from onnx import helper
 
 import onnxrefine
 from onnxrefine.cli.main import main
-from onnxrefine.passes import registry
 from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Op, Var
 from onnxrefine.rewrite.rule import Replacement, Rule
@@ -31,8 +30,7 @@ def relu_to_abs(m, ctx):
 @pytest.fixture
 def planted_pass(monkeypatch):
     spec = PassSpec("planted_wrong_pass", "test only", rules=(Rule("relu_to_abs", Op("Relu", Var("x")), relu_to_abs),))
-    registry._load_pass_modules()
-    monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
+    plant_pass(monkeypatch, spec)
     return spec.name
 
 
