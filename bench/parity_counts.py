@@ -24,7 +24,9 @@ from pathlib import Path
 
 TOOLS = ["onnxrefine", "onnxsim", "onnxslim", "onnxscript", "onnxoptimizer", "ort-basic"]
 
-_WORKER = r'''
+# One tool's optimization of one model, as a fresh process: writes TARGET and prints its node count and
+# seconds as JSON (peer_verdicts.py runs it too, for the files it judges).
+TOOL_WORKER = r'''
 import json, sys, time
 import onnx
 tool, source, target = sys.argv[1:4]
@@ -70,7 +72,7 @@ def count(path: Path) -> int:
 def run_tool(tool: str, source: Path, workdir: Path, timeout: float) -> dict:
     target = workdir / f"{source.stem}.{tool}.onnx"
     try:
-        done = subprocess.run([sys.executable, "-c", _WORKER, tool, str(source), str(target)],
+        done = subprocess.run([sys.executable, "-c", TOOL_WORKER, tool, str(source), str(target)],
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:g} s"}

@@ -19,31 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-TOOLS = ["onnxrefine", "onnxoptimizer", "onnxsim", "onnxslim", "onnxscript"]
+from parity_counts import TOOL_WORKER
 
-_WORKER = r'''
-import sys
-import onnx
-tool, source, target = sys.argv[1:4]
-if tool == "onnxrefine":
-    from onnxrefine.api import optimize_ir
-    from onnxrefine.ir import io
-    model, _ = optimize_ir(io.load_model(source), source_path=source)
-    io.save_model(model, target, input_path=source)
-elif tool == "onnxoptimizer":
-    import onnxoptimizer
-    onnx.save(onnxoptimizer.optimize(onnx.load(source)), target)
-elif tool == "onnxsim":
-    import onnxsim
-    model, _ = onnxsim.simplify(onnx.load(source))
-    onnx.save(model, target)
-elif tool == "onnxslim":
-    import onnxslim
-    onnx.save(onnxslim.slim(onnx.load(source)), target)
-elif tool == "onnxscript":
-    import onnxscript.optimizer
-    onnx.save(onnxscript.optimizer.optimize(onnx.load(source)), target)
-'''
+TOOLS = ["onnxrefine", "onnxoptimizer", "onnxsim", "onnxslim", "onnxscript"]
 
 
 def produce(models, corpus: Path, out: Path, timeout: float) -> None:
@@ -54,7 +32,7 @@ def produce(models, corpus: Path, out: Path, timeout: float) -> None:
             if target.exists():
                 continue
             try:
-                done = subprocess.run([sys.executable, "-c", _WORKER, tool, str(corpus / f"{model}.onnx"), str(target)],
+                done = subprocess.run([sys.executable, "-c", TOOL_WORKER, tool, str(corpus / f"{model}.onnx"), str(target)],
                                       capture_output=True, text=True, timeout=timeout)
                 status = "ok" if done.returncode == 0 else f"exit {done.returncode}"
             except subprocess.TimeoutExpired:
