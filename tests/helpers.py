@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -84,3 +86,13 @@ def plant_pass(monkeypatch, spec) -> str:
     registry._load_pass_modules()  # the real passes first, so that they do not replace the planted one
     monkeypatch.setitem(registry._REGISTRY, spec.name, spec)
     return spec.name
+
+
+def plant_rules(monkeypatch, rules: dict) -> Callable[[str], str]:
+    """Each rule of `rules` (name -> Rule) as a test-only pass `planted_NAME` of its own; returns
+    the name -> pass-name mapping the tests hand to `--passes`."""
+    from onnxrefine.passes.registry import PassSpec
+
+    for name, rule in rules.items():
+        plant_pass(monkeypatch, PassSpec(f"planted_{name}", "test only", rules=(rule,), default=False))
+    return lambda name: f"planted_{name}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from helpers import make_model, plant_pass, run, value_info
+from helpers import make_model, plant_pass, plant_rules, run, value_info
 from onnx import TensorProto, helper
 from passutil import assert_bit_identical
 
@@ -30,10 +30,7 @@ PLANTED = {
 
 @pytest.fixture
 def planted(monkeypatch):
-    for name, rule in PLANTED.items():
-        spec = PassSpec(f"planted_{name}", "test only", rules=(rule,), default=False)
-        plant_pass(monkeypatch, spec)
-    return lambda name: f"planted_{name}"
+    return plant_rules(monkeypatch, PLANTED)
 
 
 def _unknown_shape_model(twice: bool = False) -> onnx.ModelProto:

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from guardutil import expect_guard
-from helpers import make_model, op_types, plant_pass, run, tensor, value_info
+from helpers import make_model, op_types, plant_pass, plant_rules, run, tensor, value_info
 from onnx import helper
 
 import onnxrefine
@@ -75,10 +75,7 @@ PLANTED = {
 
 @pytest.fixture
 def planted(monkeypatch):
-    for name, rule in PLANTED.items():
-        spec = PassSpec(f"planted_{name}", "test only", rules=(rule,), default=False)
-        plant_pass(monkeypatch, spec)
-    return lambda name: f"planted_{name}"
+    return plant_rules(monkeypatch, PLANTED)
 
 
 def _unary_model(op: str, constant: np.ndarray, constant_first: bool = False) -> onnx.ModelProto:
