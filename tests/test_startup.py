@@ -68,6 +68,11 @@ def test_optimize_without_verification_does_not_import_sympy(tmp_path):
 # the verifier, its float64 reference, its verdict rules, its report and its localization.
 VERIFIER = {name: f"onnxrefine.verify.{name}" for name in
             ("session", "inputs", "reference", "judge.verdict", "judge.spec_identity", "report", "localize")}
+# Heavy modules of other packages such a run has no use for, with stdout a pipe (as here): rich
+# draws for a terminal only; sympy is deferred (onnxrefine._deferred); onnx's reference evaluator,
+# process pools and the fuzzer's Ray are other commands' tools.
+HEAVY = {"sympy": "sympy.core", "rich": "rich", "onnx.reference": "onnx.reference",
+         "multiprocessing": "multiprocessing", "ray": "ray", "torch": "torch"}
 
 
 def test_optimize_without_verification_loads_no_verifier(tmp_path):
@@ -84,10 +89,35 @@ def test_optimize_without_verification_loads_no_verifier(tmp_path):
         f"assert main(['optimize', {str(tmp_path / 'm.onnx')!r}, '-o', {str(tmp_path / 'o.onnx')!r}, '--no-verify']) == 0\n"
     )
     others = {name: module for name, module in SUBCOMMANDS.items() if name != "optimize"}
-    loaded = loaded_after(code, {**VERIFIER, **others, "certificates": "onnxrefine.verify.certificate"})
-    assert "1 proved" in loaded["stdout"]  # the Identity went, on a certificate's proof
+    loaded = loaded_after(code, {**VERIFIER, **others, **HEAVY, "certificates": "onnxrefine.verify.certificate"})
+    assert "1 proved" in loaded["stdout"] and "┃ rule" in loaded["stdout"]  # the Identity went, on a proof
     assert loaded.pop("certificates")
-    assert not [name for name in [*VERIFIER, *others] if loaded[name]]
+    assert not [name for name in [*VERIFIER, *others, *HEAVY] if loaded[name]]
+
+
+def test_a_terminal_still_gets_rich(tmp_path):
+    """The other side of printing without rich in a pipe: on a terminal the summary is rich's."""
+    import pty
+
+    leader, follower = pty.openpty()
+    code = ("import sys\nfrom onnxrefine.cli.main import main\n"
+            f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {str(tmp_path / 'o.onnx')!r}, '--no-verify']) == 0\n"
+            "print('@@', 'rich.table' in sys.modules)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ONNXREFINE_PROGRESS="off", TERM="xterm")
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=follower, stderr=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closes when the command exits
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert process.wait(timeout=120) == 0
+    os.close(leader)
+    assert "@@ True" in b"".join(chunks).decode()
 
 
 def test_api_import_does_not_load_sympy():
