@@ -159,7 +159,16 @@ def test_only_the_commands_own_process_freezes_its_start_up(tmp_path):
         "import gc\nfrom onnxrefine.cli.main import main\n"
         f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {out!r}, '--no-verify']) == 0\n"
         "assert gc.get_freeze_count() == 0\n"
+        "gc.disable()\n"  # as __main__.run leaves it while start-up imports
         f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {out!r}, '--no-verify'], freeze_startup=True) == 0\n"
         "assert gc.get_freeze_count() > 10000, gc.get_freeze_count()\n"
+        "assert gc.isenabled()\n"  # the run itself collects
     )
     loaded_after(code)
+
+
+def test_importing_the_package_leaves_garbage_collection_as_it_found_it():
+    """Collection is held off while the package imports (its objects are no garbage), then put back
+    as the caller had it, on or off."""
+    loaded_after("import gc, onnxrefine\nassert gc.isenabled()\n")
+    loaded_after("import gc\ngc.disable()\nimport onnxrefine\nassert not gc.isenabled()\n")
