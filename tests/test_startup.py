@@ -97,27 +97,14 @@ def test_optimize_without_verification_loads_no_verifier(tmp_path):
 
 def test_a_terminal_still_gets_rich(tmp_path):
     """The other side of printing without rich in a pipe: on a terminal the summary is rich's."""
-    import pty
+    from helpers import on_a_terminal
 
-    leader, follower = pty.openpty()
-    code = ("import sys\nfrom onnxrefine.cli.main import main\n"
-            f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {str(tmp_path / 'o.onnx')!r}, '--no-verify']) == 0\n"
-            "print('@@', 'rich.table' in sys.modules)\n")
+    script = ("import sys\nfrom onnxrefine.cli.main import main\n"
+              f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {str(tmp_path / 'o.onnx')!r}, '--no-verify']) == 0\n"
+              "print('@@', 'rich.table' in sys.modules)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ONNXREFINE_PROGRESS="off", TERM="xterm")
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=follower, stderr=subprocess.DEVNULL, env=env)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal closes when the command exits
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    assert process.wait(timeout=120) == 0
-    os.close(leader)
-    assert "@@ True" in b"".join(chunks).decode()
+    exit_code, text = on_a_terminal([sys.executable, "-c", script], env)
+    assert exit_code == 0 and "@@ True" in text
 
 
 def test_api_import_does_not_load_sympy():
