@@ -183,3 +183,22 @@ def test_the_sums_are_read_from_adds_and_subs_of_input_dims():
     model = ir.serde.deserialize_model(sub)
     assert runnable.dim_sums(model, StaticShapes(model), keys) == [("past", "sequence", "batch"),
                                                                     ("past", "sequence", "total")]
+
+
+@pytest.mark.parametrize("batch", ["batch", 2])
+def test_a_run_over_the_memory_budget_is_a_reason_not_an_error(monkeypatch, batch):
+    # Larger sizes would not fit either: the search stops at the first resource limit.
+    import onnx_ir as ir
+
+    from onnxrefine.resources import ResourceLimitError
+
+    calls = []
+
+    def over_budget(self, seed=0, dims=None):
+        calls.append(dims)
+        raise ResourceLimitError("the model (observed) needs 9 GiB, over the memory budget")
+
+    monkeypatch.setattr(runnable.Cut, "run", over_budget)
+    model = ir.serde.deserialize_model(_batch_model(batch))
+    answer = runnable.RunnableDims().observe(model, [model.graph.outputs[1]], points=2)
+    assert answer == "the model (observed) needs 9 GiB, over the memory budget" and len(calls) == 1

@@ -141,7 +141,10 @@ class RunnableDims:
             if cut.failure is not None:
                 return cut.failure
             if not keys:
-                result = cut.run(self.seed, {})
+                try:
+                    result = cut.run(self.seed, {})
+                except ResourceLimitError as exc:
+                    return str(exc).splitlines()[0]
                 return result if isinstance(result, str) else [({}, result)]
             tried = [dict(a) for a in self._ran if list(a) == keys]
             tried += [a for a in candidates(keys, dim_sums(model, facts or StaticShapes(model), keys))
