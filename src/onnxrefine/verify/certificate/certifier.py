@@ -156,7 +156,8 @@ class Certifier:
         # The sizes of the symbolic dims the model runs at, found once for its certificates and for
         # fold_shapes' checks.
         self.runnable_dims = RunnableDims(seed)
-        self._runs = RunShapes(self.runnable_dims)  # the shapes and types of a run of the model, where no fact gives them
+        # The shapes and types of a run of the model, where no fact gives them.
+        self._runs = RunShapes(self.runnable_dims)
 
     def __call__(self, request: CertificateRequest) -> CertificateOutcome:
         started = time.perf_counter()

@@ -4,8 +4,9 @@ Two sources, tried by the certifier (certifier.py) after the shape facts:
 
 - a run of the model (`RunShapes.fill`): every activation of the window takes the shape and
   element type it has in one onnxruntime run of the model on its own input shapes
-  (`verify/ort/observed.py`; its symbolic dims at sizes it runs at, `verify/ort/dims.py`), all from the same run, so they agree with each other and with every
-  fact about them. Each run also asks every other value of the model whose shape no fact fixes
+  (`verify/ort/observed.py`; its symbolic dims at sizes it runs at, `verify/ort/dims.py`, which
+  tries the sizes an earlier run ran at first), all from the same run, so they agree with each
+  other and with every fact about them. Each run also asks every other value of the model whose shape no fact fixes
   (only Shapes and one element of each are fetched), so the first run usually answers for the
   rest; a value a rewrite makes inherits the shape of the value it replaces (`inherit`);
 - for a rewrite in a model-local function's body or a control-flow body, the facts its inputs
