@@ -158,15 +158,14 @@ _KEYS = st.lists(st.sampled_from("abcdefg"), min_size=3, max_size=6, unique=True
 
 @settings(max_examples=60, deadline=None)  # a loaded machine is slow, not wrong
 @given(_KEYS, st.data())
-def test_sum_assignments_hold_their_sum_and_differ_everywhere_between_their_two_starts(keys, data):
+def test_the_candidates_hold_a_sum_at_two_assignments_that_differ_everywhere(keys, data):
     whole, first, second = data.draw(st.permutations(keys))[:3]
     assignments = runnable.candidates(keys, [(whole, first, second)])
     assert runnable.differ_everywhere(assignments[0], assignments[1])  # the default and the distinct sizes
-    low, high = assignments[2:4]
-    for assignment in (low, high):
-        assert list(assignment) == keys and all(size >= 2 for size in assignment.values())
-        assert assignment[whole] == assignment[first] + assignment[second]
-    assert runnable.differ_everywhere(low, high)
+    assert all(list(a) == keys and all(size >= 2 for size in a.values()) for a in assignments)
+    assert all(a != b for i, a in enumerate(assignments) for b in assignments[i + 1:])
+    holding = [a for a in assignments if a[whole] == a[first] + a[second]]
+    assert any(runnable.differ_everywhere(a, b) for i, a in enumerate(holding) for b in holding[i + 1:])
 
 
 def test_the_sums_are_read_from_adds_and_subs_of_input_dims():
