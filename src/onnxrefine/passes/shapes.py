@@ -116,16 +116,11 @@ def _checked(pctx: PassContext, graph: ir.Graph, folds, rule: str, oracle: Stati
     verify end to end)."""
     if pctx.certifier is None or not folds:
         return [(UNCHECKED, "")] * len(folds)
-    from onnxrefine.verify import ort
-
     probes = [v for node, _, is_target in folds for v in probes_of(node, is_target)]
-    searcher = getattr(pctx.certifier, "runnable_dims", None) or ort.RunnableDims()
-    runs = searcher.observe(pctx.model, probes, facts=oracle, points=2)
+    runs = graphpass.observed_runs(pctx, probes, oracle)
     if isinstance(runs, str):
         reason = f"the model does not run in onnxruntime to check it: {runs}"
         return [graphpass.uncertified(pctx, rule, graph, node, reason) for node, _, _ in folds]
-    where = "on the model's own input shapes" if len(runs) == 1 else \
-        "at " + " and at ".join(ort.shown_dims(dims) for dims, _ in runs)
     checked = []
     for node, array, is_target in folds:
         if any(id(v) not in observed for _, observed in runs for v in probes_of(node, is_target)):
@@ -133,13 +128,13 @@ def _checked(pctx: PassContext, graph: ir.Graph, folds, rule: str, oracle: Stati
                 pctx, rule, graph, node, "its value depends on a function's or a loop body's inputs, which "
                 "onnxruntime gives values only within a call or an iteration"))
             continue
-        disagreement = next((f"{detail} at {ort.shown_dims(dims) or 'its own input shapes'}" for dims, observed in runs
+        disagreement = next((f"{detail} {graphpass.where_observed(runs, dims)}" for dims, observed in runs
                              for detail in [_disagreement(node, array, is_target, observed)] if detail), None)
         if disagreement is not None:
             graphpass.log_refuse(pctx, rule, graph, node, disagreement, guard="static_shape.runtime_disagrees")
             checked.append(None)
         else:
-            checked.append((CERTIFIED, f"certified: onnxruntime computes the same value {where}"))
+            checked.append((CERTIFIED, f"certified: onnxruntime computes the same value {graphpass.where_observed(runs)}"))
     return checked
 
 
