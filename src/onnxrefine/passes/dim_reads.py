@@ -68,9 +68,9 @@ def _merges_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes) -
 
 
 def _checked(pctx: PassContext, graph: ir.Graph, merges, oracle: StaticShapes) -> list[tuple[str, str] | None]:
-    """Each merge's (evidence, note) once onnxruntime computed both values alike in one run of
-    the model on its own input shapes; None for a merge refused here (they differ, or nothing
-    could be run in a run that does not verify end to end)."""
+    """Each merge's (evidence, note) once onnxruntime computed both values alike in the runs of
+    graphpass.observed_runs (two sizes of the symbolic dims); None for a merge refused here (they
+    differ, or nothing could be run in a run that does not verify end to end)."""
     if pctx.certifier is None or not merges:
         return [(UNCHECKED, "")] * len(merges)
     probes = [v for node, earlier in merges for v in (node.outputs[0], earlier)]
