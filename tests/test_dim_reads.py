@@ -118,6 +118,19 @@ def test_a_merge_onnxruntime_disagrees_with_is_refused(monkeypatch):
     assert op_types(optimized).count("Gather") == 2
 
 
+def test_a_merge_of_two_dims_equal_at_the_default_size_is_refused_at_the_second_assignment(monkeypatch):
+    # The same wrong fact, on x [N, S]: at the default size both dims are 2 and the merged reads
+    # agree; at N=3, S=4 they do not, so the merge is refused there.
+    monkeypatch.setattr(dim_reads, "fact_key", lambda elements: None if elements is None else
+                        (elements.dtype, elements.scalar, len(elements.items)))
+    model = two_reads(("x", 0), ("x", 1), [value_info("x", shape=["N", "S"])])
+    optimized, report = expect_guard(model, MERGE, "merge_dim_reads.runtime_disagrees", feeds_at([(5, 3)])[0],
+                                     rule="merge_dim_reads")
+    [refusal] = [r for r in report.log.refused.values() if r.guard == "merge_dim_reads.runtime_disagrees"]
+    assert refusal.reason.endswith("at N=3, S=4")
+    assert op_types(optimized).count("Gather") == 2
+
+
 def test_a_merge_no_run_can_check_is_refused_without_verification():
     # Reshape(x, [3, -1]) fails at the default size N=2: the two reads of its dim 1 cannot be run.
     nodes = [helper.make_node("Reshape", ["x", "target"], ["r"]), helper.make_node("Relu", ["r"], ["q"])]
