@@ -9,13 +9,18 @@ them as far as the deepest pattern reaches, in whichever graph they live (a subg
 outer value, the node holding a subgraph that changed). No match triggers a rescan of the graph,
 and no sweep confirms the fixed point: the driver ends when every worklist is empty.
 
+The schedule runs one driver in every round (passes/pipeline.py). A later run takes up where the
+model changed since the last: the nodes graph-level passes added, removed, rewired or changed go
+back on the worklists as a rewrite's would, and the facts below every edit since (ir/facts/) are
+derived again, the readers of each value whose facts came out different going back too. Nodes
+none of that reached are not offered again: what they were refused on is as it was.
+
 Graphs are visited in ir/traversal.py's order; every edit goes through ir/edit.py, the same API
 the graph-level passes use.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
@@ -27,7 +32,8 @@ from onnxrefine.rewrite import bindings
 from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.rewrite.log import CERTIFIED, DEFERRED, PROVED, UNCHECKED, RewriteLog, node_label
-from onnxrefine.rewrite.pattern import Op, Opt, match
+from onnxrefine.rewrite.pattern import match
+from onnxrefine.rewrite.worklist import Worklist, around, below, changes, depth, snapshot
 from onnxrefine.rewrite.rule import (
     CertificateOutcome,
     CertificateRequest,
@@ -40,25 +46,6 @@ from onnxrefine.rewrite.rule import (
 # Passes over the graphs' worklists (each pass empties every worklist it reaches; work queued in a
 # graph already passed waits for the next).
 MAX_SWEEPS = 8
-
-
-class _Worklist:
-    """The nodes of one graph waiting to be offered to the rules, each once, in the order queued."""
-
-    def __init__(self, graph: ir.Graph, nodes):
-        self.graph = graph
-        self.queue: deque[ir.Node] = deque(nodes)
-        self.queued = {id(node) for node in self.queue}
-
-    def add(self, node: ir.Node) -> None:
-        if id(node) not in self.queued:
-            self.queue.append(node)
-            self.queued.add(id(node))
-
-    def pop(self) -> ir.Node:
-        node = self.queue.popleft()
-        self.queued.discard(id(node))
-        return node
 
 
 class RewriteDriver:
@@ -88,33 +75,64 @@ class RewriteDriver:
         self.on_progress = on_progress
         self.ctx = RewriteContext(model, self.names, self.budget)
         self.rewrites = 0
+        self._limit: int | None = None
+        # The model as the last run left it (None before the first), and the values that run's
+        # rewrites edited: what the next run starts from.
+        self._seen: dict[int, tuple] | None = None
+        self._edited: list[ir.Value | None] = []
         # How far below an edited value a match can reach: the deepest pattern, plus the one step
         # further a rule reads on its own (the producer of a captured input, the readers of a
         # matched value).
-        self.reach = 1 + max((_depth(rule.pattern) for rule in rules), default=0)
-        self._worklists: dict[int, _Worklist] = {}
+        self.reach = 1 + max((depth(rule.pattern) for rule in rules), default=0)
+        self._worklists: dict[int, Worklist] = {}
         # True once every worklist is empty: every node whose match could have changed since it
         # was last offered has been offered again, so a new driver with these rules on this model
         # would find nothing (the schedule skips it, passes/pipeline.py).
         self.settled = False
 
-    def run(self) -> RewriteLog:
-        for _ in range(MAX_SWEEPS):
-            for site in list(traversal.graphs(self.model)):
-                self._run_owner(site, self._worklist(site.graph))
-                if self._exhausted():
-                    return self.log
-            if not any(self._worklist(site.graph).queue for site in traversal.graphs(self.model)):
-                self.settled = True
-                break
+    def run(self, max_rewrites: int | None = None) -> RewriteLog:
+        """Rewrite to the fixed point, or until `max_rewrites` more rewrites (default: the
+        driver's own cap)."""
+        limit = self.max_rewrites if max_rewrites is None else max_rewrites
+        self._limit = None if limit is None else self.rewrites + limit
+        self.settled = False
+        if self._seen is not None:
+            self._catch_up()
+        try:
+            for _ in range(MAX_SWEEPS):
+                for site in list(traversal.graphs(self.model)):
+                    self._run_owner(site, self._worklist(site.graph))
+                    if self._exhausted():
+                        return self.log
+                if not any(self._worklist(site.graph).queue for site in traversal.graphs(self.model)):
+                    self.settled = True
+                    break
+        finally:
+            self._seen = snapshot(self.model)
         return self.log
 
-    def _worklist(self, graph: ir.Graph) -> _Worklist:
+    def _catch_up(self) -> None:
+        """Before a later run: re-queue what changed since the last one, and derive again the
+        facts below every edit since (each run's rules see facts as a new oracle would derive
+        them; only facts no edit reached are kept)."""
+        changed, edited = changes(self._seen, snapshot(self.model))
+        refreshed = self.ctx.facts.refresh(below(edited + self._edited))
+        self._edited = []
+        self.ctx = RewriteContext(self.model, self.names, self.budget, facts=self.ctx.facts)
+        # In graph order, as a new driver would offer them (the names a rewrite passes on follow
+        # the order rewrites apply in).
+        wanted = {id(node) for node in around(changed, edited + refreshed, self.reach)}
+        for site in traversal.graphs(self.model):
+            for node in site.graph:
+                if id(node) in wanted:
+                    self._requeue(node)
+
+    def _worklist(self, graph: ir.Graph) -> Worklist:
         """The graph's worklist; a graph seen for the first time (new, or first reached) is
         seeded with every node a rule could root at."""
         worklist = self._worklists.get(id(graph))
         if worklist is None or worklist.graph is not graph:
-            worklist = _Worklist(graph, (node for node in graph if node.op_type in self.rules_by_op))
+            worklist = Worklist(graph, (node for node in graph if node.op_type in self.rules_by_op))
             self._worklists[id(graph)] = worklist
         return worklist
 
@@ -127,9 +145,9 @@ class RewriteDriver:
             worklist.add(node)  # a graph not reached yet is seeded whole when it is
 
     def _exhausted(self) -> bool:
-        return self.max_rewrites is not None and self.rewrites >= self.max_rewrites
+        return self._limit is not None and self.rewrites >= self._limit
 
-    def _run_owner(self, site: traversal.GraphSite, worklist: _Worklist) -> None:
+    def _run_owner(self, site: traversal.GraphSite, worklist: Worklist) -> None:
         graph = site.graph
         processed = 0
         while worklist.queue and not self._exhausted():
@@ -143,7 +161,8 @@ class RewriteDriver:
                 applied = self._try(rule, node, site)
                 if applied is not None:
                     self.rewrites += 1
-                    for other in _around(*applied, self.reach):
+                    self._edited.extend(applied[1])
+                    for other in around(*applied, self.reach):
                         self._requeue(other)
                     if site.node is not None:
                         self._requeue_holders(site)
@@ -351,43 +370,6 @@ def _keep_names(replacement: Replacement, producers: dict[int, ir.Node | None], 
         if maker is not None and id(maker) in made_nodes and id(maker) not in named and producer.name:
             named.add(id(maker))
             maker.name = producer.name
-
-
-def _around(touched: list[ir.Node], edited: list[ir.Value | None], reach: int) -> list[ir.Node]:
-    """`touched`, then the producer of each edited value and the readers below it out to `reach`
-    steps (in any graph: a subgraph's capture is a reader), each node once."""
-    found: dict[int, ir.Node] = {id(node): node for node in touched}
-    frontier: list[ir.Value] = []
-    seen_values: set[int] = set()
-    for value in edited:
-        if value is None or id(value) in seen_values:
-            continue
-        seen_values.add(id(value))
-        frontier.append(value)
-        producer = value.producer()
-        if producer is not None:
-            found.setdefault(id(producer), producer)
-    expanded: set[int] = set()
-    for _ in range(reach):
-        below: list[ir.Value] = []
-        for value in frontier:
-            for use in value.uses():
-                reader = use.node
-                if id(reader) not in expanded:
-                    expanded.add(id(reader))
-                    found.setdefault(id(reader), reader)
-                    below.extend(reader.outputs)
-        frontier = below
-    return list(found.values())
-
-
-def _depth(pattern) -> int:
-    """How many operator levels a pattern spans (its root counts one)."""
-    if isinstance(pattern, Opt):
-        return _depth(pattern.inner)
-    if isinstance(pattern, Op):
-        return 1 + max((_depth(p) for p in pattern.inputs), default=0)
-    return 0
 
 
 def _with_extra_nodes(matched: list[ir.Node], extra, graph: ir.Graph) -> list[ir.Node]:
