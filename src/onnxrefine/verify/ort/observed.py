@@ -33,8 +33,9 @@ MAX_COPIED = 64
 def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: bool = False,
             facts=None) -> dict[int, np.ndarray] | str:
     """id(value) -> its array in one run of the main graph, or a one-line reason there is none.
-    With `shapes`, (its shape, its element type) instead: onnxruntime's Shape of it and one
-    element of it at most, so nothing large is held.
+    With `shapes`, (its shape, its element type) instead: onnxruntime's Shape of it and, where
+    neither the model nor `facts` gives its element type, one element of it at most, so nothing
+    large is held (and a value's type the facts give is not asked of the run again).
     `facts` (ir/facts StaticShapes) tells element types the model does not declare.
 
     A value of the main graph is its own output; a value inside a control-flow body is computed
@@ -52,17 +53,20 @@ def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: 
         return "no named value was asked for"
     if len(asked) > MAX_OBSERVED_VALUES:
         return f"{len(asked)} values asked for, more than {MAX_OBSERVED_VALUES} in one run"
+    dtype_of = (lambda v: facts.dtype(v) or v.dtype) if facts is not None else (lambda v: v.dtype)
     try:
-        cut = _cut(model, asked, (lambda v: facts.dtype(v) or v.dtype) if facts is not None else (lambda v: v.dtype))
+        cut = _cut(model, asked, dtype_of)
         if isinstance(cut, str):
             return cut
         proto, names = cut
+        known = {}
         if shapes:
-            names = _shapes_of(proto, names)
+            known = {id(v): dtype for v in asked if id(v) in names and (dtype := _numpy_dtype(dtype_of(v))) is not None}
+            names = _shapes_of(proto, names, set(known))
         with ModelRunner(ModelFile(proto, None, None), "the model (observed)") as runner:
             feeds = {name: np.asarray(array) for name, array in
                      generate_inputs(proto, seed=seed, stress=False, trials=1)[0].items()}
-            fetched = [n for pair in names.values() for n in pair] if shapes else list(names.values())
+            fetched = [n for pair in names.values() for n in pair if n] if shapes else list(names.values())
             try:
                 arrays = runner.run_outputs(fetched, feeds)
             except Exception as exc:  # noqa: BLE001 - in this process onnxruntime raises its own types
@@ -79,8 +83,9 @@ def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: 
     except Exception as exc:  # noqa: BLE001 - onnxruntime and the serializer raise many types
         return _first_line(exc)
     if shapes:
-        pairs = iter(np.asarray(array) for array in arrays)
-        return {key: (tuple(int(d) for d in next(pairs)), next(pairs).dtype) for key in names}
+        got = dict(zip(fetched, arrays))
+        return {key: (tuple(int(d) for d in np.asarray(got[shape])), known[key] if not first else np.asarray(got[first]).dtype)
+                for key, (shape, first) in names.items()}
     return {key: np.asarray(array) for key, array in zip(names, arrays)}
 
 
@@ -175,9 +180,10 @@ def _cut(model: ir.Model, values: list[ir.Value], dtype_of) -> tuple[onnx.ModelP
     return proto, names
 
 
-def _shapes_of(proto: onnx.ModelProto, names: dict[int, str]) -> dict[int, tuple[str, str]]:
-    """Replace the cut's outputs by each value's Shape and its first element at most (a Slice of
-    it flattened: its element type, whatever its size); the new output names."""
+def _shapes_of(proto: onnx.ModelProto, names: dict[int, str], typed: set[int]) -> dict[int, tuple[str, str]]:
+    """Replace the cut's outputs by each value's Shape and, unless its key is in `typed`, its first
+    element at most (a Slice of it flattened: its element type, whatever its size); the new output
+    names ("" where no element is asked)."""
     helper = onnx.helper
     proto.graph.initializer.extend([helper.make_tensor("__observed_flat", onnx.TensorProto.INT64, [1], [-1]),
                                     helper.make_tensor("__observed_0", onnx.TensorProto.INT64, [1], [0]),
@@ -186,12 +192,15 @@ def _shapes_of(proto: onnx.ModelProto, names: dict[int, str]) -> dict[int, tuple
     for key, name in names.items():
         index = len(pairs)
         shape, flat, first = f"__observed_shape_{index}", f"__observed_flat_{index}", f"__observed_first_{index}"
-        proto.graph.node.extend([helper.make_node("Shape", [name], [shape]),
-                                 helper.make_node("Reshape", [name, "__observed_flat"], [flat]),
+        proto.graph.node.append(helper.make_node("Shape", [name], [shape]))
+        if key in typed:
+            pairs[key] = (shape, "")
+            continue
+        proto.graph.node.extend([helper.make_node("Reshape", [name, "__observed_flat"], [flat]),
                                  helper.make_node("Slice", [flat, "__observed_0", "__observed_1"], [first])])
         pairs[key] = (shape, first)
     del proto.graph.output[:]
-    proto.graph.output.extend(onnx.ValueInfoProto(name=n) for pair in pairs.values() for n in pair)
+    proto.graph.output.extend(onnx.ValueInfoProto(name=n) for pair in pairs.values() for n in pair if n)
     return pairs
 
 
@@ -265,6 +274,13 @@ def _captured(node: ir.Node) -> list[ir.Value]:
                         found.append(value)
                 found.extend(_captured(inner))
     return found
+
+
+def _numpy_dtype(dtype: ir.DataType | None) -> np.dtype | None:
+    try:
+        return None if dtype is None else np.dtype(dtype.numpy())
+    except Exception:  # noqa: BLE001 - a type numpy has no dtype for: the run is asked
+        return None
 
 
 def _first_line(exc: BaseException) -> str:
