@@ -12,7 +12,9 @@ would run, so the folded tensor is bit-identical to what the model computed (EXA
 - the result's element type and shape must be those inference promised (and the declared type,
   where there is one): otherwise the fold is refused.
 onnx's reference evaluator stands in only where onnxruntime cannot run the node, and only for
-integer/bool/string results, which have one right answer.
+integer/bool/string results, which have one right answer. The session a node's outputs come from
+is, where possible, one run of all the nodes of its sweep (fold_session.py): the same kernel on
+the same values, every guard above still asked of each node.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.foldmath import constant_array, constant_node_array, is_float_dtype
 from onnxrefine.ir.quantization import fold_refusal
 from onnxrefine.passes import graphpass
-from onnxrefine.passes.fold_session import DATA_FOR_INFERENCE, SweepResults, evaluate_sweep, is_low_precision, session_options
+from onnxrefine.passes.fold_session import (DATA_FOR_INFERENCE, SweepResults, evaluate_sweep, is_low_precision,
+                                             session_options)
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
 from onnxrefine.verify.ort import inference_session
@@ -285,7 +288,8 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
     return folded
 
 
-def _evaluable(node: ir.Node, graph: ir.Graph, only: frozenset[str] | None, produced: frozenset | set = frozenset()) -> bool:
+def _evaluable(node: ir.Node, graph: ir.Graph, only: frozenset[str] | None,
+               produced: frozenset | set = frozenset()) -> bool:
     """Whether a sweep evaluates `node`: foldable, read, and every input a constant or (ids in
     `produced`) an output of a node the sweep evaluates before it. Nothing's bytes are read."""
     if node.graph is not graph or not _foldable(node) or (only is not None and node.op_type not in only):

@@ -37,7 +37,8 @@ last axis where every column is computed alone (`width_stackable`: 1x1 convoluti
 weights onnxruntime then reads once instead of once per set). Values get canonical names and
 symbolic dims, so certificates of the same structure share one session whatever their sizes;
 outcomes (skips too) are cached by structure, constant bytes and which outputs are declared
-sign-insensitive when the constants are small. Large
+sign-insensitive when the constants are small. A window is checked against the memory budget
+(`window_budget.py`) by shape inference only where its size is not bounded from its inputs. Large
 accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each costs ~100x per
 multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
 A rewrite that only removes Identity nodes is certified by Identity's definition

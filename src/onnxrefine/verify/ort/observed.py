@@ -84,8 +84,8 @@ def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: 
         return _first_line(exc)
     if shapes:
         got = dict(zip(fetched, arrays))
-        return {key: (tuple(int(d) for d in np.asarray(got[shape])), known[key] if not first else np.asarray(got[first]).dtype)
-                for key, (shape, first) in names.items()}
+        return {key: (tuple(int(d) for d in np.asarray(got[shape])),
+                      np.asarray(got[first]).dtype if first else known[key]) for key, (shape, first) in names.items()}
     return {key: np.asarray(array) for key, array in zip(names, arrays)}
 
 
