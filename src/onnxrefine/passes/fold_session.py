@@ -182,24 +182,37 @@ def _sweep_model(nodes, names, arrays, opset_imports, ir_version) -> tuple[onnx.
                 proto.input.append(names[id(value)])
             else:
                 if id(value) not in constants:
-                    name = constants[id(value)] = f"c{len(constants)}"
-                    array = arrays[id(value)]
-                    if array.size <= DATA_FOR_INFERENCE:
-                        initializers.append(onnx.numpy_helper.from_array(array, name))
-                    else:
-                        elem = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
-                        graph_inputs.append(onnx.helper.make_tensor_value_info(name, elem, array.shape))
-                        feeds[name] = array
+                    constants[id(value)] = f"c{len(constants)}"
+                    add_constant(constants[id(value)], arrays[id(value)], graph_inputs, initializers, feeds)
                 proto.input.append(constants[id(value)])
         del proto.output[:]
         proto.output.extend(names.get(id(v), "") if v.name else "" for v in node.outputs)
         proto.name = f"fold{len(protos)}"
+        protos.append(proto)
+    return fold_model(protos, graph_inputs, initializers, opset_imports, ir_version), feeds
+
+
+def add_constant(name: str, array: np.ndarray, graph_inputs: list, initializers: list, feeds: dict) -> None:
+    """A constant input of a fold's model: an initializer when shape inference may read it as
+    data (DATA_FOR_INFERENCE), else a graph input fed at run time."""
+    if array.size <= DATA_FOR_INFERENCE:
+        initializers.append(onnx.numpy_helper.from_array(array, name))
+    else:
+        elem = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+        graph_inputs.append(onnx.helper.make_tensor_value_info(name, elem, array.shape))
+        feeds[name] = array
+
+
+def fold_model(protos: list[onnx.NodeProto], graph_inputs: list, initializers: list, opset_imports: dict[str, int],
+               ir_version: int) -> onnx.ModelProto:
+    """A fold's model of the nodes `protos` (their domains "ai.onnx" written ""), each named
+    output of them a model output."""
+    for proto in protos:
         if proto.domain == "ai.onnx":
             proto.domain = ""
-        protos.append(proto)
     outputs = [onnx.ValueInfoProto(name=name) for proto in protos for name in proto.output if name]
     graph = onnx.helper.make_graph(protos, "fold", graph_inputs, outputs, initializers)
     opsets = [onnx.helper.make_opsetid(d, v) for d, v in opset_imports.items() if d != "ai.onnx"]
     model = onnx.helper.make_model(graph, opset_imports=opsets)
     model.ir_version = max(ir_version, 4)
-    return model, feeds
+    return model

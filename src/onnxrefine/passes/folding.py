@@ -34,7 +34,7 @@ from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.foldmath import constant_array, constant_node_array, is_float_dtype
 from onnxrefine.ir.quantization import fold_refusal
 from onnxrefine.passes import graphpass
-from onnxrefine.passes.fold_session import (DATA_FOR_INFERENCE, SweepResults, evaluate_sweep, is_low_precision,
+from onnxrefine.passes.fold_session import (SweepResults, add_constant, evaluate_sweep, fold_model, is_low_precision,
                                              session_options)
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
@@ -73,25 +73,14 @@ def _single_node_model(node: ir.Node, arrays: list[np.ndarray | None], opset_imp
             continue
         name = f"input_{index}"
         input_names.append(name)
-        if array.size <= DATA_FOR_INFERENCE:
-            initializers.append(onnx.numpy_helper.from_array(array, name))
-        else:
-            elem = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
-            graph_inputs.append(onnx.helper.make_tensor_value_info(name, elem, array.shape))
-            feeds[name] = array
+        add_constant(name, array, graph_inputs, initializers, feeds)
     output_names = [f"output_{i}" if out else "" for i, out in enumerate(proto.output)]
     del proto.input[:]
     proto.input.extend(input_names)
     del proto.output[:]
     proto.output.extend(output_names)
     proto.name = "fold"
-    if proto.domain == "ai.onnx":
-        proto.domain = ""
-    outputs = [onnx.ValueInfoProto(name=n) for n in output_names if n]
-    graph = onnx.helper.make_graph([proto], "fold", graph_inputs, outputs, initializers)
-    opsets = [onnx.helper.make_opsetid(d, v) for d, v in opset_imports.items() if d != "ai.onnx"]
-    model = onnx.helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = max(ir_version, 4)
+    model = fold_model([proto], graph_inputs, initializers, opset_imports, ir_version)
     return model, feeds, [n for n in output_names if n]
 
 
