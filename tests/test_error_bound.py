@@ -150,6 +150,23 @@ def test_reductions_softmax_and_normalizations_are_sound():
     assert 0.01 <= ratio <= 1.0, ratio
 
 
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceMax"])
+def test_a_reduction_that_picks_takes_the_largest_bound_it_may_pick(op):
+    # each row: one large product (bound ~u * 1e3) beside small ones (bound ~u * 1e-3); the min (max)
+    # picks the large one, so its bound must be that element's, not the smallest of the row
+    a = _wide(4096 * 8).reshape(4096, 8)
+    sign = -1.0 if op == "ReduceMin" else 1.0
+    b = np.full((4096, 8), 1e-3, np.float32)
+    b[:, 3] = np.float32(1e3)
+    a[:, 3] = np.float32(sign) * (np.abs(a[:, 3]) + np.float32(300.0))
+    nodes = [helper.make_node("Mul", ["a", "b"], ["p"]), helper.make_node(op, ["p", "axes"], ["y"], keepdims=0)]
+    model = make_model(nodes, [value_info("a", F, [4096, 8])], [value_info("y", F, None)],
+                       [tensor("b", b), tensor("axes", np.array([1], np.int64))], opset=18)
+    ratio, zero_errors, _ = _measure(model, {"a": a})
+    assert ratio <= 1.0 and not zero_errors.any()
+    assert ratio >= 0.5  # one rounding, carried unchanged
+
+
 def test_exact_families_have_a_zero_bound_and_are_bit_identical():
     # products by powers of two, x + 0, sums and dot products of small integers, data movement
     x = _wide(4096).reshape(64, 64)

@@ -223,6 +223,7 @@ def _unbounded(ctx):
 def _compact(bound):
     """A bound infinite on most of a value becomes infinite on all of it (larger, so still a bound):
     a worst-case bound grown useless deep in a network then costs nothing downstream."""
-    if isinstance(bound, np.ndarray) and bound.size and np.count_nonzero(np.isposinf(bound)) * 2 > bound.size:
+    if isinstance(bound, np.ndarray) and bound.size and not bound.max() < math.inf \
+            and np.count_nonzero(np.isposinf(bound)) * 2 > bound.size:
         return UNBOUNDED
     return bound

@@ -23,6 +23,9 @@ _MOVERS = {
 }
 # the same, but picking among data elements by value: a relative bound c*|x| is no c*|y| there
 _PICKERS = {"MaxPool": (0,), "ReduceMax": (0,), "ReduceMin": (0,)}
+# a picker's result errs by at most the largest bound it may pick: ReduceMin's bound is the ReduceMax of
+# the bounds (its own kernel would pick the smallest)
+_BOUND_KERNEL = {"ReduceMin": "ReduceMax"}
 # outputs that are exact whatever the inputs' bounds (shapes and sizes are exact)
 _SHAPES = frozenset({"Shape", "Size"})
 
@@ -47,7 +50,7 @@ def _movement(positions, relative_passes: bool):
                     substituted[i] = materialize(compacts[i], ctx.inputs[i])
                 if ctx.node.op_type == "Pad" and len(substituted) > 2 and substituted[2] is not None:
                     substituted[2] = np.zeros_like(np.asarray(substituted[2], dtype=np.float64))
-                moved = ctx.kernel(substituted)
+                moved = ctx.kernel(substituted, _BOUND_KERNEL.get(ctx.node.op_type))
                 outputs.append([np.asarray(moved[0], dtype=np.float64)] +
                                [NOT_DERIVED if ctx.node.op_type == "MaxPool" else
                                 (None if m is None else np.asarray(m, dtype=np.float64)) for m in moved[1:]])
@@ -110,9 +113,9 @@ def _in_quadrature(product, a, s_a, w, s_w, g: float, magnitude=None, stacked=No
     s_w^2)), plus the sum's own rounding g * product(|a|, |w|) (added, not in quadrature: larger).
     `stacked`: the product of a stack of left operands, for the common case (exact right side) in
     one float32 call made an upper bound again (_stacked_nonnegative)."""
-    abs_a, abs_w = _abs(a), _abs(w)
+    abs_w = _abs(w)
     if magnitude is None:
-        magnitude = product(abs_a, abs_w)
+        magnitude = product(_abs(a), abs_w)
     variance = 0.0
     sq_a = None if s_a is None else np.square(materialize(s_a, a))
     sq_w = None if s_w is None else np.square(materialize(s_w, w))
@@ -123,7 +126,7 @@ def _in_quadrature(product, a, s_a, w, s_w, g: float, magnitude=None, stacked=No
     if sq_a is not None:
         variance = variance + product(sq_a, abs_w * abs_w)
     if sq_w is not None:
-        variance = variance + product(abs_a * abs_a, sq_w)
+        variance = variance + product(np.square(_abs(a)), sq_w)
     if sq_a is not None and sq_w is not None:
         variance = variance + product(sq_a, sq_w)
     return np.sqrt(variance) + g * magnitude
@@ -162,10 +165,13 @@ def _stacked_nonnegative(product, lefts, right, n: int):
     return [np.asarray(result, dtype=np.float64) * inflate + tiny for result in results]
 
 
-def _left_operand(a, b_a, b_w, g: float):
+def _left_operand(a, abs_a, b_a, b_w, g: float):
     """P with product(P, |w|) the bound of _bilinear when the right side's bound is 0 or relative."""
     scale = (1.0 + g) * (1.0 + (b_w or 0.0))
-    return (scale - 1.0) * _abs(a) + (0.0 if b_a is None else scale * materialize(b_a, a))
+    left = (scale - 1.0) * abs_a
+    if b_a is not None:
+        left += scale * materialize(b_a, a)
+    return left
 
 
 def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
@@ -188,10 +194,11 @@ def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
                                                  magnitude if magnitude is not None else ctx.magnitude,
                                                  None if stack is None else stack(product), n)]
         elif stack is not None and magnitude is None and right_relative:
-            lefts = [_left_operand(a, compacts[0], compacts[1], ctx.gamma(n) if rounding else 0.0)
+            abs_a = _abs(a)
+            lefts = [_left_operand(a, abs_a, compacts[0], compacts[1], ctx.gamma(n) if rounding else 0.0)
                      for compacts, rounding in ctx.channels()]
             # |a| rides along: the probable pass's magnitude |a| |w| (bound.py) costs no call of its own
-            carried_by_channel = _stacked_nonnegative(stack(product), lefts + [_abs(a)], _abs(w), n)
+            carried_by_channel = _stacked_nonnegative(stack(product), lefts + [abs_a], _abs(w), n)
             if carried_by_channel is not None:
                 ctx.magnitude = carried_by_channel.pop()
         results = []

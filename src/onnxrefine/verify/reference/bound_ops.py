@@ -8,6 +8,7 @@ u is the unit roundoff of the output's dtype; gamma(n) = n*u / (1 - n*u).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import ml_dtypes
@@ -64,6 +65,16 @@ def materialize(compact, value) -> np.ndarray:
     return np.broadcast_to(np.asarray(compact, dtype=np.float64), value.shape)
 
 
+@functools.lru_cache(maxsize=None)
+def _type_limits(dtype) -> tuple[float, float]:
+    """(underflow floor: the smallest normal, float16's smallest subnormal; overflow limit: max plus
+    half an ulp of max) of a float dtype."""
+    info = ml_dtypes.finfo(dtype)
+    floor = float(info.smallest_subnormal) if dtype.itemsize <= 2 else float(info.tiny)
+    top = float(info.max)
+    return floor, top + float(np.spacing(np.asarray(top, dtype=dtype)).astype(np.float64)) / 2.0
+
+
 def gamma(n: float, u: float) -> float:
     return n * u / (1.0 - n * u) if n * u < 1.0 else math.inf
 
@@ -91,9 +102,10 @@ class OpContext:
         dtype = self.out_dtypes[index] if index < len(self.out_dtypes) else None
         return float(ml_dtypes.finfo(dtype).eps) / 2.0 if is_float(dtype) else 0.0
 
-    def kernel(self, inputs) -> list:
-        return list(KERNELS[self.node.op_type](NodeCall(self.node, inputs, self.attrs, self.opset, self.evaluator,
-                                                        self.scope)))
+    def kernel(self, inputs, op_type: str | None = None) -> list:
+        """The node's float64 kernel (or op_type's, with the node's attributes) on `inputs`."""
+        return list(KERNELS[op_type or self.node.op_type](NodeCall(self.node, inputs, self.attrs, self.opset,
+                                                                   self.evaluator, self.scope)))
 
     def attr(self, name, default=None):
         return self.attrs.get(name, default)
@@ -165,23 +177,26 @@ class OpContext:
             return prop
         u = self.u(index)
         carried = 0.0 if prop is None else prop
-        info = ml_dtypes.finfo(dtype)
-        floor = float(info.smallest_subnormal) if dtype.itemsize <= 2 else float(info.tiny)
+        floor, limit = _type_limits(dtype)
+        magnitude = np.abs(y)
+        # in place where possible: these arrays are as large as the op's output
         if ulps is None:
-            bound = np.broadcast_to(np.asarray(carried, dtype=np.float64), y.shape) + underflows * floor
+            bound = np.add(np.broadcast_to(carried, y.shape), underflows * floor)
         else:
-            size = np.abs(y) if scale is None else scale
-            rounding = 2.0 * ulps * u * (size + carried) + 2.0 * ulps * floor
+            rounding = np.add(magnitude if scale is None else scale, carried)
+            rounding *= 2.0 * ulps * u
+            rounding += 2.0 * ulps * floor
             if exact is not None:
-                rounding = np.where(exact, 0.0, rounding)
-            bound = carried + rounding
+                rounding[np.broadcast_to(exact, rounding.shape)] = 0.0
+            rounding += carried
+            bound = rounding if rounding.shape == y.shape else np.broadcast_to(rounding, y.shape).copy()
         if self.narrow[index] if index < len(self.narrow) else False:
-            bound = bound + u * np.abs(y)  # the reference rounds this value to its type too
-        # the run overflows only where its unrounded value can reach max + half an ulp of max
-        top = float(ml_dtypes.finfo(dtype).max)
-        limit = top + float(np.spacing(np.asarray(top, dtype=dtype)).astype(np.float64)) / 2.0
-        bound = np.where(np.isfinite(y) & (np.abs(y) + carried < limit), bound, np.inf)
-        return None if not bound.any() and not np.isnan(bound).any() else bound
+            bound = bound + u * magnitude  # the reference rounds this value to its type too
+        # the run overflows only where its unrounded value can reach max + half an ulp of max (NaN and
+        # inf fail the comparison too)
+        magnitude += carried
+        bound[~(magnitude < limit)] = np.inf
+        return None if not bound.any() else bound
 
     def exact_value(self, index: int) -> bool:
         """Input `index` is exact (bound 0) in the run."""
@@ -296,11 +311,15 @@ def _mul(ctx, b):
     one input's reach in the probable pass (lambda sigma_a * lambda sigma_b <= lambda sigma_a reach_b),
     in the coherent pass (T_a + K_a)(T_b + K_b) - T_a T_b <= K_a (B_b + K_b) + B_a K_b."""
     b0, b1 = width_of(b[0]), width_of(b[1])
-    second = b0 * width_of(ctx.reach(1, b[1]))
+    carried = b0 * width_of(ctx.reach(1, b[1]))
     if ctx.coherent_pass and b[1] is not None and ctx.b[0] is not None:
         worst = materialize(ctx.b[0], ctx.inputs[0])
-        second = second + np.where(np.isfinite(worst), worst, 0.0) * b1
-    return np.abs(ctx.r(0)) * b1 + np.abs(ctx.r(1)) * b0 + second
+        carried = carried + np.where(np.isfinite(worst), worst, 0.0) * b1
+    if b[1] is not None:  # an exact side adds no term (no pass over an output-sized zero)
+        carried = carried + np.abs(ctx.r(0)) * b1
+    if b[0] is not None:
+        carried = carried + np.abs(ctx.r(1)) * b0
+    return carried
 
 
 def _div(ctx, b):

@@ -19,28 +19,38 @@ from onnxrefine.verify.reference.bound_ops import elementwise_rule, width_of
 
 def _smooth(worst, slope):
     """A differentiable f: `worst(ctx, x, b)` bounds |f(x^) - f(x)| over |x^ - x| <= b; in the probable
-    pass the scale is sigma * max |f'| over the input's reach, `slope(ctx, x, low, high)`, which
-    covers lambda * sigma for every lambda up to REACH_LAMBDA (the mean value theorem); in the coherent
-    pass K * max |f'| over the candidate's whole width B + K."""
+    pass the scale is sigma * max |f'| over the input's reach r, `slope(ctx, x, r)` (the largest slope
+    over [x - r, x + r]), which covers lambda * sigma for every lambda up to REACH_LAMBDA (the mean
+    value theorem); in the coherent pass K * max |f'| over the candidate's whole width B + K."""
     def prop(ctx, b):
         x = ctx.r(0)
         if ctx.probable or ctx.coherent_pass:
-            width = width_of(ctx.reach(0, b[0]))
-            return width_of(b[0]) * slope(ctx, x, x - width, x + width)
+            return width_of(b[0]) * slope(ctx, x, width_of(ctx.reach(0, b[0])))
         return worst(ctx, x, width_of(b[0]))
     return prop
 
 
-def _distance_from_zero(low, high):
-    return np.maximum(np.maximum(low, -high), 0.0)
+def _distance_from_zero(x, width):
+    """How far [x - width, x + width] lies from 0 (0 where it holds 0)."""
+    distance = np.abs(x)
+    distance -= width
+    return np.maximum(distance, 0.0, out=distance)
+
+
+def _capped(bound, width, largest_slope, cap):
+    """bound, but at most cap() (the op's range allows no more); cap is computed only where it can
+    bind: bound <= width * largest_slope, and every cap here is at least 1/2."""
+    if np.max(width, initial=0.0) * largest_slope <= 0.5:
+        return bound
+    return np.minimum(bound, cap())
 
 
 def _exp_worst(ctx, x, b):
     return ctx.y() * np.expm1(b)  # exp(x + b) - exp(x) >= exp(x) - exp(x - b)
 
 
-def _exp_slope(ctx, x, low, high):
-    return np.exp(high)
+def _exp_slope(ctx, x, width):
+    return np.exp(x + width)
 
 
 def _log_worst(ctx, x, b):
@@ -48,7 +58,8 @@ def _log_worst(ctx, x, b):
     return np.where((x > 0) & (ratio < 1.0), -np.log1p(-np.where(ratio < 1.0, ratio, 0.0)), np.inf)
 
 
-def _log_slope(ctx, x, low, high):
+def _log_slope(ctx, x, width):
+    low = x - width
     return np.where(low > 0, 1.0 / np.where(low > 0, low, 1.0), np.inf)
 
 
@@ -57,35 +68,56 @@ def _sqrt_worst(ctx, x, b):
     return np.maximum(y - _sqrt(x - b), _sqrt(x + b) - y)
 
 
-def _sqrt_slope(ctx, x, low, high):
+def _sqrt_slope(ctx, x, width):
+    low = x - width
     return np.where(low > 0, 0.5 / _sqrt(np.where(low > 0, low, 1.0)), np.inf)
 
 
-def _tanh_slope(ctx, x, low, high):
-    t = np.tanh(_distance_from_zero(low, high))
-    return 1.0 - t * t
+def _tanh_slope(ctx, x, width):
+    widest = float(np.max(width, initial=0.0))
+    if widest < _NARROW:  # |d/dt log tanh'(t)| = 2 |tanh(t)| <= 2: tanh' <= (1 - y^2) e^(2r) over the interval
+        y = ctx.y()
+        return (1.0 - y * y + 2.0 ** -51) * math.exp(2.0 * widest)
+    t = np.tanh(_distance_from_zero(x, width))
+    np.square(t, out=t)
+    return np.subtract(1.0, t, out=t)
 
 
 def _tanh_worst(ctx, x, b):
-    return np.minimum(b * _tanh_slope(ctx, x, x - b, x + b), 1.0 + np.abs(ctx.y()))  # tanh lies in [-1, 1]
+    bound = b * _tanh_slope(ctx, x, b)
+    return _capped(bound, b, 1.0, lambda: 1.0 + np.abs(ctx.y()))  # tanh lies in [-1, 1]
 
 
-def _sigmoid_slope(ctx, x, low, high):
-    e = np.exp(-_distance_from_zero(low, high))  # sigmoid'(d) = e^-d / (1 + e^-d)^2
-    return e / np.square(1.0 + e)
+# below this widest reach, a slope is taken from y and one scalar exp instead of an exp per element
+_NARROW = 0.05
+
+
+def _sigmoid_slope(ctx, x, width):
+    widest = float(np.max(width, initial=0.0))
+    if widest < _NARROW:
+        # |d/dt log sigmoid'(t)| = |1 - 2 sigmoid(t)| <= 1: over the interval sigmoid' <= y (1 - y) e^r
+        # (plus float64's rounding of 1 - y near 1)
+        y = ctx.y()
+        return (y * (1.0 - y) + 2.0 ** -52) * math.exp(widest)
+    e = _distance_from_zero(x, width)  # sigmoid'(d) = e^-d / (1 + e^-d)^2
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    grown = e + 1.0
+    np.square(grown, out=grown)
+    return np.divide(e, grown, out=e)
 
 
 def _sigmoid_worst(ctx, x, b):
-    y = ctx.y()
-    return np.minimum(b * _sigmoid_slope(ctx, x, x - b, x + b), np.maximum(y, 1.0 - y))  # in [0, 1]
+    bound = b * _sigmoid_slope(ctx, x, b)
+    return _capped(bound, b, 0.25, lambda: np.maximum(ctx.y(), 1.0 - ctx.y()))  # sigmoid lies in [0, 1]
 
 
 def _softplus_worst(ctx, x, b):
     return _softplus(x + b) - ctx.y()  # convex, increasing: the upper end moves further
 
 
-def _softplus_slope(ctx, x, low, high):
-    return _sigmoid(high)
+def _softplus_slope(ctx, x, width):
+    return _sigmoid(x + width)
 
 
 def _sqrt(t):
@@ -116,8 +148,11 @@ def _erf_slope(ctx, b):
     interval's distance from 0 (the mean value theorem; cheaper than erf at both ends; r the input's
     reach, b itself in the worst case), and never more than erf's range [-1, 1] allows, 1 + |y|."""
     width = width_of(b[0])
-    distance = np.maximum(np.abs(ctx.r(0)) - width_of(ctx.reach(0, b[0])), 0.0)
-    return np.minimum(width * (2.0 / math.sqrt(math.pi)) * np.exp(-distance * distance), 1.0 + np.abs(ctx.y()))
+    distance = _distance_from_zero(ctx.r(0), width_of(ctx.reach(0, b[0])))
+    np.square(distance, out=distance)
+    np.negative(distance, out=distance)
+    bound = width * (2.0 / math.sqrt(math.pi)) * np.exp(distance, out=distance)
+    return _capped(bound, width, 2.0 / math.sqrt(math.pi), lambda: 1.0 + np.abs(ctx.y()))
 
 
 def _sigmoid(t):
