@@ -77,7 +77,7 @@ def _tanh_slope(ctx, x, width):
     widest = float(np.max(width, initial=0.0))
     if widest < _NARROW:  # |d/dt log tanh'(t)| = 2 |tanh(t)| <= 2: tanh' <= (1 - y^2) e^(2r) over the interval
         y = ctx.y()
-        return (1.0 - y * y + 2.0 ** -51) * math.exp(2.0 * widest)
+        return (1.0 - y * y + 2.0 * ctx.u() + 2.0 ** -51) * math.exp(2.0 * widest)
     t = np.tanh(_distance_from_zero(x, width))
     np.square(t, out=t)
     return np.subtract(1.0, t, out=t)
@@ -95,10 +95,10 @@ _NARROW = 0.05
 def _sigmoid_slope(ctx, x, width):
     widest = float(np.max(width, initial=0.0))
     if widest < _NARROW:
-        # |d/dt log sigmoid'(t)| = |1 - 2 sigmoid(t)| <= 1: over the interval sigmoid' <= y (1 - y) e^r
-        # (plus float64's rounding of 1 - y near 1)
+        # |d/dt log sigmoid'(t)| = |1 - 2 sigmoid(t)| <= 1: over the interval sigmoid' <= y (1 - y) e^r,
+        # plus what y (1 - y) may lose where y is rounded (float64's 1 - y; a float16 reference's y)
         y = ctx.y()
-        return (y * (1.0 - y) + 2.0 ** -52) * math.exp(widest)
+        return (y * (1.0 - y) + ctx.u() + 2.0 ** -52) * math.exp(widest)
     e = _distance_from_zero(x, width)  # sigmoid'(d) = e^-d / (1 + e^-d)^2
     np.negative(e, out=e)
     np.exp(e, out=e)
