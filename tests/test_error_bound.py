@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import make_model, run, tensor, value_info
+from helpers import error_and_bound, make_model, run, tensor, value_info
 from onnx import TensorProto, helper
 
 from onnxrefine.verify.reference.bound import bound_of, coherent_of
@@ -24,12 +24,7 @@ U = 2.0 ** -24
 
 def _measure(model, feeds, output="y"):
     """(largest error / bound over elements with bound > 0, errors where the bound is 0, bound)."""
-    names = [out.name for out in model.graph.output]
-    observed = run(model, feeds)[names.index(output)].astype(np.float64)
-    value = evaluate_float64(model, feeds, outputs=[output])[output]
-    bound = bound_of(value)
-    assert bound is not None and not np.isnan(bound).any()
-    error = np.abs(observed - np.asarray(value))
+    error, bound, _ = error_and_bound(model, feeds, output)
     positive = bound > 0
     ratio = float((error[positive] / bound[positive]).max(initial=0.0))
     return ratio, error[~positive], bound

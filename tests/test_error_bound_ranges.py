@@ -12,7 +12,7 @@ its bound is about u * 2^k per element, far above the spread of x.
 from __future__ import annotations
 
 import numpy as np
-from helpers import make_model, run, tensor, value_info
+from helpers import error_and_bound, make_model, tensor, value_info
 from onnx import TensorProto, helper
 
 from onnxrefine.verify.reference import bound_of, coherent_of, evaluate_float64, probable_lambda, probable_scale_of
@@ -31,23 +31,13 @@ def _coarse(op, shape, shift, inits=(), opset=17, **attrs):
                       opset=opset)
 
 
-def _sampled(model, feeds, output="y"):
-    """(observed error, bound, reference) of `output` over the sampled elements."""
-    names = [out.name for out in model.graph.output]
-    observed = run(model, feeds)[names.index(output)].astype(np.float64)
-    value = evaluate_float64(model, feeds, outputs=[output])[output]
-    bound = bound_of(value)
-    assert bound is not None and not np.isnan(bound).any()
-    return np.abs(observed - np.asarray(value, np.float64)), bound, np.asarray(value, np.float64)
-
-
 def test_layer_norm_behind_a_bound_larger_than_the_spread_is_capped_by_its_ball():
     # rows of spread ~1 whose elements each err by up to 4 (x rounded to multiples of 8): the variance
     # bound exceeds the variance, which left B = +inf; the normalised value lies within sqrt(16) anyway
     x = RNG.standard_normal((20_000, 16)).astype(np.float32)
     model = _coarse("LayerNormalization", x.shape, 2.0 ** 26, [("g", np.ones(16, np.float32)),
                                                               ("b", np.zeros(16, np.float32))], axis=-1)
-    error, bound, reference = _sampled(model, {"x": x})
+    error, bound, reference = error_and_bound(model, {"x": x})
     assert np.all(np.isfinite(bound))
     assert np.all(error <= bound)
     assert np.all(bound <= np.abs(reference) + 4.0 * 1.001)  # |x^| + sqrt(n), n = 16
@@ -59,7 +49,7 @@ def test_softmax_sigmoid_tanh_and_erf_behind_large_bounds_stay_within_their_rang
     for op, attrs, cap in [("Softmax", {"axis": -1}, lambda y: np.maximum(y, 1.0 - y)),
                            ("Sigmoid", {}, lambda y: np.maximum(y, 1.0 - y)),
                            ("Tanh", {}, lambda y: 1.0 + np.abs(y)), ("Erf", {}, lambda y: 1.0 + np.abs(y))]:
-        error, bound, reference = _sampled(_coarse(op, x.shape, 2.0 ** 26, **attrs), {"x": x})
+        error, bound, reference = error_and_bound(_coarse(op, x.shape, 2.0 ** 26, **attrs), {"x": x})
         assert np.all(error <= bound), op
         # the range caps, plus the op's own rounding (a few u of the capped value)
         assert np.all(bound <= cap(reference) * (1.0 + 1e-5) + 1e-6), op
@@ -79,7 +69,7 @@ def test_smooth_ops_carrying_bounds_are_sound_and_tight():
             last = "q"
         nodes.append(helper.make_node(op, [last], ["y"]))
         model = make_model(nodes, [value_info(name, F, [a.size]) for name in "abc"], [value_info("y", F, None)])
-        error, bound, _ = _sampled(model, {"a": a, "b": b, "c": c})
+        error, bound, _ = error_and_bound(model, {"a": a, "b": b, "c": c})
         ratio = float(np.max(np.where(bound > 0, error / np.where(bound > 0, bound, 1.0), 0.0)))
         assert ratio <= 1.0, op
         assert ratio >= 0.15, (op, ratio)  # three roundings (and the kernel's) rarely all align
@@ -90,7 +80,7 @@ def test_relu_is_exact_where_no_run_reaches_its_kink():
     a, b = RNG.standard_normal(100_000).astype(np.float32), RNG.standard_normal(100_000).astype(np.float32)
     nodes = [helper.make_node("Mul", ["a", "b"], ["p"]), helper.make_node("Relu", ["p"], ["y"])]
     model = make_model(nodes, [value_info("a", F, [a.size]), value_info("b", F, [b.size])], [value_info("y", F, None)])
-    error, bound, _ = _sampled(model, {"a": a, "b": b})
+    error, bound, _ = error_and_bound(model, {"a": a, "b": b})
     product = a.astype(np.float64) * b
     negative = product < -1e-6 * np.abs(product).max()
     assert np.all(error <= bound)
@@ -104,7 +94,7 @@ def test_instance_norm_has_a_derived_bound_that_is_sound():
                        [value_info("x", F, list(x.shape))], [value_info("y", F, None)],
                        [tensor("s", RNG.uniform(0.5, 2.0, 6).astype(np.float32)),
                         tensor("b", RNG.standard_normal(6).astype(np.float32))])
-    error, bound, _ = _sampled(model, {"x": x})
+    error, bound, _ = error_and_bound(model, {"x": x})
     ratio = float(np.max(error / bound))
     assert ratio <= 1.0
     assert ratio >= 0.002, ratio  # the same worst case as LayerNormalization: gamma(144) on the mean and variance
