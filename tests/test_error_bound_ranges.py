@@ -149,3 +149,17 @@ def test_a_candidate_within_bound_and_coherent_bound_at_a_relu_input_stays_withi
     reached = np.where(x >= 0, width, np.maximum(x + width, 0.0))  # the candidate's largest Relu change
     assert np.all((bound_of(y) + coherent_of(y)) * (1.0 + 1e-12) >= reached)
     assert np.any((x + bound_of(values["x"]) < 0) & (x + width > 0))  # the case the coherent reach covers
+
+
+def test_zero_dimensional_values_get_a_derived_bound():
+    # a 0-d value's arithmetic returns numpy scalars, which the in-place rounding must not trip on:
+    # every op here gets a derived (not NaN) bound that holds the run
+    ops = ["Sigmoid", "Tanh", "Erf", "Exp"]
+    nodes = [helper.make_node("Div", ["c", "d"], ["q"]), helper.make_node("Add", ["x", "q"], ["t"])]
+    nodes += [helper.make_node(op, ["t"], [op.lower()]) for op in ops]
+    model = make_model(nodes, [value_info("x", F, [])], [value_info(op.lower(), F, []) for op in ops] +
+                       [value_info("q", F, [])],
+                       [tensor("c", np.float32(0.7)), tensor("d", np.float32(3.0))])
+    for output in [op.lower() for op in ops] + ["q"]:
+        error, bound, _ = error_and_bound(model, {"x": np.array(0.3, np.float32)}, output)
+        assert bound.shape == () and np.all(error <= bound), output

@@ -178,20 +178,21 @@ class OpContext:
         u = self.u(index)
         carried = 0.0 if prop is None else prop
         floor, limit = _type_limits(dtype)
-        magnitude = np.abs(y)
-        # in place where possible: these arrays are as large as the op's output
+        # in place where possible: these arrays are as large as the op's output (asarray: a 0-d
+        # ufunc result is a numpy scalar, which has no in-place form)
+        magnitude = np.asarray(np.abs(y))
         if ulps is None:
-            bound = np.add(np.broadcast_to(carried, y.shape), underflows * floor)
+            bound = np.asarray(np.add(np.broadcast_to(carried, y.shape), underflows * floor))
         else:
-            rounding = np.add(magnitude if scale is None else scale, carried)
+            rounding = np.asarray(np.add(magnitude if scale is None else scale, carried))
             rounding *= 2.0 * ulps * u
             rounding += 2.0 * ulps * floor
             if exact is not None:
                 rounding[np.broadcast_to(exact, rounding.shape)] = 0.0
-            rounding += carried
+            rounding = np.add(rounding, carried, out=rounding if np.shape(carried) in ((), rounding.shape) else None)
             bound = rounding if rounding.shape == y.shape else np.broadcast_to(rounding, y.shape).copy()
         if self.narrow[index] if index < len(self.narrow) else False:
-            bound = bound + u * magnitude  # the reference rounds this value to its type too
+            bound = np.asarray(bound + u * magnitude)  # the reference rounds this value to its type too
         # the run overflows only where its unrounded value can reach max + half an ulp of max (NaN and
         # inf fail the comparison too)
         magnitude += carried

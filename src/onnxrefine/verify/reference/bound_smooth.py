@@ -32,7 +32,7 @@ def _smooth(worst, slope):
 
 def _distance_from_zero(x, width):
     """How far [x - width, x + width] lies from 0 (0 where it holds 0)."""
-    distance = np.abs(x)
+    distance = np.asarray(np.abs(x))  # an array also where x is 0-d: the steps below are in place
     distance -= width
     return np.maximum(distance, 0.0, out=distance)
 
@@ -78,7 +78,7 @@ def _tanh_slope(ctx, x, width):
     if widest < _NARROW:  # |d/dt log tanh'(t)| = 2 |tanh(t)| <= 2: tanh' <= (1 - y^2) e^(2r) over the interval
         y = ctx.y()
         return (1.0 - y * y + 2.0 * ctx.u() + 2.0 ** -51) * math.exp(2.0 * widest)
-    t = np.tanh(_distance_from_zero(x, width))
+    t = np.asarray(np.tanh(_distance_from_zero(x, width)))
     np.square(t, out=t)
     return np.subtract(1.0, t, out=t)
 
@@ -102,7 +102,7 @@ def _sigmoid_slope(ctx, x, width):
     e = _distance_from_zero(x, width)  # sigmoid'(d) = e^-d / (1 + e^-d)^2
     np.negative(e, out=e)
     np.exp(e, out=e)
-    grown = e + 1.0
+    grown = np.asarray(e + 1.0)
     np.square(grown, out=grown)
     return np.divide(e, grown, out=e)
 
