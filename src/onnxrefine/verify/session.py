@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxrefine import progress
+from onnxrefine import portable, progress
 from onnxrefine.errors import BadInputError
 from onnxrefine.resources import ResourceLimitError
 from onnxrefine.verify import conversion, evidence, graphinfo, judge
@@ -37,7 +37,8 @@ from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
 from onnxrefine.verify.reference import UnsupportedOperatorError
 from onnxrefine.verify.judge import excuse_float16_runtime
 from onnxrefine.verify.report import VerificationReport
-from onnxrefine.verify.ort import ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model
+from onnxrefine.verify.ort import (ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model,
+                                   whole_proto)
 
 __all__ = ["DECLINING_REFERENCE", "DecliningReference", "ReferenceEvaluator", "VerificationSession",
            "float64_reference"]
@@ -133,7 +134,8 @@ class VerificationSession:
     def verify(self, original, candidate, inputs=None) -> VerificationReport:
         """Compare `candidate` against `original` (paths, ModelProtos or onnx_ir Models)."""
         self.check_settings()
-        with np.errstate(all="ignore"):  # inf/NaN arithmetic is expected on stress inputs
+        # inf/NaN arithmetic is expected on stress inputs; float64 products run on one BLAS thread
+        with np.errstate(all="ignore"), portable.one_blas_thread():
             original_file = open_model(original, "original model")
             candidate_file, candidate_failure = None, None
             try:
@@ -476,25 +478,4 @@ def _add_perturbation_runs(track, original_file, labelled, indices, count, seed,
 
 
 def _whole_proto(given, role: str) -> onnx.ModelProto | None:
-    """The model with every weight loaded, or None when its weights exceed LOCALIZE_MAX_BYTES."""
-    if isinstance(given, onnx.ModelProto):
-        return given
-    if not isinstance(given, (str, os.PathLike)):  # an onnx_ir.Model
-        from onnxrefine.ir import io
-
-        return io.to_proto(given) if io.tensor_bytes(given) <= LOCALIZE_MAX_BYTES else None
-    path = os.fspath(given)
-    light = onnx.load(path, load_external_data=False)
-    folder = os.path.dirname(os.path.abspath(path))
-    from onnxrefine.ir.load_checks import tensors_with_places
-
-    files = {entry.value for tensor, _ in tensors_with_places(light)
-             for entry in tensor.external_data if entry.key == "location"}
-    size = os.path.getsize(path) + sum(os.path.getsize(os.path.join(folder, name)) for name in files
-                                       if os.path.isfile(os.path.join(folder, name)))
-    if size > LOCALIZE_MAX_BYTES:
-        return None
-    try:
-        return onnx.load(path)
-    except Exception as exc:
-        raise BadInputError(f"{role} {path}: {exc}") from None
+    return whole_proto(given, role, LOCALIZE_MAX_BYTES)
