@@ -79,9 +79,9 @@ def test_a_right_rewrite_on_a_value_of_unknown_shape_is_certified_at_the_shapes_
 
 
 def test_a_model_onnxruntime_cannot_run_still_skips_as_before(planted, monkeypatch):
-    from onnxrefine.verify.certificate import concrete
+    from onnxrefine.verify import ort
 
-    monkeypatch.setattr(concrete, "observe", lambda *args, **options: "no run")
+    monkeypatch.setattr(ort.RunnableDims, "observe", lambda *args, **options: "no run")
     _, report = onnxrefine.optimize_with_report(_unknown_shape_model(), [planted("relu_to_abs")])
     notes = _certificates(report, "relu_to_abs") + [reason for _, reason in _refusals(report, "relu_to_abs")]
     assert notes and all("the shape of 'e' is not known" in note for note in notes)

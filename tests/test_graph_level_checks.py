@@ -122,7 +122,8 @@ def test_the_true_reshape_target_is_certified():
 def test_a_fold_no_run_can_check_is_refused_without_end_to_end_verification(monkeypatch):
     from onnxrefine.verify import ort
 
-    monkeypatch.setattr(ort, "observe", lambda model, values, **options: "onnxruntime has no kernel for it")
+    monkeypatch.setattr(ort.RunnableDims, "observe",
+                        lambda self, model, values, **options: "onnxruntime has no kernel for it")
     result, report = expect_guard(_shape_model(), ["fold_shapes"], "certificate.graph_uncertifiable",
                                   {"x": np.ones((2, 3), np.float32)}, rule="fold_shapes")
     [refusal] = [r for r in report.to_dict()["refused"] if r["rule"] == "fold_shapes"]
@@ -143,7 +144,8 @@ def test_a_fold_no_run_can_check_is_deferred_where_the_run_verifies_end_to_end(m
         def __call__(self, request):
             raise AssertionError("no rule runs here")
 
-    monkeypatch.setattr(ort, "observe", lambda model, values, **options: "onnxruntime has no kernel for it")
+    monkeypatch.setattr(ort.RunnableDims, "observe",
+                        lambda self, model, values, **options: "onnxruntime has no kernel for it")
     log = run_passes(ir.serde.deserialize_model(_shape_model()), ["fold_shapes"], budget=ConstantBudget(),
                      certifier=Deferring())
     [entry] = log.applied

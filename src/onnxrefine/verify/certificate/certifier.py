@@ -75,6 +75,7 @@ from onnxrefine.verify.certificate.model import (
     forwards_through_identity,
 )
 from onnxrefine.verify.certificate.concrete import RunShapes
+from onnxrefine.verify.ort import RunnableDims
 from onnxrefine.verify.certificate.scopes import body_facts, call_sides
 from onnxrefine.verify.certificate.concrete import unresolved as unresolved_sides
 from onnxrefine.verify.certificate.inputs import (
@@ -152,7 +153,11 @@ class Certifier:
         self._results: dict[bytes, CertificateOutcome] = {}
         self._set_cache: dict[tuple, list] = {}
         self._cross_checked: set[tuple] = set()  # (rule, proof family) whose reading onnxruntime confirmed
-        self._runs = RunShapes(seed)  # the shapes and types of a run of the model, where no fact gives them
+        # The sizes of the symbolic dims the model runs at, found once for its certificates and for
+        # fold_shapes' checks.
+        self.runnable_dims = RunnableDims(seed)
+        # The shapes and types of a run of the model, where no fact gives them.
+        self._runs = RunShapes(self.runnable_dims)
 
     def __call__(self, request: CertificateRequest) -> CertificateOutcome:
         started = time.perf_counter()

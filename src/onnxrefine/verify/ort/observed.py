@@ -7,7 +7,8 @@ nothing vouches for run at the shapes the model really has there (`certificate.p
 One run: the model as it stands, cut down to the nodes the asked values depend on (their
 producers back to the graph inputs, subgraph captures included; only those are serialized), the
 asked values made its outputs, on one generated input set of the model's own declared shapes (a
-symbolic dim takes the verifier's default size). Where no float value can reach an integer, a
+symbolic dim takes the verifier's default size, or the size a caller gives it: `Cut` holds one
+session of the cut and runs it at any sizes, which `dims.py` chooses where the default fails). Where no float value can reach an integer, a
 bool or a size in the cut (no Cast to an integer, comparison, ArgMax, NonZero, ...), large float
 weights are zeros made at run time: they cannot change a shape or an integer value, and the run
 costs no weight bytes. The memory and time budget is the verifier's (`ModelRunner`). The model
@@ -31,40 +32,82 @@ MAX_COPIED = 64
 
 
 def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: bool = False,
-            facts=None) -> dict[int, np.ndarray] | str:
+            facts=None, dims: dict[str, int] | None = None) -> dict[int, np.ndarray] | str:
     """id(value) -> its array in one run of the main graph, or a one-line reason there is none.
     With `shapes`, (its shape, its element type) instead: onnxruntime's Shape of it and one
     element of it at most, so nothing large is held.
-    `facts` (ir/facts StaticShapes) tells element types the model does not declare.
+    `facts` (ir/facts StaticShapes) tells element types the model does not declare; `dims` sizes
+    the symbolic input dims (verify/inputs.py's `concrete_shape`; the default size otherwise).
 
     A value of the main graph is its own output; a value inside a control-flow body is computed
     by copies of its producers there, when those read nothing but main-graph values and their
     own constants (a Shape of a captured outer value): the same nodes on the same values. A
     value that depends on a body's or a function's inputs is left out of the answer (it has no
     value outside an iteration or a call)."""
-    from onnxrefine.errors import BadInputError
-    from onnxrefine.verify.inputs import generate_inputs
-    from onnxrefine.verify.ort.files import ModelFile
-    from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError
+    from onnxrefine.resources import ResourceLimitError
 
-    asked = list(dict.fromkeys(v for v in values if v is not None and v.name))
-    if not asked:
-        return "no named value was asked for"
-    if len(asked) > MAX_OBSERVED_VALUES:
-        return f"{len(asked)} values asked for, more than {MAX_OBSERVED_VALUES} in one run"
-    try:
-        cut = _cut(model, asked, (lambda v: facts.dtype(v) or v.dtype) if facts is not None else (lambda v: v.dtype))
-        if isinstance(cut, str):
-            return cut
-        proto, names = cut
-        if shapes:
-            names = _shapes_of(proto, names)
-        with ModelRunner(ModelFile(proto, None, None), "the model (observed)") as runner:
+    with Cut(model, values, shapes=shapes, facts=facts) as cut:
+        try:
+            return cut.failure or cut.run(seed, dims)
+        except ResourceLimitError as exc:
+            return _first_line(exc)
+
+
+class Cut:
+    """The part of a model some values depend on, in one onnxruntime session, run at any sizes of
+    its symbolic input dims (`run`). `failure`: a one-line reason no run can be made, else None."""
+
+    def __init__(self, model: ir.Model, values: Sequence[ir.Value], shapes: bool = False, facts=None):
+        from onnxrefine.errors import BadInputError
+        from onnxrefine.verify.ort.files import ModelFile
+        from onnxrefine.verify.ort.runner import ModelRunner
+
+        self.shapes, self.runner, self.failure, self.proto, self.names = shapes, None, None, None, {}
+        asked = list(dict.fromkeys(v for v in values if v is not None and v.name))
+        if not asked:
+            self.failure = "no named value was asked for"
+            return
+        if len(asked) > MAX_OBSERVED_VALUES:
+            self.failure = f"{len(asked)} values asked for, more than {MAX_OBSERVED_VALUES} in one run"
+            return
+        try:
+            cut = _cut(model, asked, (lambda v: facts.dtype(v) or v.dtype) if facts is not None else (lambda v: v.dtype))
+            if isinstance(cut, str):
+                self.failure = cut
+                return
+            self.proto, self.names = cut
+            if shapes:
+                self.names = _shapes_of(self.proto, self.names)
+            self.runner = ModelRunner(ModelFile(self.proto, None, None), "the model (observed)")
+        except BadInputError as exc:  # resource limits included
+            self.failure = _first_line(exc)
+        except Exception as exc:  # noqa: BLE001 - the serializer and onnxruntime raise many types
+            self.failure = _first_line(exc)
+
+    def __enter__(self) -> Cut:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.runner is not None:
+            self.runner.close()
+
+    def run(self, seed: int = 0, dims: dict[str, int] | None = None) -> dict | str:
+        """observe's answer for one input set generated at `dims`, or a one-line reason.
+        A resource limit (not a run's failure) raises ResourceLimitError: larger sizes would
+        not fit either."""
+        from onnxrefine.errors import BadInputError
+        from onnxrefine.resources import ResourceLimitError
+        from onnxrefine.verify.inputs import generate_inputs
+        from onnxrefine.verify.ort.runner import RunFailedError
+
+        if self.failure is not None:
+            return self.failure
+        fetched = [n for pair in self.names.values() for n in pair] if self.shapes else list(self.names.values())
+        try:
             feeds = {name: np.asarray(array) for name, array in
-                     generate_inputs(proto, seed=seed, stress=False, trials=1)[0].items()}
-            fetched = [n for pair in names.values() for n in pair] if shapes else list(names.values())
+                     generate_inputs(self.proto, seed=seed, dims=dims, stress=False, trials=1)[0].items()}
             try:
-                arrays = runner.run_outputs(fetched, feeds)
+                arrays = self.runner.run_outputs(fetched, feeds)
             except Exception as exc:  # noqa: BLE001 - in this process onnxruntime raises its own types
                 if isinstance(exc, BadInputError) and not isinstance(exc, RunFailedError):
                     raise  # a resource limit: not tried again
@@ -73,15 +116,15 @@ def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: 
                 # and a folded value no input may change.
                 feeds = {name: np.zeros_like(array) if array.dtype.kind in "iub" else array
                          for name, array in feeds.items()}
-                arrays = runner.run_outputs(fetched, feeds)
-    except BadInputError as exc:  # resource limits and run failures included
-        return _first_line(exc)
-    except Exception as exc:  # noqa: BLE001 - onnxruntime and the serializer raise many types
-        return _first_line(exc)
-    if shapes:
-        pairs = iter(np.asarray(array) for array in arrays)
-        return {key: (tuple(int(d) for d in next(pairs)), next(pairs).dtype) for key in names}
-    return {key: np.asarray(array) for key, array in zip(names, arrays)}
+                arrays = self.runner.run_outputs(fetched, feeds)
+        except ResourceLimitError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onnxruntime and the generator raise many types
+            return _first_line(exc)
+        if self.shapes:
+            pairs = iter(np.asarray(array) for array in arrays)
+            return {key: (tuple(int(d) for d in next(pairs)), next(pairs).dtype) for key in self.names}
+        return {key: np.asarray(array) for key, array in zip(self.names, arrays)}
 
 
 def _copied_cone(value: ir.Value, main: ir.Graph) -> list[ir.Node] | None:
