@@ -238,13 +238,21 @@ class VerificationSession:
         try:
             _, first_runs, map_outputs = deployed.first_runs(run.labelled, None, run.inputs_given)
         except BadInputError as exc:
-            run.notes.append(f"deployment check not run: the original does not run under the deployment "
-                             f"settings ({self.deployment.describe()}): {exc}")
+            run.notes.append(self._deployment_not_run(exc))
             return
-        run.tracks.append(Track(self.deployment, first_runs, map_outputs))
+        track = Track(self.deployment, first_runs, map_outputs)
         with deployed.closed_on_error():
-            candidate_runs(run.tracks[-1], run, self.custom_op_library)
-        deployed.rerun(run.tracks[-1], run.output_names, run.output_map, run.labelled)
+            candidate_runs(track, run, self.custom_op_library)
+        try:
+            deployed.rerun(track, run.output_names, run.output_map, run.labelled)
+        except BadInputError as exc:  # the original's own re-run failed: as when its first run fails
+            run.notes.append(self._deployment_not_run(exc))
+            return
+        run.tracks.append(track)
+
+    def _deployment_not_run(self, exc: BadInputError) -> str:
+        return (f"deployment check not run: the original does not run under the deployment settings "
+                f"({self.deployment.describe()}): {exc}")
 
     def add_reference(self, run: _Run) -> None:
         """The evidence of every track; the original in float64 on each set where a float output
