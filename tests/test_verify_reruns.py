@@ -79,3 +79,22 @@ def test_a_rerun_that_differs_from_the_first_run_is_judged(monkeypatch):
     monkeypatch.setattr(ModelRunner, "run", drifting)
     report = verify_models(scaled(3.0), scaled(3.001), inputs=SETS, localize=False)
     assert any("not deterministic" in note for note in report.notes)
+
+
+def test_a_rerun_that_fails_under_the_deployment_settings_drops_that_check_with_a_note(monkeypatch):
+    from onnxrefine.verify.ort import RunFailedError
+
+    class FailingRerun(ModelRunner):
+        calls = 0
+
+        def run(self, feeds):
+            if self.role == "original model" and self.settings.level == "all":
+                FailingRerun.calls += 1
+                if FailingRerun.calls > len(SETS):  # the first runs pass, the re-run fails
+                    raise RunFailedError("planted failure")
+            return super().run(feeds)
+
+    monkeypatch.setattr(runs, "ModelRunner", FailingRerun)
+    report = verify_models(scaled(3.0), scaled(3.001), inputs=SETS, localize=False)
+    assert any(note.startswith("deployment check not run") and "planted failure" in note for note in report.notes)
+    assert report.deployment == []
