@@ -170,3 +170,12 @@ def test_html_report_has_the_deployment_section(tmp_path, capsys):
     main(["verify", str(original), str(candidate), "--no-stress", "--trials", "1", "--no-deployment-check",
           "--html", str(tmp_path / "off.html")])
     assert 'id="deployment"' not in (tmp_path / "off.html").read_text()
+
+
+@pytest.mark.parametrize("settings", [RunSettings(), RunSettings(threads=2), RunSettings.strict()])
+def test_sessions_pool_threads_sleep_rather_than_spin(settings):
+    """Spinning pool threads change no output but take CPU from the thread that works (about half
+    a default-threads run's CPU on a loaded 2-core machine): every verification session turns it off."""
+    from onnxrefine.verify.ort.settings import session_options
+
+    assert session_options(settings).get_session_config_entry("session.intra_op.allow_spinning") == "0"

@@ -189,3 +189,61 @@ def test_the_command_line_asks_for_one_blas_thread(monkeypatch, capsys):
     monkeypatch.setattr(portable, "single_threaded_blas", lambda: calls.append(True) or True)
     assert cli_main(["optimize", "--list-passes"]) == 0
     assert calls == [True]
+
+
+_VERIFY_BLAS_THREADS = """
+import ctypes, json
+import numpy as np
+from onnx import TensorProto, helper
+from onnxrefine.verify import verify_models
+from onnxrefine.verify.session import DecliningReference
+
+def openblas(verb):
+    for path in sorted({line.split()[-1] for line in open("/proc/self/maps") if "openblas" in line.lower()}):
+        library = ctypes.CDLL(path)
+        for name in ("scipy_openblas_%s_num_threads64_", "scipy_openblas_%s_num_threads",
+                     "openblas_%s_num_threads64_", "openblas_%s_num_threads"):
+            if hasattr(library, name % verb):
+                return getattr(library, name % verb)
+    return None
+
+def model(scale):
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor("s", TensorProto.FLOAT, [], [scale])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+class Recording(DecliningReference):
+    seen = []
+
+    def __call__(self, *args, **kwargs):
+        self.seen.append(openblas("get")())
+        return super().__call__(*args, **kwargs)
+
+if openblas("get") is None:
+    print(json.dumps(None))
+else:
+    openblas("set")(2)
+    verify_models(model(3.0), model(3.001), inputs={"x": np.ones(4, np.float32)}, localize=False,
+                  reference=Recording())
+    print(json.dumps([Recording.seen, openblas("get")()]))
+"""
+
+
+@pytest.mark.skipif(not portable.has_proc(), reason="finds numpy's OpenBLAS through /proc/self/maps")
+def test_verification_runs_its_float64_work_on_one_blas_thread_and_restores_the_callers(tmp_path):
+    """A library caller gets what the command line sets for the whole process (one thread: many
+    small float64 products), only while verification runs."""
+    import json
+    import subprocess
+
+    env = {key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", _VERIFY_BLAS_THREADS], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result is None:
+        pytest.skip("numpy's BLAS here is not OpenBLAS")
+    seen, after = result
+    assert seen and set(seen) == {1}
+    assert after == 2

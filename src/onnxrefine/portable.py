@@ -17,6 +17,7 @@ the service is missing:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -182,20 +183,17 @@ def kill_group(process: subprocess.Popen) -> None:
 
 
 # The thread-count setters of the OpenBLAS builds numpy ships with (numpy 2's scipy-openblas with
-# 64-bit integers, the plain one), tried in this order.
+# 64-bit integers, the plain one), tried in this order; each getter is its setter's name with "get".
 _OPENBLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
                      "openblas_set_num_threads64_", "openblas_set_num_threads")
 
 
-def single_threaded_blas() -> bool:
-    """Make the OpenBLAS that numpy loaded use one thread, unless the user's OPENBLAS_NUM_THREADS
-    says otherwise; False where there is none to find (another BLAS, no /proc). The command line's
-    float64 work is many small products (a reference's per-layer matmuls and im2col convolutions),
-    where OpenBLAS's threads hand off and spin for more CPU than they save: the float64 convolutions
-    of mobilenet_v3_small took 3.0 s of CPU with its default threads, 0.44 s with one (loaded machine).
-    Set from the library file already mapped into this process (numpy loads it privately)."""
+def _openblas_threads():
+    """(get, set) of the thread count of the OpenBLAS that numpy loaded, or None where there is
+    none to find (another BLAS, no /proc) or the user's OPENBLAS_NUM_THREADS says how many.
+    Found from the library file already mapped into this process (numpy loads it privately)."""
     if "OPENBLAS_NUM_THREADS" in os.environ or not has_proc():
-        return False
+        return None
     try:
         import ctypes
 
@@ -205,9 +203,41 @@ def single_threaded_blas() -> bool:
             library = ctypes.CDLL(path)
             for name in _OPENBLAS_SETTERS:
                 setter = getattr(library, name, None)
-                if setter is not None:
-                    setter(1)
-                    return True
+                getter = getattr(library, name.replace("_set_", "_get_"), None)
+                if setter is not None and getter is not None:
+                    return getter, setter
     except (OSError, AttributeError, ValueError):
         pass
-    return False
+    return None
+
+
+def single_threaded_blas() -> bool:
+    """Make the OpenBLAS that numpy loaded use one thread, unless the user's OPENBLAS_NUM_THREADS
+    says otherwise; False where there is none to find (another BLAS, no /proc). The command line's
+    float64 work is many small products (a reference's per-layer matmuls and im2col convolutions),
+    where OpenBLAS's threads hand off and spin for more CPU than they save: the float64 convolutions
+    of mobilenet_v3_small took 3.0 s of CPU with its default threads, 0.44 s with one (loaded machine)."""
+    threads = _openblas_threads()
+    if threads is None:
+        return False
+    threads[1](1)
+    return True
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """single_threaded_blas for the duration of a block, the thread count found before restored
+    after: what the command line sets for the whole process, for a library caller's verification
+    (its float64 reference on the default threads: densenet121's 11.4 s against 1.2 s on one, a
+    loaded 2-core machine)."""
+    threads = _openblas_threads()
+    if threads is None:
+        yield
+        return
+    get, set_threads = threads
+    before = get()
+    set_threads(1)
+    try:
+        yield
+    finally:
+        set_threads(before)

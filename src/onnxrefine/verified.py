@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from onnxrefine import progress
+from onnxrefine import portable, progress
 from onnxrefine.errors import BadInputError, OnnxRefineError
 from onnxrefine.ir import io, traversal
 from onnxrefine.ir.budget import ConstantBudget
@@ -112,7 +112,8 @@ def optimize_verified(
     try:
         state = _Schedule(original, pass_names, budget, fixed_point, on_progress, on_event or _noop, settings,
                           certifier)
-        run = _run_and_verify(state, settings, started)
+        with portable.one_blas_thread():  # the certificates' float64 work too (see portable.py)
+            run = _run_and_verify(state, settings, started)
         _detach(run.model, original.temp_dir)
         return run
     finally:

@@ -2,8 +2,8 @@
 
 One `verify_models(original, candidate)` call costs four onnxruntime sessions (strict and
 deployment settings) and, per input set:
-the original twice (run + re-run control), the candidate once, and where the candidate differs
-(a reassociating rewrite), perturbation runs of the original and one float64 evaluation of it.
+the original once, the candidate once, and where the candidate differs (a reassociating rewrite)
+the original's re-run control (verify/runs.py), perturbation runs of it and one float64 evaluation of it.
 Those costs scale with the model's FLOPs (Conv, ConvTranspose, MatMul, Gemm, from shapes inferred
 on a copy without the weights' bytes), its other elements and its weight bytes. The constants
 below were fitted on this project's bench machine at idle (2-core AMD EPYC, onnxruntime 1.32,
@@ -119,7 +119,7 @@ def estimate_cost(light: onnx.ModelProto, feeds: Mapping[str, np.ndarray], weigh
     ref_run = flops * REF_FLOP_S + elements * REF_ELEMENT_S + len(nodes) * REF_NODE_S \
         + weight_bytes * REF_WEIGHT_BYTE_S
     fixed = FIXED_S + SESSIONS * weight_bytes * SESSION_BYTE_S
-    per_set = PER_SET_S + 3 * ort_run + ((perturbation_runs * ort_run + ref_run) if differs else 0.0)
+    per_set = PER_SET_S + 2 * ort_run + (((1 + perturbation_runs) * ort_run + ref_run) if differs else 0.0)
     return CostEstimate(flops, elements, len(nodes), weight_bytes, fixed * slowdown, per_set * slowdown,
                         unknown, slowdown)
 

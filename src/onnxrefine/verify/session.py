@@ -8,8 +8,9 @@ verification takes the documented no-reference fallback. Nothing is swapped in s
 verify() runs the steps in this order, each a method below:
   plan_inputs     the input sets (given or generated), checked against the original's inputs
   plan_precision  u, discrete ops, perturbation runs, float16 note
-  run_original    the original twice per set (strict settings; the time budget is spent here)
-  run_candidate   the candidate on the same sets; both again under the deployment settings
+  run_original    the original once per set (strict settings; the time budget is spent here)
+  run_candidate   the candidate on the same sets, the original's re-run on those where it differs
+                  (runs.py); both again under the deployment settings
   add_reference   the original (and a narrower candidate) in float64 where the outputs differ; decision evidence
   add_controls    perturbation runs of the original where the bound alone leaves a difference
   compare         one OutputReport per output and track (the verdict rules, the hard bound)
@@ -28,16 +29,17 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxrefine import progress
+from onnxrefine import portable, progress
 from onnxrefine.errors import BadInputError
-from onnxrefine.resources import ResourceLimitError
 from onnxrefine.verify import conversion, evidence, graphinfo, judge
 from onnxrefine.verify.evidence import Track
 from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
 from onnxrefine.verify.reference import UnsupportedOperatorError
 from onnxrefine.verify.judge import excuse_float16_runtime
 from onnxrefine.verify.report import VerificationReport
-from onnxrefine.verify.ort import ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model
+from onnxrefine.verify.runs import OriginalRuns, candidate_runs
+from onnxrefine.verify.ort import (ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model,
+                                   whole_proto)
 
 __all__ = ["DECLINING_REFERENCE", "DecliningReference", "ReferenceEvaluator", "VerificationSession",
            "float64_reference"]
@@ -98,6 +100,7 @@ class _Run:
     output_map: dict = field(default_factory=dict)
     tracks: list = field(default_factory=list)  # the strict track first, then the deployment one
     reference_state: dict = field(default_factory=lambda: {"status": "not needed", "reason": ""})
+    strict_original: Any = None  # runs.OriginalRuns of the strict track, until its re-runs
     bounds: dict = field(default_factory=dict)
 
     @property
@@ -133,7 +136,8 @@ class VerificationSession:
     def verify(self, original, candidate, inputs=None) -> VerificationReport:
         """Compare `candidate` against `original` (paths, ModelProtos or onnx_ir Models)."""
         self.check_settings()
-        with np.errstate(all="ignore"):  # inf/NaN arithmetic is expected on stress inputs
+        # inf/NaN arithmetic is expected on stress inputs; float64 products run on one BLAS thread
+        with np.errstate(all="ignore"), portable.one_blas_thread():
             original_file = open_model(original, "original model")
             candidate_file, candidate_failure = None, None
             try:
@@ -200,15 +204,17 @@ class VerificationSession:
         run.perturb_count = judge.perturbation_runs(self.trials, run.discrete)
 
     def run_original(self, run: _Run) -> None:
-        """The original on every set under the strict settings. Sessions run one at a time (each
-        holds its own copy of the weights): the original on every set, then the candidate, then
-        both again under the deployment settings. The time budget is checked while the first runs;
-        its share of it is the share of the runs it makes."""
+        """The original on every set under the strict settings (its re-runs come after the
+        candidate's, verify/runs.py). Sessions run one at a time where the weights are large (each
+        holds its own copy): the original, then the candidate, then both under the deployment
+        settings. The time budget is checked while the first runs; its share of it is the share
+        of the runs it makes."""
         strict = RunSettings.strict()
         share = 2 / 3 if self.deployment is None else 1 / 3
         deadline = None if self.time_budget_s is None else run.started + self.time_budget_s * share
-        run.output_names, first_runs, map_outputs = _original_runs(run.original_file, strict, run.labelled,
-                                                                   self.custom_op_library, deadline, run.inputs_given)
+        run.strict_original = OriginalRuns(run.original_file, strict, self.custom_op_library)
+        run.output_names, first_runs, map_outputs = run.strict_original.first_runs(run.labelled, deadline,
+                                                                                   run.inputs_given)
         if len(first_runs) < len(run.labelled):
             run.notes.append(f"time budget of {self.time_budget_s:g}s spent: {len(run.labelled) - len(first_runs)} "
                              f"of {len(run.labelled)} input sets not run")
@@ -217,23 +223,36 @@ class VerificationSession:
         run.tracks = [Track(strict, first_runs, map_outputs)]
 
     def run_candidate(self, run: _Run) -> None:
-        """The candidate on the strict track; then both models under the deployment settings."""
-        if run.candidate_failure is None:
-            run.output_map, run.candidate_failure = evidence.match_outputs(
-                run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes,
-                self.match_outputs)
-        _candidate_runs(run.strict, run, self.custom_op_library)
+        """The candidate on the strict track and the original's re-runs; then both models under
+        the deployment settings."""
+        with run.strict_original.closed_on_error():
+            if run.candidate_failure is None:
+                run.output_map, run.candidate_failure = evidence.match_outputs(
+                    run.output_names, [out.name for out in run.candidate_file.proto.graph.output], run.notes,
+                    self.match_outputs)
+            candidate_runs(run.strict, run, self.custom_op_library)
+        run.strict_original.rerun(run.strict, run.output_names, run.output_map, run.labelled)
         if self.deployment is None:
             return
+        deployed = OriginalRuns(run.original_file, self.deployment, self.custom_op_library)
         try:
-            _, deployed, map_outputs = _original_runs(run.original_file, self.deployment, run.labelled,
-                                                      self.custom_op_library, None, run.inputs_given)
+            _, first_runs, map_outputs = deployed.first_runs(run.labelled, None, run.inputs_given)
         except BadInputError as exc:
-            run.notes.append(f"deployment check not run: the original does not run under the deployment "
-                             f"settings ({self.deployment.describe()}): {exc}")
-        else:
-            run.tracks.append(Track(self.deployment, deployed, map_outputs))
-            _candidate_runs(run.tracks[-1], run, self.custom_op_library)
+            run.notes.append(self._deployment_not_run(exc))
+            return
+        track = Track(self.deployment, first_runs, map_outputs)
+        with deployed.closed_on_error():
+            candidate_runs(track, run, self.custom_op_library)
+        try:
+            deployed.rerun(track, run.output_names, run.output_map, run.labelled)
+        except BadInputError as exc:  # the original's own re-run failed: as when its first run fails
+            run.notes.append(self._deployment_not_run(exc))
+            return
+        run.tracks.append(track)
+
+    def _deployment_not_run(self, exc: BadInputError) -> str:
+        return (f"deployment check not run: the original does not run under the deployment settings "
+                f"({self.deployment.describe()}): {exc}")
 
     def add_reference(self, run: _Run) -> None:
         """The evidence of every track; the original in float64 on each set where a float output
@@ -404,52 +423,7 @@ class VerificationSession:
         report.timings["localisation_s"] = section.get("seconds", 0.0)
 
 
-# -- the onnxruntime runs (module functions: tests spy on _add_perturbation_runs) ----------------
-
-def _original_runs(model_file, settings, labelled, custom_op_library, deadline, given_inputs):
-    """The original run twice on each set (the second run is the determinism control)."""
-    with ModelRunner(model_file, "original model", settings, custom_op_library) as runner:
-        results = []
-        for index, (label, feeds) in enumerate(labelled):
-            if deadline is not None and index > 0 and time.perf_counter() > deadline:
-                break
-            progress.report(done=index, total=len(labelled),
-                            detail=f"input set {label}: original runs ({settings.level})")
-            try:
-                first = runner.run(feeds)
-            except RunFailedError as exc:
-                if not given_inputs and label.startswith("branch:"):
-                    results.append(None)  # a set drawn to reach a branch may leave the valid domain
-                    continue
-                raise BadInputError(f"input set {label}: {exc}"
-                                    + ("" if given_inputs else " (generated inputs; pass --inputs or --dims)")) from None
-            results.append((first, runner.run(feeds)))
-        return list(runner.output_names), results, runner.map_outputs
-
-
-def _candidate_runs(track, run: _Run, custom_op_library) -> None:
-    candidate_file, labelled = run.candidate_file, run.labelled
-    track.candidate_failure = run.candidate_failure
-    if run.candidate_failure is not None:
-        return
-    try:
-        runner = ModelRunner(candidate_file, "candidate model", track.settings, custom_op_library)
-    except ResourceLimitError:
-        raise  # over the budget: verification cannot say anything, the candidate is not to blame
-    except BadInputError as exc:
-        track.candidate_failure = str(exc)
-        return
-    with runner:
-        for index, (label, feeds) in enumerate(labelled):
-            progress.report(done=index, total=len(labelled),
-                            detail=f"input set {label}: candidate run ({track.settings.level})")
-            try:
-                track.candidate_runs.append(runner.run(evidence.declared_feeds(candidate_file.proto, feeds)))
-            except RunFailedError as exc:
-                track.candidate_failure = f"input set {label}: {exc}"
-                return
-        track.compare_map_keys(runner.map_outputs, run.output_map)
-
+# -- the perturbation runs (a module function: tests spy on it) ---------------------------------
 
 def _add_perturbation_runs(track, original_file, labelled, indices, count, seed, custom_op_library) -> None:
     """Controls on the original on the sets `indices`: runs on inputs moved by a few ulps, under
@@ -476,25 +450,4 @@ def _add_perturbation_runs(track, original_file, labelled, indices, count, seed,
 
 
 def _whole_proto(given, role: str) -> onnx.ModelProto | None:
-    """The model with every weight loaded, or None when its weights exceed LOCALIZE_MAX_BYTES."""
-    if isinstance(given, onnx.ModelProto):
-        return given
-    if not isinstance(given, (str, os.PathLike)):  # an onnx_ir.Model
-        from onnxrefine.ir import io
-
-        return io.to_proto(given) if io.tensor_bytes(given) <= LOCALIZE_MAX_BYTES else None
-    path = os.fspath(given)
-    light = onnx.load(path, load_external_data=False)
-    folder = os.path.dirname(os.path.abspath(path))
-    from onnxrefine.ir.load_checks import tensors_with_places
-
-    files = {entry.value for tensor, _ in tensors_with_places(light)
-             for entry in tensor.external_data if entry.key == "location"}
-    size = os.path.getsize(path) + sum(os.path.getsize(os.path.join(folder, name)) for name in files
-                                       if os.path.isfile(os.path.join(folder, name)))
-    if size > LOCALIZE_MAX_BYTES:
-        return None
-    try:
-        return onnx.load(path)
-    except Exception as exc:
-        raise BadInputError(f"{role} {path}: {exc}") from None
+    return whole_proto(given, role, LOCALIZE_MAX_BYTES)

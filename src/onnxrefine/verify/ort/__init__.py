@@ -5,12 +5,13 @@ descriptions of onnxruntime's failures (errors.py), values of a model as one run
 the rest of the package uses."""
 
 from onnxrefine.verify.ort.dims import RunnableDims, shown_dims
-from onnxrefine.verify.ort.files import ModelFile, light_proto, open_model, write_temp
+from onnxrefine.verify.ort.files import (ModelFile, light_proto, open_model, proto_tensor_bytes, whole_proto,
+                                         write_temp)
 from onnxrefine.verify.ort.mapvalues import key_differences
 from onnxrefine.verify.ort.observed import MAX_OBSERVED_VALUES, observe
 from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError, inference_session, peak_estimate
 from onnxrefine.verify.ort.settings import RunSettings, check_run_settings
 
 __all__ = ["MAX_OBSERVED_VALUES", "ModelFile", "ModelRunner", "RunFailedError", "RunSettings", "RunnableDims",
-           "check_run_settings", "inference_session", "key_differences", "light_proto", "observe", "open_model", "peak_estimate",
-           "shown_dims", "write_temp"]
+           "check_run_settings", "inference_session", "key_differences", "light_proto", "observe", "open_model",
+           "peak_estimate", "proto_tensor_bytes", "shown_dims", "whole_proto", "write_temp"]

@@ -248,3 +248,28 @@ def _save_linked(model: ir.Model, folder: str, path: str) -> bool:
         for value in values:
             value.const_value = saved[value.name]
     return True
+
+
+def whole_proto(given, role: str, max_bytes: int) -> onnx.ModelProto | None:
+    """The model with every weight loaded, or None when its weights exceed `max_bytes`."""
+    if isinstance(given, onnx.ModelProto):
+        return given
+    if not isinstance(given, (str, os.PathLike)):  # an onnx_ir.Model
+        from onnxrefine.ir import io
+
+        return io.to_proto(given) if io.tensor_bytes(given) <= max_bytes else None
+    path = os.fspath(given)
+    light = onnx.load(path, load_external_data=False)
+    folder = os.path.dirname(os.path.abspath(path))
+    from onnxrefine.ir.load_checks import tensors_with_places
+
+    files = {entry.value for tensor, _ in tensors_with_places(light)
+             for entry in tensor.external_data if entry.key == "location"}
+    size = os.path.getsize(path) + sum(os.path.getsize(os.path.join(folder, name)) for name in files
+                                       if os.path.isfile(os.path.join(folder, name)))
+    if size > max_bytes:
+        return None
+    try:
+        return onnx.load(path)
+    except Exception as exc:
+        raise BadInputError(f"{role} {path}: {exc}") from None
