@@ -17,6 +17,8 @@ from onnxrefine.passes.registry import PassSpec
 from onnxrefine.rewrite.pattern import Op, Var
 from onnxrefine.rewrite.rule import Replacement, Rule
 from onnxrefine.verified import VerifySettings
+from onnxrefine.cli.main import main
+from onnxrefine.verify import verify_models
 
 
 def _cache_model(extra: int = 0) -> onnx.ModelProto:
@@ -112,3 +114,36 @@ def test_with_verify_forced_a_model_that_runs_at_no_sizes_cannot_be_verified():
     with pytest.raises(BadInputError, match="cannot verify: "):
         onnxrefine.optimize_with_report(_cache_model(extra=1), ["eliminate_identity"],
                                         verify=VerifySettings(enabled=True))
+
+
+def _relu_as_abs(model: onnx.ModelProto) -> onnx.ModelProto:
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    for node in wrong.graph.node:
+        if node.op_type == "Relu":
+            node.op_type = "Abs"
+    return wrong
+
+
+def test_verify_models_compares_at_sizes_the_original_runs_at():
+    model = _cache_model()
+    report = verify_models(model, model, trials=1, localize=False)
+    assert report.verdict == "exact"
+    assert report.notes[0].startswith(f"verified at {SIZES} (default sizes fail in the original: ")
+    assert verify_models(model, _relu_as_abs(model), trials=1, localize=False).verdict == "mismatch"
+
+
+def test_verify_models_with_dims_given_or_no_runnable_sizes_fails_as_before():
+    with pytest.raises(BadInputError, match="does not run|failed to run"):
+        verify_models(_cache_model(), _cache_model(), trials=1, localize=False,
+                      dims={"batch": 2, "sequence": 2, "past": 2, "total": 2})
+    with pytest.raises(BadInputError, match="failed to run the original"):
+        verify_models(_cache_model(extra=1), _cache_model(extra=1), trials=1, localize=False)
+
+
+def test_the_optimize_summary_names_the_sizes(tmp_path, capsys):
+    source, output = tmp_path / "cache.onnx", tmp_path / "out.onnx"
+    onnx.save(_cache_model(), source)
+    assert main(["optimize", str(source), "-o", str(output), "--passes", "eliminate_identity"]) == 0
+    line = [text for text in capsys.readouterr().out.splitlines() if text.startswith("verification: passed")]
+    assert line and f") at {SIZES} (default sizes fail in the original: " in line[0]

@@ -214,16 +214,13 @@ def _verify_end_to_end(state: "_Schedule", work: ir.Model, plan, forced: bool, b
 def _runnable_sizes(state: "_Schedule", seed: int, failure: BadInputError) -> tuple[list, str] | None:
     """(assignments, what to say) of the symbolic dims at which the original runs, when the
     default sizes are why it failed; None otherwise (a resource limit, no such sizes)."""
-    from onnxrefine.resources import ResourceLimitError
-    from onnxrefine.verify.ort import shown_dims, sizes_it_runs_at
+    from onnxrefine.verify.ort import sizes_it_runs_at
+    from onnxrefine.verify.sizes import default_sizes_failed, sizes_note
 
-    if isinstance(failure, ResourceLimitError):
+    if not default_sizes_failed(failure):
         return None
     sizes = sizes_it_runs_at(io.load_model(state.original.path), seed)
-    if isinstance(sizes, str):
-        return None
-    shown = " and at ".join(shown_dims(assignment) for assignment in sizes)
-    return sizes, f"{shown} (default sizes fail in the original: {str(failure).splitlines()[0]})"
+    return None if isinstance(sizes, str) else (sizes, sizes_note(sizes, failure))
 
 
 def _unverified(state: "_Schedule", work: ir.Model, log: RewriteLog, summary: dict) -> VerifiedRun:
