@@ -217,10 +217,12 @@ def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
     specs = graphinfo.graph_inputs(model)
     shapes = {spec.name: concrete_shape(spec, dims) for spec in specs}
     check_generated_size(specs, shapes)
-    known_shapes = dict(graphinfo.static_shapes(model, None))
-    known_shapes.update(shapes)
-    roles = {spec.name: graphinfo.integer_role(model, spec.name, known_shapes)
-             for spec in specs if spec.dtype.kind in "iu"}
+    roles = {}
+    if any(spec.dtype.kind in "iu" for spec in specs):  # only integer inputs have a role (shape inference's cost)
+        known_shapes = dict(graphinfo.static_shapes(model, None))
+        known_shapes.update(shapes)
+        roles = {spec.name: graphinfo.integer_role(model, spec.name, known_shapes)
+                 for spec in specs if spec.dtype.kind in "iu"}
     kinds = [f"random{index}" for index in range(max(1, trials))]
     if stress:
         kinds += [f"stress:{kind}" for kind in STRESS_KINDS]

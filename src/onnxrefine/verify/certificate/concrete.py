@@ -6,9 +6,10 @@ Two sources, tried by the certifier (certifier.py) after the shape facts:
   element type it has in one onnxruntime run of the model on its own input shapes
   (`verify/ort/observed.py`; its symbolic dims at sizes it runs at, `verify/ort/dims.py`, which
   tries the sizes an earlier run ran at first), all from the same run, so they agree with each
-  other and with every fact about them. Each run also asks every other value of the model whose shape no fact fixes
-  (only Shapes and one element of each are fetched), so the first run usually answers for the
-  rest; a value a rewrite makes inherits the shape of the value it replaces (`inherit`);
+  other and with every fact about them. Each run also asks every other value of the model whose
+  shape no fact fixes (only Shapes are fetched, and one element of a value whose element type
+  nothing else gives), so the first run usually answers for the rest; a value a rewrite makes
+  inherits the shape of the value it replaces (`inherit`);
 - for a rewrite in a model-local function's body or a control-flow body, the facts its inputs
   have at each call or first iteration (scopes.py), whose arguments a run may give.
 

@@ -34,8 +34,9 @@ MAX_COPIED = 64
 def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: bool = False,
             facts=None, dims: dict[str, int] | None = None) -> dict[int, np.ndarray] | str:
     """id(value) -> its array in one run of the main graph, or a one-line reason there is none.
-    With `shapes`, (its shape, its element type) instead: onnxruntime's Shape of it and one
-    element of it at most, so nothing large is held.
+    With `shapes`, (its shape, its element type) instead: onnxruntime's Shape of it and, where
+    neither the model nor `facts` gives its element type, one element of it at most, so nothing
+    large is held (and a value's type the facts give is not asked of the run again).
     `facts` (ir/facts StaticShapes) tells element types the model does not declare; `dims` sizes
     the symbolic input dims (verify/inputs.py's `concrete_shape`; the default size otherwise).
 
@@ -63,6 +64,7 @@ class Cut:
         from onnxrefine.verify.ort.runner import ModelRunner
 
         self.shapes, self.runner, self.failure, self.proto, self.names = shapes, None, None, None, {}
+        self.known: dict[int, np.dtype] = {}  # id(value) -> the element type the model or the facts give
         asked = list(dict.fromkeys(v for v in values if v is not None and v.name))
         if not asked:
             self.failure = "no named value was asked for"
@@ -71,13 +73,16 @@ class Cut:
             self.failure = f"{len(asked)} values asked for, more than {MAX_OBSERVED_VALUES} in one run"
             return
         try:
-            cut = _cut(model, asked, (lambda v: facts.dtype(v) or v.dtype) if facts is not None else (lambda v: v.dtype))
+            dtype_of = (lambda v: facts.dtype(v) or v.dtype) if facts is not None else (lambda v: v.dtype)
+            cut = _cut(model, asked, dtype_of)
             if isinstance(cut, str):
                 self.failure = cut
                 return
             self.proto, self.names = cut
             if shapes:
-                self.names = _shapes_of(self.proto, self.names)
+                self.known = {id(v): dtype for v in asked
+                              if id(v) in self.names and (dtype := _numpy_dtype(dtype_of(v))) is not None}
+                self.names = _shapes_of(self.proto, self.names, set(self.known))
             self.runner = ModelRunner(ModelFile(self.proto, None, None), "the model (observed)")
         except BadInputError as exc:  # resource limits included
             self.failure = _first_line(exc)
@@ -102,7 +107,7 @@ class Cut:
 
         if self.failure is not None:
             return self.failure
-        fetched = [n for pair in self.names.values() for n in pair] if self.shapes else list(self.names.values())
+        fetched = [n for pair in self.names.values() for n in pair if n] if self.shapes else list(self.names.values())
         try:
             feeds = {name: np.asarray(array) for name, array in
                      generate_inputs(self.proto, seed=seed, dims=dims, stress=False, trials=1)[0].items()}
@@ -122,8 +127,10 @@ class Cut:
         except Exception as exc:  # noqa: BLE001 - onnxruntime and the generator raise many types
             return _first_line(exc)
         if self.shapes:
-            pairs = iter(np.asarray(array) for array in arrays)
-            return {key: (tuple(int(d) for d in next(pairs)), next(pairs).dtype) for key in self.names}
+            got = dict(zip(fetched, arrays))
+            return {key: (tuple(int(d) for d in np.asarray(got[shape])),
+                          np.asarray(got[first]).dtype if first else self.known[key])
+                    for key, (shape, first) in self.names.items()}
         return {key: np.asarray(array) for key, array in zip(self.names, arrays)}
 
 
@@ -218,9 +225,10 @@ def _cut(model: ir.Model, values: list[ir.Value], dtype_of) -> tuple[onnx.ModelP
     return proto, names
 
 
-def _shapes_of(proto: onnx.ModelProto, names: dict[int, str]) -> dict[int, tuple[str, str]]:
-    """Replace the cut's outputs by each value's Shape and its first element at most (a Slice of
-    it flattened: its element type, whatever its size); the new output names."""
+def _shapes_of(proto: onnx.ModelProto, names: dict[int, str], typed: set[int]) -> dict[int, tuple[str, str]]:
+    """Replace the cut's outputs by each value's Shape and, unless its key is in `typed`, its first
+    element at most (a Slice of it flattened: its element type, whatever its size); the new output
+    names ("" where no element is asked)."""
     helper = onnx.helper
     proto.graph.initializer.extend([helper.make_tensor("__observed_flat", onnx.TensorProto.INT64, [1], [-1]),
                                     helper.make_tensor("__observed_0", onnx.TensorProto.INT64, [1], [0]),
@@ -229,12 +237,15 @@ def _shapes_of(proto: onnx.ModelProto, names: dict[int, str]) -> dict[int, tuple
     for key, name in names.items():
         index = len(pairs)
         shape, flat, first = f"__observed_shape_{index}", f"__observed_flat_{index}", f"__observed_first_{index}"
-        proto.graph.node.extend([helper.make_node("Shape", [name], [shape]),
-                                 helper.make_node("Reshape", [name, "__observed_flat"], [flat]),
+        proto.graph.node.append(helper.make_node("Shape", [name], [shape]))
+        if key in typed:
+            pairs[key] = (shape, "")
+            continue
+        proto.graph.node.extend([helper.make_node("Reshape", [name, "__observed_flat"], [flat]),
                                  helper.make_node("Slice", [flat, "__observed_0", "__observed_1"], [first])])
         pairs[key] = (shape, first)
     del proto.graph.output[:]
-    proto.graph.output.extend(onnx.ValueInfoProto(name=n) for pair in pairs.values() for n in pair)
+    proto.graph.output.extend(onnx.ValueInfoProto(name=n) for pair in pairs.values() for n in pair if n)
     return pairs
 
 
@@ -308,6 +319,13 @@ def _captured(node: ir.Node) -> list[ir.Value]:
                         found.append(value)
                 found.extend(_captured(inner))
     return found
+
+
+def _numpy_dtype(dtype: ir.DataType | None) -> np.dtype | None:
+    try:
+        return None if dtype is None else np.dtype(dtype.numpy())
+    except Exception:  # noqa: BLE001 - a type numpy has no dtype for: the run is asked
+        return None
 
 
 def _first_line(exc: BaseException) -> str:
