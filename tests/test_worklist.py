@@ -102,10 +102,10 @@ def test_the_schedule_offers_the_rules_again_only_around_what_a_graph_pass_chang
 
 def test_facts_derived_again_as_they_were_send_nothing_back():
     """The Neg reading the dynamic input x is replaced between two runs by an equal new Neg: the
-    facts below it are derived again and come out as before (x's own are kept, so its symbolic
-    batch dim is the same token), and the Sin six Relus down, which read its input's shape, is not
-    offered again. Derived again, x's dims would be new tokens, every shape below would differ and
-    the Sin would be offered again."""
+    facts of its output are derived again and come out as before (x's own are kept, so its
+    symbolic batch dim is the same token), and the Sin six Relus down, which read its input's
+    shape, is not offered again. Derived again, x's dims would be new tokens, every shape below
+    would differ and the Sin would be offered again."""
     offers = []
     nodes = [helper.make_node("Neg", ["x"], ["r0"])]
     nodes += [helper.make_node("Relu", [f"r{i}"], [f"r{i + 1}"]) for i in range(6)]

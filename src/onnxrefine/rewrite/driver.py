@@ -11,8 +11,9 @@ and no sweep confirms the fixed point: the driver ends when every worklist is em
 
 The schedule runs one driver in every round (passes/pipeline.py). A later run takes up where the
 model changed since the last: the nodes graph-level passes added, removed, rewired or changed go
-back on the worklists as a rewrite's would, and the facts below every edit since (ir/facts/) are
-derived again, the readers of each value whose facts came out different going back too. Nodes
+back on the worklists as a rewrite's would, and the facts every edit since may have changed
+(ir/facts/) are derived again, in graph order and only as far as they come out different, the
+readers of each value whose facts changed going back too. Nodes
 none of that reached are not offered again: what they were refused on is as it was.
 
 Graphs are visited in ir/traversal.py's order; every edit goes through ir/edit.py, the same API
@@ -33,7 +34,7 @@ from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.rewrite.log import CERTIFIED, DEFERRED, PROVED, UNCHECKED, RewriteLog, node_label
 from onnxrefine.rewrite.pattern import match
-from onnxrefine.rewrite.worklist import Worklist, around, below, changes, depth, snapshot
+from onnxrefine.rewrite.worklist import Worklist, around, changes, depth, snapshot
 from onnxrefine.rewrite.rule import (
     CertificateOutcome,
     CertificateRequest,
@@ -113,10 +114,10 @@ class RewriteDriver:
 
     def _catch_up(self) -> None:
         """Before a later run: re-queue what changed since the last one, and derive again the
-        facts below every edit since (each run's rules see facts as a new oracle would derive
-        them; only facts no edit reached are kept)."""
+        facts every edit since may have changed (each run's rules see facts as a new oracle
+        would derive them)."""
         changed, edited = changes(self._seen, snapshot(self.model))
-        refreshed = self.ctx.facts.refresh(below(edited + self._edited))
+        refreshed = self._refresh_facts(changed + around([], edited + self._edited, 1))
         self._edited = []
         self.ctx = RewriteContext(self.model, self.names, self.budget, facts=self.ctx.facts)
         # In graph order, as a new driver would offer them (the names a rewrite passes on follow
@@ -126,6 +127,22 @@ class RewriteDriver:
             for node in site.graph:
                 if id(node) in wanted:
                     self._requeue(node)
+
+    def _refresh_facts(self, seeds: list[ir.Node]) -> list[ir.Value]:
+        """Derive again the facts of the outputs of `seeds` (nodes an edit reached) and, in graph
+        order, of every node reading a value whose facts came out different: a fact is derived
+        from its node and the facts of the node's inputs alone (ir/facts/), so where those are as
+        they were, so is everything below. Returns the values whose facts changed."""
+        pending = {id(node) for node in seeds}
+        changed: list[ir.Value] = []
+        for site in traversal.graphs(self.model):
+            for node in site.graph:
+                if id(node) not in pending:
+                    continue
+                different = self.ctx.facts.refresh(node.outputs)
+                changed.extend(different)
+                pending.update(id(use.node) for value in different for use in value.uses())
+        return changed
 
     def _worklist(self, graph: ir.Graph) -> Worklist:
         """The graph's worklist; a graph seen for the first time (new, or first reached) is

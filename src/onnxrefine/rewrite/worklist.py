@@ -1,5 +1,5 @@
 """The rule driver's bookkeeping of what to offer again (rewrite/driver.py): per-graph worklists,
-the nodes around an edit, the values below it, and what changed between two looks at a model."""
+the nodes around an edit, and what changed between two looks at a model."""
 
 from __future__ import annotations
 
@@ -55,20 +55,6 @@ def around(touched: list[ir.Node], edited: list[ir.Value | None], reach: int) ->
                     found.setdefault(id(reader), reader)
                     below.extend(reader.outputs)
         frontier = below
-    return list(found.values())
-
-
-def below(values: list[ir.Value | None]) -> list[ir.Value]:
-    """`values` and every value computed from them (through subgraph captures too), each once."""
-    found: dict[int, ir.Value] = {}
-    stack = [value for value in values if value is not None]
-    while stack:
-        value = stack.pop()
-        if id(value) in found:
-            continue
-        found[id(value)] = value
-        for use in value.uses():
-            stack.extend(use.node.outputs)
     return list(found.values())
 
 

@@ -99,9 +99,9 @@ class StaticShapes:
                 del memo[key]
 
     def refresh(self, values) -> list[ir.Value]:
-        """Forget the facts of the computed ones among `values` (the caller passes every value
-        below an edit, whose facts may now be derived differently) and derive again those that
-        were known; returns the values whose facts came out different. A graph input's or
+        """Forget the facts of the computed ones among `values` (values an edit may have changed
+        the facts of: the caller passes them producers first) and derive again those that were
+        known; returns the values whose facts came out different. A graph input's or
         initializer's facts depend on nothing an edit changes, and are kept: a main input's
         symbolic dims stay the same tokens that every fact derived from them holds."""
         memos = ((self._shapes, self.symbolic_shape), (self._elements, self.elements), (self._dtypes, self.dtype))
