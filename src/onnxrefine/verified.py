@@ -133,34 +133,43 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
         emit("verify_plan", run=False, text="nothing to verify: no rewrite applied", estimate_s=0.0, budget_s=0.0)
         return VerifiedRun(work, log, summary=summary)
     budget_s, budget_text = _budget(settings, time.perf_counter() - started)
-    try:
-        # Input sets are cut to the budget; only when one set would exceed the limit (the user's
-        # --verify-budget, else DEFAULT_VERIFY_BUDGET_S) is verification skipped.
-        limit_s = settings.budget_s if settings.budget_s is not None else DEFAULT_VERIFY_BUDGET_S
-        _check_resources(original, settings.dims)
-        plan = make_plan(original.proto, budget_s=budget_s, forced=forced, trials=settings.trials,
-                         seed=settings.seed, dims=settings.dims, inputs=settings.inputs,
-                         weight_bytes=io.tensor_bytes(work), budget_text=budget_text, limit_s=limit_s,
-                         differs=any(entry.kind != EXACT for entry in log.applied))
-    except BadInputError as exc:
-        if forced:
-            raise BadInputError(f"cannot verify: {exc}") from None
-        plan = VerifyPlan(False, f"skipped: {exc}", reason=str(exc))
-    emit("verify_plan", run=plan.run, text=plan.text, estimate_s=plan.estimate_s, budget_s=budget_s)
+    # Input sets are cut to the budget; only when one set would exceed the limit (the user's
+    # --verify-budget, else DEFAULT_VERIFY_BUDGET_S) is verification skipped.
+    limit_s = settings.budget_s if settings.budget_s is not None else DEFAULT_VERIFY_BUDGET_S
+
+    def planned(dims, why: str = "") -> VerifyPlan:
+        try:
+            for assignment in dims if isinstance(dims, list) else [dims]:
+                _check_resources(original, assignment)
+            plan = make_plan(original.proto, budget_s=budget_s, forced=forced, trials=settings.trials,
+                             seed=settings.seed, dims=dims, inputs=settings.inputs,
+                             weight_bytes=io.tensor_bytes(work), budget_text=budget_text, limit_s=limit_s,
+                             differs=any(entry.kind != EXACT for entry in log.applied))
+        except BadInputError as exc:
+            if forced:
+                raise BadInputError(f"cannot verify: {exc}") from None
+            plan = VerifyPlan(False, f"skipped: {exc}", reason=str(exc))
+        plan.text += why
+        emit("verify_plan", run=plan.run, text=plan.text, estimate_s=plan.estimate_s, budget_s=budget_s)
+        return plan
+
+    plan = planned(settings.dims)
     if not plan.run:
         return _unverified(state, work, log, {"status": "skipped", "reason": plan.reason, "plan": plan.text})
-    state.use_inputs([feeds for _, feeds in plan.sets], plan.trials)
-    try:
-        # In auto mode a gross underestimate (a loaded machine) stops starting further input sets.
-        guard = None if forced else max(budget_s, 2 * plan.estimate_s)
-        from onnxrefine import resources  # a watched run (Loop, unknown shapes) also stops at the guard
-
-        with resources.limits(time_limit_s=guard):
-            report = state.verify(work, "end to end", time_budget_s=guard)
-    except BadInputError as exc:
+    report, sizes = _verify_end_to_end(state, work, plan, forced, budget_s), None
+    if isinstance(report, BadInputError) and not settings.dims and settings.inputs is None:
+        # The original fails at the generated sets' default sizes of its symbolic dims (a KV
+        # cache's mask as long as past + sequence): verified where the model runs, if anywhere.
+        sizes = _runnable_sizes(state, settings.seed, report)
+        if sizes is not None:
+            plan = planned(sizes[0], f"; at {sizes[1]}")
+            if not plan.run:
+                return _unverified(state, work, log, {"status": "skipped", "reason": plan.reason, "plan": plan.text})
+            report = _verify_end_to_end(state, work, plan, forced, budget_s)
+    if isinstance(report, BadInputError):
         if forced:
-            raise BadInputError(f"cannot verify: {exc}") from None
-        reason = _not_runnable(exc)
+            raise BadInputError(f"cannot verify: {report}") from None
+        reason = _not_runnable(report)
         return _unverified(state, work, log, {"status": "skipped", "reason": reason, "plan": plan.text})
     rolled_back: list[dict] = []
     while report.verdict not in ACCEPTED and len(rolled_back) < settings.max_rollbacks and steps:
@@ -183,7 +192,36 @@ def _run_and_verify(state: "_Schedule", settings: VerifySettings, started: float
         "verifications": state.verifications,
         "seconds": round(state.verify_seconds, 3),
     }
+    if sizes is not None:
+        summary["sizes"] = sizes[1]
     return VerifiedRun(work, log, rolled_back, summary)
+
+
+def _verify_end_to_end(state: "_Schedule", work: ir.Model, plan, forced: bool, budget_s: float):
+    """The end-to-end report on the plan's sets, or the BadInputError that stopped it (the
+    original does not run there, a resource limit)."""
+    from onnxrefine import resources  # a watched run (Loop, unknown shapes) also stops at the guard
+
+    state.use_inputs([feeds for _, feeds in plan.sets], plan.trials)
+    # In auto mode a gross underestimate (a loaded machine) stops starting further input sets.
+    guard = None if forced else max(budget_s, 2 * plan.estimate_s)
+    try:
+        with resources.limits(time_limit_s=guard):
+            return state.verify(work, "end to end", time_budget_s=guard)
+    except BadInputError as exc:
+        return exc
+
+
+def _runnable_sizes(state: "_Schedule", seed: int, failure: BadInputError) -> tuple[list, str] | None:
+    """(assignments, what to say) of the symbolic dims at which the original runs, when the
+    default sizes are why it failed; None otherwise (a resource limit, no such sizes)."""
+    from onnxrefine.verify.ort import sizes_it_runs_at
+    from onnxrefine.verify.sizes import default_sizes_failed, sizes_note
+
+    if not default_sizes_failed(failure):
+        return None
+    sizes = sizes_it_runs_at(io.load_model(state.original.path), seed)
+    return None if isinstance(sizes, str) else (sizes, sizes_note(sizes, failure))
 
 
 def _unverified(state: "_Schedule", work: ir.Model, log: RewriteLog, summary: dict) -> VerifiedRun:

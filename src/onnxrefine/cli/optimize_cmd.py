@@ -72,7 +72,9 @@ def register(subparsers) -> None:
                         f"{AUTO_BUDGET_FACTOR:g}x the optimization's own time, at most {DEFAULT_VERIFY_BUDGET_S:g}; a random and an inf/NaN set always run); input sets are left out, or "
                         "verification skipped, by an estimate made before it runs")
     parser.add_argument("--inputs", help="input sets (.npz) for verification instead of generated ones")
-    parser.add_argument("--dims", default="", help="symbolic dim values for generated inputs, e.g. N=2,seq=16")
+    parser.add_argument("--dims", default="",
+                        help="symbolic dim values for generated inputs, e.g. N=2,seq=16; a dim with no name is "
+                             "input[axis], e.g. 'mask[1]=7' (default: 2, or sizes the original runs at where it fails at 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed for generated verification inputs")
     add_input_shape_argument(parser)
     add_run_settings_arguments(parser)

@@ -101,6 +101,8 @@ def verification_text(report) -> str:
         verdict = verification["verdict"]
         text = f"{'passed: ' if verdict in PASSING else ''}{verdict} (end to end, against onnxruntime and " \
                f"float64, {sets} input set(s))"
+        if verification.get("sizes"):
+            text += f" at {verification['sizes']}"
         if report.rolled_back:
             text += f"; {len(report.rolled_back)} rolled back"
         return text

@@ -39,7 +39,8 @@ def register(subparsers) -> None:
                         help="random input sets and perturbation runs per set (default 3)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     parser.add_argument("--dims", default="", metavar="NAME=N,...",
-                        help="values for symbolic input dims, e.g. N=2,batch=1 (others default to 2)")
+                        help="values for symbolic input dims, e.g. N=2,batch=1; a dim with no name is input[axis], "
+                             "e.g. 'mask[1]=7' (others default to 2, or to sizes the original runs at where it fails at 2)")
     add_input_shape_argument(parser)
     parser.add_argument("--no-stress", action="store_true",
                         help="only random-normal inputs (no negatives/zeros/large/inf/NaN sets)")

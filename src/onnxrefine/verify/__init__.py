@@ -95,7 +95,9 @@ def verify_models(original, candidate, *,
     is large), one session at a time, so the weights are held once by onnxruntime.
 
     Raises BadInputError for a missing/non-ONNX file, inputs that do not fit the original, an
-    original that onnxruntime cannot load or run, or bad run settings. A candidate that
+    original that onnxruntime cannot load or run, or bad run settings. Generated inputs (no
+    `inputs`, no `dims`) at which the original fails are generated again at sizes of its symbolic
+    dims it runs at, where there are such (sizes.py; the report's first note names them). A candidate that
     onnxruntime cannot load or run is a `mismatch` (the rewrite broke the model), not bad input.
 
     `localize`: also judge the intermediate values both models hold (paired by name or role) and
@@ -120,4 +122,18 @@ def verify_models(original, candidate, *,
     chosen["reference"] = chosen["reference"] or float64_reference
     session = VerificationSession(trials=trials, seed=seed, dims=dims, stress=stress, time_budget_s=time_budget_s,
                                   localize=localize, match_outputs=match_outputs, **chosen)
-    return session.verify(original, candidate, inputs)
+    if inputs is not None or dims:
+        return session.verify(original, candidate, inputs)
+    from onnxrefine.errors import BadInputError
+    from onnxrefine.verify.sizes import sets_at_runnable_sizes
+
+    try:
+        return session.verify(original, candidate, None)
+    except BadInputError as exc:  # the default sizes of the symbolic dims may be why the original fails
+        sized = sets_at_runnable_sizes(original, exc, seed=seed, trials=trials, stress=stress)
+        if sized is None:
+            raise
+    sets, note = sized
+    report = session.verify(original, candidate, [feeds for _, feeds in sets])
+    report.notes.insert(0, f"verified at {note}")
+    return report

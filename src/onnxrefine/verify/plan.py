@@ -215,15 +215,22 @@ def choose_sets(labelled: Sequence[tuple[str, dict]], trials: int) -> list[tuple
     return randoms[:1] + stress + randoms[1:]
 
 
+def alternate(orders: Sequence[list[tuple[str, dict]]]) -> list[tuple[str, dict]]:
+    """The sets of choose_sets' order, the n-th taken from the n-th assignment of the dims (round
+    robin): the first sets, which a budget cut keeps, are at different sizes."""
+    return [orders[index % len(orders)][index] for index in range(len(orders[0]))]
+
+
 def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: int, seed: int,
-              dims: Mapping[str, int] | None, inputs: Sequence[Mapping[str, np.ndarray]] | None,
+              dims: Mapping[str, int] | Sequence[Mapping[str, int]] | None, inputs: Sequence[Mapping[str, np.ndarray]] | None,
               weight_bytes: int, budget_text: str = "", limit_s: float | None = None,
               limit_text: str = "", differs: bool = True) -> VerifyPlan:
     """What verification will do, decided before it runs: as many input sets as fit `budget_s`,
     at least MIN_AUTO_SETS (as many as there are, if fewer); skipped when even that one would exceed `limit_s` (default: `budget_s`).
     `forced` (--verify) runs every set whatever the estimate; given `inputs` all run (the user
     chose them) unless their estimate exceeds the limit in auto mode, which skips. `differs`:
-    see estimate_cost (False when only exact rewrites were applied: bit-identical outputs expected)."""
+    see estimate_cost (False when only exact rewrites were applied: bit-identical outputs expected).
+    `dims`: the sizes of the symbolic dims, or several assignments the generated sets alternate."""
     limit_s = budget_s if limit_s is None else limit_s
     from onnxrefine.verify import judge
     from onnxrefine.verify.inputs import generate_labelled_inputs
@@ -232,8 +239,9 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
     if inputs is not None:
         sets = [(f"given{index}", dict(feeds)) for index, feeds in enumerate(inputs)]
     else:
-        sets = choose_sets(generate_labelled_inputs(light, seed=seed, dims=dims, stress=True, trials=trials),
-                           trials)
+        sizes = [dims] if dims is None or isinstance(dims, Mapping) else list(dims)
+        sets = alternate([choose_sets(generate_labelled_inputs(light, seed=seed, dims=at, stress=True,
+                                                               trials=trials), trials) for at in sizes])
     if not sets:
         return VerifyPlan(False, "skipped: no input sets", reason="no input sets")
     perturb = judge.perturbation_runs(trials, graphinfo.has_discrete_ops(light))

@@ -4,7 +4,7 @@ descriptions of onnxruntime's failures (errors.py), values of a model as one run
 (observed.py), and the sizes of its symbolic dims at which it runs (dims.py). The face below is what
 the rest of the package uses."""
 
-from onnxrefine.verify.ort.dims import RunnableDims, shown_dims
+from onnxrefine.verify.ort.dims import RunnableDims, shown_dims, sizes_it_runs_at
 from onnxrefine.verify.ort.files import (ModelFile, light_proto, open_model, proto_tensor_bytes, whole_proto,
                                          write_temp)
 from onnxrefine.verify.ort.mapvalues import key_differences
@@ -14,4 +14,4 @@ from onnxrefine.verify.ort.settings import RunSettings, check_run_settings
 
 __all__ = ["MAX_OBSERVED_VALUES", "ModelFile", "ModelRunner", "RunFailedError", "RunSettings", "RunnableDims",
            "check_run_settings", "inference_session", "key_differences", "light_proto", "observe", "open_model",
-           "peak_estimate", "proto_tensor_bytes", "shown_dims", "whole_proto", "write_temp"]
+           "peak_estimate", "proto_tensor_bytes", "shown_dims", "sizes_it_runs_at", "whole_proto", "write_temp"]

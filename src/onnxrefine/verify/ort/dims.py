@@ -128,6 +128,11 @@ class RunnableDims:
         self.seed = seed
         self._ran: list[dict[str, int]] = []
 
+    @property
+    def ran(self) -> list[dict[str, int]]:
+        """The assignments that ran, first first."""
+        return [dict(assignment) for assignment in self._ran]
+
     def observe(self, model: ir.Model, values, *, facts=None, shapes: bool = False,
                 points: int = 1) -> list[tuple[dict[str, int], dict]] | str:
         """[(assignment, observed.observe's answer at it)] for `points` assignments in which every
@@ -172,3 +177,23 @@ class RunnableDims:
             return failure if runs == 1 else f"{failure} (and at {runs - 1} other sizes of its symbolic dims)"
         return (f"it runs at one assignment of its symbolic dims only ({shown_dims(found[0][0])}), not at another "
                 f"where every dim differs ({runs} tried{'' if failure is None else ': ' + failure})")
+
+
+def sizes_it_runs_at(model: ir.Model, seed: int = 0, points: int = 2) -> list[dict[str, int]] | str:
+    """For end-to-end verification of a model that failed at the default sizes: up to `points`
+    assignments of its symbolic input dims, every dim differing between them, at which the whole
+    model runs (the same search as the checks', on its outputs' shapes), or a one-line reason
+    there is none. Where it runs at the default sizes, the sizes are not why it failed: a reason."""
+    from onnxrefine.verify.inputs import DEFAULT_DIM
+
+    keys = dim_keys(model)
+    if not keys:
+        return "it has no symbolic input dims"
+    searcher = RunnableDims(seed)
+    found = searcher.observe(model, list(model.graph.outputs), shapes=True, points=points)
+    sizes = [assignment for assignment, _ in found] if not isinstance(found, str) else searcher.ran[:1]
+    if not sizes:
+        return found
+    if sizes[0] == {key: DEFAULT_DIM for key in keys}:
+        return "it runs at the default sizes of its symbolic dims, so they are not why it fails"
+    return sizes
