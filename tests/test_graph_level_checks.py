@@ -219,8 +219,8 @@ def test_list_passes_shows_why_each_pass_is_exact(capsys):
     assert "why each pass is exact" in out and "eliminate_deadend" in out
     from onnxrefine.cli.output import stdout_console
 
-    table = exactness_table(stdout_console())
-    rows = {str(name): str(reason) for name, reason in zip(table.columns[0]._cells, table.columns[1]._cells)}
+    table = exactness_table(stdout_console())  # the pipe's table: its cells as given
+    rows = {str(name): str(reason) for name, reason in table.rows}
     assert set(rows) == {spec.name for spec in registry.all_passes() if spec.run is not None}
     assert rows["eliminate_deadend"] == registry.get_pass("eliminate_deadend").exactness
 
