@@ -15,7 +15,8 @@ The rounding bound (RoundingBound)
            summed reduction lengths of the nodes on the path (Conv: C_in/group * prod(kernel);
            MatMul/Gemm: K; Reduce*, pools, Softmax, normalizations: their reduced elements; an
            elementwise node counts 1). graphinfo.accumulation_profile computes it. No cap.
-    n      max(N_MIN, min(N, STAT_K * ceil(sqrt(N)))), gamma = n*u / (1 - n*u).
+    n      max(N_MIN, min(N, STAT_K * ceil(sqrt(N)))), gamma = exp(n*u + N*u^2/(1-u)) - 1
+           (accumulation_gamma: finite and positive for every n, also where n*u >= 1).
            Why sqrt: Higham's gamma_N bounds the error of N roundings relative to the sum of the
            |terms|, which the verdict does not know (|R| of a mixed-sign sum or mean is far
            smaller). Rounding errors of independent operations add like a random walk: a length-N
@@ -26,6 +27,10 @@ The rounding bound (RoundingBound)
            E covers, since the original commits it too. The worst-case N*u, capped or not, is
            ~sqrt(N)/STAT_K times looser and swallowed real bugs: a BatchNorm fold that dropped
            epsilon (1e-5 on variances ~1 is ~8e-6 relative) before a GlobalAveragePool.
+           Why exp: Higham and Mary's probabilistic bound on N roundings, |prod(1 + delta_k) - 1| <=
+           exp(lambda*sqrt(N)*u + N*u^2/(1-u)) - 1, with lambda*sqrt(N) <= n; where n = N it is the
+           worst case (1 + u)^N - 1 <= exp(N*u) - 1. Higham's n*u / (1 - n*u) holds only for n*u < 1:
+           a float16 value with n = 2052 > 1/u = 2048 got a negative gamma, an allowance below zero.
     e_o    |O - R| where both are finite, else 0; e_c = |C - R|.
     E      max e_o over the output (the original's own worst error: how ill-conditioned it is).
     m      RMS of the finite |R| (so elements that cancel to ~0 are judged against the output's
@@ -131,6 +136,11 @@ def effective_n(accumulation: int) -> int:
     return max(N_MIN, min(accumulation, STAT_K * math.isqrt(accumulation - 1) + STAT_K))
 
 
+def accumulation_gamma(n: int, accumulation: int, u: float) -> float:
+    """gamma of an accumulation of length `accumulation` whose effective n is `n` (module docstring)."""
+    return math.expm1(n * u + max(1, int(accumulation)) * u * u / (1.0 - u))
+
+
 @dataclass
 class RoundingBound:
     u: float
@@ -150,7 +160,7 @@ class RoundingBound:
         """path_sum None: depth * width stands in for it (an upper bound of it)."""
         total = int(path_sum) if path_sum is not None else int(depth) * int(width)
         n = effective_n(total)
-        return cls(u=u, depth=depth, width=width, n=n, gamma=n * u / (1.0 - n * u), path_sum=total,
+        return cls(u=u, depth=depth, width=width, n=n, gamma=accumulation_gamma(n, total, u), path_sum=total,
                    amplifiers=None if amplifiers is None else tuple(amplifiers),
                    jumps=None if jumps is None else tuple(jumps))
 
