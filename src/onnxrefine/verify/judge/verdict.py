@@ -24,7 +24,7 @@ The rounding bound (RoundingBound)
            is the magnitude of the result both for same-sign terms and for random-sign ones
            (error ~ u*sqrt(N/3) resp. u*sqrt(N/2) times |result|). STAT_K = 4 is a wide margin
            over that; systematic (correlated) rounding is what the original's own measured error
-           E covers, since the original commits it too. The worst-case N*u, capped or not, is
+           e_o covers at each element, since the original commits it too. The worst-case N*u, capped or not, is
            ~sqrt(N)/STAT_K times looser and swallowed real bugs: a BatchNorm fold that dropped
            epsilon (1e-5 on variances ~1 is ~8e-6 relative) before a GlobalAveragePool.
            Why exp: Higham and Mary's probabilistic bound on N roundings, |prod(1 + delta_k) - 1| <=
@@ -32,25 +32,29 @@ The rounding bound (RoundingBound)
            worst case (1 + u)^N - 1 <= exp(N*u) - 1. Higham's n*u / (1 - n*u) holds only for n*u < 1:
            a float16 value with n = 2052 > 1/u = 2048 got a negative gamma, an allowance below zero.
     e_o    |O - R| where both are finite, else 0; e_c = |C - R|.
-    E      max e_o over the output (the original's own worst error: how ill-conditioned it is).
-    m      RMS of the finite |R| (so elements that cancel to ~0 are judged against the output's
-           typical magnitude).
+    M      per element, the magnitude of its summands: max(|R_i|, K_i/u), K the coherent bound
+           (u*|w| at each weight carried forward through |W|: a magnitude evaluation, so a cancelling
+           element keeps the size of its terms; rules.OutputFacts._magnitude); |R_i| where K is not
+           derived or not finite.
+    E, m   max e_o and the RMS of the finite |R| over the output: read only by the accumulation cap of
+           within-derived-bound, which restricts and excuses nothing.
     s      the original's measured sensitivity: max over the perturbation runs (inputs moved by
            PERTURB_ULPS ulps) of |O' - O|, stable positions only.
 
 Rules (RULES in rules.py, applied in order by judge_output; an element explained by any rule is explained,
 unless the veto "sign-flip" applies). Each names its legitimate case (a regression test) and the
 counterexamples it must not excuse (tests as well); see the Rule entries in rules.py.
-    within-bound       e_c <= 2*e_o + 2*E + gamma*max(|R|, m), C and R finite. Where O broke
-                       (non-finite, R finite) e_o is 0: the candidate must then lie within the
-                       normal bound of R.
+    within-bound       where no derived bound is in force: e_c <= 2*e_o + gamma*M, C and R finite,
+                       every term the element's own. Where O broke (non-finite, R finite) e_o is 0:
+                       the candidate must then lie within the normal bound of R.
     ill-conditioned    only for outputs behind an ill-conditioned op (graphinfo.ILL_CONDITIONED_OPS:
                        Sqrt, Log, Div by a non-constant, Pow, Reciprocal, Softmax, normalizations,
                        ...): e_c <= within-bound's allowance + 2*k*s, k = max(1, gamma/(PERTURB_ULPS*u)).
                        Derived, not a constant: s / (PERTURB_ULPS*u*|O|) is the output's measured
                        condition number kappa, so 2*k*s ~ 2*gamma*kappa*|O|, the first-order rounding
                        bound of an ill-conditioned value (kappa ~ 1 adds about gamma*|O| again).
-    reference-inexact  R not finite, O and C finite: |C - O| <= 2*E + gamma*max(|O|, m_O).
+    reference-inexact  R not finite, O and C finite: |C - O| <= 2*gamma*|O_i| (+ 2*k*s_i behind an
+                       ill-conditioned op).
     follows-reference  C non-finite and of R's class, or +-inf where |R| exceeds the dtype's max.
     original-broke     O non-finite, R finite, C non-finite too (the original's own error is
                        unbounded there; a finite C is judged by within-bound against R).
@@ -73,7 +77,8 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        showing -largest (onnxruntime's float MaxPool over a window of only -inf).
     sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
 Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fallback" requires
-|C - O| <= 2*gamma*max(|O|, m_O), plus 2*k*(s_i + max s) behind an ill-conditioned op; every
+|C - O| <= 2*gamma*max(|O_i|, m_O), plus 2*k*s_i behind an ill-conditioned op (m_O, the RMS of O,
+is the one whole-output term left in a rule: without R there is no magnitude of the summands); every
 class change is unexplained unless nonfinite-order, saturation or overflow-territory applies.
 
 Decisions: no element of a discrete (integer/bool) output is explained. A differing element of an
