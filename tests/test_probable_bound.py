@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxrefine.verify import MISMATCH, ROUNDING, verify_models
 from onnxrefine.verify.judge import RoundingBound, SetEvidence, judge_output
-from onnxrefine.verify.reference import bound_of, evaluate_float64, probable_lambda, probable_scale_of
+from onnxrefine.verify.reference import bound_of, evaluate_float64, magnitude_of, probable_lambda, probable_scale_of
 
 F = TensorProto.FLOAT
 
@@ -211,23 +211,23 @@ def test_hard_sigmoid_and_hard_swish_bounds_cover_onnxruntime():
 
 U32 = 2.0 ** -24
 CANCELLED = np.array([1e-3, -2e-3, 5e-4, 1.5e-3])  # results of 768-term sums whose terms total 30
-SUMMANDS = 30.0
+SUMMANDS = 30.0  # their magnitude M (the root-sum-square of the terms)
 
 
-def _cancelled(candidate_error, coherent=SUMMANDS * U32):
+def _cancelled(candidate_error, magnitude=SUMMANDS):
     """One set: the original errs by 20 u of the summands (no bound in force: B = inf), the candidate by
-    `candidate_error` (alternating in sign); `coherent`: K, u times the summands' magnitude, or None."""
+    `candidate_error` (alternating in sign); `magnitude`: the reference's magnitude of the terms, or None."""
     signs = np.array([1.0, -1.0, 1.0, -1.0])
     original = (CANCELLED + 20 * U32 * SUMMANDS).astype(np.float32)
     candidate = (CANCELLED + signs * candidate_error).astype(np.float32)
     evidence = SetEvidence(original, original.copy(), candidate, reference=CANCELLED,
-                           error_bound=np.full(4, np.inf),
-                           coherent_bound=None if coherent is None else np.full(4, coherent))
+                           error_bound=np.full(4, np.inf), coherent_bound=np.zeros(4),
+                           magnitude=None if magnitude is None else np.full(4, magnitude))
     return judge_output([evidence], RoundingBound.for_output(U32, 1, 768, amplifiers=(), jumps=()))
 
 
 def test_cancelling_elements_without_a_bound_in_force_are_judged_by_their_summands():
-    # beyond 2 e_o + gamma |R_i| (the result's own scale), within gamma * K_i / u = gamma * sum |terms|
+    # beyond 2 e_o + gamma |R_i| (the result's own scale), within gamma * M_i = gamma * sum |terms|
     bound = RoundingBound.for_output(U32, 1, 768)
     error = 2 * 20 * U32 * SUMMANDS + 0.5 * bound.gamma * SUMMANDS
     judgement = _cancelled(error)
@@ -241,5 +241,23 @@ def test_a_cancelling_element_beyond_its_summands_magnitude_is_mismatch():
 def test_without_the_summands_magnitude_a_cancelling_element_is_judged_by_its_own_value():
     bound = RoundingBound.for_output(U32, 1, 768)
     error = 2 * 20 * U32 * SUMMANDS + 0.5 * bound.gamma * SUMMANDS
-    assert _cancelled(error, coherent=None).verdict == MISMATCH
-    assert _cancelled(error, coherent=np.inf).verdict == MISMATCH  # an unbounded K says nothing
+    assert _cancelled(error, magnitude=None).verdict == MISMATCH
+    assert _cancelled(error, magnitude=np.nan).verdict == MISMATCH  # not derived there
+
+
+def test_magnitude_of_a_cancelling_dot_product_is_the_root_sum_square_of_its_terms():
+    # x @ w with terms +-1 that cancel to 0.5, then a Mul by 2: M is sqrt(sum x_k^2 w_k^2), carried by |2|
+    # (the constants carry no terms of their own); where the terms share a sign it is below |R|
+    x = np.ones((1, 64), np.float32)
+    w = np.zeros((64, 2), np.float32)
+    w[:, 0] = np.where(np.arange(64) % 2 == 0, 1.0, -1.0)
+    w[0, 0] = 1.5
+    w[:, 1] = 1.0
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Mul", ["t", "two"], ["y"])],
+                       [value_info("x", F, [1, 64])], [value_info("y", F, None)],
+                       [tensor("w", w), tensor("two", np.float32(2.0))])
+    value = evaluate_float64(model, {"x": x})["y"]
+    terms = magnitude_of(value)
+    assert np.asarray(value, np.float64).tolist() == [[1.0, 128.0]]
+    assert terms[0, 0] == pytest.approx(2 * np.sqrt(1.5 ** 2 + 63), rel=1e-4)  # a float32 product, made an upper bound
+    assert terms[0, 1] == pytest.approx(2 * 8.0, rel=1e-4)

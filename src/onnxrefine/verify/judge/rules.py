@@ -107,19 +107,17 @@ class OutputFacts:
             self.bound_c = in_force + np.where(np.isnan(coherent), 0.0, coherent)
 
     def _magnitude(self, evidence) -> np.ndarray:
-        """Per element, the magnitude of the summands behind it, M_i = max(|R_i|, K_i / u) (|O_i| without
-        R): the coherent bound K (reference/bound.py) is u * |w| at every weight carried forward through
-        |W| and the ops' derivatives, a magnitude evaluation of the weights' terms, so K_i / u is
-        sum |a_k b_k| for a dot product with the weights and stays large where the result cancels.
-        K is divided by u of the lowest precision the graph declares (its weights' u or a larger one):
-        the smaller of the magnitudes it may mean. Where K is not derived or not finite, |R_i| alone."""
+        """Per element, the magnitude of the terms behind it, max(|R_i|, M_i) (|O_i| without R): M from the
+        reference (reference.magnitude_of), sum |a_k w_k| for a dot product, carried through the
+        elementwise ops after it, so it stays large where the result cancels. Where M is not derived
+        (past an op without a rule), |R_i| alone."""
         own = np.abs(np.where(self.ca == FIN, self.a, 0.0)) if self.r is None \
             else np.abs(np.where(self.cr == FIN, self.r, 0.0))
-        coherent = evidence.coherent_bound
-        if self.r is None or coherent is None or coherent.shape != own.shape or self.bound.u <= 0:
+        terms = evidence.magnitude
+        if self.r is None or terms is None or terms.shape != own.shape:
             return own
         with np.errstate(invalid="ignore"):
-            return np.maximum(own, np.where(np.isfinite(coherent), coherent, 0.0) / self.bound.u)
+            return np.maximum(own, np.where(np.isfinite(terms), terms, 0.0))
 
     def base_allowance(self) -> np.ndarray:
         """Where no bound is in force (not derived, +inf, or the original beyond it): the accumulation
@@ -302,7 +300,7 @@ RULES = (
           _P + "test_one_percent_error_in_a_deep_matmul_chain_is_mismatch"),
          _within_derived_bound, True),
     Rule("within-bound", "where no bound is in force (not derived, +inf, or the original beyond it): finite "
-         "C within 2*e_o_i + gamma*M_i of R, M_i = max(|R_i|, K_i/u) the magnitude of the element's summands "
+         "C within 2*e_o_i + gamma*M_i of R, M_i = max(|R_i|, the magnitude of the element's terms) "
          "(OutputFacts.base_allowance); no term shared across elements",
          "reassociation, folding and fusion change rounding only; the candidate may err as much "
          "as twice the original's own error at that element plus the accumulation's rounding of its summands",

@@ -32,10 +32,10 @@ The rounding bound (RoundingBound)
            worst case (1 + u)^N - 1 <= exp(N*u) - 1. Higham's n*u / (1 - n*u) holds only for n*u < 1:
            a float16 value with n = 2052 > 1/u = 2048 got a negative gamma, an allowance below zero.
     e_o    |O - R| where both are finite, else 0; e_c = |C - R|.
-    M      per element, the magnitude of its summands: max(|R_i|, K_i/u), K the coherent bound
-           (u*|w| at each weight carried forward through |W|: a magnitude evaluation, so a cancelling
-           element keeps the size of its terms; rules.OutputFacts._magnitude); |R_i| where K is not
-           derived or not finite.
+    M      per element, the magnitude of its terms: max(|R_i|, M_i) with M_i from the reference
+           (SetEvidence.magnitude, reference/bound.py: sum |a_k w_k| of the last dot product, reduction
+           or normalization, carried through the elementwise ops after it), so a cancelling element
+           keeps the size of its terms; |R_i| where it is not derived.
     E, m   max e_o and the RMS of the finite |R| over the output: read only by the accumulation cap of
            within-derived-bound, which restricts and excuses nothing.
     s      the original's measured sensitivity: max over the perturbation runs (inputs moved by
@@ -213,10 +213,13 @@ class SetEvidence:
     # per element, where the original's bound is not finite in a float16 graph and the reference gives
     # both models the same value: the candidate's own derived bound (NaN elsewhere; rule float16-skipped-rounding)
     spec_same_bound: np.ndarray | None = None
+    # per element, the magnitude of the terms behind the value (reference.magnitude_of): what a rounding
+    # at each of its accumulation's steps is relative to, where no bound is in force (rule within-bound)
+    magnitude: np.ndarray | None = None
 
     def attach_reference(self, value) -> None:
         """`reference` (and its bounds, when the evaluator derived them) from a float64 evaluation."""
-        from onnxrefine.verify.reference import bound_of, coherent_of, probable_scale_of
+        from onnxrefine.verify.reference import bound_of, coherent_of, magnitude_of, probable_scale_of
 
         self.reference = np.asarray(value, dtype=np.float64)
         bound, coherent = bound_of(value), coherent_of(value)
@@ -226,6 +229,8 @@ class SetEvidence:
                                                                                                  np.float64)
         scale = probable_scale_of(value)
         self.probable_scale = None if scale is None or scale.shape != shape else np.asarray(scale, np.float64)
+        terms = magnitude_of(value)
+        self.magnitude = None if terms is None or terms.shape != shape else np.asarray(terms, np.float64)
     # every decision (DISCRETE_OPS, Cast to int) behind the output reads exactly computed values
     # (decisions.exact_decisions): few-ulp input moves then stand for no rounding of the original
     exact_decisions: bool = False
