@@ -245,19 +245,31 @@ def test_without_the_summands_magnitude_a_cancelling_element_is_judged_by_its_ow
     assert _cancelled(error, magnitude=np.nan).verdict == MISMATCH  # not derived there
 
 
-def test_magnitude_of_a_cancelling_dot_product_is_the_root_sum_square_of_its_terms():
-    # x @ w with terms +-1 that cancel to 0.5, then a Mul by 2: M is sqrt(sum x_k^2 w_k^2), carried by |2|
-    # (the constants carry no terms of their own); where the terms share a sign it is below |R|
-    x = np.ones((1, 64), np.float32)
+def _cancelling_product(after_elu):
+    """x @ w then a Mul by 2 (x = 1: column 0's terms +-1 cancel to 0.5, column 1's share a sign);
+    after_elu: x passes an Elu first, an op without a rule, so no bound is derived behind it."""
     w = np.zeros((64, 2), np.float32)
     w[:, 0] = np.where(np.arange(64) % 2 == 0, 1.0, -1.0)
     w[0, 0] = 1.5
     w[:, 1] = 1.0
-    model = make_model([helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Mul", ["t", "two"], ["y"])],
+    head = [helper.make_node("Elu", ["x"], ["e"])] if after_elu else [helper.make_node("Identity", ["x"], ["e"])]
+    model = make_model(head + [helper.make_node("MatMul", ["e", "w"], ["t"]), helper.make_node("Mul", ["t", "two"], ["y"])],
                        [value_info("x", F, [1, 64])], [value_info("y", F, None)],
                        [tensor("w", w), tensor("two", np.float32(2.0))])
-    value = evaluate_float64(model, {"x": x})["y"]
+    return evaluate_float64(model, {"x": np.ones((1, 64), np.float32)})["y"]
+
+
+def test_magnitude_of_a_cancelling_dot_product_is_the_root_sum_square_of_its_terms():
+    # behind the Elu no bound is in force, so the magnitude is computed: the product starts afresh from
+    # its input's |x|, M = sqrt(sum x_k^2 w_k^2), carried by |2| (the constants carry no terms of their own)
+    value = _cancelling_product(after_elu=True)
+    assert not np.any(np.isfinite(probable_scale_of(value)))
     terms = magnitude_of(value)
     assert np.asarray(value, np.float64).tolist() == [[1.0, 128.0]]
     assert terms[0, 0] == pytest.approx(2 * np.sqrt(1.5 ** 2 + 63), rel=1e-4)  # a float32 product, made an upper bound
-    assert terms[0, 1] == pytest.approx(2 * 8.0, rel=1e-4)
+    assert terms[0, 1] == pytest.approx(2 * 8.0, rel=1e-4)  # below |R| where the terms share a sign
+
+
+def test_magnitude_is_not_computed_where_the_probable_bound_is_finite():
+    value = _cancelling_product(after_elu=False)
+    assert np.all(np.isfinite(probable_scale_of(value))) and magnitude_of(value) is None

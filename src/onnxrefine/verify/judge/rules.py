@@ -108,8 +108,8 @@ class OutputFacts:
 
     def _magnitude(self, evidence) -> np.ndarray:
         """Per element, the magnitude of the terms behind it, max(|R_i|, M_i) (|O_i| without R): M from the
-        reference (reference.magnitude_of), sum |a_k w_k| for a dot product, carried through the
-        elementwise ops after it, so it stays large where the result cancels. Where M is not derived
+        reference (reference.magnitude_of), the root-sum-square of a dot product's terms carried through
+        the elementwise ops after it, so it stays large where the result cancels. Where M is not derived
         (past an op without a rule), |R_i| alone."""
         own = np.abs(np.where(self.ca == FIN, self.a, 0.0)) if self.r is None \
             else np.abs(np.where(self.cr == FIN, self.r, 0.0))
@@ -123,7 +123,7 @@ class OutputFacts:
         """Where no bound is in force (not derived, +inf, or the original beyond it): the accumulation
         estimate per element, 2*e_o_i + gamma*M_i (M: _magnitude). No term is shared across elements:
         a large or ill-computed element lends the others nothing; a cancelling element (|R_i| far below
-        its summands, bert-base's) is judged by its summands' magnitude, as gamma_n * sum |a_k b_k| is."""
+        its terms, bert-base's) is judged by its terms' magnitude."""
         return ERROR_FACTOR * self.err_o + self.bound.gamma * self.magnitude
 
     def artefact(self) -> np.ndarray:

@@ -155,8 +155,6 @@ class BoundTracker:
             except Exception:  # noqa: BLE001 - a rule that cannot read this node derives nothing
                 results = None
             scales = None if results is None else _probable_pass(rule, ctx, [r[2] for r in reprs])
-            if results is not None:
-                self._magnitude_pass(rule, ctx, in_names, names)
         for index, name in enumerate(names):
             if not name:
                 continue
@@ -176,6 +174,9 @@ class BoundTracker:
             if bound is None or constant:
                 scale = bound  # a constant's error is the same on every input set: no random variable
             self.bounds[name] = (_compact(bound), _compact(coherent), _compact(scale))
+        if results is not None and any(name and not _finite(self.bounds[name][2]) for name in names):
+            # only where the probable bound is not in force everywhere does the verdict read the magnitude
+            self._magnitude_pass(rule, ctx, in_names, names)
 
     def _magnitude_pass(self, rule, ctx, in_names, names) -> None:
         """Per element, the magnitude of the terms behind each output, M: the probable pass's carry of
@@ -184,7 +185,9 @@ class BoundTracker:
         (sqrt(sum_k a_k^2 w_k^2); about |y| for terms of random sign, and as large where they cancel),
         of a sum of two values M_a + M_b, of a product |b| M_a + |a| M_b, of data movement the moved M.
         A product, reduction or normalization (_COSTLY) starts afresh from its inputs' |x|, so M does not
-        compound through the network as B does. Graph inputs: M = |x|."""
+        compound through the network as B does. Graph inputs: M = |x|. Run only for nodes whose probable
+        scale is not finite everywhere (after_node): elsewhere the probable bound judges, and a value
+        without M (or an input without it) is taken at its own |x|."""
         reset = ctx.node.op_type in _COSTLY
         steps = []
         for name, value in zip(in_names, ctx.inputs):
@@ -265,6 +268,15 @@ def _smaller(scale, bound, value):
     if isinstance(bound, float) and bound == UNBOUNDED:
         return scale
     return np.minimum(materialize(scale, value), materialize(bound, value))
+
+
+def _finite(compact) -> bool:
+    """A compact bound finite on every element (None: exact)."""
+    if compact is None:
+        return True
+    if isinstance(compact, float):
+        return math.isfinite(compact)
+    return bool(np.all(np.isfinite(compact)))
 
 
 def _unbounded(ctx):
