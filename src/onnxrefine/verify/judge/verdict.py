@@ -24,7 +24,7 @@ The rounding bound (RoundingBound)
            is the magnitude of the result both for same-sign terms and for random-sign ones
            (error ~ u*sqrt(N/3) resp. u*sqrt(N/2) times |result|). STAT_K = 4 is a wide margin
            over that; systematic (correlated) rounding is what the original's own measured error
-           e_o covers at each element, since the original commits it too. The worst-case N*u, capped or not, is
+           e_o covers at each element, since the original commits it too. The worst-case N*u is
            ~sqrt(N)/STAT_K times looser and swallowed real bugs: a BatchNorm fold that dropped
            epsilon (1e-5 on variances ~1 is ~8e-6 relative) before a GlobalAveragePool.
            Why exp: Higham and Mary's probabilistic bound on N roundings, |prod(1 + delta_k) - 1| <=
@@ -33,9 +33,10 @@ The rounding bound (RoundingBound)
            a float16 value with n = 2052 > 1/u = 2048 got a negative gamma, an allowance below zero.
     e_o    |O - R| where both are finite, else 0; e_c = |C - R|.
     M      per element, the magnitude of its terms: max(|R_i|, M_i) with M_i from the reference
-           (SetEvidence.magnitude, reference/bound.py: sum |a_k w_k| of the last dot product, reduction
-           or normalization, carried through the elementwise ops after it), so a cancelling element
-           keeps the size of its terms; |R_i| where it is not derived.
+           (SetEvidence.magnitude, reference/bound.py: the root-sum-square of the terms of the last dot
+           product, reduction or normalization, carried through the elementwise ops after it, the scale
+           of the partial sums the sqrt(N) random walk above rounds), so a cancelling element keeps the
+           size of its terms; |R_i| where it is not derived.
     E, m   max e_o and the RMS of the finite |R| over the output: read only by the accumulation cap of
            within-derived-bound, which restricts and excuses nothing.
     s      the original's measured sensitivity: max over the perturbation runs (inputs moved by
