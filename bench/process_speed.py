@@ -130,6 +130,7 @@ def main() -> int:
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     ratios: dict[str, list[float]] = {tool: [] for tool in tools}
+    wall_ratios: dict[str, list[float]] = {tool: [] for tool in tools}
     for name, measured in rows.items():
         base = measured.get(BASELINE)
         cells = [name]
@@ -141,11 +142,14 @@ def main() -> int:
             ratio = f" ({value[0] / base[0]:.2f}x)" if base and tool != BASELINE else ""
             if base:
                 ratios[tool].append(value[0] / base[0])
+                wall_ratios[tool].append(value[1] / base[1])
             cells.append(f"{value[0]:.2f} / {value[1]:.2f}{ratio}")
         print("| " + " | ".join(cells) + " |")
-    print("| geometric mean of CPU vs ort-basic | " + " | ".join(
-        "1.00x" if tool == BASELINE else f"{geomean(ratios[tool]):.2f}x (max {max(ratios[tool], default=float('nan')):.2f}x)"
-        for tool in tools) + " |")
+    for label, table in (("CPU", ratios), ("wall", wall_ratios)):
+        print(f"| geometric mean of {label} vs {BASELINE} | " + " | ".join(
+            "1.00x" if tool == BASELINE else f"{geomean(table[tool]):.2f}x (max {max(table[tool], default=float('nan')):.2f}x)"
+            for tool in tools) + " |")
+    print(f"\nfastest of {args.runs} per cell; load average at the end {os.getloadavg()[0]:.1f}")
     if missing:
         print(f"\nnot installed for {args.peers_python}: {', '.join(missing)}")
     return 0

@@ -96,3 +96,28 @@ def plant_rules(monkeypatch, rules: dict) -> Callable[[str], str]:
     for name, rule in rules.items():
         plant_pass(monkeypatch, PassSpec(f"planted_{name}", "test only", rules=(rule,), default=False))
     return lambda name: f"planted_{name}"
+
+
+def on_a_terminal(argv: list[str], env: dict) -> tuple[int, str]:
+    """Run `argv` with stdout a terminal (a pseudo-terminal; stderr discarded): its exit code and
+    what it printed, colour codes and carriage returns taken out."""
+    import os
+    import pty
+    import re
+    import subprocess
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(argv, stdout=follower, stderr=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closes when the command exits
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    code = process.wait(timeout=120)
+    os.close(leader)
+    return code, re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode()).replace("\r", "")

@@ -105,25 +105,11 @@ def test_verify_in_a_pipe_prints_whole_unwrapped_lines(tmp_path):
 
 def test_verify_on_an_80_column_terminal_drops_columns_before_names(tmp_path):
     import os
-    import pty
-    import re
 
-    leader, follower = pty.openpty()
-    process = subprocess.Popen(_verify_pair(tmp_path), stdout=follower, stderr=subprocess.DEVNULL,
-                               env={**os.environ, "COLUMNS": "80", "TERM": "xterm"})
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal closes when the command exits
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    assert process.wait(timeout=120) == 1
-    os.close(leader)
-    text = re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode()).replace("\r", "")
+    from helpers import on_a_terminal
+
+    code, text = on_a_terminal(_verify_pair(tmp_path), {**os.environ, "COLUMNS": "80", "TERM": "xterm"})
+    assert code == 1
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80 and "…" not in text
     tables = [line for line in lines if line.startswith("┃")]

@@ -44,7 +44,7 @@ DEFAULT_SCHEDULE = {
     ],
     GRAPH: [
         "extract_constant_to_initializer", "eliminate_if_with_const_cond", "fold_constants", "fold_shapes",
-        "eliminate_reshape_around_elementwise", "split_to_sequence_as_split",
+        "merge_dim_reads", "eliminate_reshape_around_elementwise", "split_to_sequence_as_split",
     ],
     CLEANUP: [
         "eliminate_common_subexpression", "eliminate_duplicate_initializer", "eliminate_deadend",

@@ -68,6 +68,11 @@ def test_optimize_without_verification_does_not_import_sympy(tmp_path):
 # the verifier, its float64 reference, its verdict rules, its report and its localization.
 VERIFIER = {name: f"onnxrefine.verify.{name}" for name in
             ("session", "inputs", "reference", "judge.verdict", "judge.spec_identity", "report", "localize")}
+# Heavy modules of other packages such a run has no use for, with stdout a pipe (as here): rich
+# draws for a terminal only; sympy is deferred (onnxrefine._deferred); onnx's reference evaluator,
+# process pools and the fuzzer's Ray are other commands' tools.
+HEAVY = {"sympy": "sympy.core", "rich": "rich", "onnx.reference": "onnx.reference",
+         "multiprocessing": "multiprocessing", "ray": "ray", "torch": "torch"}
 
 
 def test_optimize_without_verification_loads_no_verifier(tmp_path):
@@ -84,10 +89,22 @@ def test_optimize_without_verification_loads_no_verifier(tmp_path):
         f"assert main(['optimize', {str(tmp_path / 'm.onnx')!r}, '-o', {str(tmp_path / 'o.onnx')!r}, '--no-verify']) == 0\n"
     )
     others = {name: module for name, module in SUBCOMMANDS.items() if name != "optimize"}
-    loaded = loaded_after(code, {**VERIFIER, **others, "certificates": "onnxrefine.verify.certificate"})
-    assert "1 proved" in loaded["stdout"]  # the Identity went, on a certificate's proof
+    loaded = loaded_after(code, {**VERIFIER, **others, **HEAVY, "certificates": "onnxrefine.verify.certificate"})
+    assert "1 proved" in loaded["stdout"] and "┃ rule" in loaded["stdout"]  # the Identity went, on a proof
     assert loaded.pop("certificates")
-    assert not [name for name in [*VERIFIER, *others] if loaded[name]]
+    assert not [name for name in [*VERIFIER, *others, *HEAVY] if loaded[name]]
+
+
+def test_a_terminal_still_gets_rich(tmp_path):
+    """The other side of printing without rich in a pipe: on a terminal the summary is rich's."""
+    from helpers import on_a_terminal
+
+    script = ("import sys\nfrom onnxrefine.cli.main import main\n"
+              f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {str(tmp_path / 'o.onnx')!r}, '--no-verify']) == 0\n"
+              "print('@@', 'rich.table' in sys.modules)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ONNXREFINE_PROGRESS="off", TERM="xterm")
+    exit_code, text = on_a_terminal([sys.executable, "-c", script], env)
+    assert exit_code == 0 and "@@ True" in text
 
 
 def test_api_import_does_not_load_sympy():
@@ -129,7 +146,16 @@ def test_only_the_commands_own_process_freezes_its_start_up(tmp_path):
         "import gc\nfrom onnxrefine.cli.main import main\n"
         f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {out!r}, '--no-verify']) == 0\n"
         "assert gc.get_freeze_count() == 0\n"
+        "gc.disable()\n"  # as __main__.run leaves it while start-up imports
         f"assert main(['optimize', {str(EXAMPLE)!r}, '-o', {out!r}, '--no-verify'], freeze_startup=True) == 0\n"
         "assert gc.get_freeze_count() > 10000, gc.get_freeze_count()\n"
+        "assert gc.isenabled()\n"  # the run itself collects
     )
     loaded_after(code)
+
+
+def test_importing_the_package_leaves_garbage_collection_as_it_found_it():
+    """Collection is held off while the package imports (its objects are no garbage), then put back
+    as the caller had it, on or off."""
+    loaded_after("import gc, onnxrefine\nassert gc.isenabled()\n")
+    loaded_after("import gc\ngc.disable()\nimport onnxrefine\nassert not gc.isenabled()\n")

@@ -17,6 +17,9 @@ def _memory_limited() -> bool:
 
 
 def run() -> int:
+    import gc
+
+    gc.disable()  # until start-up is frozen (cli.main.main): importing makes no garbage
     try:
         from onnxrefine.cli.main import main
     except (MemoryError, ImportError, SystemError, KeyboardInterrupt) as exc:

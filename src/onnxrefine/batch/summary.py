@@ -1,4 +1,5 @@
-"""The one summary of a batch run: a terminal table, summary.json and a self-contained HTML page."""
+"""The one summary of a batch run: the rows of its table (printed by the CLI), summary.json and a
+self-contained HTML page."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import html
 import json
 import os
 
-from rich.table import Table
 
 COLUMNS = (("model", "model"), ("status", "status"), ("verdict", "verdict"), ("nodes", None),
            ("size", None), ("seconds", "seconds"), ("peak MiB", "peak_rss_mb"), ("refused", "refused"),
@@ -52,19 +52,14 @@ def totals(rows: list[dict]) -> dict:
     }
 
 
-def table(command: str, rows: list[dict]) -> Table:
-    result = Table(title=f"onnxrefine {command}: {len(rows)} models")
-    for name, _ in COLUMNS:
-        result.add_column(name, overflow="fold")
-    for row in rows:
-        result.add_row(*cells(row))
+def table_rows(rows: list[dict]) -> list[list[str]]:
+    """The table's cells (COLUMNS), a row per model, then the totals' row."""
     total = totals(rows)
-    result.add_section()
     nodes = f"{total['nodes_before']} -> {total['nodes_after']}" if total["nodes_before"] else ""
-    result.add_row(f"total ({total['ok']} ok, {total['failed']} failed)", "", "", nodes,
-                   f"{_size(total['size_before'])} -> {_size(total['size_after'])}" if nodes else "",
-                   f"{total['seconds']:.1f}", "", str(total["refused"]), "")
-    return result
+    return [*(cells(row) for row in rows),
+            [f"total ({total['ok']} ok, {total['failed']} failed)", "", "", nodes,
+             f"{_size(total['size_before'])} -> {_size(total['size_after'])}" if nodes else "",
+             f"{total['seconds']:.1f}", "", str(total["refused"]), ""]]
 
 
 def write(folder: str, command: str, rows: list[dict], settings: dict) -> tuple[str, str]:

@@ -179,9 +179,14 @@ def run(command: str, args: argparse.Namespace) -> int:
     settings = {"paths": paths_of(command, args), "jobs": args.jobs, "ray": args.ray, "out_dir": args.out_dir,
                 "time_limit_s": args.time_limit, "memory_limit_mb": args.memory_limit, "options": options}
     json_path, html_path = summary.write(folder, command, rows, settings)
-    from onnxrefine.cli.output import stdout_console
+    from onnxrefine.cli.output import Col, fitted_table, stdout_console
+    from onnxrefine.plain import plain
 
-    stdout_console().print(summary.table(command, rows))
+    console = stdout_console()
+    columns = [Col(name, name=name == "model", wrap=name == "error") for name, _ in summary.COLUMNS]
+    cells = [[plain(cell) for cell in row] for row in summary.table_rows(rows)]  # paths and errors: no markup
+    console.print(fitted_table(console, f"onnxrefine {command}: {len(rows)} models", columns, cells,
+                               section_before=(len(rows),)))
     total = summary.totals(rows)
     print(f"{total['models']} models: {total['ok']} ok, {total['failed']} failed")
     print(f"summary: {json_path} and {html_path}")

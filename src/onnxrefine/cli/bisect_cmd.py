@@ -41,11 +41,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from onnxrefine.verify.inputs import check_inputs, load_inputs
 
-    from onnxrefine.cli.output import stdout_console
+    from onnxrefine.cli.output import Col, fitted_table, stdout_console
 
     console = stdout_console()
     if not ADAPTERS[args.optimizer].available():
@@ -59,12 +57,9 @@ def run(args: argparse.Namespace) -> int:
     )
     passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
     result = bisect(model, optimizer=args.optimizer, passes=passes, out_dir=out, settings=settings)  # shows its steps
-    table = Table(title=f"onnxrefine bisect --optimizer {args.optimizer}")
-    table.add_column("step")
-    table.add_column("result")
-    for step in result.steps:
-        table.add_row(plain(step["step"]), plain(step["status"]))  # names from the model: no markup
-    console.print(table)
+    rows = [(plain(step["step"]), plain(step["status"])) for step in result.steps]  # names from the model: no markup
+    console.print(fitted_table(console, f"onnxrefine bisect --optimizer {args.optimizer}",
+                               [Col("step", name=True), Col("result")], rows))
     if result.verdict == "mismatch":
         where = f" (rewrite {result.rewrite['rule']} at {result.rewrite['root']})" if result.rewrite else ""
         console.print(plain(f"first mismatch: step {result.step}{where}"))

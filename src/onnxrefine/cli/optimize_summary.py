@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from onnxrefine.cli.output import Col, fitted_table
+from onnxrefine.cli.output import Col, PlainConsole, fitted_table, group
 from onnxrefine.input_shapes import describe as describe_input_shapes
 from onnxrefine.plain import plain
 
-if TYPE_CHECKING:  # rich is imported where a table is printed (the CLI's start-up)
-    from rich.console import Console, Group
-    from rich.table import Table
+if TYPE_CHECKING:  # rich is imported where a terminal is printed to
+    from rich.console import Console
 
 # Verdicts of a verification that passed (onnxrefine.verify.judge.verdicts' success words).
 PASSING = ("exact", "rounding")
@@ -31,15 +30,14 @@ def describe_rollback(rollback: dict) -> str:
     return f"pass {rollback['pass']}: {rollback['verdict']} on {outputs}"
 
 
-def _wide_console() -> Console:
-    from rich.console import Console
+def _wide_console() -> PlainConsole:
+    """Where no console is given: tables laid out as for a pipe (printable by rich as well)."""
+    import sys
 
-    from onnxrefine.cli.output import PIPE_WIDTH
-
-    return Console(width=PIPE_WIDTH)
+    return PlainConsole(sys.stdout)
 
 
-def rules_table(report, console: Console | None = None) -> Table:
+def rules_table(report, console: Console | PlainConsole | None = None):
     from onnxrefine.passes.registry import pass_of_rule
 
     counts, refusals = report.log.counts(), report.log.refusal_counts()
@@ -50,7 +48,7 @@ def rules_table(report, console: Console | None = None) -> Table:
     return fitted_table(console or _wide_console(), "onnxrefine optimize", columns, rows)
 
 
-def operators_table(report, console: Console | None = None) -> Table:
+def operators_table(report, console: Console | PlainConsole | None = None):
     """Nodes per operator before and after, as onnxsim and onnxslim print them."""
     from onnxrefine.api import operator_table
 
@@ -112,12 +110,12 @@ def verification_text(report) -> str:
 
 
 def summary_table(report, size_before: int, size_after: int, seconds: float, external: bool = False,
-                  console: Console | None = None) -> Group:
+                  console: Console | PlainConsole | None = None):
     """The whole summary: the rules table, the operators table, then one line per figure."""
-    from rich.console import Group
-
+    console = console or _wide_console()
     lines = summary_lines(report, size_before, size_after, seconds, external)
-    return Group(rules_table(report, console), operators_table(report, console), *(plain(line) for line in lines))
+    return group(console, rules_table(report, console), operators_table(report, console),
+                 *(plain(line) for line in lines))
 
 
 def budget_text(budget: dict) -> str:
@@ -126,7 +124,7 @@ def budget_text(budget: dict) -> str:
             f"and {_size(budget['per_tensor_bytes'])} each (--max-tensor-bytes)")
 
 
-def refusals_table(report, console: Console | None = None) -> Table:
+def refusals_table(report, console: Console | PlainConsole | None = None):
     rows = [(plain(r.rule), plain(r.node), plain(getattr(r, "guard", None) or "-"), plain(r.reason))
             for r in report.log.refused.values()]
     columns = [Col("rule", name=True), Col("node", name=True, drop=2), Col("guard", name=True, drop=1),

@@ -36,9 +36,7 @@ def format_number(value) -> str:
 
 
 def _verdict(verdict: str):
-    from rich.text import Text
-
-    return Text(verdict, style=_STYLES.get(verdict, ""))
+    return plain(verdict, _STYLES.get(verdict, ""))
 
 
 def _line(console, text: str) -> None:

@@ -15,7 +15,6 @@ process, and the process may be someone else's: the API's caller).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 
 _trim = None
@@ -28,8 +27,9 @@ def _malloc_trim():
         _looked_up = True
         if sys.platform.startswith("linux"):
             try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-                _trim = libc.malloc_trim  # glibc only: musl has none, and then nothing is done
+                # The C library the process already has, by its symbols: find_library("c") would
+                # run `ldconfig -p` in a child process (a fork of the whole process) to name it.
+                _trim = ctypes.CDLL(None).malloc_trim  # glibc only: musl has none, and then nothing is done
                 _trim.argtypes, _trim.restype = [ctypes.c_size_t], ctypes.c_int
             except (OSError, AttributeError):
                 _trim = None

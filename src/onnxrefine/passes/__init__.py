@@ -5,6 +5,7 @@ from onnxrefine.passes import batchnorm
 from onnxrefine.passes import noop
 from onnxrefine.passes import folding
 from onnxrefine.passes import shapes
+from onnxrefine.passes import dim_reads
 from onnxrefine.passes import fusion
 from onnxrefine.passes import cleanup
 from onnxrefine.passes import functions
@@ -19,6 +20,6 @@ from onnxrefine.passes import rearrange
 from onnxrefine.passes import noop_shapes
 
 # Every module that declares passes: the registry reads `PASSES` from each (a new module goes here).
-PASS_MODULES = (batchnorm, noop, folding, shapes, fusion, cleanup, functions, quantized, precision, transposes,
+PASS_MODULES = (batchnorm, noop, folding, shapes, dim_reads, fusion, cleanup, functions, quantized, precision, transposes,
                 reshapes, where, sequences, interface, rearrange, noop_shapes)
 registry.set_pass_modules(PASS_MODULES)

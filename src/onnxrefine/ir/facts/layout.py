@@ -1,5 +1,6 @@
 """Operators that rearrange a tensor without computing on its elements: Shape, Size, Transpose,
-Reshape, Flatten, Squeeze, Unsqueeze, Expand, Tile, ConstantOfShape, DepthToSpace, ..."""
+Reshape, Flatten, Squeeze, Unsqueeze, Expand, Tile, DepthToSpace, ..., and the generators
+ConstantOfShape and Range."""
 
 from __future__ import annotations
 
@@ -97,21 +98,46 @@ def reshaped_shape(shape: tuple | None, items: tuple, allowzero: bool) -> tuple 
             dims.append(shape[i])
         elif isinstance(e, int) and e < -1:
             return None
-        elif isinstance(e, Sym) and not allowzero and not (shape is not None and i < len(shape) and shape[i] is e):
-            # a run-time size that may be 0, which would copy input dim i instead
+        elif isinstance(e, Sym) and not allowzero and not (shape is not None and (i >= len(shape) or shape[i] is e)):
+            # a run-time size that may be 0, which would copy input dim i instead (past the
+            # input's rank a 0 is refused by the runtime, so there the size is e in a model that runs)
             dims.append(Sym("reshape"))
         else:
             dims.append(e)
     if sum(1 for d in dims if isinstance(d, int) and d == -1) > 1:
         return None
     if any(isinstance(d, int) and d == -1 for d in dims):
-        total = product(shape) if shape is not None else None
-        rest = product([d for d in dims if not (isinstance(d, int) and d == -1)])
-        inferred = Sym("reshape")
-        if isinstance(total, int) and isinstance(rest, int) and rest > 0 and total % rest == 0:
-            inferred = total // rest
-        dims = [inferred if isinstance(d, int) and d == -1 else d for d in dims]
+        inferred = None if shape is None else inferred_dim(shape, [d for d in dims if not (isinstance(d, int) and d == -1)])
+        dims = [(inferred if inferred is not None else Sym("reshape")) if isinstance(d, int) and d == -1 else d
+                for d in dims]
     return tuple(d if d is not None else Sym("reshape") for d in dims)
+
+
+def inferred_dim(shape: tuple, others: list):
+    """The size Reshape gives its -1 dim: the data's element count over the product of the other
+    target dims, with a run-time dim (the same Sym) on both sides cancelled; an int, a Sym, or None
+    when the quotient is not one of them.
+
+    The cancellation is exact because the runtime refuses to infer -1 when the other dims
+    multiply to 0 (onnxruntime's Reshape enforces a non-zero product; the ONNX specification
+    leaves the shape undefined), so in a model that runs each cancelled dim is a non-zero factor
+    of both products. (b, s, 64) to (b, s, -1, 16) gives 4; (b, s, 4, 16) to (b, s, -1) gives 64."""
+    remaining = [d for d in shape if isinstance(d, Sym)]
+    total = product([d for d in shape if isinstance(d, int)])
+    rest = 1
+    for d in others:
+        if isinstance(d, int):
+            rest *= d
+            continue
+        if not isinstance(d, Sym) or not any(r is d for r in remaining):
+            return None
+        remaining.pop(next(i for i, r in enumerate(remaining) if r is d))
+    if rest <= 0 or total % rest != 0:
+        return None
+    quotient = total // rest
+    if not remaining:
+        return quotient
+    return remaining[0] if len(remaining) == 1 and quotient == 1 else None
 
 
 def _axes(site: Site) -> tuple[bool, list | None]:
@@ -191,6 +217,27 @@ def constant_of_shape_shape(site: Site):
 def constant_of_shape_dtype(site: Site):
     value = site.attr("value")
     return ir.DataType.FLOAT if value is None else value.dtype
+
+
+@shape_rule("Range")
+def range_shape(site: Site):
+    """Range(start, limit, delta) has max(ceil((limit - start) / delta), 0) elements: that count
+    for known ints, and limit itself for Range(0, dim, 1) of a run-time dim (a size, never
+    negative), the positions 0..dim-1 of an axis."""
+    start, limit, delta = (site.elements(i) for i in range(3))
+    if any(e is None or not e.scalar for e in (start, limit, delta)):
+        return None
+    (first,), (last,), (step,) = start.items, limit.items, delta.items
+    if isinstance(first, int) and isinstance(last, int) and isinstance(step, int) and step != 0:
+        return (max(-((first - last) // step), 0),)
+    if first == 0 and step == 1 and isinstance(last, Sym):
+        return (last,)
+    return None
+
+
+@dtype_rule("Range")
+def range_dtype(site: Site):
+    return site.dtype(0)
 
 
 @shape_rule("Tile")
