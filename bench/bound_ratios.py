@@ -57,7 +57,7 @@ def rows_of(model: onnx.ModelProto, feeds: dict) -> list:
         top = float(np.abs(r).max()) or 1.0
         usable, usable_p = np.isfinite(worst) & (floor > 0), np.isfinite(probable) & (floor > 0)
         rows.append((name, op_of[name], float(error.max()) / top,
-                     float(np.max(worst[np.isfinite(worst)], initial=np.nan)) / top, float(np.isposinf(worst).mean()),
+                     (float(np.max(worst[np.isfinite(worst)])) if np.isfinite(worst).any() else np.inf) / top, float(np.isposinf(worst).mean()),
                      _median(worst[usable] / floor[usable]), _median(probable[usable_p] / floor[usable_p]),
                      float(np.max(np.where(usable_p, error / np.where(probable > 0, probable, 1.0), 0.0), initial=0.0))))
 

@@ -107,11 +107,15 @@ def main() -> int:
     tools = [t for t in tools if t not in missing]
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src")], check=False)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ONNXREFINE_PROGRESS="off")
-    rows: dict[str, dict[str, tuple[float, float] | None]] = {}
+    header = ["model"] + [f"{tool} cpu / wall" for tool in tools]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header), flush=True)
+    ratios: dict[str, list[float]] = {tool: [] for tool in tools}
+    wall_ratios: dict[str, list[float]] = {tool: [] for tool in tools}
     with tempfile.TemporaryDirectory() as scratch:
-        for name in names:
+        for name in names:  # a row as soon as it is measured: a long run killed part way keeps its rows
             source = args.corpus / f"{name}.onnx"
-            rows[name] = {}
+            measured: dict[str, tuple[float, float] | None] = {}
             for tool in tools:
                 best = None
                 for run in range(args.runs):
@@ -123,28 +127,20 @@ def main() -> int:
                         best = None
                         break
                     best = (cpu, wall) if best is None or cpu < best[0] else best
-                rows[name][tool] = best
-            print(f"  measured {name}", file=sys.stderr, flush=True)
-
-    header = ["model"] + [f"{tool} cpu / wall" for tool in tools]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    ratios: dict[str, list[float]] = {tool: [] for tool in tools}
-    wall_ratios: dict[str, list[float]] = {tool: [] for tool in tools}
-    for name, measured in rows.items():
-        base = measured.get(BASELINE)
-        cells = [name]
-        for tool in tools:
-            value = measured.get(tool)
-            if value is None:
-                cells.append("failed")
-                continue
-            ratio = f" ({value[0] / base[0]:.2f}x)" if base and tool != BASELINE else ""
-            if base:
-                ratios[tool].append(value[0] / base[0])
-                wall_ratios[tool].append(value[1] / base[1])
-            cells.append(f"{value[0]:.2f} / {value[1]:.2f}{ratio}")
-        print("| " + " | ".join(cells) + " |")
+                measured[tool] = best
+            base = measured.get(BASELINE)
+            cells = [name]
+            for tool in tools:
+                value = measured.get(tool)
+                if value is None:
+                    cells.append("failed")
+                    continue
+                ratio = f" ({value[0] / base[0]:.2f}x)" if base and tool != BASELINE else ""
+                if base:
+                    ratios[tool].append(value[0] / base[0])
+                    wall_ratios[tool].append(value[1] / base[1])
+                cells.append(f"{value[0]:.2f} / {value[1]:.2f}{ratio}")
+            print("| " + " | ".join(cells) + " |", flush=True)
     for label, table in (("CPU", ratios), ("wall", wall_ratios)):
         print(f"| geometric mean of {label} vs {BASELINE} | " + " | ".join(
             "1.00x" if tool == BASELINE else f"{geomean(table[tool]):.2f}x (max {max(table[tool], default=float('nan')):.2f}x)"

@@ -5,8 +5,9 @@ onnx-ir, onnxruntime; onnxruntime's basic offline optimization of the same five-
 in a fresh interpreter.
 
     python bench/startup.py                      # this checkout (src/ beside this script)
-    python bench/startup.py --src ../other-checkout/src # another checkout, for a before/after
-    python bench/startup.py --repeat 7
+    python bench/startup.py --src ../other-checkout/src # another checkout
+    python bench/startup.py --before ../other-checkout/src # both, run by run in turn: a before/after
+    python bench/startup.py --repeat 7 --instructions  # also instructions executed (valgrind)
 
 Import time is the sum of the top-level entries of `python -X importtime` (the interpreter's own
 `site`/`encodings` included). Each figure is the fastest of --repeat runs (the least disturbed by
@@ -106,22 +107,52 @@ def measure(argv: list[str], src: str) -> tuple[float, float, float, set[str]]:
     return seconds, wall, cpu, heavy
 
 
+def instructions(argv: list[str], src: str) -> float:
+    """Millions of instructions the command executes, its child processes included (valgrind's
+    callgrind): unlike time, the same on a loaded machine as on a quiet one. The command runs
+    unsupervised (the supervisor's own process would be counted apart from its worker)."""
+    env = dict(os.environ, PYTHONPATH=src, ONNXREFINE_PROGRESS="off", ONNXREFINE_NO_SUPERVISOR="1")
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=/dev/null",
+                           sys.executable, *argv], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed under valgrind (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return sum(int(line.split()[-1]) for line in done.stderr.splitlines() if "Collected :" in line) / 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", default=str(ROOT / "src"), help="the src/ folder to measure (default: this checkout)")
+    parser.add_argument("--before", metavar="SRC", help="another src/ folder, measured in turn with --src run by run "
+                        "(a before/after that a changing load disturbs alike)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each command's instructions once under valgrind (slow: about 50x)")
     args = parser.parse_args()
+    sources = [args.before, args.src] if args.before else [args.src]
     rows = []
     with tempfile.TemporaryDirectory() as out_dir:
         for label, argv in commands(out_dir):
-            runs = [measure(argv, args.src) for _ in range(args.repeat)]
-            imports, walls, cpus = (min(r[i] for r in runs) for i in range(3))
-            rows.append((label, imports, walls, cpus, ", ".join(sorted(runs[-1][3])) or "-"))
-    print(f"start-up of {args.src} (fastest of {args.repeat}; load average {os.getloadavg()[0]:.1f})")
+            runs = {src: [] for src in sources}
+            for _ in range(args.repeat):
+                for src in sources:
+                    runs[src].append(measure(argv, src))
+            cells = []
+            for src in sources:
+                cells += [min(r[i] for r in runs[src]) for i in range(3)]
+                if args.instructions:
+                    cells.append(instructions(argv, src))
+            heavy = [", ".join(sorted(runs[src][-1][3])) or "-" for src in sources]
+            rows.append((label, cells, " -> ".join(heavy) if len(set(heavy)) > 1 else heavy[0]))
+    names = " -> ".join(sources)
+    print(f"start-up of {names} (fastest of {args.repeat}; load average {os.getloadavg()[0]:.1f})")
     width = max(len(r[0]) for r in rows)
-    print(f"{'command':<{width}}  {'import s':>8}  {'wall s':>7}  {'cpu s':>6}  heavy modules loaded")
-    for label, imports, wall, cpu, heavy in rows:
-        print(f"{label:<{width}}  {imports:>8.3f}  {wall:>7.3f}  {cpu:>6.3f}  {heavy}")
+    heads = ["import s", "wall s", "cpu s"] + (["M instr"] if args.instructions else [])
+    if args.before:
+        heads = [f"{head} {when}" for when in ("before", "after") for head in heads]
+    print(f"{'command':<{width}}  " + "  ".join(f"{head:>{max(8, len(head))}}" for head in heads) + "  heavy modules loaded" + (" (before -> after)" if args.before else ""))
+    for label, cells, heavy in rows:
+        print(f"{label:<{width}}  " + "  ".join(f"{cell:>{max(8, len(head))}.3f}" for cell, head in zip(cells, heads))
+              + f"  {heavy}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,20 @@ def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray
     return session(model).run(None, feeds)
 
 
+def error_and_bound(model: onnx.ModelProto, feeds: dict, output: str = "y"):
+    """(|onnxruntime's run - float64 reference|, the reference's per-element error bound, the reference)
+    of `output`, all float64; the bound must be derived on every element."""
+    from onnxrefine.verify.reference import bound_of, evaluate_float64
+
+    names = [out.name for out in model.graph.output]
+    observed = run(model, feeds)[names.index(output)].astype(np.float64)
+    value = evaluate_float64(model, feeds, outputs=[output])[output]
+    bound = bound_of(value)
+    assert bound is not None and not np.isnan(bound).any()
+    reference = np.asarray(value, np.float64)
+    return np.abs(observed - reference), bound, reference
+
+
 def make_model(nodes, inputs, outputs, initializers=(), opset: int = 17, functions=()) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
     model = helper.make_model(

@@ -287,3 +287,38 @@ def test_verify_time_budget_bounds_a_watched_run(tmp_path, capsys):
     onnx.save(loop_dynamic_case()[1], source)
     assert main(["verify", str(source), str(source), "--time-budget", "1"]) == 2
     assert "over the time limit of 1 s" in _one_line_error(capsys.readouterr().err)
+
+
+def _window(nodes, inputs, output):
+    helper = onnx.helper
+    graph = helper.make_graph(nodes, "window", [helper.make_tensor_value_info(n, e, s) for n, e, s in inputs],
+                              [helper.make_tensor_value_info(output, onnx.TensorProto.INT64, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_certificate_window_of_bounded_concats_needs_no_estimate(monkeypatch):
+    """A Reshape target's shape arithmetic (Shape, Gather, Unsqueeze, Concat of a few integers)
+    outputs no more than its inputs bound: no shape inference is run for its budget; a Concat
+    doubling its own output has no such bound, and is estimated and skipped over the budget."""
+    from onnxrefine.verify.certificate.bound import CertificateSkip
+    from onnxrefine.verify.certificate.model import Side
+    from onnxrefine.verify.certificate.window_budget import check_budget
+
+    estimated = []
+    original = peak.estimate_peak
+    monkeypatch.setattr(peak, "estimate_peak", lambda *a, **k: estimated.append(a) or original(*a, **k))
+    helper, INT64 = onnx.helper, onnx.TensorProto.INT64
+    activation = [Side(None, "a0", dtype=np.dtype(np.float32), shape=(1, 24, 20, 20))]
+    fed = {"k0": np.array([0]), "k1": np.array([-1, 4], np.int64)}
+    arithmetic = _window([helper.make_node("Shape", ["a0"], ["s"]), helper.make_node("Gather", ["s", "k0"], ["g"]),
+                          helper.make_node("Concat", ["g", "k1"], ["target"], axis=0)],
+                         [("a0", onnx.TensorProto.FLOAT, [1, 24, 20, 20]), ("k0", INT64, [1]), ("k1", INT64, [2])],
+                         "target")
+    check_budget(arithmetic, activation, fed)
+    assert estimated == []
+    doubling = [helper.make_node("Concat", ["k1", "k1"], ["d0"], axis=0)] + [
+        helper.make_node("Concat", [f"d{i}", f"d{i}"], [f"d{i + 1}"], axis=0) for i in range(20)]
+    chain = _window(doubling, [("k1", INT64, [2])], "d20")
+    with resources.limits(memory_budget=8 << 20), pytest.raises(CertificateSkip, match="1/8 of --memory-budget"):
+        check_budget(chain, [], {"k1": fed["k1"]})
+    assert len(estimated) == 1

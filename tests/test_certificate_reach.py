@@ -78,10 +78,32 @@ def test_a_right_rewrite_on_a_value_of_unknown_shape_is_certified_at_the_shapes_
     assert note.startswith("certified: bit-identical") and "at the shapes of a run of the model" in note
 
 
-def test_a_model_onnxruntime_cannot_run_still_skips_as_before(planted, monkeypatch):
-    from onnxrefine.verify.certificate import concrete
+def test_a_run_for_shapes_asks_only_the_element_types_nothing_else_gives(monkeypatch):
+    """observe(shapes=True): each value's Shape, and one element only of a value whose element
+    type neither the model nor the facts give (here: Expand's output, undeclared, facts=None)."""
+    import onnx_ir as ir
 
-    monkeypatch.setattr(concrete, "observe", lambda *args, **options: "no run")
+    from onnxrefine.verify.ort import files, observe
+
+    model = ir.serde.deserialize_model(_unknown_shape_model())
+    expanded, output = model.graph.node(1).outputs[0], model.graph.outputs[0]
+    assert expanded.dtype is None and output.dtype is not None
+    run_models = []
+    original = files.ModelFile.__init__
+    monkeypatch.setattr(files.ModelFile, "__init__",
+                        lambda self, proto, *rest: run_models.append(proto) or original(self, proto, *rest))
+    seen = observe(model, [expanded, output], shapes=True)
+    assert set(seen) == {id(expanded), id(output)} and seen[id(expanded)] == seen[id(output)]
+    assert seen[id(expanded)][0] in ((4, 3), (1, 3)) and seen[id(expanded)][1] == np.dtype(np.float32)
+    [proto] = run_models
+    assert [n.op_type for n in proto.graph.node].count("Shape") == 2
+    assert [n.op_type for n in proto.graph.node].count("Slice") == 1
+
+
+def test_a_model_onnxruntime_cannot_run_still_skips_as_before(planted, monkeypatch):
+    from onnxrefine.verify import ort
+
+    monkeypatch.setattr(ort.RunnableDims, "observe", lambda *args, **options: "no run")
     _, report = onnxrefine.optimize_with_report(_unknown_shape_model(), [planted("relu_to_abs")])
     notes = _certificates(report, "relu_to_abs") + [reason for _, reason in _refusals(report, "relu_to_abs")]
     assert notes and all("the shape of 'e' is not known" in note for note in notes)

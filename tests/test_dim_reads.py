@@ -8,12 +8,15 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 from factcheck import facts_hold
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from guardutil import expect_guard
 from helpers import make_model, op_types, tensor, value_info
 from onnx import TensorProto, helper
 from passutil import check_pass
 
 from onnxrefine.ir.facts import StaticShapes, Sym
+from onnxrefine.ir.facts.layout import inferred_dim
 from onnxrefine.passes import dim_reads
 
 MERGE = ["merge_dim_reads", "eliminate_common_subexpression", "eliminate_deadend"]
@@ -115,6 +118,19 @@ def test_a_merge_onnxruntime_disagrees_with_is_refused(monkeypatch):
     assert op_types(optimized).count("Gather") == 2
 
 
+def test_a_merge_of_two_dims_equal_at_the_default_size_is_refused_at_the_second_assignment(monkeypatch):
+    # The same wrong fact, on x [N, S]: at the default size both dims are 2 and the merged reads
+    # agree; at N=3, S=4 they do not, so the merge is refused there.
+    monkeypatch.setattr(dim_reads, "fact_key", lambda elements: None if elements is None else
+                        (elements.dtype, elements.scalar, len(elements.items)))
+    model = two_reads(("x", 0), ("x", 1), [value_info("x", shape=["N", "S"])])
+    optimized, report = expect_guard(model, MERGE, "merge_dim_reads.runtime_disagrees", feeds_at([(5, 3)])[0],
+                                     rule="merge_dim_reads")
+    [refusal] = [r for r in report.log.refused.values() if r.guard == "merge_dim_reads.runtime_disagrees"]
+    assert refusal.reason.endswith("at N=3, S=4")
+    assert op_types(optimized).count("Gather") == 2
+
+
 def test_a_merge_no_run_can_check_is_refused_without_verification():
     # Reshape(x, [3, -1]) fails at the default size N=2: the two reads of its dim 1 cannot be run.
     nodes = [helper.make_node("Reshape", ["x", "target"], ["r"]), helper.make_node("Relu", ["r"], ["q"])]
@@ -154,6 +170,29 @@ def test_reshape_minus_one_cancels_the_same_run_time_dims(target, expected):
     assert isinstance(inferred, Sym) if expected is None else inferred == expected
     for shape in [(2, 3, 64), (1, 5, 64), (4, 1, 64)]:
         assert facts_hold(model, {"x": np.zeros(shape, np.float32)}, f"{target} at {shape}") == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_inferred_minus_one_is_the_runtime_quotient(data):
+    # Data dims and the other target dims drawn from the same few run-time dims and small ints;
+    # wherever the runtime would infer -1 (other dims non-zero, the count divisible), the fact
+    # (an int, or one of the dims) is its quotient, at every size of the dims.
+    syms = [Sym(f"d{i}") for i in range(3)]
+    dim = st.one_of(st.integers(1, 6), st.sampled_from(syms))
+    shape = data.draw(st.lists(dim, max_size=4), label="shape")
+    others = data.draw(st.lists(st.one_of(st.sampled_from(shape), dim) if shape else dim, max_size=4), label="others")
+    fact = inferred_dim(tuple(shape), others)
+    for sizes in data.draw(st.lists(st.tuples(*[st.integers(1, 5)] * 3), min_size=1, max_size=5), label="sizes"):
+        size = {id(s): v for s, v in zip(syms, sizes)}
+        total = int(np.prod([size[id(d)] if isinstance(d, Sym) else d for d in shape]))
+        rest = int(np.prod([size[id(d)] if isinstance(d, Sym) else d for d in others]))
+        if rest == 0 or total % rest:
+            continue  # the runtime refuses this Reshape
+        if isinstance(fact, Sym):
+            assert size[id(fact)] == total // rest
+        elif fact is not None:
+            assert fact == total // rest
 
 
 def test_reshape_minus_one_keeps_a_lone_run_time_dim():

@@ -239,3 +239,74 @@ def test_refusal_of_a_node_later_removed_is_forgotten():
     log.refuse("some_rule", "g", "n2 (Mul)", "kept")
     log.forget_node("g", "n1 (Mul)")
     assert list(log.refused) == [("some_rule", "g", "n2 (Mul)")]
+
+
+def _counting_rule(name, op, seen, rewrite=lambda m, ctx: None):
+    def offered(m, ctx):
+        seen.append(name)
+        return rewrite(m, ctx)
+
+    return Rule(name, Op(op, Var("x")), offered, kind=EXACT)
+
+
+def test_a_match_enabled_by_removing_a_shared_reader_is_found_with_no_second_sweep():
+    """x -> Neg -> a, read by Relu (root of Relu(Neg(x))) and by Abs. The Relu(Neg) rule is refused
+    while Abs also reads a; the rule removing Abs (planted, unsound on purpose) leaves a with one
+    reader, so Relu goes back on the worklist (a reader of a value the rewrite edited) and its
+    rewrite applies. A Sin on another input is offered once: no sweep over every node confirms the end."""
+    offers = []
+
+    def fuse(m, ctx):
+        return Replacement([], {m.root.outputs[0]: m["x"]})
+
+    def drop_abs(m, ctx):
+        return Replacement([], {m.root.outputs[0]: ctx.constant(np.zeros(2, np.float32), "zero")})
+
+    rules = [Rule("relu_neg", Op("Relu", Op("Neg", Var("x"))), fuse, kind=EXACT),
+             Rule("drop_abs", Op("Abs", Var("x")), drop_abs, kind=EXACT),
+             _counting_rule("sin", "Sin", offers)]
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Abs", ["a"], ["b"]), helper.make_node("Add", ["r", "b"], ["y"]),
+             helper.make_node("Sin", ["z"], ["s"])]
+    model = ir_model(nodes, [value_info("x", shape=[2]), value_info("z", shape=[2])],
+                     [value_info("y"), value_info("s")])
+    driver = RewriteDriver(model, rules)
+    log = driver.run()
+    assert [entry.rule for entry in log.applied] == ["drop_abs", "relu_neg"]
+    assert driver.settled and offers == ["sin"]
+    again = RewriteDriver(model, rules[:2])
+    again.run()
+    assert again.rewrites == 0
+
+
+def test_a_rewrite_inside_a_branch_requeues_the_if_holding_it():
+    """A rule on If applies once its then-branch holds no Relu; the Relu is rewritten away inside
+    the branch, which the driver reaches after the main graph: the If goes back on the main
+    graph's worklist and the rule applies on its second offer. The Sin on another input is offered once
+    (a sweep over every graph would offer it again, and once more to confirm the end)."""
+    offers = []
+
+    def drop_relu(m, ctx):
+        return Replacement([], {m.root.outputs[0]: ctx.constant(np.ones(2, np.float32), "one")})
+
+    def without_relu(m, ctx):
+        if any(node.op_type == "Relu" for node in m.root.attributes["then_branch"].value):
+            return None
+        return Replacement([], {m.root.outputs[0]: ctx.constant(np.zeros(2, np.float32), "zero")})
+
+    rules = [_counting_rule("drop_relu", "Relu", offers, drop_relu),
+             Rule("if_without_relu", Op("If", Var("c")), without_relu, kind=EXACT),
+             _counting_rule("sin", "Sin", offers)]
+    then_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then",
+                                    [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else",
+                                    [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    nodes = [helper.make_node("Sin", ["z"], ["s"]),
+             helper.make_node("If", ["c"], ["i"], then_branch=then_branch, else_branch=else_branch),
+             helper.make_node("Add", ["i", "s"], ["y"])]
+    model = ir_model(nodes, [value_info("x", shape=[2]), value_info("z", shape=[2]),
+                             value_info("c", TensorProto.BOOL, [])], [value_info("y")])
+    driver = RewriteDriver(model, rules)
+    log = driver.run()
+    assert [entry.rule for entry in log.applied] == ["drop_relu", "if_without_relu"]
+    assert driver.settled and offers == ["sin", "drop_relu"]

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import make_model, run, tensor, value_info
+from helpers import error_and_bound, make_model, run, tensor, value_info
 from onnx import TensorProto, helper
 
 from onnxrefine.verify.reference.bound import bound_of, coherent_of
@@ -24,12 +24,7 @@ U = 2.0 ** -24
 
 def _measure(model, feeds, output="y"):
     """(largest error / bound over elements with bound > 0, errors where the bound is 0, bound)."""
-    names = [out.name for out in model.graph.output]
-    observed = run(model, feeds)[names.index(output)].astype(np.float64)
-    value = evaluate_float64(model, feeds, outputs=[output])[output]
-    bound = bound_of(value)
-    assert bound is not None and not np.isnan(bound).any()
-    error = np.abs(observed - np.asarray(value))
+    error, bound, _ = error_and_bound(model, feeds, output)
     positive = bound > 0
     ratio = float((error[positive] / bound[positive]).max(initial=0.0))
     return ratio, error[~positive], bound
@@ -148,6 +143,23 @@ def test_reductions_softmax_and_normalizations_are_sound():
                        [value_info("x", F, [8, 6, 5, 5])], [value_info("y", F, None)], params)
     ratio, _, _ = _measure(model, {"x": x4})
     assert 0.01 <= ratio <= 1.0, ratio
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceMax"])
+def test_a_reduction_that_picks_takes_the_largest_bound_it_may_pick(op):
+    # each row: one large product (bound ~u * 1e3) beside small ones (bound ~u * 1e-3); the min (max)
+    # picks the large one, so its bound must be that element's, not the smallest of the row
+    a = _wide(4096 * 8).reshape(4096, 8)
+    sign = -1.0 if op == "ReduceMin" else 1.0
+    b = np.full((4096, 8), 1e-3, np.float32)
+    b[:, 3] = np.float32(1e3)
+    a[:, 3] = np.float32(sign) * (np.abs(a[:, 3]) + np.float32(300.0))
+    nodes = [helper.make_node("Mul", ["a", "b"], ["p"]), helper.make_node(op, ["p", "axes"], ["y"], keepdims=0)]
+    model = make_model(nodes, [value_info("a", F, [4096, 8])], [value_info("y", F, None)],
+                       [tensor("b", b), tensor("axes", np.array([1], np.int64))], opset=18)
+    ratio, zero_errors, _ = _measure(model, {"a": a})
+    assert ratio <= 1.0 and not zero_errors.any()
+    assert ratio >= 0.5  # one rounding, carried unchanged
 
 
 def test_exact_families_have_a_zero_bound_and_are_bit_identical():

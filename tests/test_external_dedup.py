@@ -136,3 +136,17 @@ def test_drop_pages_unmaps_read_weights_and_keeps_them_readable(tmp_path, weight
     tensordata.drop_pages([tensor_])
     assert _mapped_rss(data) < weights.nbytes // 4
     assert np.array_equal(array, weights)  # the view stays valid: pages fault in again
+
+
+def test_a_fingerprint_is_computed_once_per_tensor(monkeypatch, weights):
+    """The duplicate-initializer pass runs in every round: a weight's fingerprint is read once, and a
+    tensor made later (even at a recycled address) gets its own."""
+    computed = []
+    real = tensordata._fingerprint
+    monkeypatch.setattr(tensordata, "_fingerprint", lambda t: computed.append(t) or real(t))
+    kept = ir.Tensor(weights)
+    first = tensordata.fingerprint(kept)
+    assert tensordata.fingerprint(kept) == first and len(computed) == 1
+    for scale in (2, 3):
+        assert tensordata.fingerprint(ir.Tensor(weights * scale)) != first
+    assert len(computed) == 3

@@ -122,7 +122,8 @@ def test_the_true_reshape_target_is_certified():
 def test_a_fold_no_run_can_check_is_refused_without_end_to_end_verification(monkeypatch):
     from onnxrefine.verify import ort
 
-    monkeypatch.setattr(ort, "observe", lambda model, values, **options: "onnxruntime has no kernel for it")
+    monkeypatch.setattr(ort.RunnableDims, "observe",
+                        lambda self, model, values, **options: "onnxruntime has no kernel for it")
     result, report = expect_guard(_shape_model(), ["fold_shapes"], "certificate.graph_uncertifiable",
                                   {"x": np.ones((2, 3), np.float32)}, rule="fold_shapes")
     [refusal] = [r for r in report.to_dict()["refused"] if r["rule"] == "fold_shapes"]
@@ -143,7 +144,8 @@ def test_a_fold_no_run_can_check_is_deferred_where_the_run_verifies_end_to_end(m
         def __call__(self, request):
             raise AssertionError("no rule runs here")
 
-    monkeypatch.setattr(ort, "observe", lambda model, values, **options: "onnxruntime has no kernel for it")
+    monkeypatch.setattr(ort.RunnableDims, "observe",
+                        lambda self, model, values, **options: "onnxruntime has no kernel for it")
     log = run_passes(ir.serde.deserialize_model(_shape_model()), ["fold_shapes"], budget=ConstantBudget(),
                      certifier=Deferring())
     [entry] = log.applied
@@ -217,8 +219,8 @@ def test_list_passes_shows_why_each_pass_is_exact(capsys):
     assert "why each pass is exact" in out and "eliminate_deadend" in out
     from onnxrefine.cli.output import stdout_console
 
-    table = exactness_table(stdout_console())
-    rows = {str(name): str(reason) for name, reason in zip(table.columns[0]._cells, table.columns[1]._cells)}
+    table = exactness_table(stdout_console())  # the pipe's table: its cells as given
+    rows = {str(name): str(reason) for name, reason in table.rows}
     assert set(rows) == {spec.name for spec in registry.all_passes() if spec.run is not None}
     assert rows["eliminate_deadend"] == registry.get_pass("eliminate_deadend").exactness
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 from guardutil import expect_guard
-from helpers import make_model, tensor, value_info
+from helpers import make_model, run, tensor, value_info
 from onnx import TensorProto, helper
+
+import onnxrefine
 
 F, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
 RNG = np.random.default_rng(0)
@@ -146,6 +148,21 @@ def test_reshape_chain_outer_zero_copies_from_another_input():
     model = model_of(nodes, [x([2, 3, 4]), value_info("s1", TensorProto.INT64, [2])], [i64("s2", [0, -1])])
     expect_guard(model, "eliminate_consecutive_idempotent_ops", "reshape_chain.zero_copy",
                  {"x": rand(2, 3, 4), "s1": np.array([6, 4], np.int64)})
+
+
+def test_a_reshape_chain_with_a_computed_outer_target_is_kept_where_collapsing_it_changes_the_shape():
+    # onnxslim collapses Reshape(Reshape(x, a), b) into Reshape(x, b) whenever b is computed (llama's
+    # attention mask, b = Shape(...)), but a 0 in b copies a dim of the inner Reshape's output, not
+    # of x: with b = [0, -1] at run time the chain gives [2, 3] and the collapsed Reshape [3, 2].
+    chain = [node("Reshape", ["x", "a"], ["r"]), node("Reshape", ["r", "b"], ["y"])]
+    inputs = [x([3, 2]), value_info("b", TensorProto.INT64, [2])]
+    model = model_of(chain, inputs, [i64("a", [2, 3])])
+    collapsed = model_of([node("Reshape", ["x", "b"], ["y"])], inputs)
+    feeds = {"x": rand(3, 2), "b": np.array([0, -1], np.int64)}
+    assert run(model, feeds)[0].shape == (2, 3) and run(collapsed, feeds)[0].shape == (3, 2)
+    optimized = onnxrefine.optimize(model)
+    assert [n.op_type for n in optimized.graph.node] == ["Reshape", "Reshape"]
+    assert run(optimized, feeds)[0].shape == (2, 3)
 
 
 # --- x op unit ---------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ def test_kept_not_observable_answer_is_dropped_when_a_rewrite_adds_a_sign_reader
         def rewrite(m, ctx):
             try:
                 refuse_if_observable(ctx, value_named(ctx, "m"), label)
-                asked.setdefault(label, False)  # the first answer (the driver sweeps again)
+                asked.setdefault(label, False)  # the first answer (a node may be offered again)
             except RewriteRefused:
                 asked.setdefault(label, True)
             return None

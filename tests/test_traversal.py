@@ -102,7 +102,7 @@ def test_the_rule_driver_offers_nodes_of_every_graph_in_traversal_order():
 
     model = ir.from_proto(nested_model())
     RewriteDriver(model, [Rule("record", Op("Identity", Var("x"), name="id"), record)]).run()
-    # Identity nodes: else_main, loop_fn (the loop condition), else_fn; each graph offered once per
-    # sweep, and the driver stops after a sweep with no rewrite.
+    # Identity nodes: else_main, loop_fn (the loop condition), else_fn; each offered once: nothing
+    # was rewritten, so nothing goes back on a worklist.
     assert [label for label, _ in seen] == ["else_main", "loop_fn", "else_fn"]
     assert all(owner is not None and not isinstance(owner, ir.Function) for _, owner in seen)

@@ -80,6 +80,22 @@ def test_index_through_a_cast_still_counts_as_index():
         assert feeds["i32"].min() >= -4 and feeds["i32"].max() < 4
 
 
+def test_float_inputs_generate_without_shape_inference(monkeypatch):
+    """Only an integer input has a role (index, shape) that needs the model's inferred shapes."""
+    from onnxrefine.verify import graphinfo
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("shape inference was run")
+
+    monkeypatch.setattr(graphinfo, "static_shapes", refuse)
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [value_info("x", TensorProto.FLOAT, ["N", 5])],
+                       [value_info("y", TensorProto.FLOAT, None)])
+    [feeds] = generate_inputs(model, stress=False, trials=1)
+    assert feeds["x"].shape[1] == 5 and feeds["x"].dtype == np.float32
+    with pytest.raises(AssertionError, match="shape inference was run"):
+        generate_inputs(_gather_model(), stress=False, trials=1)
+
+
 def test_stress_sets_hold_negatives_zeros_large_inf_and_nan():
     model = _gather_model()
     labelled = dict(generate_labelled_inputs(model, seed=0, dims={"N": 16}))

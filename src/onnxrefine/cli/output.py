@@ -6,7 +6,7 @@ shrink, so a rule, pass or operator name is never split or cut. In a pipe or a f
 width: every line is as long as its content (no wrapping, no colour), so `| grep NAME` finds whole
 rows. A pipe gets a `PlainConsole`, which lays tables out as rich does there (the same box
 characters, or rich's ASCII ones where the stream's encoding is not UTF), without importing rich:
-its import and layout are a fifth of a small model's run.
+its import and layout were about a tenth of a small model's `optimize --no-verify`.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import errno
 import hashlib
 import mmap
 import os
+import weakref
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -76,9 +77,28 @@ def _pread_exact(fd: int, length: int, offset: int) -> bytes:
     return data
 
 
+# id(tensor) -> (weak reference to it, its fingerprint): the duplicate-initializer pass asks again in
+# every round of the schedule for weights no rewrite touched. A tensor's bytes do not change (a
+# rewrite makes a new tensor), and the entry leaves with the tensor.
+_FINGERPRINTS: dict[int, tuple[weakref.ref, tuple]] = {}
+
+
 def fingerprint(tensor) -> tuple:
     """(dtype, shape, nbytes, digest of sampled bytes): equal tensors have equal fingerprints; tensors
     with equal fingerprints may still differ (compare them with `same_bytes`)."""
+    key = id(tensor)
+    hit = _FINGERPRINTS.get(key)
+    if hit is not None and hit[0]() is tensor and hit[1][:3] == (tensor.dtype, tuple(tensor.shape), tensor.nbytes):
+        return hit[1]
+    found = _fingerprint(tensor)
+    try:
+        _FINGERPRINTS[key] = (weakref.ref(tensor, lambda _, key=key: _FINGERPRINTS.pop(key, None)), found)
+    except TypeError:  # a tensor type without weak references: not kept
+        pass
+    return found
+
+
+def _fingerprint(tensor) -> tuple:
     nbytes = tensor.nbytes
     digest = hashlib.blake2b(digest_size=16)
     source = external_source(tensor)

@@ -13,8 +13,9 @@ What is never merged: two dims that only share a `dim_param` name (onnxruntime c
 dim against nothing, so `batch` of two inputs may differ: they are different tokens); a value
 whose elements are all known (fold_shapes makes it a constant); a value with an unknown element;
 values of different graphs. Each merge is checked like a shape fold: both values are computed by
-onnxruntime in one run of the model on its own input shapes and must agree; what cannot be run
-is left to the end-to-end verdict, or refused. EXACT: the reader gets the same integers.
+onnxruntime in runs of the model at two assignments of its symbolic dims in which every dim
+differs (verify/ort/dims.py; two dims equal at one size are told apart at the other) and must agree;
+what cannot be run is left to the end-to-end verdict, or refused. EXACT: the reader gets the same integers.
 """
 
 from __future__ import annotations
@@ -67,36 +68,40 @@ def _merges_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes) -
 
 
 def _checked(pctx: PassContext, graph: ir.Graph, merges, oracle: StaticShapes) -> list[tuple[str, str] | None]:
-    """Each merge's (evidence, note) once onnxruntime computed both values alike in one run of
-    the model on its own input shapes; None for a merge refused here (they differ, or nothing
-    could be run in a run that does not verify end to end)."""
+    """Each merge's (evidence, note) once onnxruntime computed both values alike in the runs of
+    graphpass.observed_runs (two sizes of the symbolic dims); None for a merge refused here (they
+    differ, or nothing could be run in a run that does not verify end to end)."""
     if pctx.certifier is None or not merges:
         return [(UNCHECKED, "")] * len(merges)
-    from onnxrefine.verify import ort
-
     probes = [v for node, earlier in merges for v in (node.outputs[0], earlier)]
-    observed = ort.observe(pctx.model, probes, facts=oracle)
-    if isinstance(observed, str):
-        reason = f"the model does not run in onnxruntime to check it: {observed}"
+    runs = graphpass.observed_runs(pctx, probes, oracle)
+    if isinstance(runs, str):
+        reason = f"the model does not run in onnxruntime to check it: {runs}"
         return [graphpass.uncertified(pctx, RULE, graph, node, reason) for node, _ in merges]
     checked = []
     for node, earlier in merges:
         later = node.outputs[0]
-        if id(later) not in observed or id(earlier) not in observed:
+        if any(id(later) not in observed or id(earlier) not in observed for _, observed in runs):
             checked.append(graphpass.uncertified(
                 pctx, RULE, graph, node, "its value depends on a function's or a loop body's inputs, which "
                 "onnxruntime gives values only within a call or an iteration"))
             continue
-        got, want = observed[id(later)], observed[id(earlier)]
-        if got.dtype != want.dtype or got.shape != want.shape or not np.array_equal(got, want):
+        differing = next(((dims, observed[id(later)], observed[id(earlier)]) for dims, observed in runs
+                          if not _same(observed[id(later)], observed[id(earlier)])), None)
+        if differing is not None:
+            dims, got, want = differing
             graphpass.log_refuse(pctx, RULE, graph, node, f"onnxruntime computes {got.tolist()} here and "
-                                 f"{want.tolist()} for {earlier.name!r} on the model's own input shapes",
+                                 f"{want.tolist()} for {earlier.name!r} {graphpass.where_observed(runs, dims)}",
                                  guard="merge_dim_reads.runtime_disagrees")
             checked.append(None)
             continue
-        checked.append((CERTIFIED, f"certified: onnxruntime computes the same value as {earlier.name!r} on the "
-                                   "model's own input shapes"))
+        checked.append((CERTIFIED, f"certified: onnxruntime computes the same value as {earlier.name!r} "
+                                   f"{graphpass.where_observed(runs)}"))
     return checked
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> bool:
+    return got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
 
 
 def merge_in_graph(pctx: PassContext, graph: ir.Graph, oracle: StaticShapes) -> int:
@@ -129,7 +134,7 @@ PASSES = (
         order=13,
         exactness="values with the same element type, rank and elements (ints, and the same run-time dims "
                   "by the trusted facts) are equal on every input; each merge checked against onnxruntime "
-                  "on the model's own input shapes",
+                  "at two sizes of the model's symbolic dims",
         not_fuzzed=NO_PATTERN_YET,
     ),
 )

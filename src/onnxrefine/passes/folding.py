@@ -12,7 +12,9 @@ would run, so the folded tensor is bit-identical to what the model computed (EXA
 - the result's element type and shape must be those inference promised (and the declared type,
   where there is one): otherwise the fold is refused.
 onnx's reference evaluator stands in only where onnxruntime cannot run the node, and only for
-integer/bool/string results, which have one right answer.
+integer/bool/string results, which have one right answer. The session a node's outputs come from
+is, where possible, one run of all the nodes of its sweep (fold_session.py): the same kernel on
+the same values, every guard above still asked of each node.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import os
 import tempfile
 from typing import TYPE_CHECKING
 
-import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -33,6 +34,8 @@ from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.ir.foldmath import constant_array, constant_node_array, is_float_dtype
 from onnxrefine.ir.quantization import fold_refusal
 from onnxrefine.passes import graphpass
+from onnxrefine.passes.fold_session import (SweepResults, add_constant, evaluate_sweep, fold_model, is_low_precision,
+                                             session_options)
 from onnxrefine.passes.registry import GRAPH, NO_PATTERN_YET, PassContext, PassSpec
 from onnxrefine.rewrite.rule import EXACT
 from onnxrefine.verify.ort import inference_session
@@ -58,9 +61,6 @@ _SIZE_BOUNDED = frozenset(
     ReduceLogSumExp ReduceSumSquare ArgMax ArgMin Erf Sin Cos Tan IsNaN IsInf Clip LeakyRelu Elu
     Selu Softplus Softsign HardSigmoid HardSwish Gelu NonZero Unique TopK CumSum""".split()
 )
-# Inputs up to this many elements are handed to shape inference as data (shapes, axes, repeats).
-_DATA_FOR_INFERENCE = 4096
-
 
 def _single_node_model(node: ir.Node, arrays: list[np.ndarray | None], opset_imports: dict[str, int],
                        ir_version: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[str]]:
@@ -73,25 +73,14 @@ def _single_node_model(node: ir.Node, arrays: list[np.ndarray | None], opset_imp
             continue
         name = f"input_{index}"
         input_names.append(name)
-        if array.size <= _DATA_FOR_INFERENCE:
-            initializers.append(onnx.numpy_helper.from_array(array, name))
-        else:
-            elem = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
-            graph_inputs.append(onnx.helper.make_tensor_value_info(name, elem, array.shape))
-            feeds[name] = array
+        add_constant(name, array, graph_inputs, initializers, feeds)
     output_names = [f"output_{i}" if out else "" for i, out in enumerate(proto.output)]
     del proto.input[:]
     proto.input.extend(input_names)
     del proto.output[:]
     proto.output.extend(output_names)
     proto.name = "fold"
-    if proto.domain == "ai.onnx":
-        proto.domain = ""
-    outputs = [onnx.ValueInfoProto(name=n) for n in output_names if n]
-    graph = onnx.helper.make_graph([proto], "fold", graph_inputs, outputs, initializers)
-    opsets = [onnx.helper.make_opsetid(d, v) for d, v in opset_imports.items() if d != "ai.onnx"]
-    model = onnx.helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = max(ir_version, 4)
+    model = fold_model([proto], graph_inputs, initializers, opset_imports, ir_version)
     return model, feeds, [n for n in output_names if n]
 
 
@@ -113,28 +102,12 @@ def _inferred_outputs(model: onnx.ModelProto) -> dict[str, tuple[int, tuple | No
     return result
 
 
-def _session_options() -> ort.SessionOptions:
-    from onnxrefine.runtime import require_onnxruntime
-    ort = require_onnxruntime()  # here, not at module level: the CLI's start-up
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 4
-    return options
-
-
-def _is_low_precision(dtype) -> bool:
-    return np.dtype(dtype) in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-
-
 def _session(model: onnx.ModelProto, check_native: bool) -> ort.InferenceSession:
     """A session for the single-node model. With `check_native`, refuse a node onnxruntime runs
     through inserted Casts (most float16/bfloat16 arithmetic on CPU): in the whole model the
     runtime elides the Cast pair between two such nodes and keeps the intermediate in float32,
     so a folded float16 tensor would be rounded where the runtime does not round."""
-    options = _session_options()
+    options = session_options()
     if not check_native:
         return inference_session(model, options)
     with tempfile.TemporaryDirectory() as folder:
@@ -149,9 +122,10 @@ def _session(model: onnx.ModelProto, check_native: bool) -> ort.InferenceSession
 
 
 def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports: dict[str, int], ir_version: int,
-                  cap_bytes: int) -> list[np.ndarray]:
+                  cap_bytes: int, computed: list[np.ndarray] | None = None) -> list[np.ndarray]:
     """The node's outputs on constant inputs, as onnxruntime computes them; RewriteRefused when a
-    guard declines."""
+    guard declines. `computed`: its outputs as a run of its sweep computed them on these very
+    inputs (fold_session.py), checked as a session's would be."""
     model, feeds, outputs = _single_node_model(node, arrays, opset_imports, ir_version)
     inferred = _inferred_outputs(model)
     for name in outputs:
@@ -166,11 +140,13 @@ def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports:
         nbytes = math.prod(shape) * max(itemsize, 1)
         if nbytes > cap_bytes:
             raise RewriteRefused("fold.size_cap", f"the folded tensor would take {nbytes} bytes, over the cap of {cap_bytes}")
-    low_precision = any(_is_low_precision(a.dtype) for a in arrays if a is not None) or any(
-        _is_low_precision(onnx.helper.tensor_dtype_to_np_dtype(inferred[name][0])) for name in outputs)
+    low_precision = any(is_low_precision(a.dtype) for a in arrays if a is not None) or any(
+        is_low_precision(onnx.helper.tensor_dtype_to_np_dtype(inferred[name][0])) for name in outputs)
     try:
-        session = _session(model, check_native=low_precision)
-        results = session.run(outputs, feeds)
+        if computed is not None and not low_precision:
+            results = computed
+        else:
+            results = _session(model, check_native=low_precision).run(outputs, feeds)
     except RewriteRefused:
         raise
     except Exception as ort_error:
@@ -242,13 +218,10 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
     opsets = {**model.opset_imports, **graph.opset_imports}
     folded = 0
     refused = _refusal_memo(pctx)
+    sweep = _sweep(pctx, graph, only, refused, opsets)
     for node in list(graph):
-        if node.graph is not graph or not _foldable(node) or (only is not None and node.op_type not in only):
+        if not _evaluable(node, graph, only):
             continue
-        if edit.is_unread(node):
-            continue  # dead code is the dead-code pass's business; evaluating it buys nothing
-        if not all(v is None or _is_constant(v) for v in node.inputs):
-            continue  # checked before reading any bytes
         arrays = [None if v is None else constant_array(v) for v in node.inputs]
         if any(a is None and v is not None for a, v in zip(arrays, node.inputs)):
             continue
@@ -265,7 +238,8 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
         source_bytes = max((a.nbytes for a in arrays if a is not None), default=0)
         cap = max(pctx.budget.per_tensor_bytes, source_bytes)
         try:
-            results = evaluate_node(node, arrays, opsets, model.ir_version or 8, cap)
+            results = evaluate_node(node, arrays, opsets, model.ir_version or 8, cap,
+                                    sweep.outputs(node) if sweep is not None else None)
             replacements = []
             for output, result in zip([o for o in node.outputs if o.name], results):
                 if _overflowed(arrays, result):
@@ -289,6 +263,8 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
             hint = output.name or f"{node.name or node.op_type}_folded"
             value = edit.new_constant(pctx.names, graph, in_function, result, f"{hint}_folded", before=node)
             edit.replace_value(pctx.names, graph, output, value)
+            if sweep is not None:
+                sweep.record(output, value)
             added.append((output, value))
         removed, _ = edit.remove_unread(graph, [node])
         if not removed:  # every output read was replaced just above
@@ -299,6 +275,39 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
         graphpass.log_apply(pctx, "fold_constants", EXACT, graph, node, added)
         folded += 1
     return folded
+
+
+def _evaluable(node: ir.Node, graph: ir.Graph, only: frozenset[str] | None,
+               produced: frozenset | set = frozenset()) -> bool:
+    """Whether a sweep evaluates `node`: foldable, read, and every input a constant or (ids in
+    `produced`) an output of a node the sweep evaluates before it. Nothing's bytes are read."""
+    if node.graph is not graph or not _foldable(node) or (only is not None and node.op_type not in only):
+        return False
+    if edit.is_unread(node):
+        return False  # dead code is the dead-code pass's business; evaluating it buys nothing
+    return all(v is None or id(v) in produced or _is_constant(v) for v in node.inputs)
+
+
+def _sweep(pctx: PassContext, graph: ir.Graph, only, refused: dict, opsets: dict) -> SweepResults | None:
+    """One run of every node this sweep of fold_graph may evaluate (fold_session.py), as it
+    would reach them if each node before them folded."""
+    produced: set[int] = set()
+    nodes, arrays = [], {}
+    for node in graph:
+        if not _evaluable(node, graph, only, produced) or fold_refusal(node) is not None:
+            continue
+        if refused.get(id(node), (None, None))[1] == tuple(id(v) for v in node.inputs):
+            continue
+        constants = [v for v in node.inputs if v is not None and id(v) not in produced]
+        read = [arrays[id(v)] if id(v) in arrays else constant_array(v) for v in constants]
+        if any(a is None or a.dtype.kind in "SUO" for a in read):
+            continue
+        arrays.update(zip(map(id, constants), read))
+        nodes.append(node)
+        produced.update(id(v) for v in node.outputs)
+    if len(nodes) < 2:
+        return None
+    return evaluate_sweep(nodes, arrays, opsets, pctx.model.ir_version or 8, pctx.budget.per_tensor_bytes)
 
 
 def _refusal_memo(pctx: PassContext) -> dict:

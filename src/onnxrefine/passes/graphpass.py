@@ -39,6 +39,25 @@ def uncertified(pctx: PassContext, rule: str, graph: ir.Graph, node: ir.Node, re
     return None
 
 
+def observed_runs(pctx: PassContext, values, facts) -> list[tuple[dict, dict]] | str:
+    """[(sizes of the symbolic dims, id(value) -> its array)] of `values` in runs of the model at
+    two assignments of its symbolic dims in which every dim differs (one run where it has none;
+    verify/ort/dims.py, the certifier's record of the sizes the model runs at), or a one-line
+    reason there are not two: a value right at one size only is caught at the other."""
+    from onnxrefine.verify import ort
+
+    searcher = getattr(pctx.certifier, "runnable_dims", None) or ort.RunnableDims()
+    return searcher.observe(pctx.model, values, facts=facts, points=2)
+
+
+def where_observed(runs, dims: dict | None = None) -> str:
+    """Where `runs` (observed_runs) were made, or the one of them at `dims`, in words."""
+    from onnxrefine.verify import ort
+
+    shown = [ort.shown_dims(d) for d, _ in runs] if dims is None else [ort.shown_dims(dims)]
+    return "on the model's own input shapes" if shown == [""] else "at " + " and at ".join(shown)
+
+
 def log_refuse(pctx: PassContext, rule: str, graph: ir.Graph, node: ir.Node, reason: str | RewriteRefused,
                guard: str = "") -> None:
     """Log a refusal: a caught RewriteRefused (its guard id recorded), or a reason and a literal `guard`."""

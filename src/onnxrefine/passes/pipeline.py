@@ -1,11 +1,12 @@
 """The schedule: the one way passes run, verified or not.
 
 A round runs the phases of registry.PHASES in turn: "rules" (every rule of the chosen passes in one
-worklist driver run), then "graph" and "cleanup" (their graph-level passes, each phase's by its
-declared order); rounds repeat until one changes nothing (or `fixed_point=False`). A unit (the
-driver run, a graph pass) that found nothing is not run again until the model changes, and the
-rounds end once every unit has found nothing in the model as it is: the round that would only
-confirm it is not run. The "interface" passes run once after the last round.
+run of the worklist driver, the same driver every round: a later run offers again only what changed
+since the last, rewrite/driver.py), then "graph" and "cleanup" (their graph-level passes, each
+phase's by its declared order); rounds repeat until one changes nothing (or `fixed_point=False`).
+A unit (the driver run, a graph pass) that found nothing is not run again until the model changes,
+and the rounds end once every unit has found nothing in the model as it is: the round that would
+only confirm it is not run. The "interface" passes run once after the last round.
 Verification, progress and bisection are hooks on this schedule, never a second pipeline:
 
 - `on_event(kind, **info)` is called as the schedule goes: "round" (round), "step" (one
@@ -110,6 +111,10 @@ def run_passes(
     # every unit is settled on the current version (the round that would only confirm it is not run).
     version = 0
     settled: dict[str, int] = {}
+    # One driver for every round: each run takes up where the model changed since the last
+    # (rewrite/driver.py), not a new sweep over every node.
+    driver = RewriteDriver(model, rules, budget=budget, names=context.names, log=log, on_progress=on_progress,
+                           certifier=certifier) if rules else None
     units = (["rules"] if rules else []) + [spec.name for spec in graph_passes]
     for round_index in range(1, MAX_ROUNDS + 1):
         if room() is not None and room() <= 0:
@@ -117,24 +122,22 @@ def run_passes(
         rounds = round_index
         emit("round", round=round_index)
         changes = 0
-        if rules and settled.get("rules") != version:
+        if driver is not None and settled.get("rules") != version:
             progress.report(detail=f"round {round_index}: {len(rules)} rewrite rules")
             first, pass_started = len(log.applied), time.perf_counter()
-            driver = RewriteDriver(
-                model, rules, budget=budget, names=context.names, log=log, on_progress=on_progress,
-                max_rewrites=room(), certifier=certifier,
-            )
-            driver.run()
-            changes += driver.rewrites
-            version += driver.rewrites
-            if driver.settled:  # its last sweep, over the model as it is now, found nothing
+            before = driver.rewrites
+            driver.run(max_rewrites=room())
+            made = driver.rewrites - before
+            changes += made
+            version += made
+            if driver.settled:  # every node its worklists held has been offered on the model as it is now
                 settled["rules"] = version
             for entry in log.applied[first:]:
                 steps += 1
                 emit("step", step=Step(steps, round_index, pass_of_rule.get(entry.rule, entry.rule), entry.rule,
                                        entry.graph, entry.root))
             emit("pass", round=round_index, name="rules", passes=[s.name for s in specs if s.rules],
-                 changes=driver.rewrites, seconds=time.perf_counter() - pass_started)
+                 changes=made, seconds=time.perf_counter() - pass_started)
         for spec in graph_passes:
             if settled.get(spec.name) == version:
                 continue

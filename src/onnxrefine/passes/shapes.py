@@ -110,40 +110,46 @@ def fold_shapes_in_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, 
 
 def _checked(pctx: PassContext, graph: ir.Graph, folds, rule: str, oracle: StaticShapes) -> list[tuple[str, str] | None]:
     """Each fold's (evidence, note), after comparing what it folds with the value onnxruntime
-    computes in one run of the model on its own input shapes; None for a fold refused here (the
-    runtime disagrees, or nothing could be checked in a run that does not verify end to end)."""
+    computes in runs of the model at two assignments of its symbolic dims in which every dim
+    differs (verify/ort/dims.py: a fold right at one size only is caught at the other); None for
+    a fold refused here (the runtime disagrees, or nothing could be checked in a run that does not
+    verify end to end)."""
     if pctx.certifier is None or not folds:
         return [(UNCHECKED, "")] * len(folds)
-    from onnxrefine.verify import ort
-
     probes = [v for node, _, is_target in folds for v in probes_of(node, is_target)]
-    observed = ort.observe(pctx.model, probes, facts=oracle)
-    if isinstance(observed, str):
-        reason = f"the model does not run in onnxruntime to check it: {observed}"
+    runs = graphpass.observed_runs(pctx, probes, oracle)
+    if isinstance(runs, str):
+        reason = f"the model does not run in onnxruntime to check it: {runs}"
         return [graphpass.uncertified(pctx, rule, graph, node, reason) for node, _, _ in folds]
     checked = []
     for node, array, is_target in folds:
-        if any(id(v) not in observed for v in probes_of(node, is_target)):
+        if any(id(v) not in observed for _, observed in runs for v in probes_of(node, is_target)):
             checked.append(graphpass.uncertified(
                 pctx, rule, graph, node, "its value depends on a function's or a loop body's inputs, which "
                 "onnxruntime gives values only within a call or an iteration"))
             continue
-        if is_target:
-            data, output = observed[id(node.inputs[0])], observed[id(node.outputs[0])]
-            got, want = _reshaped(data.shape, array), tuple(output.shape)
-            agrees = got == want
-            detail = f"Reshape to {list(array)} gives {list(got) if got else got} where onnxruntime's is {list(want)}"
-        else:
-            computed = observed[id(node.outputs[0])]
-            agrees = computed.dtype == array.dtype and computed.shape == array.shape and np.array_equal(computed, array)
-            detail = f"folded {array.tolist()} where onnxruntime computes {computed.tolist()}"
-        if not agrees:
-            graphpass.log_refuse(pctx, rule, graph, node, f"{detail} on the model's own input shapes",
-                                 guard="static_shape.runtime_disagrees")
+        disagreement = next((f"{detail} {graphpass.where_observed(runs, dims)}" for dims, observed in runs
+                             for detail in [_disagreement(node, array, is_target, observed)] if detail), None)
+        if disagreement is not None:
+            graphpass.log_refuse(pctx, rule, graph, node, disagreement, guard="static_shape.runtime_disagrees")
             checked.append(None)
         else:
-            checked.append((CERTIFIED, "certified: onnxruntime computes the same value on the model's own input shapes"))
+            checked.append((CERTIFIED, f"certified: onnxruntime computes the same value {graphpass.where_observed(runs)}"))
     return checked
+
+
+def _disagreement(node: ir.Node, array, is_target: bool, observed: dict) -> str | None:
+    """How a fold differs from one run's values (None: it agrees)."""
+    if is_target:
+        data, output = observed[id(node.inputs[0])], observed[id(node.outputs[0])]
+        got, want = _reshaped(data.shape, array), tuple(output.shape)
+        if got == want:
+            return None
+        return f"Reshape to {list(array)} gives {list(got) if got else got} where onnxruntime's is {list(want)}"
+    computed = observed[id(node.outputs[0])]
+    if computed.dtype == array.dtype and computed.shape == array.shape and np.array_equal(computed, array):
+        return None
+    return f"folded {array.tolist()} where onnxruntime computes {computed.tolist()}"
 
 
 def probes_of(node: ir.Node, is_target: bool) -> list[ir.Value]:
@@ -176,7 +182,7 @@ def _runner(only: frozenset[str], rule: str):
 
 
 SHAPE_EXACTNESS = ("integer bookkeeping over the dims the trusted facts give; each folded value checked "
-                   "against onnxruntime on the model's own input shapes")
+                   "against onnxruntime at two sizes of the model's symbolic dims")
 
 PASSES = (
     PassSpec(

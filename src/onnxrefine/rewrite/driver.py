@@ -2,10 +2,19 @@
 
 Each graph (the main graph, every If/Loop/Scan body, every model-local function) gets a worklist
 seeded with its nodes. A node popped from it is offered to the rules whose root operator it is,
-highest benefit first; the first rule that applies rewrites it, and only the nodes the rewrite
-touched (new nodes, readers of replaced values, producers of removed inputs) go back on the
-worklist. No match triggers a rescan of the graph. A final sweep catches rewrites in one graph
-that enable rewrites in another (a subgraph dropping its capture of an outer value).
+highest benefit first; the first rule that applies rewrites it, and only the nodes whose match
+could have changed go back on a worklist: the producers and readers of every value the rewrite
+edited (read or made by a new node, replaced, or read by a removed one), and the readers below
+them as far as the deepest pattern reaches, in whichever graph they live (a subgraph reading an
+outer value, the node holding a subgraph that changed). No match triggers a rescan of the graph,
+and no sweep confirms the fixed point: the driver ends when every worklist is empty.
+
+The schedule runs one driver in every round (passes/pipeline.py). A later run takes up where the
+model changed since the last: the nodes graph-level passes added, removed, rewired or changed go
+back on the worklists as a rewrite's would, and the facts every edit since may have changed
+(ir/facts/) are derived again, in graph order and only as far as they come out different, the
+readers of each value whose facts changed going back too. Nodes
+none of that reached are not offered again: what they were refused on is as it was.
 
 Graphs are visited in ir/traversal.py's order; every edit goes through ir/edit.py, the same API
 the graph-level passes use.
@@ -13,7 +22,6 @@ the graph-level passes use.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
@@ -26,6 +34,7 @@ from onnxrefine.ir.budget import ConstantBudget
 from onnxrefine.ir.names import NameAllocator
 from onnxrefine.rewrite.log import CERTIFIED, DEFERRED, PROVED, UNCHECKED, RewriteLog, node_label
 from onnxrefine.rewrite.pattern import match
+from onnxrefine.rewrite.worklist import Worklist, around, changes, depth, snapshot
 from onnxrefine.rewrite.rule import (
     CertificateOutcome,
     CertificateRequest,
@@ -35,6 +44,8 @@ from onnxrefine.rewrite.rule import (
     Rule,
 )
 
+# Passes over the graphs' worklists (each pass empties every worklist it reaches; work queued in a
+# graph already passed waits for the next).
 MAX_SWEEPS = 8
 
 
@@ -65,49 +76,124 @@ class RewriteDriver:
         self.on_progress = on_progress
         self.ctx = RewriteContext(model, self.names, self.budget)
         self.rewrites = 0
-        # True once a sweep over every graph found nothing: a new driver with these rules on
-        # this model would find nothing either (the schedule skips it, passes/pipeline.py).
+        self._limit: int | None = None
+        # The model as the last run left it (None before the first), and the values that run's
+        # rewrites edited: what the next run starts from.
+        self._seen: dict[int, tuple] | None = None
+        self._edited: list[ir.Value | None] = []
+        # How far below an edited value a match can reach: the deepest pattern, plus the one step
+        # further a rule reads on its own (the producer of a captured input, the readers of a
+        # matched value).
+        self.reach = 1 + max((depth(rule.pattern) for rule in rules), default=0)
+        self._worklists: dict[int, Worklist] = {}
+        # True once every worklist is empty: every node whose match could have changed since it
+        # was last offered has been offered again, so a new driver with these rules on this model
+        # would find nothing (the schedule skips it, passes/pipeline.py).
         self.settled = False
 
-    def run(self) -> RewriteLog:
-        for _ in range(MAX_SWEEPS):
-            before = self.rewrites
-            for site in list(traversal.graphs(self.model)):
-                self._run_owner(site)
-                if self._exhausted():
-                    return self.log
-            if self.rewrites == before:
-                self.settled = True
-                break
+    def run(self, max_rewrites: int | None = None) -> RewriteLog:
+        """Rewrite to the fixed point, or until `max_rewrites` more rewrites (default: the
+        driver's own cap)."""
+        limit = self.max_rewrites if max_rewrites is None else max_rewrites
+        self._limit = None if limit is None else self.rewrites + limit
+        self.settled = False
+        if self._seen is not None:
+            self._catch_up()
+        try:
+            for _ in range(MAX_SWEEPS):
+                for site in list(traversal.graphs(self.model)):
+                    self._run_owner(site, self._worklist(site.graph))
+                    if self._exhausted():
+                        return self.log
+                if not any(self._worklist(site.graph).queue for site in traversal.graphs(self.model)):
+                    self.settled = True
+                    break
+        finally:
+            self._seen = snapshot(self.model)
         return self.log
 
-    def _exhausted(self) -> bool:
-        return self.max_rewrites is not None and self.rewrites >= self.max_rewrites
+    def _catch_up(self) -> None:
+        """Before a later run: re-queue what changed since the last one, and derive again the
+        facts every edit since may have changed (each run's rules see facts as a new oracle
+        would derive them)."""
+        changed, edited = changes(self._seen, snapshot(self.model))
+        refreshed = self._refresh_facts(changed + around([], edited + self._edited, 1))
+        self._edited = []
+        self.ctx = RewriteContext(self.model, self.names, self.budget, facts=self.ctx.facts)
+        # In graph order, as a new driver would offer them (the names a rewrite passes on follow
+        # the order rewrites apply in).
+        wanted = {id(node) for node in around(changed, edited + refreshed, self.reach)}
+        for site in traversal.graphs(self.model):
+            for node in site.graph:
+                if id(node) in wanted:
+                    self._requeue(node)
 
-    def _run_owner(self, site: traversal.GraphSite) -> None:
+    def _refresh_facts(self, seeds: list[ir.Node]) -> list[ir.Value]:
+        """Derive again the facts of the outputs of `seeds` (nodes an edit reached) and, in graph
+        order, of every node reading a value whose facts came out different: a fact is derived
+        from its node and the facts of the node's inputs alone (ir/facts/), so where those are as
+        they were, so is everything below. Returns the values whose facts changed."""
+        pending = {id(node) for node in seeds}
+        changed: list[ir.Value] = []
+        for site in traversal.graphs(self.model):
+            for node in site.graph:
+                if id(node) not in pending:
+                    continue
+                different = self.ctx.facts.refresh(node.outputs)
+                changed.extend(different)
+                pending.update(id(use.node) for value in different for use in value.uses())
+        return changed
+
+    def _worklist(self, graph: ir.Graph) -> Worklist:
+        """The graph's worklist; a graph seen for the first time (new, or first reached) is
+        seeded with every node a rule could root at."""
+        worklist = self._worklists.get(id(graph))
+        if worklist is None or worklist.graph is not graph:
+            worklist = Worklist(graph, (node for node in graph if node.op_type in self.rules_by_op))
+            self._worklists[id(graph)] = worklist
+        return worklist
+
+    def _requeue(self, node: ir.Node) -> None:
+        graph = node.graph
+        if graph is None or node.op_type not in self.rules_by_op:
+            return
+        worklist = self._worklists.get(id(graph))
+        if worklist is not None and worklist.graph is graph:
+            worklist.add(node)  # a graph not reached yet is seeded whole when it is
+
+    def _exhausted(self) -> bool:
+        return self._limit is not None and self.rewrites >= self._limit
+
+    def _run_owner(self, site: traversal.GraphSite, worklist: Worklist) -> None:
         graph = site.graph
-        queue: deque[ir.Node] = deque(node for node in graph if node.op_type in self.rules_by_op)
-        queued = {id(node) for node in queue}
         processed = 0
-        while queue and not self._exhausted():
-            node = queue.popleft()
-            queued.discard(id(node))
+        while worklist.queue and not self._exhausted():
+            node = worklist.pop()
             processed += 1
             if self.on_progress is not None and processed % 512 == 0:
                 self.on_progress(processed)
             if node.graph is not graph:
                 continue  # removed (or moved) since it was queued
             for rule in self.rules_by_op.get(node.op_type, ()):
-                touched = self._try(rule, node, site)
-                if touched is not None:
+                applied = self._try(rule, node, site)
+                if applied is not None:
                     self.rewrites += 1
-                    for other in touched:
-                        if other.graph is graph and id(other) not in queued and other.op_type in self.rules_by_op:
-                            queue.append(other)
-                            queued.add(id(other))
+                    self._edited.extend(applied[1])
+                    for other in around(*applied, self.reach):
+                        self._requeue(other)
+                    if site.node is not None:
+                        self._requeue_holders(site)
                     break
 
-    def _try(self, rule: Rule, node: ir.Node, site: traversal.GraphSite) -> list[ir.Node] | None:
+    def _requeue_holders(self, site: traversal.GraphSite) -> None:
+        """The nodes holding the edited subgraph, out to its body: what they capture changed."""
+        holders = {id(inner.graph): inner for inner in traversal.graphs(self.model) if inner.node is not None}
+        current: traversal.GraphSite | None = site
+        while current is not None and current.node is not None:
+            self._requeue(current.node)
+            current = holders.get(id(current.parent))
+
+    def _try(self, rule: Rule, node: ir.Node, site: traversal.GraphSite) -> tuple[list[ir.Node], list[ir.Value]] | None:
         found = match(rule.pattern, node)
         if found is None:
             return None
@@ -120,7 +206,7 @@ class RewriteDriver:
         finally:
             tensordata.drop_pages(weights)
 
-    def _try_match(self, rule: Rule, node: ir.Node, site: traversal.GraphSite, found) -> list[ir.Node] | None:
+    def _try_match(self, rule: Rule, node: ir.Node, site: traversal.GraphSite, found) -> tuple[list[ir.Node], list[ir.Value]] | None:
         graph = site.graph
         if any(matched.graph is not graph for matched in found.nodes):
             return None  # part of the match lives in an enclosing graph; rewrite it there, not here
@@ -233,8 +319,11 @@ class RewriteDriver:
 
     def _apply(self, rule: Rule, matched: list[ir.Node], replacement: Replacement, site: traversal.GraphSite,
                evidence: tuple[str, str] = (UNCHECKED, "")):
+        """Apply the rewrite; returns the nodes it touched (new nodes, readers of replaced values,
+        producers of released constants) and the values it edited, for the worklists."""
         graph = site.graph
         root = matched[-1]
+        edited = [v for n in matched for v in (*n.inputs, *n.outputs)]
         # Constants first, in the form the graph allows (Constant nodes inside a function), then
         # the new nodes, all before the root: every new node comes after what it reads.
         new_nodes = [
@@ -270,7 +359,8 @@ class RewriteDriver:
             evidence=evidence[0],
             certificate=evidence[1],
         )
-        return touched
+        edited += [v for n in new_nodes for v in (*n.inputs, *n.outputs)] + list(replacement.outputs.values())
+        return touched, edited
 
 
 def _keep_names(replacement: Replacement, producers: dict[int, ir.Node | None], removed: list[ir.Node],

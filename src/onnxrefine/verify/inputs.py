@@ -5,8 +5,8 @@ Loading: `.npz` files are read with `allow_pickle=False`. A `.npz` whose keys lo
 "input" maps names to arrays, or a list of such dicts) is read only with `trust_pickle=True`,
 because unpickling runs arbitrary code; without it the file is refused before it is opened.
 
-Generation (deterministic in `seed`): symbolic dims come from `dims` (name -> int), other unknown
-dims default to 2. `trials` random-normal sets are followed, with `stress=True`, by stress sets:
+Generation (deterministic in `seed`): symbolic dims come from `dims` (name -> int; a dim with no
+name is "input[axis]"), other unknown dims default to 2. `trials` random-normal sets are followed, with `stress=True`, by stress sets:
 negatives, signed zeros and tiny values (subnormals, smallest normal), large magnitudes around
 sqrt(max) (sums and single products stay finite, squares and exponentials overflow), a set
 sprinkled with +-inf and NaN, and the sets that reach the graph's branches (branches.py: both sides
@@ -182,16 +182,23 @@ def concrete_shape(spec: graphinfo.InputSpec, dims: Mapping[str, int] | None) ->
     if spec.shape is None:
         return (DEFAULT_DIM,)
     shape = []
-    for dim in spec.shape:
+    for axis, dim in enumerate(spec.shape):
         if isinstance(dim, int) and dim > 0:
             shape.append(dim)
         elif isinstance(dim, str) and dim in dims:
             shape.append(int(dims[dim]))
+        elif dim is None and unnamed_dim(spec.name, axis) in dims:
+            shape.append(int(dims[unnamed_dim(spec.name, axis)]))
         elif dim == 0:
             shape.append(0)
         else:
             shape.append(DEFAULT_DIM)
     return tuple(shape)
+
+
+def unnamed_dim(input_name: str, axis: int) -> str:
+    """The key that sizes a dim with neither a size nor a name in `dims`: "input[axis]"."""
+    return f"{input_name}[{axis}]"
 
 
 def generate_inputs(model: onnx.ModelProto, *, seed: int = 0, dims: Mapping[str, int] | None = None,
@@ -210,10 +217,12 @@ def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
     specs = graphinfo.graph_inputs(model)
     shapes = {spec.name: concrete_shape(spec, dims) for spec in specs}
     check_generated_size(specs, shapes)
-    known_shapes = dict(graphinfo.static_shapes(model, None))
-    known_shapes.update(shapes)
-    roles = {spec.name: graphinfo.integer_role(model, spec.name, known_shapes)
-             for spec in specs if spec.dtype.kind in "iu"}
+    roles = {}
+    if any(spec.dtype.kind in "iu" for spec in specs):  # only integer inputs have a role (shape inference's cost)
+        known_shapes = dict(graphinfo.static_shapes(model, None))
+        known_shapes.update(shapes)
+        roles = {spec.name: graphinfo.integer_role(model, spec.name, known_shapes)
+                 for spec in specs if spec.dtype.kind in "iu"}
     kinds = [f"random{index}" for index in range(max(1, trials))]
     if stress:
         kinds += [f"stress:{kind}" for kind in STRESS_KINDS]

@@ -98,6 +98,30 @@ class StaticShapes:
             for key in [key for key, hit in memo.items() if hit[0].graph is not main]:
                 del memo[key]
 
+    def refresh(self, values) -> list[ir.Value]:
+        """Forget the facts of the computed ones among `values` (values an edit may have changed
+        the facts of: the caller passes them producers first) and derive again those that were
+        known; returns the values whose facts came out different. A graph input's or
+        initializer's facts depend on nothing an edit changes, and are kept: a main input's
+        symbolic dims stay the same tokens that every fact derived from them holds."""
+        memos = ((self._shapes, self.symbolic_shape), (self._elements, self.elements), (self._dtypes, self.dtype))
+        known = []
+        for value in values:
+            if value.producer() is None:
+                continue
+            had = [memo.pop(id(value), None) for memo, _ in memos]
+            if any(hit is not None and hit[0] is value for hit in had):
+                known.append((value, had))
+        changed = []
+        for value, had in known:
+            producer = value.producer()
+            if producer is not None and producer.graph is None:
+                continue  # removed since: nothing reads its facts any more
+            if any(hit is not None and hit[0] is value and derive(value) != hit[1]
+                   for hit, (_, derive) in zip(had, memos)):
+                changed.append(value)
+        return changed
+
     def forget(self) -> None:
         self._shapes.clear()
         self._elements.clear()

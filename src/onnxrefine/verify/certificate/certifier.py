@@ -37,7 +37,8 @@ last axis where every column is computed alone (`width_stackable`: 1x1 convoluti
 weights onnxruntime then reads once instead of once per set). Values get canonical names and
 symbolic dims, so certificates of the same structure share one session whatever their sizes;
 outcomes (skips too) are cached by structure, constant bytes and which outputs are declared
-sign-insensitive when the constants are small. Large
+sign-insensitive when the constants are small. A window is checked against the memory budget
+(`window_budget.py`) by shape inference only where its size is not bounded from its inputs. Large
 accumulations (over HEAVY_BYTES of constants) get only a few subnormals (each costs ~100x per
 multiply-add) and the float64 reference on the finite set only, both sides in one evaluation.
 A rewrite that only removes Identity nodes is certified by Identity's definition
@@ -75,7 +76,9 @@ from onnxrefine.verify.certificate.model import (
     forwards_through_identity,
 )
 from onnxrefine.verify.certificate.concrete import RunShapes
+from onnxrefine.verify.ort import RunnableDims
 from onnxrefine.verify.certificate.scopes import body_facts, call_sides
+from onnxrefine.verify.certificate.window_budget import check_budget
 from onnxrefine.verify.certificate.concrete import unresolved as unresolved_sides
 from onnxrefine.verify.certificate.inputs import (
     NARROW_FLOATS,
@@ -108,37 +111,6 @@ class CertificateStats:
                 "cache_hits": self.cache_hits, "proved": self.proved, "seconds": round(self.seconds, 4)}
 
 
-# Operators whose output can be far larger than their inputs: a window holding one is checked
-# against the memory budget whatever its inputs' size (a resource bomb next to a rewrite is in its window).
-_EXPANDING = frozenset("ConstantOfShape Expand Tile Pad Resize Upsample OneHot Range Concat MatMul Gemm "
-                       "Loop Scan".split())
-
-
-CERTIFICATE_BUDGET_SHARE = 8
-
-
-def _check_budget(proto: onnx.ModelProto, activations, fed) -> None:
-    """Skip a certificate whose window would exceed the memory budget (resources.py)."""
-    from onnxrefine import resources
-    from onnxrefine.ir import peak
-
-    sizes = sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype or np.float32).itemsize
-                for s in activations) + sum(np.asarray(a).nbytes for a in fed.values())
-    if sizes < (1 << 20) and not any(node.op_type in _EXPANDING for node in proto.graph.node):
-        return
-    feeds = {f"a{i}": np.broadcast_to(np.zeros((), np.dtype(s.dtype or np.float32)), s.shape)
-             for i, s in enumerate(activations)}
-    # A certificate holds up to ~8 input sets and both sides' outputs per set at once: its window
-    # gets an eighth of the budget (measured: a Concat-doubling window within the whole budget
-    # took the process to 3 GB).
-    try:
-        resources.check_runnable(peak.estimate_peak(proto, {**feeds, **fed}), "the matched subgraph",
-                                 budget=resources.memory_budget() // CERTIFICATE_BUDGET_SHARE,
-                                 budget_text=f"1/{CERTIFICATE_BUDGET_SHARE} of --memory-budget for a certificate")
-    except resources.ResourceLimitError as exc:
-        raise _Skip(str(exc)) from None
-
-
 class Certifier:
     """Callable given to the rule driver; keeps caches and counts for one optimization run."""
 
@@ -149,10 +121,15 @@ class Certifier:
         self.defer_uncertified = defer_uncertified
         self.stats = CertificateStats()
         self._sessions: dict[bytes, object] = {}
+        self._estimates: dict[tuple, object] = {}  # check_budget's peak estimates
         self._results: dict[bytes, CertificateOutcome] = {}
         self._set_cache: dict[tuple, list] = {}
         self._cross_checked: set[tuple] = set()  # (rule, proof family) whose reading onnxruntime confirmed
-        self._runs = RunShapes(seed)  # the shapes and types of a run of the model, where no fact gives them
+        # The sizes of the symbolic dims the model runs at, found once for its certificates and for
+        # fold_shapes' checks.
+        self.runnable_dims = RunnableDims(seed)
+        # The shapes and types of a run of the model, where no fact gives them.
+        self._runs = RunShapes(self.runnable_dims)
 
     def __call__(self, request: CertificateRequest) -> CertificateOutcome:
         started = time.perf_counter()
@@ -293,8 +270,10 @@ class Certifier:
 
     def _check(self, request, activations, constants, context, reduced, note) -> CertificateOutcome:
         proto, fed, outputs = build(request, activations, constants, context, reduced is not None)
-        _check_budget(proto, activations, fed)
-        session = self._session(proto, request)
+        data = proto.SerializeToString()
+        digest = hashlib.sha1(data).digest()
+        check_budget(proto, activations, fed, self._estimates, digest)
+        session = self._session(proto, data, digest)
         # Large constants: a large accumulation, where subnormals are slow and float64 dominates.
         heavy = sum(a.nbytes for a in fed.values()) > HEAVY_BYTES
         sets = None
@@ -372,9 +351,8 @@ class Certifier:
                  {k: np.ascontiguousarray(np.take(v, [i], axis=axis)) for k, v in result.items()})
                 for i, (label, feeds) in enumerate(sets)]
 
-    def _session(self, proto: onnx.ModelProto, request: CertificateRequest):
-        data = proto.SerializeToString()
-        key = hashlib.sha1(data).digest()
+    def _session(self, proto: onnx.ModelProto, data: bytes, key: bytes):
+        """The session of the model `proto` (serialized: `data`, digested: `key`), made once."""
         session = self._sessions.get(key)
         if session is None:
             try:

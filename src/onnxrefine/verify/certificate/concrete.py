@@ -4,10 +4,12 @@ Two sources, tried by the certifier (certifier.py) after the shape facts:
 
 - a run of the model (`RunShapes.fill`): every activation of the window takes the shape and
   element type it has in one onnxruntime run of the model on its own input shapes
-  (`verify/ort/observed.py`), all from the same run, so they agree with each other and with every
-  fact about them. Each run also asks every other value of the model whose shape no fact fixes
-  (only Shapes and one element of each are fetched), so the first run usually answers for the
-  rest; a value a rewrite makes inherits the shape of the value it replaces (`inherit`);
+  (`verify/ort/observed.py`; its symbolic dims at sizes it runs at, `verify/ort/dims.py`, which
+  tries the sizes an earlier run ran at first), all from the same run, so they agree with each
+  other and with every fact about them. Each run also asks every other value of the model whose
+  shape no fact fixes (only Shapes are fetched, and one element of a value whose element type
+  nothing else gives), so the first run usually answers for the rest; a value a rewrite makes
+  inherits the shape of the value it replaces (`inherit`);
 - for a rewrite in a model-local function's body or a control-flow body, the facts its inputs
   have at each call or first iteration (scopes.py), whose arguments a run may give.
 
@@ -22,7 +24,7 @@ import onnx_ir as ir
 
 from onnxrefine.verify.certificate.inputs import SUPPORTED_DTYPES
 from onnxrefine.verify.certificate.model import Side
-from onnxrefine.verify.ort import MAX_OBSERVED_VALUES, observe
+from onnxrefine.verify.ort import MAX_OBSERVED_VALUES, RunnableDims
 
 # Runs of the model made to learn shapes no fact gives, per optimization.
 MAX_OBSERVATIONS = 4
@@ -38,8 +40,8 @@ def unresolved(sides) -> list[Side]:
 class RunShapes:
     """The shapes and element types of runs of the model, kept for one optimization."""
 
-    def __init__(self, seed: int = 0):
-        self.seed = seed
+    def __init__(self, dims: RunnableDims):
+        self.dims = dims  # the sizes of the symbolic dims the model runs at, shared with fold_shapes
         self._observed: dict[int, tuple] = {}  # id(value) -> (value, shape, dtype) in a run
         self._runs = 0
 
@@ -73,12 +75,12 @@ class RunShapes:
             unknown = [v for node in request.model.graph for v in node.outputs
                        if id(v) not in self._observed and _not_static(v, request.context.facts)]
             asked = list(dict.fromkeys(missing + unknown))[:MAX_OBSERVED_VALUES]
-            shapes = observe(request.model, asked, self.seed, shapes=True, facts=request.context.facts)
-            if isinstance(shapes, str):
+            runs = self.dims.observe(request.model, asked, shapes=True, facts=request.context.facts)
+            if isinstance(runs, str):
                 self._runs = MAX_OBSERVATIONS  # a model that did not run will not run the next time
             else:
                 values_by_id = {id(v): v for v in asked}
-                for key, (shape, dtype) in shapes.items():
+                for key, (shape, dtype) in runs[0][1].items():
                     self._observed[key] = (values_by_id[key], shape, dtype)
         return {id(v): self._observed[id(v)][1:] for v in values if id(v) in self._observed}
 

@@ -7,7 +7,8 @@ nothing vouches for run at the shapes the model really has there (`certificate.p
 One run: the model as it stands, cut down to the nodes the asked values depend on (their
 producers back to the graph inputs, subgraph captures included; only those are serialized), the
 asked values made its outputs, on one generated input set of the model's own declared shapes (a
-symbolic dim takes the verifier's default size). Where no float value can reach an integer, a
+symbolic dim takes the verifier's default size, or the size a caller gives it: `Cut` holds one
+session of the cut and runs it at any sizes, which `dims.py` chooses where the default fails). Where no float value can reach an integer, a
 bool or a size in the cut (no Cast to an integer, comparison, ArgMax, NonZero, ...), large float
 weights are zeros made at run time: they cannot change a shape or an integer value, and the run
 costs no weight bytes. The memory and time budget is the verifier's (`ModelRunner`). The model
@@ -31,40 +32,87 @@ MAX_COPIED = 64
 
 
 def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: bool = False,
-            facts=None) -> dict[int, np.ndarray] | str:
+            facts=None, dims: dict[str, int] | None = None) -> dict[int, np.ndarray] | str:
     """id(value) -> its array in one run of the main graph, or a one-line reason there is none.
-    With `shapes`, (its shape, its element type) instead: onnxruntime's Shape of it and one
-    element of it at most, so nothing large is held.
-    `facts` (ir/facts StaticShapes) tells element types the model does not declare.
+    With `shapes`, (its shape, its element type) instead: onnxruntime's Shape of it and, where
+    neither the model nor `facts` gives its element type, one element of it at most, so nothing
+    large is held (and a value's type the facts give is not asked of the run again).
+    `facts` (ir/facts StaticShapes) tells element types the model does not declare; `dims` sizes
+    the symbolic input dims (verify/inputs.py's `concrete_shape`; the default size otherwise).
 
     A value of the main graph is its own output; a value inside a control-flow body is computed
     by copies of its producers there, when those read nothing but main-graph values and their
     own constants (a Shape of a captured outer value): the same nodes on the same values. A
     value that depends on a body's or a function's inputs is left out of the answer (it has no
     value outside an iteration or a call)."""
-    from onnxrefine.errors import BadInputError
-    from onnxrefine.verify.inputs import generate_inputs
-    from onnxrefine.verify.ort.files import ModelFile
-    from onnxrefine.verify.ort.runner import ModelRunner, RunFailedError
+    from onnxrefine.resources import ResourceLimitError
 
-    asked = list(dict.fromkeys(v for v in values if v is not None and v.name))
-    if not asked:
-        return "no named value was asked for"
-    if len(asked) > MAX_OBSERVED_VALUES:
-        return f"{len(asked)} values asked for, more than {MAX_OBSERVED_VALUES} in one run"
-    try:
-        cut = _cut(model, asked, (lambda v: facts.dtype(v) or v.dtype) if facts is not None else (lambda v: v.dtype))
-        if isinstance(cut, str):
-            return cut
-        proto, names = cut
-        if shapes:
-            names = _shapes_of(proto, names)
-        with ModelRunner(ModelFile(proto, None, None), "the model (observed)") as runner:
+    with Cut(model, values, shapes=shapes, facts=facts) as cut:
+        try:
+            return cut.failure or cut.run(seed, dims)
+        except ResourceLimitError as exc:
+            return _first_line(exc)
+
+
+class Cut:
+    """The part of a model some values depend on, in one onnxruntime session, run at any sizes of
+    its symbolic input dims (`run`). `failure`: a one-line reason no run can be made, else None."""
+
+    def __init__(self, model: ir.Model, values: Sequence[ir.Value], shapes: bool = False, facts=None):
+        from onnxrefine.errors import BadInputError
+        from onnxrefine.verify.ort.files import ModelFile
+        from onnxrefine.verify.ort.runner import ModelRunner
+
+        self.shapes, self.runner, self.failure, self.proto, self.names = shapes, None, None, None, {}
+        self.known: dict[int, np.dtype] = {}  # id(value) -> the element type the model or the facts give
+        asked = list(dict.fromkeys(v for v in values if v is not None and v.name))
+        if not asked:
+            self.failure = "no named value was asked for"
+            return
+        if len(asked) > MAX_OBSERVED_VALUES:
+            self.failure = f"{len(asked)} values asked for, more than {MAX_OBSERVED_VALUES} in one run"
+            return
+        try:
+            dtype_of = (lambda v: facts.dtype(v) or v.dtype) if facts is not None else (lambda v: v.dtype)
+            cut = _cut(model, asked, dtype_of)
+            if isinstance(cut, str):
+                self.failure = cut
+                return
+            self.proto, self.names = cut
+            if shapes:
+                self.known = {id(v): dtype for v in asked
+                              if id(v) in self.names and (dtype := _numpy_dtype(dtype_of(v))) is not None}
+                self.names = _shapes_of(self.proto, self.names, set(self.known))
+            self.runner = ModelRunner(ModelFile(self.proto, None, None), "the model (observed)")
+        except BadInputError as exc:  # resource limits included
+            self.failure = _first_line(exc)
+        except Exception as exc:  # noqa: BLE001 - the serializer and onnxruntime raise many types
+            self.failure = _first_line(exc)
+
+    def __enter__(self) -> Cut:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.runner is not None:
+            self.runner.close()
+
+    def run(self, seed: int = 0, dims: dict[str, int] | None = None) -> dict | str:
+        """observe's answer for one input set generated at `dims`, or a one-line reason.
+        A resource limit (not a run's failure) raises ResourceLimitError: larger sizes would
+        not fit either."""
+        from onnxrefine.errors import BadInputError
+        from onnxrefine.resources import ResourceLimitError
+        from onnxrefine.verify.inputs import generate_inputs
+        from onnxrefine.verify.ort.runner import RunFailedError
+
+        if self.failure is not None:
+            return self.failure
+        fetched = [n for pair in self.names.values() for n in pair if n] if self.shapes else list(self.names.values())
+        try:
             feeds = {name: np.asarray(array) for name, array in
-                     generate_inputs(proto, seed=seed, stress=False, trials=1)[0].items()}
-            fetched = [n for pair in names.values() for n in pair] if shapes else list(names.values())
+                     generate_inputs(self.proto, seed=seed, dims=dims, stress=False, trials=1)[0].items()}
             try:
-                arrays = runner.run_outputs(fetched, feeds)
+                arrays = self.runner.run_outputs(fetched, feeds)
             except Exception as exc:  # noqa: BLE001 - in this process onnxruntime raises its own types
                 if isinstance(exc, BadInputError) and not isinstance(exc, RunFailedError):
                     raise  # a resource limit: not tried again
@@ -73,15 +121,17 @@ def observe(model: ir.Model, values: Sequence[ir.Value], seed: int = 0, shapes: 
                 # and a folded value no input may change.
                 feeds = {name: np.zeros_like(array) if array.dtype.kind in "iub" else array
                          for name, array in feeds.items()}
-                arrays = runner.run_outputs(fetched, feeds)
-    except BadInputError as exc:  # resource limits and run failures included
-        return _first_line(exc)
-    except Exception as exc:  # noqa: BLE001 - onnxruntime and the serializer raise many types
-        return _first_line(exc)
-    if shapes:
-        pairs = iter(np.asarray(array) for array in arrays)
-        return {key: (tuple(int(d) for d in next(pairs)), next(pairs).dtype) for key in names}
-    return {key: np.asarray(array) for key, array in zip(names, arrays)}
+                arrays = self.runner.run_outputs(fetched, feeds)
+        except ResourceLimitError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onnxruntime and the generator raise many types
+            return _first_line(exc)
+        if self.shapes:
+            got = dict(zip(fetched, arrays))
+            return {key: (tuple(int(d) for d in np.asarray(got[shape])),
+                          np.asarray(got[first]).dtype if first else self.known[key])
+                    for key, (shape, first) in self.names.items()}
+        return {key: np.asarray(array) for key, array in zip(self.names, arrays)}
 
 
 def _copied_cone(value: ir.Value, main: ir.Graph) -> list[ir.Node] | None:
@@ -175,9 +225,10 @@ def _cut(model: ir.Model, values: list[ir.Value], dtype_of) -> tuple[onnx.ModelP
     return proto, names
 
 
-def _shapes_of(proto: onnx.ModelProto, names: dict[int, str]) -> dict[int, tuple[str, str]]:
-    """Replace the cut's outputs by each value's Shape and its first element at most (a Slice of
-    it flattened: its element type, whatever its size); the new output names."""
+def _shapes_of(proto: onnx.ModelProto, names: dict[int, str], typed: set[int]) -> dict[int, tuple[str, str]]:
+    """Replace the cut's outputs by each value's Shape and, unless its key is in `typed`, its first
+    element at most (a Slice of it flattened: its element type, whatever its size); the new output
+    names ("" where no element is asked)."""
     helper = onnx.helper
     proto.graph.initializer.extend([helper.make_tensor("__observed_flat", onnx.TensorProto.INT64, [1], [-1]),
                                     helper.make_tensor("__observed_0", onnx.TensorProto.INT64, [1], [0]),
@@ -186,12 +237,15 @@ def _shapes_of(proto: onnx.ModelProto, names: dict[int, str]) -> dict[int, tuple
     for key, name in names.items():
         index = len(pairs)
         shape, flat, first = f"__observed_shape_{index}", f"__observed_flat_{index}", f"__observed_first_{index}"
-        proto.graph.node.extend([helper.make_node("Shape", [name], [shape]),
-                                 helper.make_node("Reshape", [name, "__observed_flat"], [flat]),
+        proto.graph.node.append(helper.make_node("Shape", [name], [shape]))
+        if key in typed:
+            pairs[key] = (shape, "")
+            continue
+        proto.graph.node.extend([helper.make_node("Reshape", [name, "__observed_flat"], [flat]),
                                  helper.make_node("Slice", [flat, "__observed_0", "__observed_1"], [first])])
         pairs[key] = (shape, first)
     del proto.graph.output[:]
-    proto.graph.output.extend(onnx.ValueInfoProto(name=n) for pair in pairs.values() for n in pair)
+    proto.graph.output.extend(onnx.ValueInfoProto(name=n) for pair in pairs.values() for n in pair if n)
     return pairs
 
 
@@ -265,6 +319,13 @@ def _captured(node: ir.Node) -> list[ir.Value]:
                         found.append(value)
                 found.extend(_captured(inner))
     return found
+
+
+def _numpy_dtype(dtype: ir.DataType | None) -> np.dtype | None:
+    try:
+        return None if dtype is None else np.dtype(dtype.numpy())
+    except Exception:  # noqa: BLE001 - a type numpy has no dtype for: the run is asked
+        return None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -27,11 +27,14 @@ import numpy as np
 
 from onnxrefine.verify.reference.kernels import dtype as _dtype
 from onnxrefine.verify.reference.bound_nn import MOVERS, STRUCTURAL
+from onnxrefine.verify.reference.bound_norm import NORMALIZATIONS
+from onnxrefine.verify.reference.bound_smooth import SMOOTH
 from onnxrefine.verify.reference.bound_ops import (ELEMENTWISE, NOT_DERIVED, UNBOUNDED, OpContext, dtype_of,
                                                    materialize)
 
-# op type -> its rule (bound_ops.py: elementwise; reference/bound_nn.py: the rest)
-BOUND_RULES = {**ELEMENTWISE, **STRUCTURAL}
+# op type -> its rule (bound_ops.py, bound_smooth.py: elementwise; bound_nn.py: data movement, products
+# and sums; bound_norm.py: normalizations)
+BOUND_RULES = {**ELEMENTWISE, **SMOOTH, **STRUCTURAL, **NORMALIZATIONS}
 # Rules that move or pick elements: an unbounded input leaves the others' elements bounded
 _CARRIERS = frozenset(MOVERS) | {"Shape", "Size"}
 # Rules whose bound costs a product or reduction: skipped (the bound is +inf) when an input's is +inf
@@ -235,7 +238,7 @@ class BoundTracker:
 
 # Rules whose probable pass is their worst-case pass (no sum inside): when every input's scale is its
 # bound, so is the output's
-_NO_SUMS = frozenset(ELEMENTWISE) | frozenset(MOVERS) | {"Shape", "Size", "BatchNormalization"}
+_NO_SUMS = frozenset(ELEMENTWISE) | frozenset(SMOOTH) | frozenset(MOVERS) | {"Shape", "Size", "BatchNormalization"}
 
 
 def _probable_pass(rule, ctx, scales) -> list | None:
@@ -247,6 +250,7 @@ def _probable_pass(rule, ctx, scales) -> list | None:
             any(s is not None for s in scales) and ctx.node.op_type not in _CARRIERS:
         return [UNBOUNDED] * len(ctx.outputs)
     saved = ctx.b, ctx.only_coherent
+    ctx.worst = ctx.b
     ctx.b, ctx.only_coherent, ctx.probable = scales, False, True
     try:
         with np.errstate(all="ignore"):
@@ -286,6 +290,7 @@ def _unbounded(ctx):
 def _compact(bound):
     """A bound infinite on most of a value becomes infinite on all of it (larger, so still a bound):
     a worst-case bound grown useless deep in a network then costs nothing downstream."""
-    if isinstance(bound, np.ndarray) and bound.size and np.count_nonzero(np.isposinf(bound)) * 2 > bound.size:
+    if isinstance(bound, np.ndarray) and bound.size and not bound.max() < math.inf \
+            and np.count_nonzero(np.isposinf(bound)) * 2 > bound.size:
         return UNBOUNDED
     return bound

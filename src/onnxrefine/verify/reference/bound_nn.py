@@ -1,4 +1,4 @@
-"""Error-bound rules for data movement, dot products, reductions and normalizations (bound.py).
+"""Error-bound rules for data movement, dot products and reductions (bound.py; normalizations: bound_norm.py).
 
 Data movement reuses the op's own float64 kernel on the bound arrays (a Transpose of the bounds is the
 bound of the Transpose). Dot products (MatMul, Gemm, Conv) and sums use the running error bound
@@ -12,8 +12,7 @@ import math
 
 import numpy as np
 
-from onnxrefine.verify.reference.bound_ops import (LIBRARY_ULPS, NOT_DERIVED, is_float, all_exact, gamma,
-                                               materialize)
+from onnxrefine.verify.reference.bound_ops import NOT_DERIVED, all_exact, is_float, materialize
 
 # op type -> the input positions that are data (moved); every other input must be exact
 _MOVERS = {
@@ -24,6 +23,9 @@ _MOVERS = {
 }
 # the same, but picking among data elements by value: a relative bound c*|x| is no c*|y| there
 _PICKERS = {"MaxPool": (0,), "ReduceMax": (0,), "ReduceMin": (0,)}
+# a picker's result errs by at most the largest bound it may pick: ReduceMin's bound is the ReduceMax of
+# the bounds (its own kernel would pick the smallest)
+_BOUND_KERNEL = {"ReduceMin": "ReduceMax"}
 # outputs that are exact whatever the inputs' bounds (shapes and sizes are exact)
 _SHAPES = frozenset({"Shape", "Size"})
 
@@ -48,7 +50,7 @@ def _movement(positions, relative_passes: bool):
                     substituted[i] = materialize(compacts[i], ctx.inputs[i])
                 if ctx.node.op_type == "Pad" and len(substituted) > 2 and substituted[2] is not None:
                     substituted[2] = np.zeros_like(np.asarray(substituted[2], dtype=np.float64))
-                moved = ctx.kernel(substituted)
+                moved = ctx.kernel(substituted, _BOUND_KERNEL.get(ctx.node.op_type))
                 outputs.append([np.asarray(moved[0], dtype=np.float64)] +
                                [NOT_DERIVED if ctx.node.op_type == "MaxPool" else
                                 (None if m is None else np.asarray(m, dtype=np.float64)) for m in moved[1:]])
@@ -111,9 +113,9 @@ def _in_quadrature(product, a, s_a, w, s_w, g: float, magnitude=None, stacked=No
     s_w^2)), plus the sum's own rounding g * product(|a|, |w|) (added, not in quadrature: larger).
     `stacked`: the product of a stack of left operands, for the common case (exact right side) in
     one float32 call made an upper bound again (_stacked_nonnegative)."""
-    abs_a, abs_w = _abs(a), _abs(w)
+    abs_w = _abs(w)
     if magnitude is None:
-        magnitude = product(abs_a, abs_w)
+        magnitude = product(_abs(a), abs_w)
     variance = 0.0
     sq_a = None if s_a is None else np.square(materialize(s_a, a))
     sq_w = None if s_w is None else np.square(materialize(s_w, w))
@@ -124,7 +126,7 @@ def _in_quadrature(product, a, s_a, w, s_w, g: float, magnitude=None, stacked=No
     if sq_a is not None:
         variance = variance + product(sq_a, abs_w * abs_w)
     if sq_w is not None:
-        variance = variance + product(abs_a * abs_a, sq_w)
+        variance = variance + product(np.square(_abs(a)), sq_w)
     if sq_a is not None and sq_w is not None:
         variance = variance + product(sq_a, sq_w)
     return np.sqrt(variance) + g * magnitude
@@ -163,10 +165,13 @@ def _stacked_nonnegative(product, lefts, right, n: int):
     return [np.asarray(result, dtype=np.float64) * inflate + tiny for result in results]
 
 
-def _left_operand(a, b_a, b_w, g: float):
+def _left_operand(a, abs_a, b_a, b_w, g: float):
     """P with product(P, |w|) the bound of _bilinear when the right side's bound is 0 or relative."""
     scale = (1.0 + g) * (1.0 + (b_w or 0.0))
-    return (scale - 1.0) * _abs(a) + (0.0 if b_a is None else scale * materialize(b_a, a))
+    left = (scale - 1.0) * abs_a
+    if b_a is not None:
+        left += scale * materialize(b_a, a)
+    return left
 
 
 def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
@@ -189,10 +194,11 @@ def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
                                                  magnitude if magnitude is not None else ctx.magnitude,
                                                  None if stack is None else stack(product), n)]
         elif stack is not None and magnitude is None and right_relative:
-            lefts = [_left_operand(a, compacts[0], compacts[1], ctx.gamma(n) if rounding else 0.0)
+            abs_a = _abs(a)
+            lefts = [_left_operand(a, abs_a, compacts[0], compacts[1], ctx.gamma(n) if rounding else 0.0)
                      for compacts, rounding in ctx.channels()]
             # |a| rides along: the probable pass's magnitude |a| |w| (bound.py) costs no call of its own
-            carried_by_channel = _stacked_nonnegative(stack(product), lefts + [_abs(a)], _abs(w), n)
+            carried_by_channel = _stacked_nonnegative(stack(product), lefts + [abs_a], _abs(w), n)
             if carried_by_channel is not None:
                 ctx.magnitude = carried_by_channel.pop()
         results = []
@@ -330,121 +336,6 @@ def _kernel_on(ctx, data):
     return np.asarray(ctx.kernel(substituted)[0], dtype=np.float64)
 
 
-# --------------------------------------------------------------------------------- normalizations
-
-def _softmax_axes(ctx, x):
-    axis = int(ctx.attr("axis", -1 if ctx.opset >= 13 else 1)) % max(x.ndim, 1)
-    if ctx.opset >= 13:
-        return x, (axis,), None
-    return x.reshape((int(np.prod(x.shape[:axis])), -1)), (1,), x.shape
-
-
-def _softmax(log: bool):
-    """y_i = exp(x_i - m) / sum_j exp(x_j - m): |dy_i| <= y_i (exp(b_i + max_j b_j) - 1) carried; rounding
-    of the subtraction, exp, sum (gamma(n)) and division relative to y_i (Softmax) or absolute (LogSoftmax)."""
-    def rule(ctx):
-        x, axes, _ = _softmax_axes(ctx, ctx.r(0))
-        y = ctx.y().reshape(x.shape)
-        top = np.max(np.where(np.isfinite(x), x, -np.inf), axis=axes, keepdims=True)
-        n = x.shape[axes[0]]
-        u = ctx.u()
-        results = []
-        for compacts, rounding in ctx.channels():
-            b = None if compacts[0] is None else materialize(compacts[0], ctx.inputs[0]).reshape(x.shape)
-            spread = 0.0 if b is None else b + np.max(b, axis=axes, keepdims=True)
-            if rounding:
-                library = LIBRARY_ULPS[ctx.node.op_type] * 2.0 * u
-                shifted = np.abs(x - top) * u + library  # relative error of each exp term
-                total = ctx.gamma(n) + np.max(shifted, axis=axes, keepdims=True) * (1.0 + ctx.gamma(n))
-                spread = spread + shifted + total + (u if not log else 0.0)
-            if log:
-                carried = spread + (u * (np.abs(y) + spread) if rounding else 0.0)
-            else:
-                # y * (exp(spread) - 1), in log space where the spread is large (a masked logit at
-                # -FLT_MAX has y = 0 and a huge spread: its bound is exp(t + spread), t = log y);
-                # a probability never moves by more than 1
-                log_y = (x - top) - np.log(np.sum(np.exp(x - top), axis=axes, keepdims=True))
-                spread = spread + np.zeros(x.shape)
-                grown = np.where(spread < 1.0, y * np.expm1(np.minimum(spread, 1.0)),
-                                 np.exp(np.minimum(log_y + spread, 1.0)) - y)
-                carried = np.minimum(grown, 1.0) + (u * y if rounding else 0.0)
-            carried = np.asarray(carried + np.zeros(x.shape)).reshape(ctx.outputs[0].shape)
-            results.append(ctx.finish(0, carried, None, underflows=n + 2) if rounding else carried)
-        return [tuple(results)]
-    return rule
-
-
-def _channel(param, x):
-    return np.asarray(param, dtype=np.float64).reshape((1, -1) + (1,) * (x.ndim - 2))
-
-
-def _batch_norm(ctx):
-    """Inference BatchNormalization, y = (x - mean) * s + bias with s = scale / sqrt(var + eps): every
-    product and sum rounds, s and the shift carry a few roundings of their own (computed per channel)."""
-    if len(ctx.outputs) > 1 and any(name for name in ctx.node.output[1:]):
-        return None
-    x = ctx.r(0)
-    scale, bias, mean, var = (_channel(ctx.inputs[i], x) for i in (1, 2, 3, 4))
-    s = scale / np.sqrt(var + float(ctx.attr("epsilon", 1e-5)))
-    u = ctx.u()
-    if any(c is not None for c in ctx.b[1:5]) or any(c is not None and not isinstance(c, float) for c in ctx.k[1:5]):
-        return None  # parameters computed at run time: not derived
-    terms = np.abs(x * s) + np.abs(mean * s) + np.abs(bias)
-    b_x = 0.0 if ctx.b[0] is None else materialize(ctx.b[0], ctx.inputs[0])
-    bound = b_x * np.abs(s) * (1.0 + gamma(6, u)) + gamma(6, u) * terms
-    # s and the shift are computed once per channel: their rounding (and a fold's) errs alike on the channel
-    k_x = 0.0 if ctx.k[0] is None else materialize(ctx.k[0], ctx.inputs[0])
-    coherent = k_x * np.abs(s) + (gamma(6, u) + sum(c or 0.0 for c in ctx.k[1:5])) * terms
-    return [(ctx.finish(0, bound, None, underflows=6), coherent)]
-
-
-def _layer_norm(ctx):
-    """LayerNormalization: y = (x - mu) * r * g + beta, r = 1/sqrt(v + eps), over the trailing axes."""
-    x = ctx.r(0)
-    axis = int(ctx.attr("axis", -1)) % x.ndim
-    axes = tuple(range(axis, x.ndim))
-    n = int(np.prod(x.shape[axis:]))
-    eps = float(ctx.attr("epsilon", 1e-5))
-    mu = np.mean(x, axis=axes, keepdims=True)
-    d = x - mu
-    v = np.mean(d * d, axis=axes, keepdims=True)
-    r = 1.0 / np.sqrt(v + eps)
-    scale = ctx.r(1)
-    shift = ctx.r(2) if len(ctx.inputs) > 2 and ctx.inputs[2] is not None else 0.0
-    u = ctx.u()
-    results = []
-    for compacts, rounding in ctx.channels():
-        b = 0.0 if compacts[0] is None else materialize(compacts[0], ctx.inputs[0])
-        b_g = 0.0 if compacts[1] is None else materialize(compacts[1], ctx.inputs[1])
-        b_s = 0.0 if len(compacts) < 3 or compacts[2] is None else materialize(compacts[2], ctx.inputs[2])
-        g = ctx.gamma(n) if rounding else 0.0
-        uu = u if rounding else 0.0
-        b = b + np.zeros(x.shape)
-        if ctx.probable:  # independent errors: the means of b and of |d| b_d in quadrature
-            b_mu = np.sqrt(np.mean(b * b, axis=axes, keepdims=True) / n)
-        else:
-            b_mu = np.mean(b, axis=axes, keepdims=True)
-        b_mu = b_mu + g * np.mean(np.abs(x), axis=axes, keepdims=True)
-        b_d = (b + b_mu) * (1.0 + uu) + uu * np.abs(d)
-        if ctx.probable:
-            linear = np.sqrt(np.mean(np.square(d * b_d), axis=axes, keepdims=True) / n)
-        else:
-            linear = np.mean(np.abs(d) * b_d, axis=axes, keepdims=True)
-        b_v = (2.0 * linear + np.mean(b_d * b_d, axis=axes, keepdims=True)) * (1.0 + g) \
-            + ctx.gamma(n + 1) * v * (1.0 if rounding else 0.0)
-        room = 1.0 - b_v / (v + eps)
-        rel_r = np.where(room > 0, 1.0 / np.sqrt(np.where(room > 0, room, 1.0)) - 1.0, np.inf)
-        if rounding:
-            rel_r = (1.0 + rel_r) * (1.0 + 2.0 * (LIBRARY_ULPS["LayerNormalization"] + 1.0) * u) - 1.0
-        normalized = b_d * r * (1.0 + rel_r) + np.abs(d) * r * rel_r
-        carried = np.abs(scale) * normalized + b_g * (np.abs(d) * r + normalized) + b_s
-        if rounding:
-            carried = carried + gamma(3, u) * (np.abs(d * r * scale) + np.abs(shift) + carried)
-        carried = np.where(np.isnan(carried), np.inf, carried)
-        results.append(ctx.finish(0, carried, None, underflows=n + 6) if rounding else carried)
-    return [tuple(results)] + [(NOT_DERIVED, NOT_DERIVED)] * (len(ctx.outputs) - 1)
-
-
 STRUCTURAL = {
     **{op: _movement(positions, True) for op, positions in _MOVERS.items()},
     **{op: _movement(positions, False) for op, positions in _PICKERS.items()},
@@ -457,8 +348,6 @@ STRUCTURAL = {
     "Conv": _dot_rule(_conv_product, _conv_terms, _conv_extra, stack=_conv_stack),
     "ReduceSum": _summing(False), "ReduceMean": _summing(True), "AveragePool": _summing(True),
     "GlobalAveragePool": _summing(True),
-    "Softmax": _softmax(False), "LogSoftmax": _softmax(True),
-    "BatchNormalization": _batch_norm, "LayerNormalization": _layer_norm,
 }
 
 MOVERS = frozenset(_MOVERS) | frozenset(_PICKERS)
