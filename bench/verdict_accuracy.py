@@ -362,6 +362,24 @@ def scale_beside_a_cancelling_column():
     return orig, cand, {}, [{"x": _normal((4, 8))}], False
 
 
+def float16_bn_fold_behind_a_long_product():
+    """MatMul of 300,000 terms then BatchNormalization, in float16, and the BN folded into the weights:
+    n*u > 1, where Higham's gamma_n = n*u/(1-n*u) is negative (a legitimate fold judged a mismatch)."""
+    k = 300_000
+    rng = np.random.default_rng(0)
+    w = (2.0 ** -14 * (1 + 3 * rng.random((k, 16)))).astype(np.float16)
+    scale, beta, mean, var = (rng.uniform(*span, 16).astype(np.float16) for span in ((0.5, 2), (-1, 1), (-1, 1), (0.5, 2)))
+    ins, outs = [("x", F16, [4, k])], [("y", F16)]
+    orig = model([node("MatMul", ["x", "w"], ["t"]), node("BatchNormalization", ["t", "s", "b", "m", "v"], ["y"])],
+                 ins, outs, [("w", w), ("s", scale), ("b", beta), ("m", mean), ("v", var)])
+    s = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5)
+    cand = model([node("MatMul", ["x", "w"], ["t"]), node("Add", ["t", "c"], ["y"])], ins, outs,
+                 [("w", (w.astype(np.float64) * s).astype(np.float16)),
+                  ("c", (beta - mean.astype(np.float64) * s).astype(np.float16))])
+    x = (0.5 + 0.5 * np.random.default_rng(1).random((4, k))).astype(np.float16)
+    return orig, cand, {}, [{"x": x}], False
+
+
 def integer_sum_off_by_half():
     """A sum of integers is exact in every order: a candidate 0.5 off is no rounding."""
     axes = [("ax", np.array([1], np.int64))]
@@ -642,6 +660,7 @@ def cases():
         ("fp16 conversion, float16 inputs/outputs", lambda: float16_conversion(False)),
         ("fp16 conversion beside a large channel", lambda: float16_conversion_beside_a_large_channel(False)),
         ("float16 If inlined (a rounding skipped)", float16_if_inlined),
+        ("float16 BN fold behind 300,000-term products", float16_bn_fold_behind_a_long_product),
     ]
     bugs = [
         ("bn fold, epsilon dropped", lambda: conv_bn(0, (2, 3, 8, 8), drop_eps=True, eps=1e-2, small_var=True)),

@@ -11,7 +11,7 @@ import pytest
 from helpers import make_model, tensor, value_info
 from onnx import TensorProto, helper
 
-from onnxrefine.verify import MISMATCH, ROUNDING, verify_models
+from onnxrefine.verify import MISMATCH, ROUNDING, UNSTABLE, verify_models
 
 F, H = TensorProto.FLOAT, TensorProto.FLOAT16
 rng = np.random.default_rng(0)
@@ -98,4 +98,36 @@ def test_float16_conversion_with_a_real_change_is_mismatch(block, bug, float32_i
     # the whole-output allowance at float16 (rounding before), beyond each element's own bound
     build, x = BLOCKS[block]
     report = verify_models(build(), build(H, float32_io, bug), inputs=[{"x": x}], trials=2)
+    assert report.verdict == MISMATCH
+
+
+# -- a decision of a narrower candidate, judged by each model's own margin ---------------------------
+
+I64 = TensorProto.INT64
+WA = (rng.standard_normal((64, 8)) / 8).astype(np.float32)
+WA[:, 1] = WA[:, 0] * (1 + 2e-4)  # columns 0 and 1 apart by 2e-4: beyond float32's rounding, within float16's
+XA = (1 + np.abs(rng.standard_normal((32, 64)))).astype(np.float32)
+
+
+def argmax_net(dtype=F, swap=False):
+    """ArgMax over x @ WA, the product in `dtype` (float32 inputs and outputs); swap: columns 0 and 2 swapped."""
+    w = WA.copy()
+    if swap:
+        w[:, [0, 2]] = w[:, [2, 0]]
+    body = [node("MatMul", ["xi", "w"], ["s"]), node("ArgMax", ["s"], ["y"], axis=1, keepdims=0)]
+    pre = node("Cast", ["x"], ["xi"], to=dtype) if dtype != F else node("Identity", ["x"], ["xi"])
+    return make_model([pre, *body], [value_info("x", F, [32, 64])], [value_info("y", I64, None)],
+                      [tensor("w", w.astype(np.float32 if dtype == F else np.float16))])
+
+
+def test_float16_argmax_flipping_a_near_tie_is_unstable_by_its_own_margin():
+    # the flips lie within float16's bound of the tie, beyond twice the float32 original's
+    report = verify_models(argmax_net(), argmax_net(H), inputs=[{"x": XA}], trials=2, localize=False)
+    out = report.outputs[0]
+    assert report.verdict == UNSTABLE, out.to_dict()
+    assert out.differing > 0 and f"unstable by control: decision-boundary {out.differing}" in out.notes
+
+
+def test_float16_argmax_with_swapped_columns_is_mismatch():
+    report = verify_models(argmax_net(), argmax_net(H, swap=True), inputs=[{"x": XA}], trials=2, localize=False)
     assert report.verdict == MISMATCH

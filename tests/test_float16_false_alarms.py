@@ -6,16 +6,21 @@
 - A float16 BatchNormalization folded into its Conv, on inputs with a large offset that the BN's
   mean cancels: the error scales with the summands |w|*|x| (the derived bound's Conv term), not with
   the small result.
+- A float16 BatchNormalization folded into a product of more than 1/u = 2048 terms: Higham's
+  gamma_n = n*u / (1 - n*u) is negative there, and the allowance with it; the accumulation's gamma and
+  the probable bound take the independent-rounding form, finite for every n.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from helpers import make_model, tensor, value_info
 from onnx import TensorProto, helper
 
 from onnxrefine.verify import MISMATCH, ROUNDING, verify_models
 from onnxrefine.verify.judge import RoundingBound, SetEvidence, judge_output
+from onnxrefine.verify.reference import evaluate_float64, probable_scale_of
 
 H = TensorProto.FLOAT16
 
@@ -109,3 +114,54 @@ def test_float16_bn_fold_with_cancellation_is_rounding_by_the_summands():
 
 def test_float16_bn_fold_dropping_epsilon_is_mismatch():
     assert verify_models(conv_bn(), folded(epsilon=0.0), inputs=[{"x": X_OFFSET}], trials=2).verdict == MISMATCH
+
+
+# -- a float16 BatchNormalization fold behind a product of more terms than 1/u ---------------------------
+
+LONG = 300_000  # terms per dot product: n*u > 1 in float16 (u = 2^-11) also for n ~ 4 sqrt(N)
+long_rng = np.random.default_rng(0)
+W_LONG = (2.0 ** -14 * (1 + 3 * long_rng.random((LONG, 16)))).astype(np.float16)
+BN_LONG = [long_rng.uniform(*span, 16).astype(np.float16) for span in ((0.5, 2), (-1, 1), (-1, 1), (0.5, 2))]
+X_LONG = (0.5 + 0.5 * np.random.default_rng(1).random((4, LONG))).astype(np.float16)
+
+
+def long_matmul_bn(fold=False, shift_error=0.0):
+    """MatMul then BatchNormalization, or the BN folded into the weights and a bias (off by shift_error)."""
+    if not fold:
+        nodes = [node("MatMul", ["x", "w"], ["t"]), node("BatchNormalization", ["t", "s", "b", "m", "v"], ["y"])]
+        weights = [tensor("w", W_LONG)] + [tensor(name, value) for name, value in zip("sbmv", BN_LONG)]
+    else:
+        scale, beta, mean, var = (value.astype(np.float64) for value in BN_LONG)
+        s = scale / np.sqrt(var + 1e-5)
+        nodes = [node("MatMul", ["x", "w"], ["t"]), node("Add", ["t", "c"], ["y"])]
+        weights = [tensor("w", (W_LONG.astype(np.float64) * s).astype(np.float16)),
+                   tensor("c", (beta - mean * s + shift_error).astype(np.float16))]
+    return make_model(nodes, [value_info("x", H, [4, LONG])], [value_info("y", H, None)], weights)
+
+
+def test_accumulation_gamma_stays_positive_and_finite_beyond_one_over_u():
+    bound = RoundingBound.for_output(2.0 ** -11, 1, LONG)
+    assert bound.n * bound.u > 1
+    assert 1 < bound.gamma < 10
+    # where n*u is small it agrees with Higham's gamma_n to first order
+    small = RoundingBound.for_output(2.0 ** -24, 1, 64)
+    assert small.gamma == pytest.approx(small.n * small.u / (1 - small.n * small.u), rel=1e-6)
+
+
+def test_probable_bound_is_finite_for_a_float16_sum_of_more_than_2048_terms():
+    value = evaluate_float64(long_matmul_bn(), {"x": X_LONG})["y"]
+    scale = probable_scale_of(value)
+    assert scale is not None and np.all(np.isfinite(scale))
+
+
+def test_float16_bn_fold_behind_more_than_2048_terms_is_rounding():
+    # localisation judges the MatMul's output too, as it did resnet18-fp16's last convolutions
+    report = verify_models(long_matmul_bn(), long_matmul_bn(fold=True), inputs=[{"x": X_LONG}], trials=2)
+    assert report.verdict == ROUNDING, report.outputs[0].to_dict()
+    assert report.outputs[0].differing > 0
+
+
+def test_float16_bn_fold_with_a_wrong_shift_behind_more_than_2048_terms_is_mismatch():
+    report = verify_models(long_matmul_bn(), long_matmul_bn(fold=True, shift_error=1000.0), inputs=[{"x": X_LONG}],
+                           trials=2, localize=False)
+    assert report.verdict == MISMATCH

@@ -19,6 +19,10 @@ beyond the rounding of its constants (one wrong weight, a dropped op, a flipped 
 away from R by more than K_c, and the candidate with it. Where the candidate's graph cannot be
 evaluated or its bound is not derived, the elements are judged by the accumulation allowance at
 the narrower precision, as before (SetEvidence.error_bound None / NaN there).
+
+A decision of a narrower candidate (_attach_decision_bounds) is judged by each model's own
+margin: the two runs together may err by b_o + b_c at the feed, b_c the candidate's own bound of its
+feed (its graph evaluated in float64), or gamma * |R| at the narrower u where that is not derived.
 """
 
 from __future__ import annotations
@@ -170,11 +174,15 @@ def attach_candidate_bounds(run, sets: dict, evaluate) -> None:
       available, the original's (which does not cover it) is dropped;
     - a float16 graph whose original bound is not finite at a differing element (a subgraph on its
       path): SetEvidence.spec_same_bound, the candidate's own bound where the reference gives both
-      models the same value (rule float16-skipped-rounding)."""
+      models the same value (rule float16-skipped-rounding);
+    - a narrower candidate's decisions (evidence.add_decision_evidence has run): each model's own margin."""
     candidate_file = run.candidate_file
     if candidate_file is None or run.strict.candidate_failure is not None:
         return
     narrower = narrower_candidate(run.original_file.proto, candidate_file.proto)
+    for track in run.tracks if narrower else ():
+        for index in track.differing_sets:
+            _attach_decision_bounds(run, track.set_evidence[index], run.labelled[index][1], evaluate)
     if not narrower and not any(np.dtype(dtype).name in NARROW_FLOATS for dtype in run.float_dtypes):
         return
     for index, names in sorted(sets.items()):
@@ -241,3 +249,36 @@ def _attach_spec_same(item, value) -> None:
     same = judge.bit_identical(np.asarray(value, np.float64), item.reference) & unbounded & np.isfinite(own)
     if same.any():
         item.spec_same_bound = np.where(same, own, np.nan)
+
+
+def _attach_decision_bounds(run, set_evidence: dict, feeds, evaluate) -> None:
+    """For a narrower candidate, DecisionEvidence.candidate_bounds of each decided output of one set:
+    the candidate's own bound of the values feeding its decision (the same op, found through the
+    output map), 0 where it computes them exactly, None (the stand-in at the narrower u) where its
+    decision or its bound is not found. An equal-precision candidate keeps the original's margin."""
+    from onnxrefine.verify.reference import bound_of
+
+    decided = {name: item.decision for name, item in set_evidence.items()
+               if item.decision is not None and name in run.output_map}
+    if not decided:
+        return
+    candidate_file = run.candidate_file
+    model = candidate_file.proto
+    producers = {out: node for node in model.graph.node for out in node.output}
+    wanted = {}
+    for name, decision in decided.items():
+        found = evidence.decision_feed(producers, run.output_map[name], set_evidence[name])
+        if found is not None and found[0].op_type == decision.op_type and len(found[1]) == len(decision.values):
+            wanted[name] = found[1]
+        decision.candidate_bounds = [None] * len(decision.values)
+    names = sorted({value for data in wanted.values() for value in data})
+    values = _candidate_values(candidate_file, feeds, names, evaluate) if names else {}
+    exact = judge.exact_values(model)
+    for name, data in wanted.items():
+        decision = decided[name]
+        bounds = []
+        for value_name, reference in zip(data, decision.values):
+            own = None if value_name not in values else bound_of(values[value_name])
+            usable = own is not None and np.shape(own) == reference.shape
+            bounds.append(0.0 if value_name in exact else np.asarray(own, np.float64) if usable else None)
+        decision.candidate_bounds = bounds

@@ -200,7 +200,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
     producers = {out: node for node in model.graph.node for out in node.output}
     wanted = {}
     for name, item in set_evidence.items():
-        found = _decision_feed(producers, name, item)
+        found = decision_feed(producers, name, item)
         if found is not None and not np.all(judge.bit_identical(item.candidate, item.original)):
             wanted[name] = found
     if not wanted or reference_refusal(model_file, feeds) is not None:
@@ -264,7 +264,7 @@ def made_by_maxpool(model: onnx.ModelProto, name: str) -> bool:
     return node is not None and node.op_type == "MaxPool" and node.output[0] == current
 
 
-def _decision_feed(producers, name, item):
+def decision_feed(producers, name, item):
     """(decision node, its float input names, through a Where) for an output a decision makes, or None."""
     node = producers.get(name)
     if node is None:

@@ -270,11 +270,11 @@ class VerificationSession:
                                    [track.set_evidence[index] for track in run.tracks if index < len(track.set_evidence)],
                                    run.reference_state, None if early is None or early.localizer is None else
                                    (lambda i=index: early.observer(labelled[i][0], i, labelled[i][1])))
-        conversion.attach_candidate_bounds(run, needs_reference, self.reference)  # a narrower one's own bounds
         for track in run.tracks:
             for index in track.differing_sets:
                 evidence.add_decision_evidence(run.original_file, labelled[index][1], track.set_evidence[index],
                                                run.reference_state, self.reference)
+        conversion.attach_candidate_bounds(run, needs_reference, self.reference)  # a narrower one's own bounds
 
     def _reference_on_set(self, model_file, feeds, names, evidence_sets, state, observer=None) -> None:
         """`observer`: a callable giving (observe, finish) for localisation to watch this evaluation

@@ -10,8 +10,10 @@ The margin of each feed element is DecisionEvidence.bounds (evidence.py fills it
 own bound on the original's rounding error (the per-element forward bound computed beside the
 float64 reference), zero where the feed is computed exactly (a graph input, a Floor of one, data
 movement: exact_values below). Where no bound is derived, gamma * |v| of that element stands in.
-tol = factor * margin, factor 2 (the original and the candidate each round). No term is shared across elements: one large element of a tensor
-lends no other element a margin.
+tol = factor * margin, factor 2 (the original and the candidate each round); for a candidate that
+computes in a narrower type, tol = margin_o + margin_c, each model's own bound of the feed
+(DecisionEvidence.candidate_bounds, conversion.py). No term is shared across elements: one large
+element of a tensor lends no other element a margin.
 
 - ArgMax/ArgMin, TopK: the float64 values at the original's pick and at the candidate's pick are
   within the sum of their tolerances (a near-tie); a NaN at either pick counts as near (NaN
@@ -65,6 +67,9 @@ class DecisionEvidence:
     output_index: int = 0  # TopK: only its indices (output 1) are judged as a decision
     # a Where whose condition is the comparison above: the comparison's mask is broadcast to it
     through_where: bool = False
+    # a candidate computing in a narrower type (conversion.py): per value, its own bound of the same
+    # feed (None for the list: the candidate rounds as the original does; None or NaN: the stand-in)
+    candidate_bounds: list | None = None
 
     def usable(self, output_shape) -> bool:
         try:
@@ -86,10 +91,19 @@ def margin_stand_in(values: np.ndarray, gamma: float) -> np.ndarray:
         return gamma * np.abs(np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0))
 
 
-def _margins(decision: DecisionEvidence, gamma: float) -> list:
-    given = decision.bounds or [None] * len(decision.values)
+def _tolerances(decision: DecisionEvidence, gamma: float, factor: float) -> list:
+    """Per value, how far the two runs together may err at each element: each model's own bound,
+    b_o + b_c, where the candidate rounds differently (a narrower one); else factor * b_o."""
+    own = _margins(decision.bounds, decision.values, gamma)
+    if decision.candidate_bounds is None:
+        return [factor * margin for margin in own]
+    return [mine + theirs for mine, theirs in zip(own, _margins(decision.candidate_bounds, decision.values, gamma))]
+
+
+def _margins(bounds, values, gamma: float) -> list:
+    given = bounds or [None] * len(values)
     margins = []
-    for bound, value in zip(given, decision.values):
+    for bound, value in zip(given, values):
         stand_in = margin_stand_in(value, gamma)
         if bound is None:
             margins.append(stand_in)
@@ -120,7 +134,7 @@ def _arg_shape(decision: DecisionEvidence, output_shape):
 def near_boundary(decision: DecisionEvidence, original: np.ndarray, candidate: np.ndarray,
                   gamma: float, factor: float) -> np.ndarray:
     """Bool per output element: the float64 value feeding it lies within its own bound of the boundary."""
-    tolerances = [factor * margin for margin in _margins(decision, gamma)]
+    tolerances = _tolerances(decision, gamma, factor)
     with np.errstate(invalid="ignore", over="ignore"):
         if decision.op_type in ARG_OPS or decision.op_type == "TopK":
             return _near_pick(decision, tolerances[0], original, candidate)

@@ -15,7 +15,8 @@ The rounding bound (RoundingBound)
            summed reduction lengths of the nodes on the path (Conv: C_in/group * prod(kernel);
            MatMul/Gemm: K; Reduce*, pools, Softmax, normalizations: their reduced elements; an
            elementwise node counts 1). graphinfo.accumulation_profile computes it. No cap.
-    n      max(N_MIN, min(N, STAT_K * ceil(sqrt(N)))), gamma = n*u / (1 - n*u).
+    n      max(N_MIN, min(N, STAT_K * ceil(sqrt(N)))), gamma = exp(n*u + N*u^2/(1-u)) - 1
+           (accumulation_gamma: finite and positive for every n, also where n*u >= 1).
            Why sqrt: Higham's gamma_N bounds the error of N roundings relative to the sum of the
            |terms|, which the verdict does not know (|R| of a mixed-sign sum or mean is far
            smaller). Rounding errors of independent operations add like a random walk: a length-N
@@ -23,29 +24,38 @@ The rounding bound (RoundingBound)
            is the magnitude of the result both for same-sign terms and for random-sign ones
            (error ~ u*sqrt(N/3) resp. u*sqrt(N/2) times |result|). STAT_K = 4 is a wide margin
            over that; systematic (correlated) rounding is what the original's own measured error
-           E covers, since the original commits it too. The worst-case N*u, capped or not, is
+           e_o covers at each element, since the original commits it too. The worst-case N*u is
            ~sqrt(N)/STAT_K times looser and swallowed real bugs: a BatchNorm fold that dropped
            epsilon (1e-5 on variances ~1 is ~8e-6 relative) before a GlobalAveragePool.
+           Why exp: Higham and Mary's probabilistic bound on N roundings, |prod(1 + delta_k) - 1| <=
+           exp(lambda*sqrt(N)*u + N*u^2/(1-u)) - 1, with lambda*sqrt(N) <= n; where n = N it is the
+           worst case (1 + u)^N - 1 <= exp(N*u) - 1. Higham's n*u / (1 - n*u) holds only for n*u < 1:
+           a float16 value with n = 2052 > 1/u = 2048 got a negative gamma, an allowance below zero.
     e_o    |O - R| where both are finite, else 0; e_c = |C - R|.
-    E      max e_o over the output (the original's own worst error: how ill-conditioned it is).
-    m      RMS of the finite |R| (so elements that cancel to ~0 are judged against the output's
-           typical magnitude).
+    M      per element, the magnitude of its terms: max(|R_i|, M_i) with M_i from the reference
+           (SetEvidence.magnitude, reference/bound.py: the root-sum-square of the terms of the last dot
+           product, reduction or normalization, carried through the elementwise ops after it, the scale
+           of the partial sums the sqrt(N) random walk above rounds), so a cancelling element keeps the
+           size of its terms; where it is not derived, the RMS of R stands in (a whole-output term).
+    E, m   max e_o and the RMS of the finite |R| over the output: read only by the accumulation cap of
+           within-derived-bound, which restricts and excuses nothing.
     s      the original's measured sensitivity: max over the perturbation runs (inputs moved by
            PERTURB_ULPS ulps) of |O' - O|, stable positions only.
 
 Rules (RULES in rules.py, applied in order by judge_output; an element explained by any rule is explained,
 unless the veto "sign-flip" applies). Each names its legitimate case (a regression test) and the
 counterexamples it must not excuse (tests as well); see the Rule entries in rules.py.
-    within-bound       e_c <= 2*e_o + 2*E + gamma*max(|R|, m), C and R finite. Where O broke
-                       (non-finite, R finite) e_o is 0: the candidate must then lie within the
-                       normal bound of R.
+    within-bound       where no derived bound is in force: e_c <= 2*e_o + gamma*M, C and R finite,
+                       every term the element's own. Where O broke (non-finite, R finite) e_o is 0:
+                       the candidate must then lie within the normal bound of R.
     ill-conditioned    only for outputs behind an ill-conditioned op (graphinfo.ILL_CONDITIONED_OPS:
                        Sqrt, Log, Div by a non-constant, Pow, Reciprocal, Softmax, normalizations,
                        ...): e_c <= within-bound's allowance + 2*k*s, k = max(1, gamma/(PERTURB_ULPS*u)).
                        Derived, not a constant: s / (PERTURB_ULPS*u*|O|) is the output's measured
                        condition number kappa, so 2*k*s ~ 2*gamma*kappa*|O|, the first-order rounding
                        bound of an ill-conditioned value (kappa ~ 1 adds about gamma*|O| again).
-    reference-inexact  R not finite, O and C finite: |C - O| <= 2*E + gamma*max(|O|, m_O).
+    reference-inexact  R not finite, O and C finite: |C - O| <= 2*gamma*|O_i| (+ 2*k*s_i behind an
+                       ill-conditioned op).
     follows-reference  C non-finite and of R's class, or +-inf where |R| exceeds the dtype's max.
     original-broke     O non-finite, R finite, C non-finite too (the original's own error is
                        unbounded there; a finite C is judged by within-bound against R).
@@ -68,7 +78,8 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        showing -largest (onnxruntime's float MaxPool over a window of only -inf).
     sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
 Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fallback" requires
-|C - O| <= 2*gamma*max(|O|, m_O), plus 2*k*(s_i + max s) behind an ill-conditioned op; every
+|C - O| <= 2*gamma*max(|O_i|, m_O), plus 2*k*s_i behind an ill-conditioned op (m_O, the RMS of O,
+is the one whole-output term left in a rule: without R there is no magnitude of the summands); every
 class change is unexplained unless nonfinite-order, saturation or overflow-territory applies.
 
 Decisions: no element of a discrete (integer/bool) output is explained. A differing element of an
@@ -131,6 +142,11 @@ def effective_n(accumulation: int) -> int:
     return max(N_MIN, min(accumulation, STAT_K * math.isqrt(accumulation - 1) + STAT_K))
 
 
+def accumulation_gamma(n: int, accumulation: int, u: float) -> float:
+    """gamma of an accumulation of length `accumulation` whose effective n is `n` (module docstring)."""
+    return math.expm1(n * u + max(1, int(accumulation)) * u * u / (1.0 - u))
+
+
 @dataclass
 class RoundingBound:
     u: float
@@ -150,7 +166,7 @@ class RoundingBound:
         """path_sum None: depth * width stands in for it (an upper bound of it)."""
         total = int(path_sum) if path_sum is not None else int(depth) * int(width)
         n = effective_n(total)
-        return cls(u=u, depth=depth, width=width, n=n, gamma=n * u / (1.0 - n * u), path_sum=total,
+        return cls(u=u, depth=depth, width=width, n=n, gamma=accumulation_gamma(n, total, u), path_sum=total,
                    amplifiers=None if amplifiers is None else tuple(amplifiers),
                    jumps=None if jumps is None else tuple(jumps))
 
@@ -198,10 +214,13 @@ class SetEvidence:
     # per element, where the original's bound is not finite in a float16 graph and the reference gives
     # both models the same value: the candidate's own derived bound (NaN elsewhere; rule float16-skipped-rounding)
     spec_same_bound: np.ndarray | None = None
+    # per element, the magnitude of the terms behind the value (reference.magnitude_of): what a rounding
+    # at each of its accumulation's steps is relative to, where no bound is in force (rule within-bound)
+    magnitude: np.ndarray | None = None
 
     def attach_reference(self, value) -> None:
         """`reference` (and its bounds, when the evaluator derived them) from a float64 evaluation."""
-        from onnxrefine.verify.reference import bound_of, coherent_of, probable_scale_of
+        from onnxrefine.verify.reference import bound_of, coherent_of, magnitude_of, probable_scale_of
 
         self.reference = np.asarray(value, dtype=np.float64)
         bound, coherent = bound_of(value), coherent_of(value)
@@ -211,6 +230,8 @@ class SetEvidence:
                                                                                                  np.float64)
         scale = probable_scale_of(value)
         self.probable_scale = None if scale is None or scale.shape != shape else np.asarray(scale, np.float64)
+        terms = magnitude_of(value)
+        self.magnitude = None if terms is None or terms.shape != shape else np.asarray(terms, np.float64)
     # every decision (DISCRETE_OPS, Cast to int) behind the output reads exactly computed values
     # (decisions.exact_decisions): few-ulp input moves then stand for no rounding of the original
     exact_decisions: bool = False

@@ -44,9 +44,12 @@ _COSTLY = frozenset({"MatMul", "Gemm", "Conv", "ReduceSum", "ReduceMean", "Avera
 
 # the probability that a legitimate run leaves the probable bound anywhere in one judged output
 FAILURE_PROBABILITY = 1e-6
+# the relative input error whose first-order carry, divided by it, is a value's magnitude of terms: small
+# enough that the carry is linear (a Div's interval, a LayerNorm's variance), far above float64's rounding
+MAGNITUDE_STEP = 2.0 ** -20
 
 __all__ = ["BoundedReference", "BoundTracker", "FAILURE_PROBABILITY", "bound_of", "coherent_of", "derived_op_types",
-           "probable_lambda", "probable_scale_of"]
+           "magnitude_of", "probable_lambda", "probable_scale_of"]
 
 
 class BoundedReference(np.ndarray):
@@ -55,6 +58,7 @@ class BoundedReference(np.ndarray):
     error_bound = None
     coherent_bound = None
     probable_scale = None
+    magnitude = None
 
 
 def bound_of(value) -> np.ndarray | None:
@@ -71,6 +75,12 @@ def probable_scale_of(value) -> np.ndarray | None:
     """The per-element probable scale sigma of a value the reference evaluator returned (None: not
     computed): |v_run - v_ref| <= lambda * sigma but with probability 2 exp(-lambda^2 / 2) (probable_bound)."""
     return getattr(value, "probable_scale", None)
+
+
+def magnitude_of(value) -> np.ndarray | None:
+    """The per-element magnitude of the terms behind a value the reference evaluator returned (None: not
+    computed; NaN: not derived there): _magnitude_pass."""
+    return getattr(value, "magnitude", None)
 
 
 def probable_lambda(count: int, failure: float = FAILURE_PROBABILITY) -> float:
@@ -101,9 +111,11 @@ class BoundTracker:
         self.graph_inputs = {value.name for value in graph.input}
         self.constants = {init.name for init in graph.initializer} - self.graph_inputs
         self.bounds: dict[str, tuple] = {}  # name -> (bound, coherent), compact forms
+        self.magnitudes: dict[str, np.ndarray] = {}  # name -> magnitude of the terms (_magnitude_pass)
 
     def forget(self, name: str) -> None:
         self.bounds.pop(name, None)
+        self.magnitudes.pop(name, None)
 
     def _of_input(self, name: str, value) -> tuple:
         """(bound, coherent, probable scale) of a value, compact."""
@@ -165,6 +177,50 @@ class BoundTracker:
             if bound is None or constant:
                 scale = bound  # a constant's error is the same on every input set: no random variable
             self.bounds[name] = (_compact(bound), _compact(coherent), _compact(scale))
+        if results is not None and any(name and not _finite(self.bounds[name][2]) for name in names):
+            # only where the probable bound is not in force everywhere does the verdict read the magnitude
+            self._magnitude_pass(rule, ctx, in_names, names)
+
+    def _magnitude_pass(self, rule, ctx, in_names, names) -> None:
+        """Per element, the magnitude of the terms behind each output, M: the probable pass's carry of
+        input errors MAGNITUDE_STEP * M_in (no rounding of its own: float64 result types), divided by the
+        step; constants carry none. M of a dot product or reduction is the root-sum-square of its terms
+        (sqrt(sum_k a_k^2 w_k^2); about |y| for terms of random sign, and as large where they cancel),
+        of a sum of two values M_a + M_b, of a product |b| M_a + |a| M_b, of data movement the moved M.
+        A product, reduction or normalization (_COSTLY) starts afresh from its inputs' |x|, so M does not
+        compound through the network as B does. Graph inputs: M = |x|. Run only for nodes whose probable
+        scale is not finite everywhere (after_node): elsewhere the probable bound judges, and a value
+        without M (or an input without it) is taken at its own |x|."""
+        reset = ctx.node.op_type in _COSTLY
+        steps = []
+        for name, value in zip(in_names, ctx.inputs):
+            dtype = dtype_of(self.types.get(name)) if name else None
+            if value is None or dtype is None or dtype.kind != "f" or name in self.constants:
+                steps.append(None)
+                continue
+            known = None if reset else self.magnitudes.get(name)
+            steps.append(MAGNITUDE_STEP if known is None else MAGNITUDE_STEP * known)
+        saved = ctx.b, ctx.k, ctx.only_coherent, ctx.out_dtypes, ctx.narrow, ctx.magnitude
+        ctx.b, ctx.k, ctx.only_coherent, ctx.probable = steps, [None] * len(steps), False, True
+        ctx.out_dtypes = [np.dtype(np.float64) if d is not None and d.kind == "f" else d for d in ctx.out_dtypes]
+        ctx.narrow = [False] * len(ctx.narrow)
+        try:
+            with np.errstate(all="ignore"):
+                results = rule(ctx)
+        except Exception:  # noqa: BLE001 - no magnitude: the verdict reads |R| there
+            results = None
+        finally:
+            ctx.b, ctx.k, ctx.only_coherent, ctx.out_dtypes, ctx.narrow, ctx.magnitude = saved
+            ctx.probable = False
+        for index, name in enumerate(names):
+            if not name or results is None or index >= len(results) or index >= len(ctx.outputs):
+                continue
+            out = ctx.outputs[index]
+            if not isinstance(out, np.ndarray) or out.dtype.kind != "f":
+                continue
+            with np.errstate(all="ignore"):
+                magnitude = materialize(results[index][0], out) / MAGNITUDE_STEP
+            self.magnitudes[name] = np.where(np.isfinite(magnitude), magnitude, np.nan)
 
     def attach(self, name: str, value):
         """`value` as a BoundedReference carrying its bounds (unchanged if it is no numeric array)."""
@@ -175,6 +231,8 @@ class BoundTracker:
         view.error_bound = materialize(bound, value)
         view.coherent_bound = materialize(coherent, value)
         view.probable_scale = materialize(scale, value)
+        magnitude = self.magnitudes.get(name)
+        view.magnitude = None if magnitude is None or np.shape(magnitude) != value.shape else magnitude
         return view
 
 
@@ -214,6 +272,15 @@ def _smaller(scale, bound, value):
     if isinstance(bound, float) and bound == UNBOUNDED:
         return scale
     return np.minimum(materialize(scale, value), materialize(bound, value))
+
+
+def _finite(compact) -> bool:
+    """A compact bound finite on every element (None: exact)."""
+    if compact is None:
+        return True
+    if isinstance(compact, float):
+        return math.isfinite(compact)
+    return bool(np.all(np.isfinite(compact)))
 
 
 def _unbounded(ctx):

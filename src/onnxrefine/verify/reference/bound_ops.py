@@ -79,6 +79,19 @@ def gamma(n: float, u: float) -> float:
     return n * u / (1.0 - n * u) if n * u < 1.0 else math.inf
 
 
+# the probability that one sum's partial sums grow beyond probable_growth (a union over its terms)
+GROWTH_FAILURE = 1e-6
+
+
+def probable_growth(n: float, u: float) -> float:
+    """An upper bound on |s^_k| / sum |terms| for every partial sum of an n-term sum in the
+    independent-rounding model: Higham and Mary's |prod_k (1 + delta_k) - 1| <= exp(lambda sqrt(n) u +
+    n u^2 / (1 - u)) - 1 but with probability 2 exp(-lambda^2 (1 - u)^2 / 2), lambda taken so that
+    the n partial sums together fail with probability GROWTH_FAILURE. Finite for every n."""
+    lam = math.sqrt(2.0 * math.log(2.0 * max(1.0, n) / GROWTH_FAILURE)) / (1.0 - u)
+    return math.exp(lam * math.sqrt(n) * u + n * u * u / (1.0 - u))
+
+
 class OpContext:
     """One node's inputs, outputs and input bounds, for a rule."""
 
@@ -152,10 +165,12 @@ class OpContext:
     def gamma(self, n: float, index: int = 0) -> float:
         """The relative rounding of an n-term sum in the output's dtype: gamma(n) in the worst case;
         in the probable pass the scale of sum_k delta_k s_k (|delta_k| <= u independent, mean zero,
-        |s_k| <= sum |terms|): sqrt(n) * u, grown by gamma(n) for the second-order terms."""
+        |s_k| <= sum |terms|): sqrt(n) * u, grown by gamma(n) for the second-order terms; where n*u >= 1
+        (a float16 sum of more than 2048 terms) gamma(n) is infinite, and the partial sums' growth is
+        taken in the same model instead (probable_growth)."""
         u = self.u(index)
         if self.probable:
-            return math.sqrt(n) * u * (1.0 + gamma(n, u)) if n * u < 1.0 else math.inf
+            return math.sqrt(n) * u * (1.0 + gamma(n, u) if n * u < 1.0 else probable_growth(n, u))
         return gamma(n, u)
 
     def finish(self, index: int, prop, ulps: float | None, exact=None, scale=None,
