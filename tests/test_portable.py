@@ -191,6 +191,34 @@ def test_the_command_line_asks_for_one_blas_thread(monkeypatch, capsys):
     assert calls == [True]
 
 
+def test_a_library_callers_optimization_without_verification_runs_its_passes_on_one_blas_thread(monkeypatch):
+    """The certificates' float64 evaluations run inside the schedule; a library caller's process
+    keeps OpenBLAS's default threads otherwise (the command line sets one for the whole process)."""
+    import contextlib
+
+    import onnxrefine
+    from onnxrefine import api
+
+    inside, seen = [], []
+
+    @contextlib.contextmanager
+    def one_thread():
+        inside.append(True)
+        try:
+            yield
+        finally:
+            inside.pop()
+
+    real_run_passes = api.run_passes
+    monkeypatch.setattr(portable, "one_blas_thread", one_thread)
+    monkeypatch.setattr(api, "run_passes", lambda *a, **k: seen.append(bool(inside)) or real_run_passes(*a, **k))
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    onnxrefine.optimize(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), verify=False)
+    assert seen == [True]
+
+
 _VERIFY_BLAS_THREADS = """
 import ctypes, json
 import numpy as np

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 
-from onnxrefine import around_maps
+from onnxrefine import around_maps, portable
 from onnxrefine.errors import BadInputError
 from onnxrefine.input_shapes import apply as fix_input_shapes
 from onnxrefine.ir import heap, io, load
@@ -179,8 +179,9 @@ def optimize_ir(
         )
         model, log, rolled_back, verification = run.model, run.log, run.rolled_back, run.summary
     else:
-        log = run_passes(model, names, budget=budget, fixed_point=fixed_point, on_progress=on_progress,
-                         on_event=on_event, certifier=certifier)
+        with portable.one_blas_thread():  # the certificates' float64 work, as in a verified run
+            log = run_passes(model, names, budget=budget, fixed_point=fixed_point, on_progress=on_progress,
+                             on_event=on_event, certifier=certifier)
     heap.release_freed()  # the rewrites' freed temporaries, before the caller builds on this model
     report = OptimizationReport(
         names, nodes_before, count_nodes(model), time.perf_counter() - started, log, rolled_back, verification,
