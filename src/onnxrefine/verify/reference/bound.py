@@ -177,8 +177,10 @@ class BoundTracker:
             if bound is None or constant:
                 scale = bound  # a constant's error is the same on every input set: no random variable
             self.bounds[name] = (_compact(bound), _compact(coherent), _compact(scale))
-        if results is not None and any(name and not _finite(self.bounds[name][2]) for name in names):
-            # only where the probable bound is not in force everywhere does the verdict read the magnitude
+        if results is not None:
+            # at every node, also where the probable bound is finite: the verdict reads M wherever no bound is
+            # in force, and that includes elements where the original itself lies beyond its bound (deployed
+            # with onnxruntime's fused kernels, which compute otherwise than the operators they replace)
             self._magnitude_pass(rule, ctx, in_names, names)
 
     def _magnitude_pass(self, rule, ctx, in_names, names) -> None:
@@ -188,9 +190,8 @@ class BoundTracker:
         (sqrt(sum_k a_k^2 w_k^2); about |y| for terms of random sign, and as large where they cancel),
         of a sum of two values M_a + M_b, of a product |b| M_a + |a| M_b, of data movement the moved M.
         A product, reduction or normalization (_COSTLY) starts afresh from its inputs' |x|, so M does not
-        compound through the network as B does. Graph inputs: M = |x|. Run only for nodes whose probable
-        scale is not finite everywhere (after_node): elsewhere the probable bound judges, and a value
-        without M (or an input without it) is taken at its own |x|."""
+        compound through the network as B does. Graph inputs: M = |x|; a value without M is taken at
+        its own |x|."""
         reset = ctx.node.op_type in _COSTLY
         steps = []
         for name, value in zip(in_names, ctx.inputs):
@@ -272,15 +273,6 @@ def _smaller(scale, bound, value):
     if isinstance(bound, float) and bound == UNBOUNDED:
         return scale
     return np.minimum(materialize(scale, value), materialize(bound, value))
-
-
-def _finite(compact) -> bool:
-    """A compact bound finite on every element (None: exact)."""
-    if compact is None:
-        return True
-    if isinstance(compact, float):
-        return math.isfinite(compact)
-    return bool(np.all(np.isfinite(compact)))
 
 
 def _unbounded(ctx):
