@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,8 +119,8 @@ def _scenario(tmp_path: Path, layers: int, hidden: int, points: int) -> None:
                 assert "Traceback" not in stderr, stderr
             else:  # only the killed writer's own temp files may remain: remove them for the next round
                 assert all(name.startswith(".out.onnx.") and name.endswith((".tmp", ".old")) for name in left), left
-                for name in left:
-                    (work / name).unlink()
+                for name in left:  # a file, or the scratch folder of the written model's check
+                    shutil.rmtree(work / name) if (work / name).is_dir() else (work / name).unlink()
     print("\n".join(f"{what:20} exit {code:4} output {got}" for what, code, got in table))
 
 

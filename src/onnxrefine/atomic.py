@@ -111,6 +111,12 @@ def temp_beside(path: str | os.PathLike, folder: str | os.PathLike | None = None
     return fd, journaled(name)
 
 
+def folder_beside(path: str | os.PathLike, folder: str | os.PathLike) -> str:
+    """A new temp folder in `folder` named as temp_beside names a file after `path` (.NAME.*.tmp, so
+    a writer killed before its clean-up leaves only what is recognisably that output's)."""
+    return journaled(tempfile.mkdtemp(prefix=f".{_short(Path(path).name)}.", suffix=".tmp", dir=folder))
+
+
 class Staging:
     """Files written but not yet visible: (temp, target) pairs renamed together by `commit`.
 

@@ -190,7 +190,7 @@ def check_staged(stage, path: str | os.PathLike, input_path: str | os.PathLike |
     a hard link would not do: onnx's checker refuses external data with more than one link)."""
     path = Path(path)
     folder = path.resolve().parent
-    scratch = atomic.journaled(tempfile.mkdtemp(prefix=".check.", dir=folder))
+    scratch = atomic.folder_beside(path, folder)
     moved: list[tuple[str, str]] = []
     try:
         for temp, target in stage.staged_files():
