@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Union
 
