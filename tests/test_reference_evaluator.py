@@ -289,6 +289,15 @@ def test_conv_matches_onnxruntime(config):
     _conv_case("Conv", config)
 
 
+def test_a_strided_pointwise_conv_whose_end_padding_keeps_the_size_reads_the_padding():
+    # H 2, stride 2, pads end 1: the output keeps the input's size but its second row is padding,
+    # not the input's second row (the pointwise shortcut took it as the input read as is)
+    x = np.array([-1.2815634, 2.547252, -1.898576, 0.325791], np.float32).reshape(1, 2, 2, 1)
+    w = np.array([1.610153, -1.9886012], np.float32).reshape(2, 1, 1, 1)
+    _conv_case("Conv", (x, w, None, {"kernel_shape": [1, 1], "strides": [2, 1], "dilations": [1, 1], "group": 2,
+                                     "pads": [0, 0, 1, 0]}))
+
+
 @_SETTINGS
 @given(conv_configs(transpose=True))
 def test_conv_transpose_matches_onnxruntime(config):

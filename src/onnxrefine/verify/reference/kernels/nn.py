@@ -69,8 +69,11 @@ def conv(x, w, bias, strides, dilations, begins, ends, group):
     n_out = int(np.prod(out_sizes, dtype=np.int64))
     k_size = int(np.prod(kernel, dtype=np.int64))
     mg = m // group
-    if n == 1 and k_size == 1 and list(out_sizes) == list(x.shape[2:]) and not any(begins):
-        cols = np.ascontiguousarray(x).reshape(group, cg, n_out)  # a pointwise conv reads the input as is
+    if n == 1 and k_size == 1 and list(out_sizes) == list(x.shape[2:]) and not any(begins) \
+            and all(stride == 1 for stride in strides):
+        # a pointwise conv reads the input as is (a stride beside end padding can keep the size and
+        # still read other positions: H 2, stride 2, pads end 1 reads rows 0 and 2, the padding)
+        cols = np.ascontiguousarray(x).reshape(group, cg, n_out)
     else:
         # The im2col matrix (G, Cg, K..., N, O...), so that the matmul result (G, Mg, N*O) is
         # already channel-major; filled one kernel tap at a time from a strided view of the input
