@@ -240,7 +240,8 @@ def model(scale):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
                               [helper.make_tensor("s", TensorProto.FLOAT, [], [scale])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # IR version 10: every supported onnxruntime reads it (onnx writes a newer one by default)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 class Recording(DecliningReference):
     seen = []

@@ -18,19 +18,29 @@ def _memory_limited() -> bool:
 
 def run() -> int:
     import gc
+    import signal
 
     gc.disable()  # until start-up is frozen (cli.main.main): importing makes no garbage
+    # A signal during the imports is held until they are done: a KeyboardInterrupt raised inside an
+    # extension module's import can be swallowed there with a traceback on stderr ("Exception
+    # ignored in ..."), and SIGTERM/SIGHUP would end the process before any handler of ours.
+    arrived: list[int] = []
+    held = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    previous = {signum: signal.signal(signum, lambda signum, frame: arrived.append(signum)) for signum in held}
     try:
         from onnxrefine.cli.main import main
-    except (MemoryError, ImportError, SystemError, KeyboardInterrupt) as exc:
-        if isinstance(exc, KeyboardInterrupt) and not _memory_limited():
-            print("onnxrefine: interrupted", file=sys.stderr)
-            return 130
+    except (MemoryError, ImportError, SystemError) as exc:
         if not (isinstance(exc, MemoryError) or _memory_limited()):
             raise
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"onnxrefine: error: not enough memory to start ({text})", file=sys.stderr)
         return 2
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if arrived:
+        print("onnxrefine: interrupted", file=sys.stderr)
+        return 128 + arrived[0]
     return exit_now(supervised(lambda: main(freeze_startup=True)))
 
 
