@@ -159,3 +159,28 @@ def test_importing_the_package_leaves_garbage_collection_as_it_found_it():
     as the caller had it, on or off."""
     loaded_after("import gc, onnxrefine\nassert gc.isenabled()\n")
     loaded_after("import gc\ngc.disable()\nimport onnxrefine\nassert not gc.isenabled()\n")
+
+
+_SIGNAL_DURING_IMPORTS = """
+import builtins, os, signal, sys
+real_import = builtins.__import__
+
+def importing(name, *args, **kwargs):
+    if name == "onnxrefine.cli.main":
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    return real_import(name, *args, **kwargs)
+
+builtins.__import__ = importing
+from onnxrefine.__main__ import run
+sys.exit(run())
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_during_the_start_up_imports_is_one_line_and_128_plus_its_number(name):
+    import signal
+
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_DURING_IMPORTS, name], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 128 + getattr(signal, name), done.stderr
+    assert done.stderr.strip() == "onnxrefine: interrupted", done.stderr
