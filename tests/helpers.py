@@ -112,6 +112,24 @@ def plant_rules(monkeypatch, rules: dict) -> Callable[[str], str]:
     return lambda name: f"planted_{name}"
 
 
+def relu_to_abs(m, ctx):
+    """A deliberately wrong rule: Relu(x) -> Abs(x) differs for every negative x."""
+    from onnxrefine.rewrite.rule import Replacement
+
+    node = ctx.node("Abs", [m["x"]])
+    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
+
+
+def plant_wrong_pass(monkeypatch, name: str) -> str:
+    """A test-only pass `name` whose one rule is relu_to_abs (a real bug verification must catch)."""
+    from onnxrefine.passes.registry import PassSpec
+    from onnxrefine.rewrite.pattern import Op, Var
+    from onnxrefine.rewrite.rule import Rule
+
+    plant_pass(monkeypatch, PassSpec(name, "test only", rules=(Rule("relu_to_abs", Op("Relu", Var("x")), relu_to_abs),)))
+    return name
+
+
 def on_a_terminal(argv: list[str], env: dict) -> tuple[int, str]:
     """Run `argv` with stdout a terminal (a pseudo-terminal; stderr discarded): its exit code and
     what it printed, colour codes and carriage returns taken out."""

@@ -8,30 +8,19 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from helpers import make_model, op_types, plant_pass, run, tensor, value_info
+from helpers import make_model, op_types, plant_wrong_pass, run, tensor, value_info
 from onnx import helper
 
 import onnxrefine
 from onnxrefine.cli.main import main
-from onnxrefine.passes.registry import PassSpec
-from onnxrefine.rewrite.pattern import Op, Var
-from onnxrefine.rewrite.rule import Replacement, Rule
 from onnxrefine.verified import VerificationFailed, VerifySettings
 
 BN_PASSES = ["fuse_bn_into_conv", "fuse_bn_into_gemm"]
 
 
-def relu_to_abs(m, ctx):
-    """A deliberately wrong 'exact' rule: Relu(x) -> Abs(x) differs for every negative x."""
-    node = ctx.node("Abs", [m["x"]])
-    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
-
-
 @pytest.fixture
 def planted_pass(monkeypatch):
-    spec = PassSpec("planted_wrong_pass", "test only", rules=(Rule("relu_to_abs", Op("Relu", Var("x")), relu_to_abs),))
-    plant_pass(monkeypatch, spec)
-    return spec.name
+    return plant_wrong_pass(monkeypatch, "planted_wrong_pass")
 
 
 def model_with_bn_and_relu() -> onnx.ModelProto:

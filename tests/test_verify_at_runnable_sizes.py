@@ -9,15 +9,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from helpers import make_model, plant_pass, tensor, value_info
+from helpers import make_model, plant_wrong_pass, tensor, value_info
 from onnx import TensorProto, helper
 
 import onnxrefine
 from onnxrefine.cli.main import main
 from onnxrefine.errors import BadInputError
-from onnxrefine.passes.registry import PassSpec
-from onnxrefine.rewrite.pattern import Op, Var
-from onnxrefine.rewrite.rule import Replacement, Rule
 from onnxrefine.verified import VerifySettings
 from onnxrefine.verify import verify_models
 
@@ -56,17 +53,9 @@ def _cache_model(extra: int = 0) -> onnx.ModelProto:
          tensor("last", np.array([-1], np.int64))])
 
 
-def relu_to_abs(m, ctx):
-    """A deliberately wrong rule: Relu(x) -> Abs(x) differs for every negative x."""
-    node = ctx.node("Abs", [m["x"]])
-    return Replacement([node], {m.root.outputs[0]: node.outputs[0]})
-
-
 @pytest.fixture
 def planted_pass(monkeypatch):
-    spec = PassSpec("planted_wrong_at_sizes", "test only", rules=(Rule("relu_to_abs", Op("Relu", Var("x")), relu_to_abs),))
-    plant_pass(monkeypatch, spec)
-    return spec.name
+    return plant_wrong_pass(monkeypatch, "planted_wrong_at_sizes")
 
 
 SIZES = "batch=2, sequence=3, past=4, total=7 and at batch=3, sequence=4, past=5, total=9"
