@@ -126,7 +126,8 @@ def plant_wrong_pass(monkeypatch, name: str) -> str:
     from onnxrefine.rewrite.pattern import Op, Var
     from onnxrefine.rewrite.rule import Rule
 
-    plant_pass(monkeypatch, PassSpec(name, "test only", rules=(Rule("relu_to_abs", Op("Relu", Var("x")), relu_to_abs),)))
+    rule = Rule("relu_to_abs", Op("Relu", Var("x")), relu_to_abs)
+    plant_pass(monkeypatch, PassSpec(name, "test only", rules=(rule,)))
     return name
 
 
