@@ -121,3 +121,35 @@ def test_a_signal_while_the_child_is_reaped_at_exit_ends_it_quietly(forks, monke
     assert interrupted == forks
     with pytest.raises(ChildProcessError):
         real_waitpid(forks[0], os.WNOHANG)  # reaped
+
+
+_INTERRUPTED_WHILE_FORKING = """
+import os, signal, sys
+import onnx
+from onnx import TensorProto, helper
+from onnxrefine.ir import contained
+# Ctrl-C landing while os.fork() runs its hooks (logging's lock release among them)
+os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGINT))
+model = helper.make_model(helper.make_graph(
+    [helper.make_node("Relu", ["x"], ["y"])], "g",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)])
+try:
+    contained.infer_shapes(model)
+except KeyboardInterrupt:
+    sys.exit(42)
+sys.exit(0)
+"""
+
+
+def test_a_ctrl_c_while_forking_the_child_interrupts_the_run():
+    """Python runs the at-fork hooks with signals deliverable; a KeyboardInterrupt raised inside one
+    is printed as 'Exception ignored' and lost, and the run would go on as if never interrupted.
+    With the signals held across the fork, the interrupt arrives in the caller's own code."""
+    import subprocess
+    import sys
+
+    ran = subprocess.run([sys.executable, "-c", _INTERRUPTED_WHILE_FORKING],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 42, ran.stderr
+    assert "Exception ignored" not in ran.stderr and "Traceback" not in ran.stderr, ran.stderr

@@ -42,6 +42,27 @@ def _can_fork() -> bool:
     return hasattr(os, "fork") and hasattr(os, "waitpid")
 
 
+_HELD = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)}
+
+
+def _fork() -> tuple[int, set]:
+    """os.fork() with SIGINT, SIGTERM and SIGHUP held while it runs: a handler that raises (Ctrl-C's
+    KeyboardInterrupt) would otherwise run inside the fork's own hooks (logging's lock release),
+    where Python prints a traceback and drops the exception, and the run goes on as if never
+    interrupted. The parent gets a held signal as soon as the fork has returned; the child keeps
+    them held until it has let go of the parent's streams (`_detach`). Returns the pid and the
+    signal mask to restore."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        raise
+    if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return pid, previous
+
+
 def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
     """onnx.shape_inference.infer_shapes(model, **options), contained: its exceptions are raised
     as they are (as the onnx call would), an abort or a segfault as NativeCrash."""
@@ -64,12 +85,12 @@ def call(function, *args, what: str):
     if not _can_fork():  # pragma: no cover - Windows
         return function(*args)
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    pid, mask = _fork()
     if pid == 0:  # the child: run, send the result (or the exception), leave without clean-up
         status = 0
         try:
             os.close(read_end)
-            _detach()
+            _detach(mask)
             message = _outcome(function, *args)
             with os.fdopen(write_end, "wb") as out:
                 out.write(message)
@@ -95,7 +116,7 @@ def call(function, *args, what: str):
     return _result(message, what)
 
 
-def _detach() -> None:
+def _detach(mask: set) -> None:
     """In a forked child: nothing it does reaches the parent but through its pipes. What the native
     code prints as it dies (an assertion's text) is not the user's business (the parent says it in
     one line), and the standard streams may be the parent's channel to its own parent (a test
@@ -110,6 +131,7 @@ def _detach() -> None:
     os.close(devnull)
     # The parent's stream objects (which may hold its unflushed output) are left untouched.
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the child's until it ends
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C now ends the child quietly
 
 
 def _outcome(function, *args) -> bytes:
@@ -151,13 +173,13 @@ class _Worker:
         requests_read, self.requests = os.pipe()
         self.replies, replies_write = os.pipe()
         self.owner = os.getpid()
-        self.pid = os.fork()
+        self.pid, mask = _fork()
         if self.pid == 0:
             status = 0
             try:
                 os.close(self.requests)
                 os.close(self.replies)
-                _detach()
+                _detach(mask)
                 _serve(requests_read, replies_write)
             except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
                 status = 1
