@@ -349,6 +349,18 @@ def scaled_column_negated():
     return orig, cand, {}, [{"x": _normal((4, 8))}], False
 
 
+def scaled_column_negated_past_an_op_without_a_rule():
+    """The same negation, then Elu (no bound rule: the magnitude of the terms is probed, not the
+    output's RMS, which the large column would make about 2^24 for every element)."""
+    w = np.ones(8, np.float32)
+    w[0] = 2.0 ** 27
+    flipped = -w
+    flipped[0] = w[0]
+    nodes = [node("Mul", ["x", "w"], ["t"]), node("Elu", ["t"], ["y"])]
+    x = np.abs(_normal((4, 8))) + np.float32(0.5)
+    return _one(nodes, [("w", w)], shape=(4, 8)), _one(nodes, [("w", flipped)], shape=(4, 8)), {}, [{"x": x}], False
+
+
 def scale_beside_a_cancelling_column():
     """(x + c) - c with c = 1e6 in one column only (its cancellation error is large), then a 1%
     scale on every other column: one ill-computed column must not excuse the rest."""
@@ -689,6 +701,7 @@ def cases():
         ("Cast(x*3*(1/3)) -> Cast(-x) at x=2", lambda: cast_to_int("neg")),
         # per-element classes: global terms, exactness, systematic error, decisions, controls, branches
         ("x*w, 2^27 column, others negated", scaled_column_negated),
+        ("x*w, 2^27 column, others negated, then Elu", scaled_column_negated_past_an_op_without_a_rule),
         ("1% scale beside a cancelling column", scale_beside_a_cancelling_column),
         ("integer sum + 0.5 (exact sum)", integer_sum_off_by_half),
         ("x*4 -> x*nextafter(4) (exact product)", power_of_two_product_one_ulp_off),

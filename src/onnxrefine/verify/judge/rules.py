@@ -109,20 +109,20 @@ class OutputFacts:
     def _magnitude(self, evidence) -> np.ndarray:
         """Per element, the magnitude of the terms behind it, max(|R_i|, M_i) (|O_i| without R): M from the
         reference (reference.magnitude_of), the root-sum-square of a dot product's terms carried through
-        the elementwise ops after it, so it stays large where the result cancels. Where M is not derived
-        (past an op without a rule, inside a model-local function) the output's RMS stands in, a
-        whole-output term: |R_i| alone flags a legitimate BatchNormalization fold's cancelling elements
-        there (tests/test_engine.py::test_fold_inside_a_model_local_function_uses_constant_nodes)."""
+        the elementwise ops after it, so it stays large where the result cancels; past an op without a
+        rule or a model-local function's call, probed (reference/magnitude_probe.py: a legitimate
+        BatchNormalization fold inside a function keeps its cancelling elements' terms,
+        tests/test_engine.py::test_fold_inside_a_model_local_function_uses_constant_nodes). Where it is
+        not derived (a jump within the probe's step) the element's own |R_i| alone: no whole-output term."""
         own = np.abs(np.where(self.ca == FIN, self.a, 0.0)) if self.r is None \
             else np.abs(np.where(self.cr == FIN, self.r, 0.0))
         terms = evidence.magnitude
         if self.r is None:
             return own
-        typical = rms(self.r)
         if terms is None or terms.shape != own.shape:
-            return np.maximum(own, typical)
+            return own
         with np.errstate(invalid="ignore"):
-            return np.maximum(own, np.where(np.isfinite(terms), terms, typical))
+            return np.maximum(own, np.where(np.isfinite(terms), terms, 0.0))
 
     def base_allowance(self) -> np.ndarray:
         """Where no bound is in force (not derived, +inf, or the original beyond it): the accumulation
@@ -287,6 +287,7 @@ _R = "tests/test_verdict_rules.py::"
 _B = "tests/test_error_bound_verdict.py::"
 _P = "tests/test_probable_bound.py::"
 _H = "tests/test_float16_false_alarms.py::"
+_M = "tests/test_magnitude_probe.py::"
 
 RULES = (
     Rule("within-derived-bound", "finite C within T_i + K_i of R, where the original is within T_i (T: the "
@@ -306,7 +307,7 @@ RULES = (
          _within_derived_bound, True),
     Rule("within-bound", "where no bound is in force (not derived, +inf, or the original beyond it): finite "
          "C within 2*e_o_i + gamma*M_i of R, M_i = max(|R_i|, the magnitude of the element's terms) "
-         "(OutputFacts.base_allowance); where that magnitude is not derived the output's RMS stands in for it",
+         "(OutputFacts.base_allowance); where that magnitude is not derived |R_i| alone",
          "reassociation, folding and fusion change rounding only; the candidate may err as much "
          "as twice the original's own error at that element plus the accumulation's rounding of its summands",
          (_V + "test_conv_bn_fold_in_float32_is_rounding",
@@ -318,7 +319,9 @@ RULES = (
           _R + "test_clipped_softmax_where_the_original_overflows_is_mismatch",
           _P + "test_one_ill_computed_column_lends_no_allowance_where_no_bound_is_derived",
           _P + "test_a_cancelling_element_beyond_its_summands_magnitude_is_mismatch",
-          _P + "test_without_the_summands_magnitude_a_cancelling_element_is_judged_by_its_own_value"),
+          _P + "test_without_the_summands_magnitude_a_cancelling_element_is_judged_by_its_own_value",
+          _P + "test_one_large_column_lends_no_allowance_where_no_bound_is_derived",
+          _M + "test_a_jump_within_the_step_derives_no_magnitude_and_excuses_nothing"),
          _within_bound, True),
     Rule("ill-conditioned", "where no bound is in force: within-bound's allowance plus 2*k*s_i, behind Sqrt/Log/Div/"
          "Pow/Softmax/normalizations",

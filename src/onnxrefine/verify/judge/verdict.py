@@ -36,7 +36,8 @@ The rounding bound (RoundingBound)
            (SetEvidence.magnitude, reference/bound.py: the root-sum-square of the terms of the last dot
            product, reduction or normalization, carried through the elementwise ops after it, the scale
            of the partial sums the sqrt(N) random walk above rounds), so a cancelling element keeps the
-           size of its terms; where it is not derived, the RMS of R stands in (a whole-output term).
+           size of its terms; past an op without a rule M is probed (reference/magnitude_probe.py);
+           where it is not derived, |R_i| alone.
     E, m   max e_o and the RMS of the finite |R| over the output: read only by the accumulation cap of
            within-derived-bound, which restricts and excuses nothing.
     s      the original's measured sensitivity: max over the perturbation runs (inputs moved by

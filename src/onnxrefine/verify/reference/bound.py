@@ -29,6 +29,7 @@ from onnxrefine.verify.reference.kernels import dtype as _dtype
 from onnxrefine.verify.reference.bound_nn import MOVERS, STRUCTURAL
 from onnxrefine.verify.reference.bound_norm import NORMALIZATIONS
 from onnxrefine.verify.reference.bound_smooth import SMOOTH
+from onnxrefine.verify.reference.magnitude_probe import probe_magnitudes
 from onnxrefine.verify.reference.bound_ops import (ELEMENTWISE, NOT_DERIVED, UNBOUNDED, OpContext, dtype_of,
                                                    materialize)
 
@@ -182,6 +183,31 @@ class BoundTracker:
             # in force, and that includes elements where the original itself lies beyond its bound (deployed
             # with onnxruntime's fused kernels, which compute otherwise than the operators they replace)
             self._magnitude_pass(rule, ctx, in_names, names)
+        elif node.op_type != "Constant" and not constant:
+            self._probed_magnitude(node, in_names, names, outputs, scope)
+
+    def _probed_magnitude(self, node, in_names, names, outputs, scope) -> None:
+        """M of the outputs of an op without a rule (or whose rule could not read it), probed by
+        running it again on moved inputs (magnitude_probe.py); float16 results are not probed."""
+        rerun = getattr(self.evaluator, "rerun", None)
+        narrow = getattr(self.evaluator, "narrow_types", {})
+        if rerun is None or any(name in narrow for name in names if name):
+            return
+        try:
+            inputs = [scope.lookup(name) if name else None for name in in_names]
+        except KeyError:
+            return
+        moved = [bool(name) and name not in self.constants and getattr(dtype_of(self.types.get(name)), "kind", "") == "f"
+                 for name in in_names]
+        known = [self.magnitudes.get(name) if name else None for name in in_names]
+        try:
+            probed = probe_magnitudes(node, inputs, outputs, known, moved, MAGNITUDE_STEP,
+                                      lambda values: rerun(node, values, scope))
+        except Exception:  # noqa: BLE001 - an op that cannot run on moved inputs gets no magnitude
+            return
+        for name, magnitude in zip(names, probed):
+            if name and magnitude is not None:
+                self.magnitudes[name] = magnitude
 
     def _magnitude_pass(self, rule, ctx, in_names, names) -> None:
         """Per element, the magnitude of the terms behind each output, M: the probable pass's carry of

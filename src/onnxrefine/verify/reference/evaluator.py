@@ -320,6 +320,16 @@ class _Evaluator:
             if name:
                 env[name] = value
 
+    def rerun(self, node: onnx.NodeProto, inputs: Sequence[Any], env: _Scope) -> Sequence[Any]:
+        """A main-graph node's results on other inputs: nothing is written to `env`, no bound is tracked
+        (the bound tracker's magnitude probes)."""
+        attrs = {attr.name: _attribute_value(attr) for attr in node.attribute if not attr.ref_attr_name}
+        seen = self._node_seen
+        try:
+            return self.dispatch(node, node.domain or "", list(inputs), attrs, self.opsets, env)
+        finally:
+            self._node_seen = seen
+
     def dispatch(self, node, domain, inputs, attrs, opsets, env) -> Sequence[Any]:
         key = (domain, node.op_type, node.overload if node.HasField("overload") else "")
         function = self.functions.get(key) or self.functions.get((domain, node.op_type, ""))

@@ -1,0 +1,65 @@
+"""The probed magnitude of the terms behind an op without a bound rule (reference/magnitude_probe.py):
+what the verdict reads per element where no rule derives M, in place of a whole-output term.
+
+Tight: on a mixed-sign running sum (CumSum, no rule) the probe lies near the terms' root-sum-square
+and never above their total; on an elementwise op it is the exact carry. Guarded: where the op jumps
+within the step (ThresholdedRelu at its threshold) the probe derives nothing, and the wrong candidate
+the jump would otherwise excuse is a mismatch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from helpers import make_model, tensor, value_info
+from onnx import TensorProto, helper
+
+from onnxrefine.verify import MISMATCH, verify_models
+from onnxrefine.verify.reference import evaluate_float64, magnitude_of
+
+F = TensorProto.FLOAT
+
+
+def _magnitude(model, x):
+    return np.asarray(magnitude_of(evaluate_float64(model, {"x": x})["y"]), np.float64)
+
+
+def test_probed_magnitude_of_a_running_sum_is_its_terms_root_sum_square_and_never_above_their_total():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 64)).astype(np.float32)
+    model = make_model([helper.make_node("CumSum", ["x", "axis"], ["y"])], [value_info("x", F, [512, 64])],
+                       [value_info("y", F, None)], [tensor("axis", np.array(1, np.int64))])
+    probed = _magnitude(model, x)
+    terms = np.abs(x.astype(np.float64))
+    root_sum_square, total = np.sqrt(np.cumsum(terms ** 2, axis=1)), np.cumsum(terms, axis=1)
+    ratio = probed / root_sum_square
+    assert np.all(np.isfinite(probed))
+    assert np.all(probed <= total * (1 + 1e-6))
+    assert 0.8 <= float(np.median(ratio)) <= 1.2
+    assert float(np.mean(ratio < 0.05)) < 0.01  # a few elements where both trials' signs cancel
+
+
+def test_probed_magnitude_of_an_elementwise_op_is_its_exact_carry():
+    x = np.linspace(-4, 4, 1001).astype(np.float32)
+    model = make_model([helper.make_node("Elu", ["x"], ["y"], alpha=0.7)], [value_info("x", F, [1001])],
+                       [value_info("y", F, None)])
+    x64 = x.astype(np.float64)
+    derivative = np.where(x64 > 0, 1.0, 0.7 * np.exp(x64))
+    np.testing.assert_allclose(_magnitude(model, x), derivative * np.abs(x64), rtol=1e-4, atol=1e-12)
+
+
+def _thresholded(scale):
+    nodes = [helper.make_node("ThresholdedRelu", ["x"], ["t"], alpha=1.0), helper.make_node("Mul", ["t", "s"], ["y"])]
+    return make_model(nodes, [value_info("x", F, [64])], [value_info("y", F, None)],
+                      [tensor("s", np.array(scale, np.float32))])
+
+
+def test_a_jump_within_the_step_derives_no_magnitude_and_excuses_nothing():
+    # just above the threshold: a step of 2^-20 of x down crosses it, and the jump of about 1 read as a
+    # derivative would be a magnitude of about 2^19, an allowance of a percent
+    x = (1.0 + 2.0 ** -23 * (1 + np.arange(64) % 7)).astype(np.float32)
+    assert np.all(np.isnan(_magnitude(make_model(
+        [helper.make_node("ThresholdedRelu", ["x"], ["y"], alpha=1.0)], [value_info("x", F, [64])],
+        [value_info("y", F, None)]), x)))
+    report = verify_models(_thresholded(1.0), _thresholded(1.01), inputs=[{"x": x}], trials=2, localize=False)
+    assert report.verdict == MISMATCH, report.outputs[0].to_dict()
+    assert report.outputs[0].unexplained == 64
