@@ -197,3 +197,33 @@ def test_interrupt_while_writing_leaves_no_partial_output(tmp_path, example, mon
     assert sorted(p.name for p in folder.iterdir()) == (["out.onnx"] if existing else [])
     if existing:
         assert out.read_bytes() == b"previous complete output"
+
+
+class _InterruptedWhileNamed:
+    """A class attribute whose __set_name__ receives the signal: Python 3.11 wraps what it raises in
+    a RuntimeError ("Error calling __set_name__"), as a Ctrl-C landing while a lazily imported module
+    defines a dataclass does."""
+
+    def __init__(self, interrupt):
+        self.interrupt = interrupt
+
+    def __set_name__(self, owner, name):
+        raise self.interrupt
+
+
+@pytest.mark.parametrize(("interrupt", "code", "said"), [
+    ("sigint", 130, "interrupted"), ("sigterm", 128 + signal.SIGTERM, "terminated")])
+def test_an_interrupt_the_interpreter_wrapped_still_ends_as_an_interrupt(monkeypatch, capsys, tmp_path, interrupt,
+                                                                          code, said):
+    from onnxrefine.cli import main as cli
+
+    raised = KeyboardInterrupt() if interrupt == "sigint" else cli.Terminated(signal.SIGTERM)
+
+    def defining_a_class(args):
+        type("Defined", (), {"field": _InterruptedWhileNamed(raised)})
+
+    monkeypatch.setattr(cli, "check_args", defining_a_class)
+    assert cli.main(["optimize", str(ROOT / "examples" / "tiny_cnn.onnx"), "-o", str(tmp_path / "out.onnx")]) == code
+    err = capsys.readouterr().err
+    assert said in err and "internal error" not in err, err
+    assert not (tmp_path / "out.onnx").exists()

@@ -194,13 +194,8 @@ def main(argv: list[str] | None = None, freeze_startup: bool = False) -> int:
         # summary was printed, and stay. Nothing more can be said on stdout; exit quietly.
         _silence_stdout()
         return EXIT_BROKEN_PIPE
-    except Terminated as exc:
-        name = "hung up" if exc.signum == getattr(signal, "SIGHUP", -1) else "terminated"
-        _error(name)
-        return 128 + exc.signum
-    except KeyboardInterrupt:
-        _error("interrupted")
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, and Terminated (SIGTERM, SIGHUP)
+        return _interrupted(exc)
     except OSError as exc:  # the environment: a full disk, a permission, a name too long
         if debug:
             raise
@@ -212,10 +207,35 @@ def main(argv: list[str] | None = None, freeze_startup: bool = False) -> int:
         _error(_memory_text(exc))
         return EXIT_BAD_INPUT
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, a distinct code
+        interrupt = _interruption_behind(exc)
+        if interrupt is not None:
+            return _interrupted(interrupt)
         if debug:
             raise
         _error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
         return EXIT_INTERNAL
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    if isinstance(exc, Terminated):
+        _error("hung up" if exc.signum == getattr(signal, "SIGHUP", -1) else "terminated")
+        return 128 + exc.signum
+    _error("interrupted")
+    return 130
+
+
+def _interruption_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt an exception stands for, if any: the interpreter wraps what a signal handler
+    raises in some places (a KeyboardInterrupt while a class is created, in a field's __set_name__,
+    arrives as a RuntimeError caused by it); the run was interrupted all the same, and its clean-up
+    ran as the wrapping exception propagated."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 _stdout_closed = False
