@@ -227,3 +227,16 @@ def test_an_interrupt_the_interpreter_wrapped_still_ends_as_an_interrupt(monkeyp
     err = capsys.readouterr().err
     assert said in err and "internal error" not in err, err
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_signal_while_the_process_sets_itself_up_ends_in_one_line(monkeypatch, capsys, tmp_path):
+    """SIGTERM while the BLAS library is being loaded (before the command is parsed): 143 and one line."""
+    from onnxrefine import portable
+    from onnxrefine.cli import main as cli
+
+    def loading(*args, **kwargs):
+        raise cli.Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(portable, "single_threaded_blas", loading)
+    assert cli.main(["optimize", str(ROOT / "examples" / "tiny_cnn.onnx"), "-o", str(tmp_path / "out.onnx")]) == 143
+    assert capsys.readouterr().err.strip().endswith("terminated")

@@ -146,17 +146,19 @@ def main(argv: list[str] | None = None, freeze_startup: bool = False) -> int:
     if argv == ["--version"]:  # answered before the subcommands (and the optimizer) are imported
         print(f"onnxrefine {__version__}")
         return 0
-    _log_to_stderr()
-    _safe_streams()
-    from onnxrefine import STARTUP_FAILURE
-
-    if STARTUP_FAILURE is not None:
-        print(f"onnxrefine: error: {STARTUP_FAILURE}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     _install_signal_handlers()
-    portable.single_threaded_blas()
     debug = "--debug" in argv[:1] or os.environ.get("ONNXREFINE_DEBUG", "") not in ("", "0")
+    # Everything from here on runs inside the handlers below: a signal landing while the process
+    # still sets itself up (loading the BLAS library) ends in one line too.
     try:
+        _log_to_stderr()
+        _safe_streams()
+        from onnxrefine import STARTUP_FAILURE
+
+        if STARTUP_FAILURE is not None:
+            print(f"onnxrefine: error: {STARTUP_FAILURE}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        portable.single_threaded_blas()
         # The options before the subcommand take no value: the first other word names it.
         parser = build_parser(next((word for word in argv if not word.startswith("-")), None))
         if freeze_startup:
