@@ -79,8 +79,9 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        showing -largest (onnxruntime's float MaxPool over a window of only -inf).
     sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
 Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fallback" requires
-|C - O| <= 2*gamma*max(|O_i|, m_O), plus 2*k*s_i behind an ill-conditioned op (m_O, the RMS of O,
-is the one whole-output term left in a rule: without R there is no magnitude of the summands); every
+|C - O| <= 2*gamma*max(|O_i|, min(s_i / (PERTURB_ULPS*u), m_O)), plus 2*k*s_i behind an
+ill-conditioned op (without R no magnitude of the summands is derived: the element's own sensitivity
+measures it; m_O, the RMS of O, only caps that measure, which a jump would make huge); every
 class change is unexplained unless nonfinite-order, saturation or overflow-territory applies.
 
 Decisions: no element of a discrete (integer/bool) output is explained. A differing element of an
