@@ -110,9 +110,9 @@ class OutputFacts:
         """Per element, the magnitude of the terms behind it, max(|R_i|, M_i) (|O_i| without R): M from the
         reference (reference.magnitude_of), the root-sum-square of a dot product's terms carried through
         the elementwise ops after it, so it stays large where the result cancels; past an op without a
-        rule or a model-local function's call, probed (reference/magnitude_probe.py: a legitimate
-        BatchNormalization fold inside a function keeps its cancelling elements' terms,
-        tests/test_engine.py::test_fold_inside_a_model_local_function_uses_constant_nodes). Where it is
+        rule, probed (reference/magnitude_probe.py); a model-local function's body is tracked as the
+        main graph is (a legitimate BatchNormalization fold inside a function keeps its cancelling
+        elements' terms, tests/test_engine.py::test_fold_inside_a_model_local_function_uses_constant_nodes). Where it is
         not derived (a jump within the probe's step) the element's own |R_i| alone: no whole-output term."""
         own = np.abs(np.where(self.ca == FIN, self.a, 0.0)) if self.r is None \
             else np.abs(np.where(self.cr == FIN, self.r, 0.0))

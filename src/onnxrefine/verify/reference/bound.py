@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 
 from onnxrefine.verify.reference.kernels import dtype as _dtype
 from onnxrefine.verify.reference.bound_nn import MOVERS, STRUCTURAL
@@ -113,6 +114,57 @@ class BoundTracker:
         self.constants = {init.name for init in graph.initializer} - self.graph_inputs
         self.bounds: dict[str, tuple] = {}  # name -> (bound, coherent), compact forms
         self.magnitudes: dict[str, np.ndarray] = {}  # name -> magnitude of the terms (_magnitude_pass)
+        self.float_type = None  # in a function's body: the one float type its values have
+        self.caller_attrs = None  # in a function's body: the call's attributes (attribute references)
+        self.adopted: set[int] = set()  # ids of function calls whose outputs' bounds came from their body
+
+    def for_function(self, call, function, inputs, caller_attrs) -> BoundTracker | None:
+        """A tracker for one call of a model-local function, whose body is then tracked as the main
+        graph is: its formal inputs carry the call's actual inputs' bounds and magnitudes. Function
+        bodies are not typed: every float value in it takes the call's one float type, integer and
+        bool values their own. None (the call's outputs get no bound; their magnitude is probed)
+        where that does not hold: several float types at the call, a float type narrower than
+        float32 (the evaluator does not round inside a function), a Cast to another float type."""
+        floats = {self.types.get(name) for name in (*call.input, *call.output)
+                  if name and getattr(dtype_of(self.types.get(name)), "kind", "") == "f"}
+        if len(floats) != 1:
+            return None
+        (float_type,) = floats
+        if dtype_of(float_type).itemsize < 4 or not _casts_stay_at(function, float_type, caller_attrs):
+            return None
+        child = BoundTracker.__new__(BoundTracker)
+        child.evaluator, child.types, child.graph_inputs, child.constants = self.evaluator, {}, set(), set()
+        child.bounds, child.magnitudes, child.adopted = {}, {}, set()
+        child.float_type, child.caller_attrs = float_type, caller_attrs
+        for formal, actual, value in zip(function.input, call.input, inputs):
+            if not formal or not actual:
+                continue
+            child.types[formal] = self.types.get(actual)
+            child.bounds[formal] = self._of_input(actual, value)
+            if actual in self.constants:
+                child.constants.add(formal)
+            if actual in self.magnitudes:
+                child.magnitudes[formal] = self.magnitudes[actual]
+        return child
+
+    def type_outputs(self, node, outputs) -> None:
+        """In a function's body: the types of `node`'s outputs, from the values it produced."""
+        for name, value in zip(node.output, outputs):
+            if name and isinstance(value, np.ndarray):
+                self.types[name] = self.float_type if value.dtype.kind == "f" \
+                    else onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+
+    def adopt(self, call, function, child: BoundTracker) -> None:
+        """The call's outputs take the bounds and magnitudes its body's outputs got."""
+        for formal, actual in zip(function.output, call.output):
+            if not actual:
+                continue
+            self.bounds[actual] = child.bounds.get(formal, (NOT_DERIVED, NOT_DERIVED, NOT_DERIVED))
+            if formal in child.magnitudes:
+                self.magnitudes[actual] = child.magnitudes[formal]
+            if formal in child.constants:
+                self.constants.add(actual)
+        self.adopted.add(id(call))
 
     def forget(self, name: str) -> None:
         self.bounds.pop(name, None)
@@ -133,6 +185,9 @@ class BoundTracker:
     def after_node(self, node, seen, outputs, scope) -> None:
         """Bounds of `node`'s outputs from its inputs' (called once the node has run); `seen`: the
         (inputs, attrs, opset) its native kernel ran with, None when no native kernel ran it."""
+        if id(node) in self.adopted:  # a function call whose body was tracked
+            self.adopted.discard(id(node))
+            return
         names = [name for name in node.output]
         inputs, attrs, opset = seen if seen is not None else ([None] * len(node.input), {}, 0)
         rule = BOUND_RULES.get(node.op_type) if (node.domain or "") in ("", "ai.onnx") else None
@@ -202,7 +257,7 @@ class BoundTracker:
         known = [self.magnitudes.get(name) if name else None for name in in_names]
         try:
             probed = probe_magnitudes(node, inputs, outputs, known, moved, MAGNITUDE_STEP,
-                                      lambda values: rerun(node, values, scope))
+                                      lambda values: rerun(node, values, scope, self.caller_attrs))
         except Exception:  # noqa: BLE001 - an op that cannot run on moved inputs gets no magnitude
             return
         for name, magnitude in zip(names, probed):
@@ -312,3 +367,18 @@ def _compact(bound):
             and np.count_nonzero(np.isposinf(bound)) * 2 > bound.size:
         return UNBOUNDED
     return bound
+
+
+def _casts_stay_at(function, float_type: int, caller_attrs) -> bool:
+    """Whether every Cast in the function's body to a float type casts to `float_type` (a CastLike's
+    target is a value, typed as the body's floats are)."""
+    for node in function.node:
+        if node.op_type != "Cast":
+            continue
+        for attr in node.attribute:
+            if attr.name != "to":
+                continue
+            to = caller_attrs.get(attr.ref_attr_name) if attr.ref_attr_name else attr.i
+            if to is None or (getattr(dtype_of(int(to)), "kind", "") == "f" and int(to) != float_type):
+                return False
+    return True

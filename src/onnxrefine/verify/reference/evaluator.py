@@ -20,7 +20,6 @@ not hand back a lower-precision float.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,12 +35,12 @@ from onnxrefine.verify.reference.kernels import dtype as _dtype
 from onnxrefine.verify.reference.kernels import nn  # noqa: F401  (registers its kernels)
 from onnxrefine.verify.reference.kernels import quant  # noqa: F401  (registers its kernels)
 from onnxrefine.verify.reference.kernels import shape  # noqa: F401  (registers its kernels)
-from onnxrefine.verify.reference.kernels import tensor as _tensor
 from onnxrefine.verify.reference.base import (KERNELS, NodeCall, ReferencePrecisionWarning,
                                               UnsupportedOperatorError)
 from onnxrefine.verify.reference.kernels.tensor import to_internal
 from onnxrefine.verify.reference.memory import Initializer as _Initializer
 from onnxrefine.verify.reference.memory import last_uses
+from onnxrefine.verify.reference.onnx_fallback import run_with_onnx_reference
 
 __all__ = [
     "NodeCall",
@@ -165,6 +164,18 @@ class _Scope(dict):
         raise KeyError(name)
 
 
+def _node_attrs(node: onnx.NodeProto, caller_attrs: Mapping[str, Any] | None) -> dict:
+    """A node's attributes; inside a function, its attribute references resolved from the call's."""
+    attrs = {}
+    for attr in node.attribute:
+        if attr.ref_attr_name:
+            if caller_attrs is not None and attr.ref_attr_name in caller_attrs:
+                attrs[attr.name] = caller_attrs[attr.ref_attr_name]
+            continue
+        attrs[attr.name] = _attribute_value(attr)
+    return attrs
+
+
 def _attribute_value(attr: onnx.AttributeProto) -> Any:
     value = helper.get_attribute_value(attr)
     if attr.type == onnx.AttributeProto.TENSOR:
@@ -194,6 +205,7 @@ class _Evaluator:
         self.observe = None  # see evaluate_float64
         self.bounds = None  # error_bound.BoundTracker of the main graph, when bounds are wanted
         self._node_seen = None  # (node, inputs, attrs, opset) of the native kernel run last (for the bounds)
+        self._tracking = None  # the bound tracker of the graph or function body now running, if any
         self.model: onnx.ModelProto | None = None
         self._declared: dict | None = None
 
@@ -248,6 +260,7 @@ class _Evaluator:
         for index, node in enumerate(nodes):
             main = parent_scope is None
             self._node_seen = None
+            self._tracking = self.bounds if main else None
             self.run_node(node, env, self.opsets)
             for out in node.output:
                 if out in self.narrow_types:
@@ -307,34 +320,29 @@ class _Evaluator:
                 raise OnnxRefineError(
                     f"node {node.name or node.op_type!r} reads {name!r}, which is not yet computed"
                 ) from None
-        attrs = {}
-        for attr in node.attribute:
-            if attr.ref_attr_name:
-                if caller_attrs is not None and attr.ref_attr_name in caller_attrs:
-                    attrs[attr.name] = caller_attrs[attr.ref_attr_name]
-                continue
-            attrs[attr.name] = _attribute_value(attr)
         domain = node.domain or ""
-        outputs = self.dispatch(node, domain, inputs, attrs, opsets, env)
+        outputs = self.dispatch(node, domain, inputs, _node_attrs(node, caller_attrs), opsets, env)
         for name, value in zip(node.output, outputs):
             if name:
                 env[name] = value
 
-    def rerun(self, node: onnx.NodeProto, inputs: Sequence[Any], env: _Scope) -> Sequence[Any]:
-        """A main-graph node's results on other inputs: nothing is written to `env`, no bound is tracked
-        (the bound tracker's magnitude probes)."""
-        attrs = {attr.name: _attribute_value(attr) for attr in node.attribute if not attr.ref_attr_name}
-        seen = self._node_seen
+    def rerun(self, node: onnx.NodeProto, inputs: Sequence[Any], env: _Scope,
+              caller_attrs: Mapping[str, Any] | None = None) -> Sequence[Any]:
+        """A node's results on other inputs (`caller_attrs`: a function body's call attributes):
+        nothing is written to `env`, no bound is tracked (the bound tracker's magnitude probes)."""
+        seen, tracking = self._node_seen, self._tracking
+        self._tracking = None
         try:
-            return self.dispatch(node, node.domain or "", list(inputs), attrs, self.opsets, env)
+            return self.dispatch(node, node.domain or "", list(inputs), _node_attrs(node, caller_attrs),
+                                 self.opsets, env)
         finally:
-            self._node_seen = seen
+            self._node_seen, self._tracking = seen, tracking
 
     def dispatch(self, node, domain, inputs, attrs, opsets, env) -> Sequence[Any]:
         key = (domain, node.op_type, node.overload if node.HasField("overload") else "")
         function = self.functions.get(key) or self.functions.get((domain, node.op_type, ""))
         if function is not None:
-            return self._run_function(function, inputs, attrs, env)
+            return self._run_function(function, node, inputs, attrs)
         if domain not in _STANDARD_DOMAINS:
             raise UnsupportedOperatorError(
                 f"operator {domain}::{node.op_type} (node {node.name!r}) is outside the standard ONNX "
@@ -358,7 +366,7 @@ class _Evaluator:
             return handler(call)
         return self._run_fallback(call)
 
-    def _run_function(self, function: onnx.FunctionProto, inputs, attrs, env) -> list:
+    def _run_function(self, function: onnx.FunctionProto, call: onnx.NodeProto, inputs, attrs) -> list:
         caller_attrs = {}
         for attr in function.attribute_proto:
             caller_attrs[attr.name] = _attribute_value(attr)
@@ -369,85 +377,30 @@ class _Evaluator:
         for formal, value in zip(function.input, inputs):
             if formal and value is not None:
                 local[formal] = value
-        for node in function.node:
-            self.run_node(node, local, opsets, caller_attrs)
-        outs = []
-        for name in function.output:
-            outs.append(dict.get(local, name))
-        return outs
+        caller = self._tracking
+        tracker = None if caller is None else caller.for_function(call, function, inputs, caller_attrs)
+        last_use = last_uses(function.node, function.node) if tracker is not None else {}
+        keep = set(function.output)
+        try:
+            for index, node in enumerate(function.node):
+                self._node_seen, self._tracking = None, tracker
+                self.run_node(node, local, opsets, caller_attrs)
+                if tracker is not None:
+                    seen = self._node_seen if self._node_seen is not None and self._node_seen[0] is node else None
+                    outputs = [dict.get(local, name) if name else None for name in node.output]
+                    tracker.type_outputs(node, outputs)
+                    tracker.after_node(node, seen and seen[1:], outputs, local)
+                    for name in last_use.get(index, ()):
+                        if name not in keep:
+                            tracker.forget(name)
+        finally:
+            self._tracking = caller
+        if tracker is not None:
+            caller.adopt(call, function, tracker)
+        return [dict.get(local, name) for name in function.output]
 
     def _run_fallback(self, call: NodeCall) -> list:
-        from onnx.reference import ReferenceEvaluator
-
-        node = call.node
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-            raise UnsupportedOperatorError(
-                f"operator {node.op_type} (node {node.name!r}) has subgraphs and no native float64 kernel"
-            )
-        value_infos = []
-        feed = {}
-        in_names = []
-        for index, value in enumerate(call.inputs):
-            if value is None:
-                in_names.append("")
-                continue
-            name = f"in{index}"
-            in_names.append(name)
-            value_infos.append(_value_info_for(name, value))
-            feed[name] = value
-        out_names = [f"out{i}" if name else "" for i, name in enumerate(node.output)]
-        cache_key = (id(node), tuple((v.dtype.str, v.ndim) if isinstance(v, np.ndarray) else type(v)
-                                     for v in feed.values()))
-        session = self._fallback_cache.get(cache_key)
-        if session is None:
-            attrs = []
-            for attr in node.attribute:
-                if attr.ref_attr_name:
-                    continue
-                attrs.append(attr)
-            single = helper.make_node(node.op_type, in_names, out_names, domain=node.domain)
-            single.attribute.extend(attrs)
-            for name, value in call.attrs.items():
-                if not any(a.name == name for a in attrs):
-                    single.attribute.append(_make_attribute(name, value))
-            graph = helper.make_graph(
-                [single], "fallback", value_infos,
-                [helper.make_empty_tensor_value_info(n) for n in out_names if n],
-            )
-            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", call.opset)])
-            model.ir_version = onnx.IR_VERSION
-            try:
-                session = ReferenceEvaluator(model)
-            except Exception as exc:  # noqa: BLE001 - any failure here means "cannot evaluate"
-                raise UnsupportedOperatorError(
-                    f"operator {node.op_type} (node {node.name!r}) has no float64 kernel and onnx.reference "
-                    f"cannot load it: {exc}"
-                ) from exc
-            self._fallback_cache[cache_key] = session
-        try:
-            results = session.run(None, feed)
-        except Exception as exc:  # noqa: BLE001
-            raise UnsupportedOperatorError(
-                f"operator {node.op_type} (node {node.name!r}): onnx.reference fallback failed: {exc}"
-            ) from exc
-        had_float_input = any(isinstance(v, np.ndarray) and v.dtype == np.float64 for v in feed.values())
-        outs = []
-        results_iter = iter(results)
-        for name in out_names:
-            if not name:
-                outs.append(None)
-                continue
-            value = next(results_iter)
-            if isinstance(value, np.ndarray) and _tensor.is_floating(value.dtype) and value.dtype != np.float64:
-                if had_float_input:
-                    warnings.warn(
-                        f"onnx.reference's {node.op_type} returned {value.dtype} for float64 inputs; "
-                        "its result is less precise than the rest of the reference",
-                        ReferencePrecisionWarning,
-                        stacklevel=2,
-                    )
-            outs.append(to_internal(value) if isinstance(value, np.ndarray) else value)
-        return outs
+        return run_with_onnx_reference(call, self._fallback_cache)
 
 
 def _log_softmax_form(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto]) -> onnx.NodeProto:
@@ -466,19 +419,3 @@ def _log_softmax_form(node: onnx.NodeProto, producers: Mapping[str, onnx.NodePro
                              domain=softmax.domain)
     fused.attribute.extend(softmax.attribute)   # same axis convention in every opset
     return fused
-
-
-def _value_info_for(name: str, value: Any) -> onnx.ValueInfoProto:
-    if isinstance(value, list):
-        elem = value[0].dtype if value else np.dtype(np.float64)
-        elem_type = helper.np_dtype_to_tensor_dtype(elem)
-        return helper.make_tensor_sequence_value_info(name, elem_type, None)
-    if value.dtype == object:
-        return helper.make_tensor_value_info(name, onnx.TensorProto.STRING, None)
-    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), None)
-
-
-def _make_attribute(name: str, value: Any) -> onnx.AttributeProto:
-    if isinstance(value, np.ndarray):
-        return helper.make_attribute(name, numpy_helper.from_array(value))
-    return helper.make_attribute(name, value)
