@@ -31,21 +31,26 @@ CORPUS = Path(os.environ.get("ONNXREFINE_BENCH_CORPUS", Path(__file__).resolve()
 
 
 def graph_names(model: onnx.ModelProto) -> tuple[set[str], set[str]]:
-    """(node names, names of values nodes compute) over every graph, subgraph and function."""
+    """(node names, names of values nodes compute) over every graph, subgraph and function. A
+    function body's Constant nodes are left out: a body holds no initializers, so a constant a
+    rewrite places there (a folded value, a new shape) is a Constant node where the main graph
+    gets an initializer, which is no node and computes no value."""
     nodes: set[str] = set()
     values: set[str] = set()
 
-    def walk(graph_nodes):
+    def walk(graph_nodes, in_function=False):
         for node in graph_nodes:
+            if in_function and node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                continue
             nodes.add(node.name)
             values.update(out for out in node.output if out)
             for attr in node.attribute:
                 for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    walk(sub.node)
+                    walk(sub.node, in_function)
 
     walk(model.graph.node)
     for function in model.functions:
-        walk(function.node)
+        walk(function.node, in_function=True)
     return nodes, values
 
 
