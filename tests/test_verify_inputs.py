@@ -70,6 +70,32 @@ def test_index_range_without_known_dim_is_zero_one():
         assert set(np.unique(feeds["idx"])) <= {0, 1}
 
 
+def test_an_attention_mask_is_never_negative():
+    # onnxruntime's contrib Attention refuses a negative mask_index: generated masks stay in [0, 2)
+    # (a BERT model onnxruntime's transformer optimizer wrote was left unverified with generated inputs)
+    hidden, heads = 8, 2
+    rng = np.random.default_rng(0)
+    node = helper.make_node("Attention", ["x", "w", "b", "mask"], ["y"], domain="com.microsoft", num_heads=heads)
+    model = make_model([node], [value_info("x", TensorProto.FLOAT, [1, 4, hidden]),
+                                value_info("mask", TensorProto.INT32, [1, 4])],
+                       [value_info("y", TensorProto.FLOAT, None)],
+                       [tensor("w", rng.standard_normal((hidden, 3 * hidden)).astype(np.float32)),
+                        tensor("b", np.zeros(3 * hidden, np.float32))])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    for feeds in generate_inputs(model, seed=0, trials=4):
+        assert set(np.unique(feeds["mask"])) <= {0, 1}
+    # as onnxruntime's transformer optimizer writes it: the end positions are the mask's row sums
+    summed = [helper.make_node("Cast", ["attention_mask"], ["m32"], to=TensorProto.INT32),
+              helper.make_node("ReduceSum", ["m32", "axes"], ["mask"], keepdims=0)]
+    model = make_model(summed + [node], [value_info("x", TensorProto.FLOAT, [1, 4, hidden]),
+                                         value_info("attention_mask", TensorProto.INT64, [1, 4])],
+                       [value_info("y", TensorProto.FLOAT, None)],
+                       list(model.graph.initializer) + [tensor("axes", np.array([1], np.int64))])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    for feeds in generate_inputs(model, seed=0, trials=4):
+        assert set(np.unique(feeds["attention_mask"])) <= {0, 1}
+
+
 def test_index_through_a_cast_still_counts_as_index():
     nodes = [helper.make_node("Cast", ["i32"], ["i64"], to=TensorProto.INT64),
              helper.make_node("Gather", ["w", "i64"], ["out"], axis=0)]

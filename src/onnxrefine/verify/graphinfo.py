@@ -30,6 +30,10 @@ INDEX_INPUTS = {
     ("Gather", 1), ("GatherElements", 1), ("GatherND", 1), ("ScatterElements", 1),
     ("ScatterND", 1), ("Scatter", 1), ("OneHot", 0), ("TakeAlongAxis", 1),
 }
+# (domain, op_type, input index) of onnxruntime's attention masks: a raw 0/1 mask or end positions,
+# never negative (onnxruntime refuses a negative mask_index), generated in [0, 2) as an index
+MASK_INPUTS = {("com.microsoft", "Attention", 3), ("com.microsoft", "MultiHeadAttention", 4),
+               ("com.microsoft", "PackedAttention", 3), ("com.microsoft", "DecoderMaskedMultiHeadAttention", 4)}
 # (op_type, input index) pairs whose value is a shape, count, axis or bound.
 SHAPE_LIKE_INPUTS = {
     ("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Slice", 1), ("Slice", 2), ("Slice", 3),
@@ -104,22 +108,30 @@ def integer_role(model: onnx.ModelProto, name: str, known_shapes: Mapping[str, t
     counts as an index.
     """
     users = consumers(model)
-    pending, seen = [name], set()
+    # (name, summed): a value summed on the way (a mask's end positions are its ReduceSum) counts
+    # only where it reaches a mask
+    pending, seen = [(name, False)], set()
     role: tuple = ("plain",)
     while pending:
-        current = pending.pop()
+        current, summed = pending.pop()
         if current in seen:
             continue
         seen.add(current)
         for node, index in users.get(current, []):
-            if (node.op_type, index) in INDEX_INPUTS:
+            if (node.domain, node.op_type, index) in MASK_INPUTS:
+                if role[0] != "index":
+                    role = ("index", None)
+            elif node.op_type == "ReduceSum" and index == 0 or summed:
+                if node.op_type in _PASS_THROUGH_OPS | {"ReduceSum"} and index == 0:
+                    pending.extend((out, True) for out in node.output)
+            elif (node.op_type, index) in INDEX_INPUTS:
                 dim = _indexed_dim(node, known_shapes)
                 if role[0] != "index" or (dim is not None and (role[1] is None or dim < role[1])):
                     role = ("index", dim)
             elif (node.op_type, index) in SHAPE_LIKE_INPUTS and role[0] != "index":
                 role = ("shape",)
             elif node.op_type in _PASS_THROUGH_OPS and index == 0:
-                pending.extend(node.output)
+                pending.extend((out, False) for out in node.output)
     return role
 
 

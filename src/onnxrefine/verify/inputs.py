@@ -13,8 +13,9 @@ sprinkled with +-inf and NaN, and the sets that reach the graph's branches (bran
 of constant thresholds, If conditions, int32-overflowing integers). There is no set near max
 itself: there nearly every intermediate overflows and legitimate rewrites differ only in which one
 overflows first. Integer inputs keep to a
-valid range where they feed indices ([-dim, dim) when the indexed dim is known, else [0, 2)) or
-shapes/counts/axes (1..3); other integers are small. Bool inputs are random.
+valid range where they feed indices ([-dim, dim) when the indexed dim is known, else [0, 2)),
+onnxruntime's attention masks ([0, 2), also where the mask is their row sum) or shapes/counts/axes
+(1..3); other integers are small. Bool inputs are random.
 """
 
 from __future__ import annotations
