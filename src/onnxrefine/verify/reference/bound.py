@@ -243,15 +243,21 @@ class BoundTracker:
 
     def _probed_magnitude(self, node, in_names, names, outputs, scope) -> None:
         """M of the outputs of an op without a rule (or whose rule could not read it), probed by
-        running it again on moved inputs (magnitude_probe.py); float16 results are not probed."""
+        running it again on moved inputs (magnitude_probe.py). A float16 result was rounded where
+        it was produced, and the probes' reruns are not: the unrounded result is run again for them."""
         rerun = getattr(self.evaluator, "rerun", None)
-        narrow = getattr(self.evaluator, "narrow_types", {})
-        if rerun is None or any(name in narrow for name in names if name):
+        if rerun is None:
             return
         try:
             inputs = [scope.lookup(name) if name else None for name in in_names]
         except KeyError:
             return
+        narrow = getattr(self.evaluator, "narrow_types", {})
+        if any(name in narrow for name in names if name):
+            try:
+                outputs = list(rerun(node, inputs, scope, self.caller_attrs))
+            except Exception:  # noqa: BLE001 - an op that cannot run again gets no magnitude
+                return
         moved = [bool(name) and name not in self.constants and getattr(dtype_of(self.types.get(name)), "kind", "") == "f"
                  for name in in_names]
         known = [self.magnitudes.get(name) if name else None for name in in_names]

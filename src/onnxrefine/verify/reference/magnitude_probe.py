@@ -18,9 +18,9 @@ at that scale: the step up and the step down change the element by opposite amou
 their size). An element where they do not (a jump, a kink, an extremum) gets no magnitude (NaN): the
 verdict then takes the element's own |R|, which excuses nothing another element computed.
 
-Probes cost runs of the op: 2 * TRIALS, plus 2 per moved input where more than one moves. Subgraph ops
-(If, Loop, Scan), non-float results and float16 results (a step of 2^-20 does not survive their
-rounding) are not probed.
+Probes cost runs of the op: 2 * TRIALS, plus 2 per moved input where more than one moves (and one
+more for a float16 result, whose unrounded value the probes are read against: the reruns are not
+rounded to it). Subgraph ops (If, Loop, Scan) and non-float results are not probed.
 """
 
 from __future__ import annotations
