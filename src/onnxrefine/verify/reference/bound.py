@@ -266,15 +266,19 @@ class BoundTracker:
                                       lambda values: rerun(node, values, scope, self.caller_attrs))
         except Exception:  # noqa: BLE001 - an op that cannot run on moved inputs gets no magnitude
             return
-        for name, magnitude in zip(names, probed):
+        for index, (name, magnitude) in enumerate(zip(names, probed)):
             if name and magnitude is not None:
+                if index == 0:
+                    with np.errstate(all="ignore"):
+                        magnitude = magnitude + _constant_summands(node, inputs, in_names, self.constants,
+                                                                   outputs[0])
                 self.magnitudes[name] = magnitude
 
     def _magnitude_pass(self, rule, ctx, in_names, names) -> None:
         """Per element, the magnitude of the terms behind each output, M: the probable pass's carry of
         input errors MAGNITUDE_STEP * M_in (no rounding of its own: float64 result types), divided by the
-        step; constants carry none. M of a dot product or reduction is the root-sum-square of its terms
-        (sqrt(sum_k a_k^2 w_k^2); about |y| for terms of random sign, and as large where they cancel),
+        step; constants carry none, but a constant summand adds its |c| (_constant_summands). M of a
+        dot product or reduction is the root-sum-square of its terms (sqrt(sum_k a_k^2 w_k^2); about |y| for terms of random sign, and as large where they cancel),
         of a sum of two values M_a + M_b, of a product |b| M_a + |a| M_b, of data movement the moved M.
         A product, reduction or normalization (_COSTLY) starts afresh from its inputs' |x|, so M does not
         compound through the network as B does. Graph inputs: M = |x|; a value without M is taken at
@@ -308,6 +312,8 @@ class BoundTracker:
                 continue
             with np.errstate(all="ignore"):
                 magnitude = materialize(results[index][0], out) / MAGNITUDE_STEP
+                if index == 0:
+                    magnitude = magnitude + _constant_summands(ctx.node, ctx.inputs, in_names, self.constants, out)
             self.magnitudes[name] = np.where(np.isfinite(magnitude), magnitude, np.nan)
 
     def attach(self, name: str, value):
@@ -388,3 +394,36 @@ def _casts_stay_at(function, float_type: int, caller_attrs) -> bool:
             if to is None or (getattr(dtype_of(int(to)), "kind", "") == "f" and int(to) != float_type):
                 return False
     return True
+
+
+def _attribute(node, name, default):
+    for attr in node.attribute:
+        if attr.name == name:
+            return onnx.helper.get_attribute_value(attr)
+    return default
+
+
+def _constant_summands(node, inputs, in_names, constants, out) -> np.ndarray | float:
+    """The constant summands of an op's result, |c| per element: terms a folding candidate rounds
+    once (a BatchNormalization folded into a Conv rounds its bias mean * s - shift), so they belong
+    to the magnitude of the terms, though no input error moves them. Constant factors are not
+    summands (their product's terms are counted once, from the other factor)."""
+    op = node.op_type
+    summands = []
+    if op in ("Add", "Sub"):
+        summands = [inputs[i] for i in (0, 1) if i < len(in_names) and in_names[i] in constants]
+    elif op in ("Conv", "ConvTranspose", "Gemm") and len(in_names) > 2 and in_names[2] in constants \
+            and inputs[2] is not None:
+        bias = np.asarray(inputs[2], np.float64)
+        summands = [bias * abs(float(_attribute(node, "beta", 1.0)))] if op == "Gemm" \
+            else [bias.reshape((1, -1) + (1,) * (out.ndim - 2))]
+    elif op == "BatchNormalization" and all(name in constants for name in in_names[1:5]):
+        shape = (1, -1) + (1,) * (out.ndim - 2)
+        scale, shift, mean, var = (np.asarray(inputs[i], np.float64).reshape(shape) for i in (1, 2, 3, 4))
+        s = scale / np.sqrt(var + float(_attribute(node, "epsilon", 1e-5)))
+        summands = [mean * s, shift]
+    total = 0.0
+    for summand in summands:
+        total = total + np.abs(np.asarray(summand, np.float64))
+    return np.broadcast_to(total, out.shape) if isinstance(total, np.ndarray) else total
+
