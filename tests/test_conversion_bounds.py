@@ -131,3 +131,26 @@ def test_float16_argmax_flipping_a_near_tie_is_unstable_by_its_own_margin():
 def test_float16_argmax_with_swapped_columns_is_mismatch():
     report = verify_models(argmax_net(), argmax_net(H, swap=True), inputs=[{"x": XA}], trials=2, localize=False)
     assert report.verdict == MISMATCH
+
+
+# -- without a float64 reference (the fallback rule: each element's own sensitivity measures its terms) ----
+
+def _without_reference():
+    from onnxrefine.verify.session import DECLINING_REFERENCE
+
+    return {"reference": DECLINING_REFERENCE}
+
+
+@pytest.mark.parametrize("float32_io", [False, True])
+def test_correct_float16_conversion_without_a_reference_is_rounding(float32_io):
+    # the original's inputs moved by float32 ulps: its sensitivity is divided by that step, not by
+    # float16's 2^13 times larger one (its terms came out 2^13 times too small, a false alarm)
+    report = verify_models(conv_net(), conv_net(H, float32_io), inputs=[{"x": X}], trials=2, **_without_reference())
+    assert report.verdict == ROUNDING, report.outputs[0].to_dict()
+
+
+@pytest.mark.parametrize("bug,float32_io", [("sign", False), ("constant", True), ("drop", False)])
+def test_float16_conversion_with_a_real_change_without_a_reference_is_mismatch(bug, float32_io):
+    report = verify_models(conv_net(), conv_net(H, float32_io, bug), inputs=[{"x": X}], trials=2,
+                           **_without_reference())
+    assert report.verdict == MISMATCH

@@ -447,6 +447,7 @@ def _add_perturbation_runs(track, original_file, labelled, indices, count, seed,
                     continue
                 for name, item in track.set_evidence[index].items():
                     item.perturbed.append(results[name])
+                    item.perturbation_u = judge.moved_u(feeds)
 
 
 def _whole_proto(given, role: str) -> onnx.ModelProto | None:

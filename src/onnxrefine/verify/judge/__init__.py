@@ -14,12 +14,12 @@ __getattr__ = lazy_face(globals(), {
     "onnxrefine.verify.judge.runtime_artefacts": ("ArtefactCheck",),
     "onnxrefine.verify.judge.spec_identity": ("excuse_float16_runtime",),
     "onnxrefine.verify.judge.verdicts": ("EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict"),
-    "onnxrefine.verify.judge.verdict": ("RoundingBound", "SetEvidence", "judge_output", "lowest_precision_u",
+    "onnxrefine.verify.judge.verdict": ("RoundingBound", "SetEvidence", "judge_output", "lowest_precision_u", "moved_u",
                                         "nonfinite_replaced", "perturb", "perturbation_runs", "worst"),
 })
 
 __all__ = ["EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict", "worst", "RoundingBound", "SetEvidence",
-           "judge_output", "lowest_precision_u", "nonfinite_replaced", "perturb", "perturbation_runs", "bit_identical",
+           "judge_output", "lowest_precision_u", "moved_u", "nonfinite_replaced", "perturb", "perturbation_runs", "bit_identical",
            "compare_arrays", "merge", "ulp_distance", "DECISION_OPS", "COMPARISON_OPS", "ROUNDING_OPS", "DecisionEvidence",
            "exact_decisions", "exact_values", "ArtefactCheck",
            "excuse_float16_runtime"]

@@ -232,7 +232,10 @@ def _fallback(f: OutputFacts) -> np.ndarray:
     # only restricts (one large column lends the others nothing: their sensitivity is their own).
     finite = (f.ca == FIN) & (f.cc == FIN)
     with np.errstate(invalid="ignore", over="ignore"):
-        terms = np.minimum(f.sens / (PERTURB_ULPS * f.bound.u), rms(f.a))
+        # the inputs moved by PERTURB_ULPS ulps of their own type (float32 inputs of an fp16 conversion
+        # move by float32 ulps); unknown: the graph's lowest precision, the largest step it can be
+        step = PERTURB_ULPS * (f.evidence.perturbation_u or f.bound.u)
+        terms = np.minimum(f.sens / step, rms(f.a))
     allowed = ERROR_FACTOR * f.bound.gamma * np.maximum(f.magnitude, terms)
     if f.bound.ill_conditioned:
         allowed = allowed + ERROR_FACTOR * f.sens_factor * f.sens

@@ -130,7 +130,7 @@ __all__ = [
     "Verdict", "ValueClass", "CONTROLS", "Control", "JUMP",
     "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "RULES", "Rule", "RoundingBound",
     "SetEvidence", "Judgement", "DecisionEvidence", "judge_output", "perturb", "worst",
-    "perturbation_runs", "lowest_precision_u", "describe_bound", "nonfinite_replaced",
+    "perturbation_runs", "lowest_precision_u", "moved_u", "describe_bound", "nonfinite_replaced",
 ]
 
 
@@ -200,6 +200,9 @@ class SetEvidence:
     rerun: np.ndarray
     candidate: np.ndarray
     perturbed: list = field(default_factory=list)
+    # the largest unit roundoff among the float inputs the perturbation runs moved (by PERTURB_ULPS
+    # ulps of each): their relative step is at most PERTURB_ULPS times it (None: not known)
+    perturbation_u: float | None = None
     reference: np.ndarray | None = None
     extreme: bool = False  # the input set holds finite floats beyond sqrt(max) of their dtype
     nonfinite_inputs: bool = False  # the input set holds inf or NaN
@@ -475,6 +478,13 @@ def _excused(judgement: Judgement, *names: str) -> int:
 
 def perturbation_runs(trials: int, discrete: bool) -> int:
     return max(8, trials) if discrete else max(2, trials)
+
+
+def moved_u(feeds) -> float | None:
+    """The largest unit roundoff among the float arrays of `feeds` (what perturb moves), or None."""
+    roundoffs = [graphinfo.unit_roundoff(np.asarray(v).dtype) for v in feeds.values()
+                 if graphinfo.is_float_dtype(np.asarray(v).dtype)]
+    return max(roundoffs) if roundoffs else None
 
 
 def lowest_precision_u(float_dtypes) -> float:

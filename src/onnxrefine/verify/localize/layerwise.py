@@ -286,6 +286,7 @@ class Localizer:
             if failing else []
         for pair, item in failing:
             item.perturbed = [runs[pair.name] for runs in perturbed]
+            item.perturbation_u = judge.moved_u(feeds)
             judgement = judge.judge_output([item], pair.bound)
             self.artefacts.review(set_index, pair, item, judgement, feeds, self.results[pair.name])
             self._record(pair, item, label, judgement)
