@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 
-from onnxrefine import portable, progress
+from onnxrefine import portable, progress, runtime
 from onnxrefine.version import __version__
 from onnxrefine.cli.checks import check_args
 from onnxrefine.errors import OnnxRefineError
@@ -209,7 +209,10 @@ def main(argv: list[str] | None = None, freeze_startup: bool = False) -> int:
         _error(_memory_text(exc))
         return EXIT_BAD_INPUT
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, a distinct code
-        interrupt = _interruption_behind(exc)
+        # the interpreter wraps what a signal handler raises in places (a Ctrl-C while a class is
+        # created, in a field's __set_name__, arrives as a RuntimeError caused by it): the run was
+        # interrupted all the same, and its clean-up ran as the wrapping exception propagated
+        interrupt = runtime.interruption(exc)
         if interrupt is not None:
             return _interrupted(interrupt)
         if debug:
@@ -224,20 +227,6 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
         return 128 + exc.signum
     _error("interrupted")
     return 130
-
-
-def _interruption_behind(exc: BaseException) -> KeyboardInterrupt | None:
-    """The interrupt an exception stands for, if any: the interpreter wraps what a signal handler
-    raises in some places (a KeyboardInterrupt while a class is created, in a field's __set_name__,
-    arrives as a RuntimeError caused by it); the run was interrupted all the same, and its clean-up
-    ran as the wrapping exception propagated."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
 
 
 _stdout_closed = False

@@ -26,6 +26,7 @@ import math
 import numpy as np
 import onnx
 
+from onnxrefine.ir.attrs import proto_attr
 from onnxrefine.verify.reference.kernels import dtype as _dtype
 from onnxrefine.verify.reference.bound_nn import MOVERS, STRUCTURAL
 from onnxrefine.verify.reference.bound_norm import NORMALIZATIONS
@@ -396,18 +397,19 @@ def _casts_stay_at(function, float_type: int, caller_attrs) -> bool:
     return True
 
 
-def _attribute(node, name, default):
-    for attr in node.attribute:
-        if attr.name == name:
-            return onnx.helper.get_attribute_value(attr)
-    return default
-
-
 def _constant_summands(node, inputs, in_names, constants, out) -> np.ndarray | float:
     """The constant summands of an op's result, |c| per element: terms a folding candidate rounds
     once (a BatchNormalization folded into a Conv rounds its bias mean * s - shift), so they belong
     to the magnitude of the terms, though no input error moves them. Constant factors are not
-    summands (their product's terms are counted once, from the other factor)."""
+    summands (their product's terms are counted once, from the other factor). None are counted
+    where an attribute they need is a function's reference (not known here): 0."""
+    try:
+        return _summands(node, inputs, in_names, constants, out)
+    except Exception:  # noqa: BLE001 - an unreadable attribute or parameter: no summands counted
+        return 0.0
+
+
+def _summands(node, inputs, in_names, constants, out) -> np.ndarray | float:
     op = node.op_type
     summands = []
     if op in ("Add", "Sub"):
@@ -415,12 +417,12 @@ def _constant_summands(node, inputs, in_names, constants, out) -> np.ndarray | f
     elif op in ("Conv", "ConvTranspose", "Gemm") and len(in_names) > 2 and in_names[2] in constants \
             and inputs[2] is not None:
         bias = np.asarray(inputs[2], np.float64)
-        summands = [bias * abs(float(_attribute(node, "beta", 1.0)))] if op == "Gemm" \
+        summands = [bias * abs(float(proto_attr(node, "beta", 1.0)))] if op == "Gemm" \
             else [bias.reshape((1, -1) + (1,) * (out.ndim - 2))]
     elif op == "BatchNormalization" and all(name in constants for name in in_names[1:5]):
         shape = (1, -1) + (1,) * (out.ndim - 2)
         scale, shift, mean, var = (np.asarray(inputs[i], np.float64).reshape(shape) for i in (1, 2, 3, 4))
-        s = scale / np.sqrt(var + float(_attribute(node, "epsilon", 1e-5)))
+        s = scale / np.sqrt(var + float(proto_attr(node, "epsilon", 1e-5)))
         summands = [mean * s, shift]
     total = 0.0
     for summand in summands:
