@@ -240,3 +240,33 @@ def test_a_signal_while_the_process_sets_itself_up_ends_in_one_line(monkeypatch,
     monkeypatch.setattr(portable, "single_threaded_blas", loading)
     assert cli.main(["optimize", str(ROOT / "examples" / "tiny_cnn.onnx"), "-o", str(tmp_path / "out.onnx")]) == 143
     assert capsys.readouterr().err.strip().endswith("terminated")
+
+
+_SIGTERM_BEFORE_THE_SUPERVISOR_FORKS = """
+import os, signal, sys
+import onnxrefine.__main__ as entry
+real_fork, sent = os.fork, []
+def fork():
+    if not sent:  # the first fork is the supervisor's: SIGTERM lands just before it
+        sent.append(True)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real_fork()
+os.fork = fork
+sys.argv = ["onnxrefine", "optimize", sys.argv[1], "-o", sys.argv[2], "--no-verify"]
+sys.exit(entry.run())
+"""
+
+
+def test_a_signal_between_start_up_and_the_supervisors_fork_is_handled(tmp_path):
+    """Between the start-up imports (signals held by a collecting handler) and the supervisor's
+    forwarding handlers, SIGTERM had its default action: the process died (-15) with no clean-up.
+    It is held blocked there now and reaches the command's own handler: 143, one line."""
+    out = tmp_path / "out.onnx"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ONNXREFINE_PROGRESS="off")
+    env.pop("ONNXREFINE_NO_SUPERVISOR", None)
+    ran = subprocess.run([sys.executable, "-c", _SIGTERM_BEFORE_THE_SUPERVISOR_FORKS,
+                          str(ROOT / "examples" / "tiny_cnn.onnx"),
+                          str(out)], capture_output=True, text=True, env=env, timeout=120)
+    assert ran.returncode == 128 + signal.SIGTERM, (ran.returncode, ran.stderr)
+    assert ran.stderr.strip().endswith("terminated") and "Traceback" not in ran.stderr, ran.stderr
+    assert not out.exists()

@@ -36,18 +36,21 @@ def run() -> int:
         print(f"onnxrefine: error: not enough memory to start ({text})", file=sys.stderr)
         return 2
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        if arrived:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
     if arrived:
         print("onnxrefine: interrupted", file=sys.stderr)
         return 128 + arrived[0]
-    return exit_now(supervised(lambda: main(freeze_startup=True)))
+    # Still collected until a handler of ours takes over (the supervisor's forwarding, the command's
+    # own): restored to the default here, a SIGTERM would end the process with no clean-up.
+    return exit_now(supervised(lambda: main(freeze_startup=True), arrived, previous))
 
 
 _CRASHES = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 
 
-def supervised(work) -> int:
+def supervised(work, arrived: list | None = None, previous: dict | None = None) -> int:
     """Run `work()` (the command) in a forked child and return its exit code, so that a crash in
     native code (onnxruntime or onnx segfaulting or asserting on a model) ends in one line and
     exit 3 instead of a silent death by signal. The child has its own process group, and the
@@ -57,7 +60,14 @@ def supervised(work) -> int:
     import os
     import signal
 
+    arrived = [] if arrived is None else arrived  # signals collected since start-up (run)
+    previous = previous or {}
     if not hasattr(os, "fork") or os.environ.get("ONNXREFINE_NO_SUPERVISOR", "") not in ("", "0"):
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if arrived:
+            print("onnxrefine: interrupted", file=sys.stderr)
+            return 128 + arrived[0]
         return work()
     import tempfile
 
@@ -71,8 +81,17 @@ def supervised(work) -> int:
     # left behind, even when the supervisor itself is killed.
     journal_fd, journal = tempfile.mkstemp(prefix="onnxrefine-temps.", suffix=".list")
     os.unlink(journal)
+    before = len(arrived)
     pid = os.fork()
     if pid == 0:
+        # One thread now: blocked, the signals wait for the command's own handlers (cli.main.main
+        # releases them), the default dispositions back in place beneath them.
+        held = list(previous)
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in arrived[before:]:  # collected here before the handlers changed (the parent
+            os.kill(os.getpid(), signum)  # forwards those it collected)
         code = 3
         try:
             os.setpgid(0, 0)
@@ -97,6 +116,8 @@ def supervised(work) -> int:
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), forward)
+    for signum in list(arrived):  # collected between start-up and the handlers above
+        forward(signum, None)
     try:
         _, status = os.waitpid(pid, 0)  # retried by Python when a forwarded signal interrupts it
         if not os.WIFEXITED(status):  # read by position: the worker's writes moved the shared offset

@@ -68,6 +68,15 @@ def _install_signal_handlers() -> None:
             signal.signal(getattr(signal, name), terminate)
 
 
+def _release_held_signals() -> None:
+    """`python -m onnxrefine` holds SIGINT, SIGTERM and SIGHUP blocked from its start-up imports
+    until a handler is in place (__main__.run); they are ours from here on, and one that arrived
+    meanwhile is raised now, inside main's handlers."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                                                    if hasattr(signal, name)])
+
+
 def _safe_streams() -> None:
     """Output that cannot be encoded in the locale's charset (an ellipsis under LC_ALL=POSIX, a
     model's non-ASCII names) is escaped, never a UnicodeEncodeError."""
@@ -151,6 +160,7 @@ def main(argv: list[str] | None = None, freeze_startup: bool = False) -> int:
     # Everything from here on runs inside the handlers below: a signal landing while the process
     # still sets itself up (loading the BLAS library) ends in one line too.
     try:
+        _release_held_signals()
         _log_to_stderr()
         _safe_streams()
         from onnxrefine import STARTUP_FAILURE
