@@ -259,8 +259,8 @@ class BoundTracker:
                 outputs = list(rerun(node, inputs, scope, self.caller_attrs))
             except Exception:  # noqa: BLE001 - an op that cannot run again gets no magnitude
                 return
-        moved = [bool(name) and name not in self.constants and getattr(dtype_of(self.types.get(name)), "kind", "") == "f"
-                 for name in in_names]
+        moved = [bool(name) and name not in self.constants
+                 and getattr(dtype_of(self.types.get(name)), "kind", "") == "f" for name in in_names]
         known = [self.magnitudes.get(name) if name else None for name in in_names]
         try:
             probed = probe_magnitudes(node, inputs, outputs, known, moved, MAGNITUDE_STEP,
@@ -279,7 +279,8 @@ class BoundTracker:
         """Per element, the magnitude of the terms behind each output, M: the probable pass's carry of
         input errors MAGNITUDE_STEP * M_in (no rounding of its own: float64 result types), divided by the
         step; constants carry none, but a constant summand adds its |c| (_constant_summands). M of a
-        dot product or reduction is the root-sum-square of its terms (sqrt(sum_k a_k^2 w_k^2); about |y| for terms of random sign, and as large where they cancel),
+        dot product or reduction is the root-sum-square of its terms (sqrt(sum_k a_k^2 w_k^2); about
+        |y| for terms of random sign, and as large where they cancel),
         of a sum of two values M_a + M_b, of a product |b| M_a + |a| M_b, of data movement the moved M.
         A product, reduction or normalization (_COSTLY) starts afresh from its inputs' |x|, so M does not
         compound through the network as B does. Graph inputs: M = |x|; a value without M is taken at
