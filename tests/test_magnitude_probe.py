@@ -23,7 +23,7 @@ def _magnitude(model, x):
     return np.asarray(magnitude_of(evaluate_float64(model, {"x": x})["y"]), np.float64)
 
 
-def test_probed_magnitude_of_a_running_sum_is_its_terms_root_sum_square_and_never_above_their_total():
+def test_probed_magnitude_of_a_running_sum_lies_between_its_terms_root_sum_square_and_their_total():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((512, 64)).astype(np.float32)
     model = make_model([helper.make_node("CumSum", ["x", "axis"], ["y"])], [value_info("x", F, [512, 64])],
@@ -31,11 +31,22 @@ def test_probed_magnitude_of_a_running_sum_is_its_terms_root_sum_square_and_neve
     probed = _magnitude(model, x)
     terms = np.abs(x.astype(np.float64))
     root_sum_square, total = np.sqrt(np.cumsum(terms ** 2, axis=1)), np.cumsum(terms, axis=1)
-    ratio = probed / root_sum_square
+    # the worst-case magnitude sum |terms| above (the same-sign move reaches it where every term's
+    # coefficient is positive), never below the root-sum-square by much (random signs reach that)
     assert np.all(np.isfinite(probed))
     assert np.all(probed <= total * (1 + 1e-6))
-    assert 0.8 <= float(np.median(ratio)) <= 1.2
-    assert float(np.mean(ratio < 0.05)) < 0.01  # a few elements where both trials' signs cancel
+    assert np.all(probed >= 0.999 * root_sum_square)
+
+
+def test_a_bilinear_resize_of_cancelling_neighbours_keeps_their_magnitude():
+    # +-1 in a checkerboard, upsampled bilinearly: between four neighbours of about equal weight the
+    # value cancels to near 0, and random signs + - - + cancel the probe too (two trials in a row on
+    # deeplabv3's output, where a peer's fold was then a false alarm); the same-sign move does not
+    x = np.where(np.indices((1, 1, 8, 8)).sum(axis=0) % 2, 1.0, -1.0).astype(np.float32)
+    model = make_model([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")],
+                       [value_info("x", F, [1, 1, 8, 8])], [value_info("y", F, None)],
+                       [tensor("scales", np.array([1, 1, 16, 16], np.float32))], opset=13)
+    assert np.all(_magnitude(model, x) >= 0.999)
 
 
 def test_probed_magnitude_of_an_elementwise_op_is_its_exact_carry():

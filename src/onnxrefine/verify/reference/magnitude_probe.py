@@ -11,16 +11,18 @@ moved), a step h = MAGNITUDE_STEP:
   for y = sum_i c_i x_i the change is h * sum_i c_i M_i s_i, whose mean square over the signs is
   h^2 * sum_i c_i^2 M_i^2, the root-sum-square of the terms (what the rule-based pass gives a dot
   product or a reduction); its root mean square over the trials estimates it;
-- where more than one input moves, each input alone is moved by +h * M_j as well, and the changes
-  are added: sum_j |c_j| M_j, the magnitude the rules give a sum or product of two values;
+- each input alone is moved by +h * M_j as well, and the changes are added: sum_j |sum_i c_ji M_ji|,
+  the magnitude the rules give a sum or product of two values. With few terms the random signs can
+  cancel in every trial where the same-sign move does not (a bilinear Resize's four neighbours of
+  about equal weight, signs + - - +: zero, twice in a row on deeplabv3's output), and the same-sign
+  move cancels where the terms' signs differ (x - mean(x)), so
 M is the larger of the two, per element. A probe is read as a derivative only where the op is linear
 at that scale: the step up and the step down change the element by opposite amounts (within half
 their size). An element where they do not (a jump, a kink, an extremum) gets no magnitude (NaN): the
 verdict then takes the element's own |R|, which excuses nothing another element computed.
 
-Probes cost runs of the op: 2 * TRIALS, plus 2 per moved input where more than one moves (and one
-more for a float16 result, whose unrounded value the probes are read against: the reruns are not
-rounded to it). Subgraph ops (If, Loop, Scan) and non-float results are not probed.
+Probes cost runs of the op: 2 * TRIALS, plus 2 per moved input (and one more for a float16 result,
+whose unrounded value the probes are read against: the reruns are not rounded to it). Subgraph ops (If, Loop, Scan) and non-float results are not probed.
 """
 
 from __future__ import annotations
@@ -59,13 +61,12 @@ def probe_magnitudes(node, inputs, outputs, magnitudes, moved, step, run) -> lis
         linear = [None if a is None else a & b for a, b in zip(linear, ok)]
         counts += 1
     total = [None if s is None else np.sqrt(s / counts) for s in squares]
-    if len(positions) > 1:
-        summed = _zeros(outputs, floats)
-        for index in positions:
-            change, ok = _central(inputs, outputs, floats, {index: deltas[index]}, run)
-            summed = [None if s is None else s + c for s, c in zip(summed, change)]
-            linear = [None if a is None else a & b for a, b in zip(linear, ok)]
-        total = [None if t is None else np.maximum(t, s) for t, s in zip(total, summed)]
+    summed = _zeros(outputs, floats)
+    for index in positions:
+        change, ok = _central(inputs, outputs, floats, {index: deltas[index]}, run)
+        summed = [None if s is None else s + c for s, c in zip(summed, change)]
+        linear = [None if a is None else a & b for a, b in zip(linear, ok)]
+    total = [None if t is None else np.maximum(t, s) for t, s in zip(total, summed)]
     return [None if t is None else np.where(ok, t / step, np.nan) for t, ok in zip(total, linear)]
 
 
