@@ -1,5 +1,6 @@
-"""Model-local functions in the float64 reference: a function's body is tracked as the main graph is
-(reference/bound.py's BoundTracker.for_function), so a call's outputs get the per-element bound,
+"""Model-local functions and If branches in the float64 reference: a function's body (and the branch an
+If takes) is tracked as the main graph is (reference/bound.py's BoundTracker.for_function and
+for_subgraph), so a call's outputs get the per-element bound,
 probable scale and magnitude of terms that the same nodes inlined get; attribute references are
 resolved from each call, also for ops that onnx.reference evaluates.
 """
@@ -97,3 +98,21 @@ def test_a_functions_node_that_onnx_reference_runs_takes_each_calls_attributes()
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(out["two"], x64 / np.linalg.norm(x64, axis=-1, keepdims=True), rtol=1e-12)
     np.testing.assert_allclose(out["one"], x64 / np.abs(x64).sum(axis=-1, keepdims=True), rtol=1e-12)
+
+
+def test_an_if_branch_gets_the_bounds_its_inlined_nodes_get():
+    # the branch taken is tracked as the graph around it is, reading the enclosing graph's values
+    # (x) through; an If's output had no bound and no magnitude, so each element was judged by its
+    # own |R| alone (a fused bias inside a branch was a false alarm)
+    body = _inlined(0.2).graph
+    then_branch = helper.make_graph(list(body.node), "then", [], [value_info("y", F, None)])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "else", [], [value_info("z", F, None)])
+    model = make_model([helper.make_node("If", ["cond"], ["out"], then_branch=then_branch, else_branch=else_branch)],
+                       [value_info("x", F, [4, 16]), value_info("cond", TensorProto.BOOL, [])],
+                       [value_info("out", F, None)])
+    x = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)
+    branched = evaluate_float64(model, {"x": x, "cond": np.array(True)})["out"]
+    inlined = evaluate_float64(_inlined(0.2), {"x": x})["y"]
+    for read in (bound_of, probable_scale_of, magnitude_of):
+        assert read(branched) is not None and np.all(np.isfinite(read(branched)))
+        np.testing.assert_allclose(read(branched), read(inlined), rtol=1e-12)

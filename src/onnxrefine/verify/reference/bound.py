@@ -22,6 +22,7 @@ both bounds as attributes; bound_of / coherent_of read them (None on any other a
 from __future__ import annotations
 
 import math
+from collections import ChainMap
 
 import numpy as np
 import onnx
@@ -155,9 +156,18 @@ class BoundTracker:
                 self.types[name] = self.float_type if value.dtype.kind == "f" \
                     else onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
 
-    def adopt(self, call, function, child: BoundTracker) -> None:
-        """The call's outputs take the bounds and magnitudes its body's outputs got."""
-        for formal, actual in zip(function.output, call.output):
+    def for_subgraph(self) -> BoundTracker:
+        """A tracker for an If's branch: its own values, and the enclosing graph's seen through."""
+        child = BoundTracker.__new__(BoundTracker)
+        child.evaluator, child.types, child.graph_inputs = self.evaluator, self.types, self.graph_inputs
+        child.constants = set(self.constants)
+        child.bounds, child.magnitudes = ChainMap({}, self.bounds), ChainMap({}, self.magnitudes)
+        child.adopted, child.float_type, child.caller_attrs = set(), self.float_type, self.caller_attrs
+        return child
+
+    def adopt(self, call, formals, child: BoundTracker) -> None:
+        """The call's outputs take the bounds and magnitudes its body's (or branch's) outputs got."""
+        for formal, actual in zip(formals, call.output):
             if not actual:
                 continue
             self.bounds[actual] = child.bounds.get(formal, (NOT_DERIVED, NOT_DERIVED, NOT_DERIVED))

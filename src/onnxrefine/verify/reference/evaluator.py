@@ -249,7 +249,8 @@ class _Evaluator:
             raise OnnxRefineError(f"missing feeds for model inputs: {', '.join(missing)}")
         return env
 
-    def run_graph(self, graph, env: _Scope, parent_scope: _Scope | None, wanted: Sequence[str]) -> dict:
+    def run_graph(self, graph, env: _Scope, parent_scope: _Scope | None, wanted: Sequence[str],
+                  tracker=None) -> dict:
         env.parent = parent_scope
         for init in graph.initializer:
             if init.name not in env:
@@ -259,16 +260,17 @@ class _Evaluator:
         live = sum(1 for value in dict.values(env) if not isinstance(value, _Initializer))
         for index, node in enumerate(nodes):
             main = parent_scope is None
+            track = self.bounds if main else tracker
             self._node_seen = None
-            self._tracking = self.bounds if main else None
+            self._tracking = track
             self.run_node(node, env, self.opsets)
             for out in node.output:
                 if out in self.narrow_types:
                     env[out] = _dtype.round_to(env[out], self.narrow_types[out])
-            if self.bounds is not None and main:
+            if track is not None:
                 seen = self._node_seen if self._node_seen is not None and self._node_seen[0] is node else None
-                self.bounds.after_node(node, seen and seen[1:],
-                                       [dict.get(env, name) if name else None for name in node.output], env)
+                track.after_node(node, seen and seen[1:], [dict.get(env, name) if name else None for name in node.output],
+                                 env)
             if self.observe is not None and main:  # main graph only (localisation)
                 for name in node.output:
                     if name:
@@ -279,8 +281,8 @@ class _Evaluator:
             for name in last_use.get(index, ()):
                 if name not in keep and dict.__contains__(env, name):
                     live -= not isinstance(dict.pop(env, name), _Initializer)
-                    if self.bounds is not None and main:
-                        self.bounds.forget(name)
+                    if track is not None:
+                        track.forget(name)
         result = {}
         for name in wanted:
             try:
@@ -299,11 +301,25 @@ class _Evaluator:
             cached = self._last_uses[id(graph)] = (graph, nodes, last_uses(graph.node, nodes))
         return cached[1], cached[2]
 
-    def run_subgraph(self, graph: onnx.GraphProto, inputs: Sequence[Any], outer: _Scope) -> list:
+    def run_subgraph(self, graph: onnx.GraphProto, inputs: Sequence[Any], outer: _Scope,
+                     tracked_by: onnx.NodeProto | None = None) -> list:
+        """`tracked_by`: the If node whose branch this is, run once: its values are bound-tracked as
+        the graph around it is (a Loop's or Scan's body, run again and again, is not). A branch
+        computing float16 values is not: onnxruntime skips float16 roundings the spec defines once
+        such a branch is inlined, which rule float16-skipped-rounding judges where the original's
+        bound is not derived."""
         env = _Scope()
         for formal, value in zip(graph.input, inputs):
             env[formal.name] = value
-        outs = self.run_graph(graph, env, outer, [o.name for o in graph.output])
+        caller = self._tracking
+        narrow = any(name in self.narrow_types for node in graph.node for name in node.output)
+        tracker = caller.for_subgraph() if caller is not None and tracked_by is not None and not narrow else None
+        try:
+            outs = self.run_graph(graph, env, outer, [o.name for o in graph.output], tracker)
+        finally:
+            self._tracking = caller
+        if tracker is not None:
+            caller.adopt(tracked_by, [o.name for o in graph.output], tracker)
         return [outs[o.name] for o in graph.output]
 
     # -- nodes --------------------------------------------------------------------------------------------
@@ -396,7 +412,7 @@ class _Evaluator:
         finally:
             self._tracking = caller
         if tracker is not None:
-            caller.adopt(call, function, tracker)
+            caller.adopt(call, list(function.output), tracker)
         return [dict.get(local, name) for name in function.output]
 
     def _run_fallback(self, call: NodeCall) -> list:

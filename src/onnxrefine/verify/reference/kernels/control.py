@@ -41,7 +41,7 @@ def _run_constant(call: NodeCall) -> list:
 def _run_if(call: NodeCall) -> list:
     cond = bool(np.asarray(call.inputs[0]).reshape(-1)[0])
     branch = call.attrs["then_branch" if cond else "else_branch"]
-    return call.evaluator.run_subgraph(branch, [], call.scope)
+    return call.evaluator.run_subgraph(branch, [], call.scope, tracked_by=call.node)
 
 
 @kernel("Loop")
