@@ -81,17 +81,19 @@ def supervised(work, arrived: list | None = None, previous: dict | None = None) 
     # left behind, even when the supervisor itself is killed.
     journal_fd, journal = tempfile.mkstemp(prefix="onnxrefine-temps.", suffix=".list")
     os.unlink(journal)
-    before = len(arrived)
     pid = os.fork()
     if pid == 0:
+        # Those collected so far are the parent's to forward; only what reaches this process from
+        # now until its handlers change is its own.
+        before = len(arrived)
         # One thread now: blocked, the signals wait for the command's own handlers (cli.main.main
         # releases them), the default dispositions back in place beneath them.
         held = list(previous)
         signal.pthread_sigmask(signal.SIG_BLOCK, held)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        for signum in arrived[before:]:  # collected here before the handlers changed (the parent
-            os.kill(os.getpid(), signum)  # forwards those it collected)
+        for signum in arrived[before:]:
+            os.kill(os.getpid(), signum)
         code = 3
         try:
             os.setpgid(0, 0)
