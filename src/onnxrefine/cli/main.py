@@ -69,9 +69,9 @@ def _install_signal_handlers() -> None:
 
 
 def _release_held_signals() -> None:
-    """`python -m onnxrefine` holds SIGINT, SIGTERM and SIGHUP blocked from its start-up imports
-    until a handler is in place (__main__.run); they are ours from here on, and one that arrived
-    meanwhile is raised now, inside main's handlers."""
+    """The supervisor's worker (__main__.supervised) holds SIGINT, SIGTERM and SIGHUP blocked from
+    its fork until the command's handlers are in place; they are ours from here on, and one that
+    arrived meanwhile is raised now, inside main's handlers (elsewhere nothing is held: no-op)."""
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
                                                     if hasattr(signal, name)])
