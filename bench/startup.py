@@ -62,6 +62,8 @@ def commands(out_dir: str) -> list[tuple[str, list[str]]]:
     cli = ["-m", "onnxrefine"]
     return [
         ("floor: python -c pass", ["-c", "pass"]),
+        ("floor: import numpy", ["-c", "import numpy"]),
+        ("floor: import ml_dtypes", ["-c", "import ml_dtypes"]),
         ("floor: import numpy, onnx", ["-c", "import numpy, onnx"]),
         ("floor: import onnx, onnx_ir, numpy (sympy too)", ["-c", "import onnx, onnx_ir, numpy"]),
         ("floor: import onnxruntime", ["-c", "import onnxruntime"]),

@@ -184,3 +184,47 @@ def test_a_signal_during_the_start_up_imports_is_one_line_and_128_plus_its_numbe
                           timeout=120)
     assert done.returncode == 128 + getattr(signal, name), done.stderr
     assert done.stderr.strip() == "onnxrefine: interrupted", done.stderr
+
+
+
+_BLAS_PROBE = (
+    "import json, os\n"
+    "import {module}\n"
+    "from onnxrefine.portable import _openblas_threads\n"
+    "env = os.environ.pop('OPENBLAS_NUM_THREADS', None)  # _openblas_threads asks only where it is unset\n"
+    "threads = _openblas_threads()\n"
+    "print('@@' + json.dumps({{'env': env, 'threads': None if threads is None else threads[0]()}}))\n"
+)
+
+
+def _blas_after_import(tmp_path, script_name: str, module: str = "onnxrefine", env: dict | None = None) -> dict:
+    """OpenBLAS's thread count after `import module` in a script called `script_name` (the console
+    script is called onnxrefine), and OPENBLAS_NUM_THREADS as the import left it."""
+    script = tmp_path / script_name
+    script.write_text(_BLAS_PROBE.format(module=module), encoding="utf-8")
+    run_env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    run_env.update(PYTHONPATH=str(ROOT / "src"), **(env or {}))
+    done = subprocess.run([sys.executable, str(script)], env=run_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads([line for line in done.stdout.splitlines() if line.startswith("@@")][-1][2:])
+
+
+def test_the_command_loads_numpy_with_one_blas_thread_and_gives_the_environment_back(tmp_path):
+    found = _blas_after_import(tmp_path, "onnxrefine")
+    assert found["env"] is None  # the processes the command starts see the user's environment
+    if found["threads"] is None:
+        pytest.skip("no OpenBLAS to ask")
+    assert found["threads"] == 1
+
+
+def test_a_library_import_leaves_numpy_s_threads_alone(tmp_path):
+    plain = _blas_after_import(tmp_path, "plain.py", module="numpy")
+    found = _blas_after_import(tmp_path, "user.py")
+    assert found == plain
+
+
+def test_the_users_blas_thread_count_is_kept_by_the_command(tmp_path):
+    found = _blas_after_import(tmp_path, "onnxrefine", env={"OPENBLAS_NUM_THREADS": "2"})
+    assert found["env"] == "2"
+    if found["threads"] is not None:
+        assert found["threads"] == 2

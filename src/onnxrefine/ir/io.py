@@ -248,6 +248,9 @@ def _session(proto: onnx.ModelProto) -> None:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4
     options.add_session_config_entry("session.disable_prepacking", "1")  # a load check: no weights repacked
+    # and no thread pool: its threads start, spin and join for a session that never runs
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
     ort.InferenceSession(proto.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
 
 
