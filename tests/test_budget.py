@@ -322,3 +322,19 @@ def test_certificate_window_of_bounded_concats_needs_no_estimate(monkeypatch):
     with resources.limits(memory_budget=8 << 20), pytest.raises(CertificateSkip, match="1/8 of --memory-budget"):
         check_budget(chain, [], {"k1": fed["k1"]})
     assert len(estimated) == 1
+
+
+def test_the_watched_child_loads_numpy_with_one_blas_thread(example, monkeypatch):
+    """The child's numpy only holds arrays: OpenBLAS on one thread there, whatever this process has
+    (a pool's threads spin at load, CPU every run pays)."""
+    from onnxrefine.verify.ort import child
+
+    monkeypatch.setenv("ONNXREFINE_WATCH", "always")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with ModelRunner(example) as watched:
+        pid = watched.watched.worker.process.pid
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environment = dict(entry.split(b"=", 1) for entry in handle.read().split(b"\0") if b"=" in entry)
+    assert environment.get(b"OPENBLAS_NUM_THREADS") == b"1"
+    assert "OPENBLAS_NUM_THREADS" not in os.environ  # this process's own is left as it was
+    assert child._child_environment()["OPENBLAS_NUM_THREADS"] == "1"

@@ -35,7 +35,10 @@ ALLOWED = {("verify/certificate/certifier.py", "onnxrefine.rewrite.rule"): {"EXA
            ("verify/certificate/model.py", "onnxrefine.rewrite.rule"): {"EXACT", "CertificateRequest"},
            # The command reads the package root's record of a start-up that could not load the native
            # libraries, before it imports anything that needs them.
-           ("cli/main.py", "onnxrefine.STARTUP_FAILURE"): set()}
+           ("cli/main.py", "onnxrefine.STARTUP_FAILURE"): set(),
+           # The command loads the native libraries through the package root in its worker, after
+           # the supervisor's fork (the root defers them in the command's process).
+           ("__main__.py", "onnxrefine.load_native"): set()}
 MAX_LINES = 500
 # (module, private name) -> why it is read. A name of onnx or onnx-ir is read only where no public
 # one exists, and behind a feature check (the reading module falls back where it is gone).

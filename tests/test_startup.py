@@ -183,13 +183,16 @@ def test_a_signal_during_the_start_up_imports_is_one_line_and_128_plus_its_numbe
     done = subprocess.run([sys.executable, "-c", _SIGNAL_DURING_IMPORTS, name], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 128 + getattr(signal, name), done.stderr
-    assert done.stderr.strip() == "onnxrefine: interrupted", done.stderr
+    # held in the worker until the command's handlers take it: its own word for the signal
+    said = {"SIGINT": "interrupted", "SIGTERM": "terminated"}[name]
+    assert done.stderr.strip() == f"onnxrefine: {said}", done.stderr
 
 
 
 _BLAS_PROBE = (
     "import json, os\n"
     "import {module}\n"
+    "getattr({module}, 'load_native', lambda: None)()  # the command's worker loads them so\n"
     "from onnxrefine.portable import _openblas_threads\n"
     "env = os.environ.pop('OPENBLAS_NUM_THREADS', None)  # _openblas_threads asks only where it is unset\n"
     "threads = _openblas_threads()\n"
@@ -228,3 +231,16 @@ def test_the_users_blas_thread_count_is_kept_by_the_command(tmp_path):
     assert found["env"] == "2"
     if found["threads"] is not None:
         assert found["threads"] == 2
+
+
+def test_the_commands_supervisor_forks_before_the_native_libraries_load(tmp_path):
+    """The command's process imports the package without numpy, onnx or onnx-ir: its worker loads
+    them after the fork (a fork of a process holding them costs the worker a page fault per page)."""
+    script = tmp_path / "onnxrefine"
+    script.write_text("import json, sys\nimport onnxrefine.__main__\n"
+                      "print('@@' + json.dumps([m for m in ('numpy', 'onnx', 'onnx_ir') if m in sys.modules]))\n",
+                      encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads([line for line in done.stdout.splitlines() if line.startswith("@@")][-1][2:]) == []

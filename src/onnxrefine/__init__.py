@@ -35,21 +35,20 @@ def _memory_limited() -> bool:
 # ml_dtypes) could not be loaded for want of memory (`ulimit -v`, `prlimit --as`): the CLI says
 # it in one line and exits 2; the API raises it on first use. Any other import failure raises.
 STARTUP_FAILURE: str | None = None
-# Importing makes objects that live as long as the process, not garbage: the hundred or so
-# collections it would trigger free nothing (0.02-0.03 s of a small model's run). Collection is
-# put back as it was once onnx-ir and its dependencies are in.
-_collecting = _gc.isenabled()
-_gc.disable()
 
 
 def _is_the_command() -> bool:
-    """Whether this import is the `onnxrefine` command's own (its console script, or `python -m
-    onnxrefine` while runpy locates the package), not a library caller's."""
+    """Whether this process is the `onnxrefine` command (its console script, or `python -m
+    onnxrefine`), not a library caller's."""
     import os
     import sys
 
+    line = list(getattr(sys, "orig_argv", []))
+    for index, word in enumerate(line[:-1]):
+        if word == "-m":
+            return line[index + 1] == "onnxrefine"
     first = sys.argv[0] if sys.argv else ""
-    return first == "-m" or os.path.splitext(os.path.basename(first))[0] == "onnxrefine"
+    return os.path.splitext(os.path.basename(first))[0] == "onnxrefine"
 
 
 def _import_numpy_for_the_command() -> None:
@@ -70,19 +69,41 @@ def _import_numpy_for_the_command() -> None:
         os.environ.pop("OPENBLAS_NUM_THREADS", None)
 
 
-try:
-    _import_numpy_for_the_command()
-    import_onnx_ir()  # before any module of the package imports onnx_ir: sympy stays unloaded
-except (ImportError, MemoryError, SystemError, KeyboardInterrupt) as _exc:
-    # A loader that ran out of address space fails in any of these ways (OpenBLAS's failed thread
-    # buffers even surface as KeyboardInterrupt inside numpy's import).
-    if not (isinstance(_exc, MemoryError) or _memory_limited()):
-        raise
-    _text = str(_exc).splitlines()[0] if str(_exc) else type(_exc).__name__
-    STARTUP_FAILURE = f"not enough memory to load onnxrefine's native libraries (numpy, onnx): {_text}"
-finally:
-    if _collecting:
-        _gc.enable()
+_loaded = False
+
+
+def load_native() -> None:
+    """Import numpy, onnx and onnx-ir (sympy deferred) before any module of the package imports
+    onnx_ir, noting STARTUP_FAILURE where memory ran out. At the package's import for a library
+    caller; the command calls it in its worker process (__main__.run), after the supervisor's fork:
+    a fork of a process with them loaded costs the worker a page fault per page its objects
+    live on (0.05 s of CPU on every run)."""
+    global STARTUP_FAILURE, _loaded
+    if _loaded:
+        return
+    _loaded = True
+    # Importing makes objects that live as long as the process, not garbage: the hundred or so
+    # collections it would trigger free nothing (0.02-0.03 s of a small model's run). Collection is
+    # put back as it was once onnx-ir and its dependencies are in.
+    collecting = _gc.isenabled()
+    _gc.disable()
+    try:
+        _import_numpy_for_the_command()
+        import_onnx_ir()  # before any module of the package imports onnx_ir: sympy stays unloaded
+    except (ImportError, MemoryError, SystemError, KeyboardInterrupt) as exc:
+        # A loader that ran out of address space fails in any of these ways (OpenBLAS's failed thread
+        # buffers even surface as KeyboardInterrupt inside numpy's import).
+        if not (isinstance(exc, MemoryError) or _memory_limited()):
+            raise
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        STARTUP_FAILURE = f"not enough memory to load onnxrefine's native libraries (numpy, onnx): {text}"
+    finally:
+        if collecting:
+            _gc.enable()
+
+
+if not _is_the_command():
+    load_native()
 
 __all__ = ["__version__", "optimize", "optimize_with_report", "VerifySettings"]
 
@@ -90,6 +111,8 @@ __all__ = ["__version__", "optimize", "optimize_with_report", "VerifySettings"]
 def __getattr__(name: str):
     # The API is imported on first use, so that `onnxrefine --version` and the CLI's argument
     # checks do not pay for the optimizer's imports.
+    if name in ("optimize", "optimize_with_report", "VerifySettings"):
+        load_native()
     if STARTUP_FAILURE is not None and name in ("optimize", "optimize_with_report", "VerifySettings"):
         raise ImportError(STARTUP_FAILURE)
     if name in ("optimize", "optimize_with_report"):

@@ -1,8 +1,9 @@
 """`python -m onnxrefine` and the `onnxrefine` command.
 
-The command's own modules are imported inside `run`, so that a process too small to load them
-(an address-space limit: `ulimit -v`, `prlimit --as`) ends in one line and exit 2, not in a
-traceback from the middle of an import.
+The command's own modules, and the native libraries under them, are imported inside `run` (in
+the supervisor's worker, after its fork), so that a process too small to load them (an
+address-space limit: `ulimit -v`, `prlimit --as`) ends in one line and exit 2, not in a traceback
+from the middle of an import.
 """
 
 import sys
@@ -16,18 +17,13 @@ def _memory_limited() -> bool:
     return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
 
 
-def run() -> int:
-    import gc
-    import signal
-
-    gc.disable()  # until start-up is frozen (cli.main.main): importing makes no garbage
-    # A signal during the imports is held until they are done: a KeyboardInterrupt raised inside an
-    # extension module's import can be swallowed there with a traceback on stderr ("Exception
-    # ignored in ..."), and SIGTERM/SIGHUP would end the process before any handler of ours.
-    arrived: list[int] = []
-    held = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
-    previous = {signum: signal.signal(signum, lambda signum, frame: arrived.append(signum)) for signum in held}
+def _load_command():
+    """The CLI's main, once the native libraries and the CLI's modules are imported; or the exit
+    code of a process too small to import them."""
     try:
+        from onnxrefine import load_native
+
+        load_native()
         from onnxrefine.cli.main import main
     except (MemoryError, ImportError, SystemError) as exc:
         if not (isinstance(exc, MemoryError) or _memory_limited()):
@@ -35,6 +31,40 @@ def run() -> int:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"onnxrefine: error: not enough memory to start ({text})", file=sys.stderr)
         return 2
+    return main
+
+
+def _command() -> int:
+    """The command in the supervisor's worker: imported there, after the fork."""
+    main = _load_command()
+    return main if isinstance(main, int) else main(freeze_startup=True)
+
+
+def _supervising() -> bool:
+    import os
+
+    return hasattr(os, "fork") and os.environ.get("ONNXREFINE_NO_SUPERVISOR", "") in ("", "0")
+
+
+def run() -> int:
+    import gc
+    import signal
+
+    gc.disable()  # until start-up is frozen (cli.main.main): importing makes no garbage
+    # A signal before the command's handlers are in place is collected: SIGTERM/SIGHUP would
+    # otherwise end the process before any clean-up of ours, and a KeyboardInterrupt raised inside
+    # an extension module's import can be swallowed there ("Exception ignored in ...").
+    arrived: list[int] = []
+    held = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    previous = {signum: signal.signal(signum, lambda signum, frame: arrived.append(signum)) for signum in held}
+    if _supervising():
+        # The fork comes before the heavy imports (onnxrefine.load_native, the CLI's modules): the
+        # worker builds its own heap instead of faulting in the supervisor's page by page (0.05 s
+        # of CPU a run). The supervisor forwards what it collected; the worker holds signals
+        # blocked until the command's handlers take them.
+        return exit_now(supervised(_command, arrived, previous))
+    try:
+        main = _load_command()
     finally:
         if arrived:
             for signum, handler in previous.items():
@@ -42,8 +72,8 @@ def run() -> int:
     if arrived:
         print("onnxrefine: interrupted", file=sys.stderr)
         return 128 + arrived[0]
-    # Still collected until a handler of ours takes over (the supervisor's forwarding, the command's
-    # own): restored to the default here, a SIGTERM would end the process with no clean-up.
+    if isinstance(main, int):
+        return main
     return exit_now(supervised(lambda: main(freeze_startup=True), arrived, previous))
 
 
@@ -62,7 +92,7 @@ def supervised(work, arrived: list | None = None, previous: dict | None = None) 
 
     arrived = [] if arrived is None else arrived  # signals collected since start-up (run)
     previous = previous or {}
-    if not hasattr(os, "fork") or os.environ.get("ONNXREFINE_NO_SUPERVISOR", "") not in ("", "0"):
+    if not _supervising():
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         if arrived:

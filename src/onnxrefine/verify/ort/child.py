@@ -105,7 +105,8 @@ class _Worker:
     def __init__(self):
         self.process = subprocess.Popen(
             [sys.executable, "-c", _BOOTSTRAP, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+            env=_child_environment())
         self.next_key = 0
         try:  # start-up (imports) is waited for here, outside any run's time limit
             self._reply("child process", "starting", None, STARTUP_LIMIT_S)
@@ -177,6 +178,12 @@ class _Worker:
                 stream.close()
             except OSError:
                 pass
+
+
+def _child_environment() -> dict:
+    """The child's environment: this process's, with OpenBLAS on one thread. The child's numpy only
+    holds arrays, and a BLAS pool's threads spin at load (0.1 s of CPU on every start)."""
+    return dict(os.environ, OPENBLAS_NUM_THREADS="1")
 
 
 _WORKER: _Worker | None = None
