@@ -171,6 +171,20 @@ def test_reassociating_rule_within_the_bound_passes(planted):
     assert report.log.applied[0].certificate.startswith("certified: within the float64 bound")
 
 
+def test_a_certificates_float64_reference_derives_no_per_element_bounds(planted, monkeypatch):
+    """The certificate judges by its own bound (certificate/bound.py): the reference's per-element
+    bounds, 40-60% of its cost, are never read there and never computed."""
+    from onnxrefine.verify.reference import bound
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a certificate's reference built a BoundTracker")
+
+    monkeypatch.setattr(bound, "BoundTracker", refuse)
+    model = _scales_model(3.0, 0.7)
+    optimized, report = onnxrefine.optimize_with_report(model, [planted("fold_scales")])
+    assert report.log.applied[0].certificate.startswith("certified: within the float64 bound")
+
+
 def test_reassociating_rule_outside_the_bound_is_refused(planted):
     model = _scales_model(3.0, 0.7)
     optimized, report = onnxrefine.optimize_with_report(model, [planted("fold_scales_wrong")])
