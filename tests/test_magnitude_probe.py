@@ -120,3 +120,45 @@ def test_a_folded_constant_summand_counts_among_the_terms():
         assert report.verdict == ROUNDING, (seed, report.outputs[0].to_dict())
         original, wrong, sets = _float16_fold(seed, scale_error=1.1, input_scale=1e-3)
         assert verify_models(original, wrong, inputs=sets, trials=2, localize=False).verdict == MISMATCH, seed
+
+
+def _evaluations(monkeypatch) -> list:
+    """The `magnitudes` argument of every float64 evaluation the session's default reference makes."""
+    from onnxrefine.verify.reference import evaluator
+
+    calls, original = [], evaluator.evaluate_float64
+
+    def counting(*args, magnitudes=True, **kwargs):
+        calls.append(magnitudes)
+        return original(*args, magnitudes=magnitudes, **kwargs)
+
+    monkeypatch.setattr("onnxrefine.verify.reference.evaluate_float64", counting)
+    return calls
+
+
+def test_the_magnitude_of_terms_is_evaluated_again_only_for_a_set_whose_judgement_reads_it(monkeypatch):
+    # a cancelling float16 fold: no bound is in force where the bias cancels, and the element is judged by
+    # its terms' magnitude (rule within-bound), which the first evaluation left out
+    calls = _evaluations(monkeypatch)
+    original, candidate, sets = _float16_fold(0, input_scale=1e-3)
+    assert verify_models(original, candidate, inputs=sets[:1], trials=2, localize=False).verdict == ROUNDING
+    # the original's reference without it; the float16 candidate's own bounds (read alone, never with
+    # it); the original's again, with it
+    assert calls == [False, False, True]
+
+
+def test_no_magnitude_of_terms_where_every_difference_lies_within_its_derived_bound(monkeypatch):
+    calls = _evaluations(monkeypatch)
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((64, 8)).astype(np.float32)
+    scale = np.float32(0.3)
+    original = make_model([helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Mul", ["t", "s"], ["y"])],
+                          [value_info("x", TensorProto.FLOAT, [1, 64])], [value_info("y", TensorProto.FLOAT, None)],
+                          [tensor("w", w), tensor("s", np.array(scale))])
+    folded = (w.astype(np.float64) * float(scale)).astype(np.float32)  # the scale folded into the weight, rounded once
+    candidate = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                           [value_info("x", TensorProto.FLOAT, [1, 64])], [value_info("y", TensorProto.FLOAT, None)],
+                           [tensor("w", folded)])
+    report = verify_models(original, candidate, inputs=[{"x": x}], trials=2, localize=False)
+    assert report.verdict == ROUNDING and report.outputs[0].excused == {"within-derived-bound": report.outputs[0].differing}
+    assert calls == [False]

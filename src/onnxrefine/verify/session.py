@@ -20,6 +20,7 @@ verify() runs the steps in this order, each a method below:
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -53,13 +54,15 @@ class ReferenceNotImportable(Exception):
     """The float64 evaluator's module could not be imported."""
 
 
-def float64_reference(model, feeds, *, outputs=None, base_dir=None, observe=None) -> dict:
-    """The default reference: reference.evaluate_float64, imported when first needed."""
+def float64_reference(model, feeds, *, outputs=None, base_dir=None, observe=None, magnitudes=True) -> dict:
+    """The default reference: reference.evaluate_float64, imported when first needed. Without
+    `magnitudes` its values carry the bounds but not the magnitude of their terms."""
     try:
         from onnxrefine.verify.reference import evaluate_float64
     except ImportError as exc:
         raise ReferenceNotImportable(str(exc)) from exc
-    return evaluate_float64(model, feeds, outputs=outputs, base_dir=base_dir, observe=observe)
+    return evaluate_float64(model, feeds, outputs=outputs, base_dir=base_dir, observe=observe,
+                            magnitudes=magnitudes)
 
 
 class DecliningReference:
@@ -102,6 +105,7 @@ class _Run:
     reference_state: dict = field(default_factory=lambda: {"status": "not needed", "reason": ""})
     strict_original: Any = None  # runs.OriginalRuns of the strict track, until its re-runs
     bounds: dict = field(default_factory=dict)
+    referenced: dict = field(default_factory=dict)  # input set index -> outputs evaluated in float64
 
     @property
     def strict(self) -> Track:
@@ -171,9 +175,33 @@ class VerificationSession:
         self.plan_precision(run)
         self.run_original(run)
         self.run_candidate(run)
-        self.add_reference(run)
+        # The magnitude of terms costs a third of the reference's bounds and is read only where no
+        # bound is in force (judge/rules.py): the reference is made without it, and made again with
+        # it only for a set whose judgement read it (SetEvidence.magnitude_read). Every rule that
+        # reads it only excuses, and no other rule reads it, so the verdict is that of one pass with
+        # it. Not with localisation, which watches the one evaluation of each set.
+        deferred = self.reference is float64_reference and run.early is None
+        self.add_reference(run, magnitudes=not deferred)
         self.add_controls(run)
-        return self.verdict(run, self.compare(run))
+        sections = self.compare(run)
+        if deferred and self._magnitudes_read(run):
+            sections = self.compare(run)
+        return self.verdict(run, sections)
+
+    def _magnitudes_read(self, run: _Run) -> bool:
+        """The references of the sets whose judgement read the magnitude of terms, made again with
+        it (True: some were)."""
+        again: dict[int, set] = {}
+        for track in run.tracks:
+            for index, set_evidence in enumerate(track.set_evidence):
+                names = {name for name, item in set_evidence.items() if item.magnitude_read}
+                if names and index in run.referenced:
+                    again.setdefault(index, set()).update(run.referenced[index])
+        for index, names in sorted(again.items()):
+            self._reference_on_set(run.original_file, run.labelled[index][1], sorted(names),
+                                   [track.set_evidence[index] for track in run.tracks if index < len(track.set_evidence)],
+                                   run.reference_state, None, magnitudes=True)
+        return bool(again)
 
     # -- the steps --------------------------------------------------------------------------------
 
@@ -254,7 +282,7 @@ class VerificationSession:
         return (f"deployment check not run: the original does not run under the deployment settings "
                 f"({self.deployment.describe()}): {exc}")
 
-    def add_reference(self, run: _Run) -> None:
+    def add_reference(self, run: _Run, magnitudes: bool = True) -> None:
         """The evidence of every track; the original in float64 on each set where a float output
         differs (watched by the early localisation); the decision evidence of discrete outputs."""
         needs_reference: dict[int, set] = {}
@@ -265,18 +293,24 @@ class VerificationSession:
         early, labelled = run.early, run.labelled
         if early is not None and run.strict.candidate_failure is None:
             early.start(labelled, run.u, run.perturb_count)  # localisation observes the evaluations below
+        run.referenced = needs_reference
         for index, names in sorted(needs_reference.items()):
             self._reference_on_set(run.original_file, labelled[index][1], sorted(names),
                                    [track.set_evidence[index] for track in run.tracks if index < len(track.set_evidence)],
                                    run.reference_state, None if early is None or early.localizer is None else
-                                   (lambda i=index: early.observer(labelled[i][0], i, labelled[i][1])))
+                                   (lambda i=index: early.observer(labelled[i][0], i, labelled[i][1])),
+                                   magnitudes=magnitudes)
+        # both read only the bounds
+        bounds_only = functools.partial(float64_reference, magnitudes=False) \
+            if self.reference is float64_reference else self.reference
         for track in run.tracks:
             for index in track.differing_sets:
                 evidence.add_decision_evidence(run.original_file, labelled[index][1], track.set_evidence[index],
-                                               run.reference_state, self.reference)
-        conversion.attach_candidate_bounds(run, needs_reference, self.reference)  # a narrower one's own bounds
+                                               run.reference_state, bounds_only)
+        conversion.attach_candidate_bounds(run, needs_reference, bounds_only)  # a narrower one's own bounds
 
-    def _reference_on_set(self, model_file, feeds, names, evidence_sets, state, observer=None) -> None:
+    def _reference_on_set(self, model_file, feeds, names, evidence_sets, state, observer=None,
+                          magnitudes: bool = True) -> None:
         """`observer`: a callable giving (observe, finish) for localisation to watch this evaluation
         (localize/shared.py) or None."""
         if state["status"] == "unavailable":
@@ -290,6 +324,8 @@ class VerificationSession:
         progress.report(detail="float64 reference")
         watch = observer() if observer is not None else None
         try:
+            if not magnitudes:
+                extra["magnitudes"] = False  # only the default reference is asked (check_outputs)
             values = self.reference(model_file.proto, feeds, outputs=names, observe=watch and watch[0], **extra)
         except ReferenceNotImportable as exc:
             if watch:

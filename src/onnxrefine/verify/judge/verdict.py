@@ -219,8 +219,8 @@ class SetEvidence:
     # per element, where the original's bound is not finite in a float16 graph and the reference gives
     # both models the same value: the candidate's own derived bound (NaN elsewhere; rule float16-skipped-rounding)
     spec_same_bound: np.ndarray | None = None
-    # per element, the magnitude of the terms behind the value (reference.magnitude_of): what a rounding
-    # at each of its accumulation's steps is relative to, where no bound is in force (rule within-bound)
+    # per element, the magnitude of the terms behind the value (reference.magnitude_of), read only where no
+    # bound is in force (rule within-bound); the judge sets magnitude_read where it read it
     magnitude: np.ndarray | None = None
 
     def attach_reference(self, value) -> None:
@@ -242,6 +242,7 @@ class SetEvidence:
     exact_decisions: bool = False
     # (original, candidate): the output is made by a MaxPool (through data movement), rule maxpool-lowest
     maxpool_made: tuple = (False, False)
+    magnitude_read: bool = False
 
 
 @dataclass
@@ -365,6 +366,7 @@ def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.n
     if has_reference:
         _record_errors(facts, judgement)
         judgement.beyond_own_bound += int(np.count_nonzero(facts.beyond_own_bound & differ))
+        evidence.magnitude_read |= bool(np.any(differ & ~facts.derived & (facts.cc == FIN) & (facts.cr == FIN)))
     return explained
 
 

@@ -102,8 +102,13 @@ def derived_op_types() -> frozenset[str]:
 class BoundTracker:
     """Bounds of the main graph's values while the reference evaluator runs it."""
 
-    def __init__(self, model, evaluator):
+    # the magnitude of terms (_magnitude_pass, _probed_magnitude): off for a caller that reads only the
+    # bounds (a third of the tracker's cost); the verdict reads it only where no bound is in force
+    with_magnitudes = True
+
+    def __init__(self, model, evaluator, with_magnitudes: bool = True):
         self.evaluator = evaluator
+        self.with_magnitudes = with_magnitudes
         self.types = _dtype.inferred_types(model) or {}
         graph = model.graph
         for value in list(graph.input):
@@ -138,6 +143,7 @@ class BoundTracker:
         child.evaluator, child.types, child.graph_inputs, child.constants = self.evaluator, {}, set(), set()
         child.bounds, child.magnitudes, child.adopted = {}, {}, set()
         child.float_type, child.caller_attrs = float_type, caller_attrs
+        child.with_magnitudes = self.with_magnitudes
         for formal, actual, value in zip(function.input, call.input, inputs):
             if not formal or not actual:
                 continue
@@ -163,6 +169,7 @@ class BoundTracker:
         child.constants = set(self.constants)
         child.bounds, child.magnitudes = ChainMap({}, self.bounds), ChainMap({}, self.magnitudes)
         child.adopted, child.float_type, child.caller_attrs = set(), self.float_type, self.caller_attrs
+        child.with_magnitudes = self.with_magnitudes
         return child
 
     def adopt(self, call, formals, child: BoundTracker) -> None:
@@ -244,6 +251,8 @@ class BoundTracker:
             if bound is None or constant:
                 scale = bound  # a constant's error is the same on every input set: no random variable
             self.bounds[name] = (_compact(bound), _compact(coherent), _compact(scale))
+        if not self.with_magnitudes:
+            return
         if results is not None:
             # at every node, also where the probable bound is finite: the verdict reads M wherever no bound is
             # in force, and that includes elements where the original itself lies beyond its bound (deployed

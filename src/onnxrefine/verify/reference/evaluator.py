@@ -112,6 +112,7 @@ def evaluate_float64(
     base_dir: str | None = None,
     observe: Any = None,
     error_bounds: bool = True,
+    magnitudes: bool = True,
 ) -> dict[str, np.ndarray]:
     """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all).
 
@@ -122,7 +123,8 @@ def evaluate_float64(
     computed (in node order), so a caller can compare intermediates without this evaluator keeping them.
 
     ``error_bounds``: every main-graph value returned or observed also carries its per-element error
-    bound and coherent bound (bound.py; read them with bound.bound_of / coherent_of).
+    bound and coherent bound (bound.py; read them with bound.bound_of / coherent_of); with
+    ``magnitudes`` also the magnitude of its terms (bound.magnitude_of).
     """
     opsets = {op.domain or "": op.version for op in model.opset_import}
     if "ai.onnx" in opsets and "" not in opsets:
@@ -136,7 +138,7 @@ def evaluate_float64(
     if error_bounds:
         from onnxrefine.verify.reference.bound import BoundTracker
 
-        evaluator.bounds = BoundTracker(model, evaluator)
+        evaluator.bounds = BoundTracker(model, evaluator, with_magnitudes=magnitudes)
     graph = model.graph
     wanted = list(outputs) if outputs is not None else [o.name for o in graph.output]
     env = evaluator.bind_graph_inputs(graph, feeds)
