@@ -165,7 +165,7 @@ def narrower_candidate(original: onnx.ModelProto, candidate: onnx.ModelProto) ->
         judge.lowest_precision_u(graphinfo.float_dtypes(original))
 
 
-def attach_candidate_bounds(run, sets: dict, evaluate) -> None:
+def attach_candidate_bounds(run, sets: dict, evaluate, narrower_part: bool = True, spec_same: bool = True) -> None:
     """The candidate's own bounds, from its graph evaluated in float64 (`evaluate`: the session's
     reference evaluator) on each set of `sets` (input set index -> the original's output names
     evaluated there), where the original's do not judge it:
@@ -175,11 +175,14 @@ def attach_candidate_bounds(run, sets: dict, evaluate) -> None:
     - a float16 graph whose original bound is not finite at a differing element (a subgraph on its
       path): SetEvidence.spec_same_bound, the candidate's own bound where the reference gives both
       models the same value (rule float16-skipped-rounding);
-    - a narrower candidate's decisions (evidence.add_decision_evidence has run): each model's own margin."""
+    - a narrower candidate's decisions (evidence.add_decision_evidence has run): each model's own margin.
+    `narrower_part` / `spec_same`: whether to make the narrower candidate's bounds / the spec-same ones."""
     candidate_file = run.candidate_file
     if candidate_file is None or run.strict.candidate_failure is not None:
         return
     narrower = narrower_candidate(run.original_file.proto, candidate_file.proto)
+    if not (narrower_part if narrower else spec_same):
+        return
     for track in run.tracks if narrower else ():
         for index in track.differing_sets:
             _attach_decision_bounds(run, track.set_evidence[index], run.labelled[index][1], evaluate)

@@ -200,7 +200,11 @@ class VerificationSession:
         for index, names in sorted(again.items()):
             self._reference_on_set(run.original_file, run.labelled[index][1], sorted(names),
                                    [track.set_evidence[index] for track in run.tracks if index < len(track.set_evidence)],
-                                   run.reference_state, None, magnitudes=True)
+                                   run.reference_state, None, magnitudes=True, magnitude_only=True)
+        # the candidate's own bounds where the original's is not finite (rule float16-skipped-rounding)
+        # are read at those elements alone: made for those sets only, now
+        conversion.attach_candidate_bounds(run, again, functools.partial(float64_reference, magnitudes=False),
+                                           narrower_part=False)
         return bool(again)
 
     # -- the steps --------------------------------------------------------------------------------
@@ -307,10 +311,12 @@ class VerificationSession:
             for index in track.differing_sets:
                 evidence.add_decision_evidence(run.original_file, labelled[index][1], track.set_evidence[index],
                                                run.reference_state, bounds_only)
-        conversion.attach_candidate_bounds(run, needs_reference, bounds_only)  # a narrower one's own bounds
+        # a narrower one's own bounds; in a float16 graph the candidate's where the original's is not
+        # finite, unless deferred with the magnitude of terms (_magnitudes_read)
+        conversion.attach_candidate_bounds(run, needs_reference, bounds_only, spec_same=magnitudes)
 
     def _reference_on_set(self, model_file, feeds, names, evidence_sets, state, observer=None,
-                          magnitudes: bool = True) -> None:
+                          magnitudes: bool = True, magnitude_only: bool = False) -> None:
         """`observer`: a callable giving (observe, finish) for localisation to watch this evaluation
         (localize/shared.py) or None."""
         if state["status"] == "unavailable":
@@ -350,7 +356,10 @@ class VerificationSession:
                 value = values.get(name)
                 item = set_evidence.get(name)
                 if item is not None and value is not None and np.shape(value) == item.original.shape:
-                    item.attach_reference(value)
+                    if magnitude_only and item.reference is not None:
+                        item.attach_magnitude(value)  # bounds a conversion merged in stay as they are
+                    else:
+                        item.attach_reference(value)
 
     def add_controls(self, run: _Run) -> None:
         """The controls on the original (few-ulp perturbation runs) only add excuses (sensitivity,

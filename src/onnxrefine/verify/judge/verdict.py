@@ -200,8 +200,7 @@ class SetEvidence:
     rerun: np.ndarray
     candidate: np.ndarray
     perturbed: list = field(default_factory=list)
-    # the largest unit roundoff among the float inputs the perturbation runs moved (by PERTURB_ULPS
-    # ulps of each): their relative step is at most PERTURB_ULPS times it (None: not known)
+    # the largest unit roundoff of the float inputs the perturbation runs moved by PERTURB_ULPS ulps
     perturbation_u: float | None = None
     reference: np.ndarray | None = None
     extreme: bool = False  # the input set holds finite floats beyond sqrt(max) of their dtype
@@ -213,36 +212,37 @@ class SetEvidence:
     # (NaN: not derived there), and the part of it a legitimate candidate may err by coherently
     error_bound: np.ndarray | None = None
     coherent_bound: np.ndarray | None = None
-    # per element, the scale sigma of the same error in the independent-rounding model (bound.py):
-    # a legitimate run lies within lambda * sigma but with the stated probability
+    # per element, the scale sigma of that error in the independent-rounding model (bound.py)
     probable_scale: np.ndarray | None = None
     # per element, where the original's bound is not finite in a float16 graph and the reference gives
     # both models the same value: the candidate's own derived bound (NaN elsewhere; rule float16-skipped-rounding)
     spec_same_bound: np.ndarray | None = None
-    # per element, the magnitude of the terms behind the value (reference.magnitude_of), read only where no
-    # bound is in force (rule within-bound); the judge sets magnitude_read where it read it
+    # per element, the magnitude of the terms (reference.magnitude_of), read where no bound is in force
     magnitude: np.ndarray | None = None
 
     def attach_reference(self, value) -> None:
         """`reference` (and its bounds, when the evaluator derived them) from a float64 evaluation."""
-        from onnxrefine.verify.reference import bound_of, coherent_of, magnitude_of, probable_scale_of
+        from onnxrefine.verify.reference import bound_of, coherent_of, probable_scale_of
 
         self.reference = np.asarray(value, dtype=np.float64)
-        bound, coherent = bound_of(value), coherent_of(value)
-        shape = self.reference.shape
-        self.error_bound = None if bound is None or bound.shape != shape else np.asarray(bound, np.float64)
-        self.coherent_bound = None if coherent is None or coherent.shape != shape else np.asarray(coherent,
-                                                                                                 np.float64)
-        scale = probable_scale_of(value)
-        self.probable_scale = None if scale is None or scale.shape != shape else np.asarray(scale, np.float64)
-        terms = magnitude_of(value)
-        self.magnitude = None if terms is None or terms.shape != shape else np.asarray(terms, np.float64)
-    # every decision (DISCRETE_OPS, Cast to int) behind the output reads exactly computed values
-    # (decisions.exact_decisions): few-ulp input moves then stand for no rounding of the original
+        self.error_bound, self.coherent_bound, self.probable_scale = (
+            self._shaped(read(value)) for read in (bound_of, coherent_of, probable_scale_of))
+        self.attach_magnitude(value)
+
+    def attach_magnitude(self, value) -> None:
+        """`magnitude` alone, from a float64 evaluation of the same values (reference.magnitude_of)."""
+        from onnxrefine.verify.reference import magnitude_of
+
+        self.magnitude = self._shaped(magnitude_of(value))
+
+    def _shaped(self, array):
+        return None if array is None or array.shape != self.reference.shape else np.asarray(array, np.float64)
+
+    # every decision behind the output reads exactly computed values (decisions.exact_decisions)
     exact_decisions: bool = False
     # (original, candidate): the output is made by a MaxPool (through data movement), rule maxpool-lowest
     maxpool_made: tuple = (False, False)
-    magnitude_read: bool = False
+    magnitude_read: bool = False  # the judge read `magnitude` at a differing element (no bound in force)
 
 
 @dataclass
