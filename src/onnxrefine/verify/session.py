@@ -32,7 +32,7 @@ import onnx
 
 from onnxrefine import portable, progress
 from onnxrefine.errors import BadInputError
-from onnxrefine.verify import conversion, evidence, graphinfo, judge
+from onnxrefine.verify import conversion, evidence, graphinfo, judge, terms
 from onnxrefine.verify.evidence import Track
 from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
 from onnxrefine.verify.reference import UnsupportedOperatorError
@@ -106,6 +106,7 @@ class _Run:
     strict_original: Any = None  # runs.OriginalRuns of the strict track, until its re-runs
     bounds: dict = field(default_factory=dict)
     referenced: dict = field(default_factory=dict)  # input set index -> outputs evaluated in float64
+    with_magnitudes: set = field(default_factory=set)  # sets evaluated again with the magnitude of terms
 
     @property
     def strict(self) -> Track:
@@ -175,34 +176,26 @@ class VerificationSession:
         self.plan_precision(run)
         self.run_original(run)
         self.run_candidate(run)
-        # The magnitude of terms costs a third of the reference's bounds and is read only where no
-        # bound is in force (judge/rules.py): the reference is made without it, and made again with
-        # it only for a set whose judgement read it (SetEvidence.magnitude_read). Every rule that
-        # reads it only excuses, and no other rule reads it, so the verdict is that of one pass with
-        # it. Not with localisation, which watches the one evaluation of each set.
+        # The magnitude of terms and a float16 candidate's own bounds only where read (terms.py).
         deferred = self.reference is float64_reference and run.early is None
         self.add_reference(run, magnitudes=not deferred)
+        if deferred:
+            terms.judge_before_controls(run, self._bounds(run))
+            self._magnitudes_read(run)
         self.add_controls(run)
         sections = self.compare(run)
-        if deferred and self._magnitudes_read(run):
+        if deferred and self._magnitudes_read(run):  # read only where the controls ran (inf/NaN sets)
             sections = self.compare(run)
         return self.verdict(run, sections)
 
     def _magnitudes_read(self, run: _Run) -> bool:
-        """The references of the sets whose judgement read the magnitude of terms, made again with
-        it (True: some were)."""
-        again: dict[int, set] = {}
-        for track in run.tracks:
-            for index, set_evidence in enumerate(track.set_evidence):
-                names = {name for name, item in set_evidence.items() if item.magnitude_read}
-                if names and index in run.referenced:
-                    again.setdefault(index, set()).update(run.referenced[index])
+        """The sets whose judgement read the magnitude of terms evaluated again with it, and their
+        float16 candidate's own bounds made (terms.py); True where there were any."""
+        again = terms.sets_reading(run)
         for index, names in sorted(again.items()):
             self._reference_on_set(run.original_file, run.labelled[index][1], sorted(names),
                                    [track.set_evidence[index] for track in run.tracks if index < len(track.set_evidence)],
                                    run.reference_state, None, magnitudes=True, magnitude_only=True)
-        # the candidate's own bounds where the original's is not finite (rule float16-skipped-rounding)
-        # are read at those elements alone: made for those sets only, now
         conversion.attach_candidate_bounds(run, again, functools.partial(float64_reference, magnitudes=False),
                                            narrower_part=False)
         return bool(again)
@@ -366,7 +359,7 @@ class VerificationSession:
         unstable positions), so a set whose differences the bound explains without them needs none.
         Sets holding inf/NaN always get their run: it also measures the dependency cones, which
         narrow what the inf/NaN rules excuse."""
-        run.bounds = evidence.bounds(run.original_file.proto, run.labelled[0][1], run.output_names, run.u)
+        self._bounds(run)
         evidence.add_static_facts(run.original_file.proto, run.candidate_file, run.tracks, run.output_map)
         for track in run.tracks:
             pending = [index for index in track.differing_sets
@@ -375,6 +368,13 @@ class VerificationSession:
             if pending:
                 _add_perturbation_runs(track, run.original_file, run.labelled, pending, run.perturb_count,
                                        self.seed, self.custom_op_library)
+
+    @staticmethod
+    def _bounds(run: _Run) -> dict:
+        """Each output's RoundingBound (evidence.bounds), made once."""
+        if not run.bounds:
+            run.bounds = evidence.bounds(run.original_file.proto, run.labelled[0][1], run.output_names, run.u)
+        return run.bounds
 
     def compare(self, run: _Run) -> list:
         """Per track, one OutputReport per output of the original: the verdict rules, then the hard bound."""

@@ -1,0 +1,36 @@
+"""The magnitude of terms, made only for the input sets whose judgement reads it.
+
+The float64 reference's per-element magnitude of terms (reference/bound.py's magnitude pass) costs
+about a third of its bounds, and the verdict reads it only at a differing element with a finite
+reference and no bound in force (judge/rules.py: within-bound, ill-conditioned), as it reads a
+float16 candidate's own bounds only there (float16-skipped-rounding). Every rule that reads either
+only excuses, and no other rule reads them, so the session (session.py check_outputs) evaluates the
+reference without them, judges, and evaluates again with them only the sets whose judgement read
+them (SetEvidence.magnitude_read): the verdict is that of a single evaluation with them. The sets
+are judged without the controls first, as add_controls judges them, so that the controls are
+decided on the same evidence as in a single pass.
+"""
+
+from __future__ import annotations
+
+from onnxrefine.verify import evidence
+
+
+def judge_before_controls(run, bounds: dict) -> None:
+    """Judge every differing set of every track without the controls (marks magnitude_read)."""
+    for track in run.tracks:
+        for index in track.differing_sets:
+            evidence.explained_without_controls(track.set_evidence[index], bounds)
+
+
+def sets_reading(run) -> dict[int, set]:
+    """Input set index -> the outputs its float64 evaluation gave, for each set whose judgement read
+    the magnitude of terms and that was not yet evaluated with it (recorded as evaluated now)."""
+    again: dict[int, set] = {}
+    for track in run.tracks:
+        for index, set_evidence in enumerate(track.set_evidence):
+            read = any(item.magnitude_read for item in set_evidence.values())
+            if read and index in run.referenced and index not in run.with_magnitudes:
+                again.setdefault(index, set()).update(run.referenced[index])
+    run.with_magnitudes.update(again)
+    return again
