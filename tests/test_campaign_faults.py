@@ -192,6 +192,29 @@ def test_a_case_that_always_crashes_gets_a_bundle_with_its_seed(tmp_path, monkey
     assert onnx.load(os.path.join(crash[0], "model.onnx")).SerializeToString() == regenerated.SerializeToString()
 
 
+def _dies(model, seed, trials):
+    os.abort()
+
+
+def test_a_crash_of_onnxruntime_on_the_original_alone_is_counted_not_filed_against_the_step(tmp_path, monkeypatch):
+    """A generated original whose session onnxruntime itself cannot make without dying (ORT 1.32's
+    deployment level crashed on one such model) kills every worker that verifies the step's output:
+    the step is not what crashed, so the case is `runtime_crash` and no bundle names the step."""
+    settings = campaign.CampaignSettings(passes=("fuse_pad_into_pool",), cases=4, seed=0, max_nodes=8)
+    monkeypatch.setattr(campaign, "run_chunk", functools.partial(crashing_chunk, str(tmp_path), 1))
+    monkeypatch.setattr(campaign, "_verified_against_itself", _dies)
+    summary = campaign.run_campaign(settings, str(tmp_path / "out"), jobs=1)
+    assert not [path for path in summary.bundles if os.path.basename(path) == "case_1_seed1"], summary.bundles
+    assert summary.statuses["runtime_crash"] == 1 and summary.statuses["crashed"] == 0
+    assert "runtime_crash 1" in summary.line()
+
+
+def test_an_original_that_runs_leaves_the_crash_to_the_step():
+    settings = campaign.CampaignSettings(passes=("fuse_pad_into_pool",), cases=4, seed=0, max_nodes=8)
+    result = {"index": 1, "seed": 1, "step": "fuse_pad_into_pool"}
+    assert not campaign.original_crashes_runtime(settings, result)
+
+
 def test_mismatch_bundle_readme_gives_the_trials_its_verify_needs(tmp_path, monkeypatch):
     """The README's verify line without --trials used the default 3 sets where the campaign used
     its own count: a different set of inputs, and some bundles then showed `rounding`."""

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
                Col("errors", "right")]
     rows = [(step, str(counts["cases"]), str(counts["fired"]), f"{summary.fire_rate(step):.0%}",
              str(counts["mismatch"]), str(counts["rounding"]), str(counts["unstable"]),
-             str(counts["optimizer_error"] + counts["generator_error"] + counts["crashed"] + counts["internal_error"]))
+             str(counts["optimizer_error"] + counts["generator_error"] + counts["crashed"] + counts["runtime_crash"] + counts["internal_error"]))
             for step, counts in sorted(summary.per_step.items())]
     console.print(fitted_table(console, f"onnxrefine fuzz --target {settings.optimizer}", columns, rows))
     print(summary.line())

@@ -30,7 +30,7 @@ from onnxrefine.fuzz.settings import CampaignSettings
 FILED = "mismatch"
 SUMMARY_EVERY_S = 30.0
 STATUSES = ("mismatch", "rounding", "unstable", "exact", "not_fired", "optimizer_error",
-            "generator_error", "crashed", "internal_error", "mutated_input")
+            "generator_error", "crashed", "runtime_crash", "internal_error", "mutated_input")
 
 
 @functools.lru_cache(maxsize=8)
@@ -257,6 +257,36 @@ def write_bundle(out_dir: str, settings: CampaignSettings, result: dict) -> str:
 
 
 CRASHED = "crashed"
+# the worker died on the case, and onnxruntime dies on the case's original model alone: the step is
+# not what crashed, and nothing can be judged (counted, no bundle)
+RUNTIME_CRASH = "runtime_crash"
+
+
+def original_crashes_runtime(settings: CampaignSettings, result: dict) -> bool:
+    """Whether onnxruntime itself dies on the case's ORIGINAL model: the original verified against
+    itself as the case verifies it (its sessions under the strict and the deployment settings, its
+    runs on the case's input sets), in a contained child. False where the generator crashes or the
+    original runs."""
+    from onnxrefine.ir.contained import NativeCrash, call
+
+    pattern = case_pattern(settings, result["seed"], result["step"])
+    try:
+        model = call(_generated, result["seed"], settings.max_nodes, settings.opset, pattern,
+                     what="the generator")
+        call(_verified_against_itself, model, result["seed"], settings.trials, what="onnxruntime on the original")
+    except NativeCrash as exc:
+        return "onnxruntime on the original" in str(exc)
+    except Exception:  # noqa: BLE001 - it fails without dying: the worker's crash stays unexplained
+        return False
+    return False
+
+
+def _verified_against_itself(model: bytes, seed: int, trials: int) -> bool:
+    from onnxrefine.verify import verify_models
+
+    proto = onnx.load_from_string(model)
+    verify_models(proto, proto, seed=seed, trials=trials, localize=False)
+    return True
 
 
 def write_crash_bundle(out_dir: str, settings: CampaignSettings, result: dict) -> str:
@@ -403,6 +433,8 @@ def run_campaign(settings: CampaignSettings | None, out_dir: str, *, jobs: int =
                 bundle = None
                 if result["status"] == FILED:
                     bundle = filing.file(result, lambda: write_bundle(out_dir, settings, result))
+                elif result["status"] == CRASHED and original_crashes_runtime(settings, result):
+                    result = {**result, "status": RUNTIME_CRASH, "signature": RUNTIME_CRASH}
                 elif result["status"] == CRASHED:
                     bundle = filing.file(result, lambda: _crash_bundle_or_none(out_dir, settings, result))
                 log.append(result, bundle)   # after the bundle: a journaled case is complete
