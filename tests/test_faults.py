@@ -191,6 +191,20 @@ def test_closed_pipe_keeps_the_output_and_exits_quietly(example, tmp_path):
     onnx.checker.check_model(onnx.load(out))
 
 
+def test_version_into_a_closed_pipe_exits_quietly(tmp_path):
+    """`onnxrefine --version | head -0`: the reader is gone before the line is written; it was a
+    traceback and exit 3."""
+    command, env = _subprocess(["--version"], tmp_path)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as `head -0` does before reading
+    try:
+        done = subprocess.run(command, env=env, stdout=write_end, stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write_end)
+    err = done.stderr.decode()
+    assert done.returncode == EXIT_BROKEN_PIPE and err.strip() == "", (done.returncode, err)
+
+
 def test_posix_locale_cannot_break_the_summary(example, tmp_path):
     """Under LC_ALL=POSIX without UTF-8 mode stdout is ASCII: the table's box characters and
     ellipses are escaped, not a UnicodeEncodeError."""

@@ -153,7 +153,11 @@ def main(argv: list[str] | None = None, freeze_startup: bool = False) -> int:
     leaves its objects collectable."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv == ["--version"]:  # answered before the subcommands (and the optimizer) are imported
-        print(f"onnxrefine {__version__}")
+        try:
+            print(f"onnxrefine {__version__}", flush=True)
+        except BrokenPipeError:  # `onnxrefine --version | head -0`: nothing more to say, exit quietly
+            _silence_stdout()
+            return EXIT_BROKEN_PIPE
         return 0
     _install_signal_handlers()
     debug = "--debug" in argv[:1] or os.environ.get("ONNXREFINE_DEBUG", "") not in ("", "0")
