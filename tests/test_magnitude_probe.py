@@ -139,8 +139,15 @@ def _evaluations(monkeypatch) -> list:
 def test_the_magnitude_of_terms_is_evaluated_again_only_for_a_set_whose_judgement_reads_it(monkeypatch):
     # a cancelling float16 fold: no bound is in force where the bias cancels, and the element is judged by
     # its terms' magnitude (rule within-bound), which the first evaluation left out
+    from onnxrefine.verify import terms
+
     calls = _evaluations(monkeypatch)
     original, candidate, sets = _float16_fold(0, input_scale=1e-3)
+    assert terms.reads_magnitudes(original)  # an op without a rule: made at once, with it ...
+    assert verify_models(original, candidate, inputs=sets[:1], trials=2, localize=False).verdict == ROUNDING
+    assert calls[0] is True
+    calls.clear()
+    monkeypatch.setattr(terms, "reads_magnitudes", lambda model: False)  # ... else deferred:
     assert verify_models(original, candidate, inputs=sets[:1], trials=2, localize=False).verdict == ROUNDING
     # the original's reference without it; the original's again, with it; then, for that set only, the
     # float16 candidate's own bounds (rule float16-skipped-rounding, which reads them where no bound of
@@ -163,3 +170,20 @@ def test_no_magnitude_of_terms_where_every_difference_lies_within_its_derived_bo
     report = verify_models(original, candidate, inputs=[{"x": x}], trials=2, localize=False)
     assert report.verdict == ROUNDING and report.outputs[0].excused == {"within-derived-bound": report.outputs[0].differing}
     assert calls == [False]
+
+
+def test_a_graph_with_an_op_no_bound_rule_covers_reads_the_magnitude():
+    from onnxrefine.verify import terms
+
+    def model(node, functions=()):
+        proto = make_model([node], [value_info("x", TensorProto.FLOAT, [1, 4])],
+                           [value_info("y", TensorProto.FLOAT, None)], [])
+        proto.functions.extend(functions)
+        return proto
+
+    assert not terms.reads_magnitudes(model(helper.make_node("Relu", ["x"], ["y"])))
+    assert terms.reads_magnitudes(model(helper.make_node("Resize", ["x", "", "s"], ["y"])))
+    assert terms.reads_magnitudes(model(helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft")))
+    body = helper.make_function("local", "Twice", ["a"], ["b"], [helper.make_node("Add", ["a", "a"], ["b"])],
+                                [helper.make_opsetid("", 18)])
+    assert not terms.reads_magnitudes(model(helper.make_node("Twice", ["x"], ["y"], domain="local"), [body]))

@@ -177,7 +177,8 @@ class VerificationSession:
         self.run_original(run)
         self.run_candidate(run)
         # The magnitude of terms and a float16 candidate's own bounds only where read (terms.py).
-        deferred = self.reference is float64_reference and run.early is None
+        deferred = self.reference is float64_reference and run.early is None \
+            and not terms.reads_magnitudes(run.original_file.proto)
         self.add_reference(run, magnitudes=not deferred)
         if deferred:
             terms.judge_before_controls(run, self._bounds(run))

@@ -9,11 +9,18 @@ reference without them, judges, and evaluates again with them only the sets whos
 them (SetEvidence.magnitude_read): the verdict is that of a single evaluation with them. The sets
 are judged without the controls first, as add_controls judges them, so that the controls are
 decided on the same evidence as in a single pass.
+
+Where the graph holds an op no bound rule covers (a Resize), no bound is in force behind it, the
+judgement reads the magnitude almost surely, and the deferral would only add an evaluation: such a
+model's reference is made with it at once (`reads_magnitudes`; a cost choice, the verdict is the
+same either way).
 """
 
 from __future__ import annotations
 
 from onnxrefine.verify import evidence
+
+_NO_VALUE_OPS = frozenset({"Constant"})  # its value is exact: no bound needed behind it
 
 
 def judge_before_controls(run, bounds: dict) -> None:
@@ -34,3 +41,21 @@ def sets_reading(run) -> dict[int, set]:
                 again.setdefault(index, set()).update(run.referenced[index])
     run.with_magnitudes.update(again)
     return again
+
+
+def reads_magnitudes(model) -> bool:
+    """Whether the main graph of `model` (a ModelProto) has an op without a bound rule
+    (reference/bound.py: a standard op outside its rules, a contrib or custom op; a model-local
+    function's body is tracked as the graph is): the output check then reads the magnitude of terms
+    behind it."""
+    from onnxrefine.verify.reference import derived_op_types
+
+    derived = derived_op_types()
+    local = {(function.domain, function.name) for function in model.functions}
+    for node in model.graph.node:
+        standard = (node.domain or "") in ("", "ai.onnx")
+        if standard and node.op_type not in derived and node.op_type not in _NO_VALUE_OPS:
+            return True
+        if not standard and (node.domain, node.op_type) not in local:
+            return True
+    return False
