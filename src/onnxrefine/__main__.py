@@ -59,8 +59,8 @@ def run() -> int:
     previous = {signum: signal.signal(signum, lambda signum, frame: arrived.append(signum)) for signum in held}
     if _supervising():
         # The fork comes before the heavy imports (onnxrefine.load_native, the CLI's modules): the
-        # worker builds its own heap instead of faulting in the supervisor's page by page (0.05 s
-        # of CPU a run). The supervisor forwards what it collected; the worker holds signals
+        # worker builds its own heap instead of faulting in the supervisor's page by page (0.02-0.03
+        # s of CPU a run). The supervisor forwards what it collected; the worker holds signals
         # blocked until the command's handlers take them.
         return exit_now(supervised(_command, arrived, previous))
     try:
