@@ -193,6 +193,7 @@ _BLAS_PROBE = (
     "import json, os\n"
     "import {module}\n"
     "getattr({module}, 'load_native', lambda: None)()  # the command's worker loads them so\n"
+    "import numpy  # (an onnx-ir without the layout sympy's deferral reads imports none at first)\n"
     "from onnxrefine.portable import _openblas_threads\n"
     "env = os.environ.pop('OPENBLAS_NUM_THREADS', None)  # _openblas_threads asks only where it is unset\n"
     "threads = _openblas_threads()\n"
