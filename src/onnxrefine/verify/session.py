@@ -176,9 +176,9 @@ class VerificationSession:
         self.plan_precision(run)
         self.run_original(run)
         self.run_candidate(run)
-        # The magnitude of terms and a float16 candidate's own bounds only where read (terms.py).
-        deferred = self.reference is float64_reference and run.early is None \
-            and not terms.reads_magnitudes(run.original_file.proto)
+        # the magnitude of terms and a float16 candidate's own bounds only where read (terms.py)
+        deferred = self.reference is float64_reference and run.early is None and not terms.reads_magnitudes(
+            run.original_file.proto)
         self.add_reference(run, magnitudes=not deferred)
         if deferred:
             terms.judge_before_controls(run, self._bounds(run))
@@ -190,15 +190,13 @@ class VerificationSession:
         return self.verdict(run, sections)
 
     def _magnitudes_read(self, run: _Run) -> bool:
-        """The sets whose judgement read the magnitude of terms evaluated again with it, and their
-        float16 candidate's own bounds made (terms.py); True where there were any."""
+        """Evaluate with the magnitude of terms the sets whose judgement read it (terms.py); True if any."""
         again = terms.sets_reading(run)
         for index, names in sorted(again.items()):
             self._reference_on_set(run.original_file, run.labelled[index][1], sorted(names),
                                    [track.set_evidence[index] for track in run.tracks if index < len(track.set_evidence)],
                                    run.reference_state, None, magnitudes=True, magnitude_only=True)
-        conversion.attach_candidate_bounds(run, again, functools.partial(float64_reference, magnitudes=False),
-                                           narrower_part=False)
+        conversion.attach_candidate_bounds(run, again, self._bounds_only(), narrower_part=False)
         return bool(again)
 
     # -- the steps --------------------------------------------------------------------------------
@@ -298,15 +296,12 @@ class VerificationSession:
                                    run.reference_state, None if early is None or early.localizer is None else
                                    (lambda i=index: early.observer(labelled[i][0], i, labelled[i][1])),
                                    magnitudes=magnitudes)
-        # both read only the bounds
-        bounds_only = functools.partial(float64_reference, magnitudes=False) \
-            if self.reference is float64_reference else self.reference
+        bounds_only = self._bounds_only()  # both read only the bounds
         for track in run.tracks:
             for index in track.differing_sets:
                 evidence.add_decision_evidence(run.original_file, labelled[index][1], track.set_evidence[index],
                                                run.reference_state, bounds_only)
-        # a narrower one's own bounds; in a float16 graph the candidate's where the original's is not
-        # finite, unless deferred with the magnitude of terms (_magnitudes_read)
+        # a narrower one's own bounds; a float16 graph's spec-same ones unless deferred (_magnitudes_read)
         conversion.attach_candidate_bounds(run, needs_reference, bounds_only, spec_same=magnitudes)
 
     def _reference_on_set(self, model_file, feeds, names, evidence_sets, state, observer=None,
@@ -369,6 +364,11 @@ class VerificationSession:
             if pending:
                 _add_perturbation_runs(track, run.original_file, run.labelled, pending, run.perturb_count,
                                        self.seed, self.custom_op_library)
+
+    def _bounds_only(self):
+        """The reference for a caller that reads only the bounds (the default: no magnitude of terms)."""
+        return functools.partial(float64_reference, magnitudes=False) \
+            if self.reference is float64_reference else self.reference
 
     @staticmethod
     def _bounds(run: _Run) -> dict:

@@ -18,6 +18,7 @@ same either way).
 
 from __future__ import annotations
 
+from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.verify import evidence
 
 _NO_VALUE_OPS = frozenset({"Constant"})  # its value is exact: no bound needed behind it
@@ -53,7 +54,7 @@ def reads_magnitudes(model) -> bool:
     derived = derived_op_types()
     local = {(function.domain, function.name) for function in model.functions}
     for node in model.graph.node:
-        standard = (node.domain or "") in ("", "ai.onnx")
+        standard = (node.domain or "") in STANDARD_DOMAINS
         if standard and node.op_type not in derived and node.op_type not in _NO_VALUE_OPS:
             return True
         if not standard and (node.domain, node.op_type) not in local:

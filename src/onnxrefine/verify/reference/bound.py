@@ -102,12 +102,10 @@ def derived_op_types() -> frozenset[str]:
 class BoundTracker:
     """Bounds of the main graph's values while the reference evaluator runs it."""
 
-    # the magnitude of terms (_magnitude_pass, _probed_magnitude): off for a caller that reads only the
-    # bounds (a third of the tracker's cost); the verdict reads it only where no bound is in force
-    with_magnitudes = True
-
     def __init__(self, model, evaluator, with_magnitudes: bool = True):
         self.evaluator = evaluator
+        # the magnitude of terms (_magnitude_pass, _probed_magnitude): off for a caller that reads only
+        # the bounds (a third of the tracker's cost); the verdict reads it only where no bound is in force
         self.with_magnitudes = with_magnitudes
         self.types = _dtype.inferred_types(model) or {}
         graph = model.graph
