@@ -181,6 +181,21 @@ def test_exact_families_have_a_zero_bound_and_are_bit_identical():
         assert np.array_equal(observed, np.asarray(value)), name
 
 
+def test_a_product_exact_in_the_wide_type_but_not_in_float16_is_not_exact():
+    # by a power of two that underflows (2^-24 * 0.0253 rounds to 0: a rounded 0 is no exact one), and of
+    # integers beyond 2^11 (683 * 3 = 2049 rounds to 2048: within 2^11 only once rounded); a candidate
+    # computing the product in float32 (onnxruntime's float16 Mul on the CPU) lies that far from float64
+    H = TensorProto.FLOAT16
+    x = np.array([2.0 ** -24, 2.0 ** -24, 683.0], np.float16)
+    k = np.array([-0.0253, 0.3977, 3.0], np.float16)
+    model = make_model([helper.make_node("Mul", ["x", "k"], ["y"])], [value_info("x", H, [3])],
+                       [value_info("y", H, None)], [tensor("k", k)])
+    value = evaluate_float64(model, {"x": x}, outputs=["y"])["y"]
+    exact = x.astype(np.float64) * k.astype(np.float64)
+    assert np.all(bound_of(value) >= np.abs(exact - np.asarray(value)))
+    assert np.all(bound_of(value) > 0)
+
+
 def test_a_sum_that_cancels_is_not_exact_and_a_jump_within_reach_is_bounded_by_it():
     # Floor(x * 3 * (1/3)): near an integer the run may land on either side; the bound says 1 there
     x = np.concatenate([np.arange(-50, 50, dtype=np.float32), _wide(1000)]).astype(np.float32)

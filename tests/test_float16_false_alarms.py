@@ -1,8 +1,8 @@
 """Float16 false alarms of earlier fuzz campaigns, kept as tests with the real bugs beside them.
 
-- An inlined If branch: onnxruntime's CPU computes Exp and Log (no float16 kernels) in float32 and
-  drops the Casts between them once no If boundary separates them, so the candidate skips the
-  float16 rounding of Exp's result that the spec (and the original) make. Rule float16-skipped-rounding.
+- An inlined If branch: onnxruntime's CPU computes float16 Exp and Mul in float32 and drops the Casts
+  between them once no If boundary separates them, so the candidate skips the float16 rounding of
+  Exp's result that the spec (and the original) make. Rule float16-skipped-rounding.
 - A float16 BatchNormalization folded into its Conv, on inputs with a large offset that the BN's
   mean cancels: the error scales with the summands |w|*|x| (the derived bound's Conv term), not with
   the small result.
@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from onnxrefine.verify import MISMATCH, ROUNDING, verify_models
 from onnxrefine.verify.judge import RoundingBound, SetEvidence, judge_output
-from onnxrefine.verify.reference import evaluate_float64, probable_scale_of
+from onnxrefine.verify.reference import bound_of, evaluate_float64, magnitude_of, probable_scale_of
 
 H = TensorProto.FLOAT16
 
@@ -29,35 +29,43 @@ def node(op, ins, outs, **attrs):
     return helper.make_node(op, ins, outs, **attrs)
 
 
-def exp_log(inline=False, factor=None):
-    """Log(If(true){Exp(x)}), or with the branch inlined; `factor`: a Mul after the Log (a real change)."""
-    tail = [node("Log", ["e2"], ["y"])] if factor is None else \
-        [node("Log", ["e2"], ["l"]), node("Mul", ["l", "k"], ["y"])]
+def exp_mul(inline=False, k=-2.648):
+    """If(true){Exp(x) * k} with Exp outside the If, or the branch inlined (fuzz campaign of seed 900000,
+    eliminate_if_with_const_cond case 278)."""
     if inline:
-        body = [node("Exp", ["x"], ["e"]), node("Identity", ["e"], ["e2"])]
+        body = [node("Exp", ["x"], ["e"]), node("Mul", ["e", "k"], ["y"])]
     else:
-        then = helper.make_graph([node("Exp", ["x"], ["e"])], "then", [], [value_info("e", H, None)])
-        other = helper.make_graph([node("Neg", ["x"], ["e"])], "else", [], [value_info("e", H, None)])
-        body = [node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
-                node("If", ["c"], ["e2"], then_branch=then, else_branch=other)]
-    weights = [] if factor is None else [tensor("k", np.array(factor, np.float16))]
-    return make_model(body + tail, [value_info("x", H, [64])], [value_info("y", H, None)], weights)
+        then = helper.make_graph([node("Mul", ["e", "k"], ["t"])], "then", [], [value_info("t", H, None)])
+        other = helper.make_graph([node("Abs", ["e"], ["t"])], "else", [], [value_info("t", H, None)])
+        body = [node("Exp", ["x"], ["e"]), node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    weights = [tensor("k", np.array(k, np.float16))] + ([] if inline else [tensor("cond", np.array(True))])
+    return make_model(body, [value_info("x", H, [180])], [value_info("y", H, None)], weights)
 
 
-X_NEAR_ZERO = np.linspace(-0.05, 0.05, 64).astype(np.float16)  # Log(Exp(x)) small: the skipped rounding shows
+# Most elements overflow Exp (a stress set of large inputs); the rest land in float16's subnormal range,
+# where the skipped rounding of Exp's result moves the product by a subnormal step or more
+X_OVERFLOW_AND_SUBNORMAL = np.concatenate([np.linspace(12, 200, 120), np.linspace(-17.3, -15.0, 60)]).astype(np.float16)
 
 
 def test_inlined_if_branch_skipping_a_float16_rounding_is_rounding():
-    report = verify_models(exp_log(), exp_log(inline=True), inputs=[{"x": X_NEAR_ZERO}], trials=2)
-    assert report.verdict == ROUNDING
+    report = verify_models(exp_mul(), exp_mul(inline=True), inputs=[{"x": X_OVERFLOW_AND_SUBNORMAL}], trials=2)
+    assert report.verdict == ROUNDING, report.outputs[0].to_dict()
     assert report.outputs[0].excused.get("float16-skipped-rounding", 0) > 0
 
 
 def test_inlined_if_branch_with_a_changed_constant_is_mismatch():
-    # the reference gives the two models other values: the rule does not apply
-    report = verify_models(exp_log(), exp_log(inline=True, factor=1.01), inputs=[{"x": X_NEAR_ZERO}], trials=2)
+    # the reference gives the two models other values where they are normal: the rule does not apply
+    report = verify_models(exp_mul(), exp_mul(inline=True, k=-2.648 * 1.05), inputs=[{"x": X_OVERFLOW_AND_SUBNORMAL}],
+                           trials=2)
     assert report.verdict == MISMATCH
-    assert "float16-skipped-rounding" not in report.outputs[0].excused
+
+
+def test_a_finite_element_keeps_its_bound_beside_overflowing_ones():
+    # a bound infinite on most elements of a value was made infinite on all of them, and the
+    # candidate's own bound with it: the subnormal products above had no bound in force
+    value = evaluate_float64(exp_mul(inline=True), {"x": X_OVERFLOW_AND_SUBNORMAL})["y"]
+    bound = bound_of(value)
+    assert np.all(np.isinf(bound[:120])) and np.all(np.isfinite(bound[120:]))
 
 
 def test_skipped_rounding_does_not_excuse_a_candidate_beyond_its_own_bound():
@@ -165,3 +173,114 @@ def test_float16_bn_fold_with_a_wrong_shift_behind_more_than_2048_terms_is_misma
     report = verify_models(long_matmul_bn(), long_matmul_bn(fold=True, shift_error=1000.0), inputs=[{"x": X_LONG}],
                            trials=2, localize=False)
     assert report.verdict == MISMATCH
+
+
+# -- a bias fused into a float16 Conv behind an If on a constant condition --------------------------------
+
+W_1X1 = np.array([1.0, -1.5, 0.75, 2.0], np.float16).reshape(4, 1, 1, 1)
+B_CONV = np.array([1.3, -2.1, 0.9, 1.7], np.float16)
+B_ADD = np.array([1.2, -0.6, 1.55, 0.85], np.float16)
+# each channel's w*x cancels b + c to a few float16 ulps of 1: the bias sum's rounding is large there
+X_CANCEL = (-(B_CONV.astype(np.float64) + B_ADD.astype(np.float64))[None, :, None, None]
+            / W_1X1.astype(np.float64).reshape(1, 4, 1, 1)
+            + np.linspace(-0.01, 0.01, 16).reshape(1, 1, 4, 4)).astype(np.float16)
+
+
+def if_conv_bias(fused=False, bias_error=0.0):
+    """If(true){x} -> Conv(w, b) -> Add(c) -> Identity, or with c fused into the Conv's bias (rounded once)."""
+    then = helper.make_graph([node("Identity", ["x"], ["t"])], "then", [], [value_info("t", H, None)])
+    other = helper.make_graph([node("Abs", ["x"], ["t"])], "else", [], [value_info("t", H, None)])
+    nodes = [node("If", ["cond"], ["taken"], then_branch=then, else_branch=other)]
+    weights = [tensor("cond", np.array(True)), tensor("w", W_1X1)]
+    if fused:
+        summed = B_CONV.astype(np.float64) + B_ADD.astype(np.float64) + bias_error
+        nodes.append(node("Conv", ["taken", "w", "b"], ["sum"], group=4))
+        weights.append(tensor("b", summed.astype(np.float16)))
+    else:
+        nodes += [node("Conv", ["taken", "w", "b"], ["conv"], group=4), node("Add", ["conv", "c"], ["sum"])]
+        weights += [tensor("b", B_CONV), tensor("c", B_ADD.reshape(1, 4, 1, 1))]
+    nodes.append(node("Identity", ["sum"], ["y"]))
+    return make_model(nodes, [value_info("x", H, [1, 4, 4, 4])], [value_info("y", H, None)], weights)
+
+
+def test_an_if_over_a_graph_input_is_no_constant_in_the_bound_tracker():
+    # the If's only input is its constant condition, but its branch reads x: the values after it were
+    # taken for constants, with no magnitude of terms (an element was judged by its cancelled |R| alone)
+    value = evaluate_float64(if_conv_bias(), {"x": X_CANCEL})["y"]
+    terms = magnitude_of(value)
+    assert terms is not None
+    summands = np.abs(W_1X1.astype(np.float64).reshape(1, 4, 1, 1) * X_CANCEL.astype(np.float64))
+    assert np.all(terms >= summands)
+
+
+def test_a_bias_fused_into_a_float16_conv_behind_a_constant_if_is_rounding():
+    # fuzz campaign of seed 900000, case 94123 (fuse_add_bias_into_conv): the folded bias b + c is
+    # rounded once, an error of u*|b + c| where the result cancels to far below it
+    report = verify_models(if_conv_bias(), if_conv_bias(fused=True), inputs=[{"x": X_CANCEL}], trials=2)
+    assert report.outputs[0].differing > 0
+    assert report.verdict == ROUNDING, report.outputs[0].to_dict()
+
+
+def test_a_wrong_bias_fused_into_a_float16_conv_behind_a_constant_if_is_mismatch():
+    report = verify_models(if_conv_bias(), if_conv_bias(fused=True, bias_error=0.05), inputs=[{"x": X_CANCEL}],
+                           trials=2)
+    assert report.verdict == MISMATCH
+
+
+# -- a float16 product that underflows, divided again, once no If boundary keeps its rounding -----------
+
+K_SMALL = np.array([2.03, -0.0253, 0.3977], np.float16).reshape(1, 3, 1)
+X_SUBNORMAL = np.array([1.0, 6.1e-05, 2.0 ** -24, -2.0 ** -24, 0.75, 0.0], np.float16)[None, None, :].repeat(3, 1)
+
+
+def mul_div(inline=False, k=K_SMALL):
+    """Div(If(true){x * k}, x), or with the branch inlined (fuzz campaign of seed 900000,
+    eliminate_if_with_const_cond case 2387)."""
+    if inline:
+        body = [node("Mul", ["x", "k"], ["p"])]
+    else:
+        then = helper.make_graph([node("Mul", ["x", "k"], ["t"])], "then", [], [value_info("t", H, None)])
+        other = helper.make_graph([node("Add", ["x", "k"], ["t"])], "else", [], [value_info("t", H, None)])
+        body = [node("If", ["cond"], ["p"], then_branch=then, else_branch=other)]
+    weights = [tensor("k", k)] + ([] if inline else [tensor("cond", np.array(True))])
+    return make_model(body + [node("Div", ["p", "x"], ["y"])], [value_info("x", H, [1, 3, 6])],
+                      [value_info("y", H, None)], weights)
+
+
+def test_an_underflowing_float16_product_computed_in_float32_is_rounding():
+    # x * k underflows to 0 in float16 where x = 2^-24, so the spec's (and the original's) quotient
+    # is 0; onnxruntime runs the inlined Mul and Div in float32 and gives k. The candidate's own
+    # bound covers that only if a rounded 0 is not taken for an exact product by a power of two
+    report = verify_models(mul_div(), mul_div(inline=True), inputs=[{"x": X_SUBNORMAL}], trials=2)
+    assert report.outputs[0].differing > 0
+    assert report.verdict == ROUNDING, report.outputs[0].to_dict()
+
+
+def test_an_underflowing_float16_product_with_another_constant_is_mismatch():
+    other = (K_SMALL.astype(np.float32) * 1.05).astype(np.float16)
+    report = verify_models(mul_div(), mul_div(inline=True, k=other), inputs=[{"x": X_SUBNORMAL}], trials=2)
+    assert report.verdict == MISMATCH
+
+
+def test_an_intermediate_skipping_a_float16_rounding_is_judged_by_the_same_rule():
+    # case 278 in full: the inlined branch's value also reaches a second If's output, which localisation
+    # judges; it raised the verdict with the outputs `rounding`, having no candidate bound of its own
+    def model(inline):
+        first = exp_mul(inline)
+        nodes = list(first.graph.node)
+        nodes[-1].output[0] = "p"
+        passed = helper.make_graph([node("Identity", ["p"], ["t"])], "else", [], [value_info("t", H, None)])
+        added = helper.make_graph([node("Add", ["p", "k"], ["t"])], "then", [], [value_info("t", H, None)])
+        if inline:
+            nodes.append(node("Identity", ["p"], ["q"]))
+        else:
+            nodes.append(node("If", ["off"], ["q"], then_branch=added, else_branch=passed))
+        nodes += [node("Sigmoid", ["q"], ["y"]), node("Identity", ["p"], ["z"])]
+        weights = list(first.graph.initializer) + ([] if inline else [tensor("off", np.array(False))])
+        return make_model(nodes, [value_info("x", H, [180])], [value_info("y", H, None), value_info("z", H, None)],
+                          weights)
+
+    report = verify_models(model(False), model(True), inputs=[{"x": X_OVERFLOW_AND_SUBNORMAL}], trials=2)
+    assert report.verdict == ROUNDING
+    judged = report.localisation["values"]
+    assert judged and all(value["verdict"] != MISMATCH for value in judged)

@@ -266,6 +266,23 @@ def _float16_skipped_rounding(f: OutputFacts) -> np.ndarray:
         return (f.cc == FIN) & (f.cr == FIN) & (f.err_c <= same)
 
 
+def spec_same_bound(reference: np.ndarray, error_bound, candidate_value) -> np.ndarray | None:
+    """SetEvidence.spec_same_bound from the candidate's own float64 evaluation of the value
+    (`candidate_value`, carrying its bound): that bound where the reference gives both models the same
+    value and the original's bound (`error_bound`) is not finite; NaN elsewhere; None where it holds
+    nowhere. The rule float16-skipped-rounding reads it, for outputs and intermediates alike."""
+    from onnxrefine.verify.judge.compare import bit_identical
+    from onnxrefine.verify.reference import bound_of
+
+    own = None if candidate_value is None else bound_of(candidate_value)
+    if own is None or np.shape(own) != np.shape(reference):
+        return None
+    own = np.asarray(own, np.float64)
+    unbounded = np.ones(own.shape, dtype=bool) if error_bound is None else ~np.isfinite(error_bound)
+    same = bit_identical(np.asarray(candidate_value, np.float64), reference) & unbounded & np.isfinite(own)
+    return np.where(same, own, np.nan) if same.any() else None
+
+
 def _sign_flip(f: OutputFacts) -> np.ndarray:
     flip = ((f.ca == PINF) & (f.cc == NINF)) | ((f.ca == NINF) & (f.cc == PINF))
     if f.crd is not None:  # the candidate's infinity against the true value's overflow
@@ -403,8 +420,11 @@ RULES = (
          "original's bound is not finite (a subgraph on the path) and the reference gives both models the same "
          "value", "onnxruntime's CPU runs neighbouring float16 ops without a float16 kernel in float32 once an If "
          "boundary between them is gone, skipping a float16 rounding the spec defines; B_c bounds such a run",
-         (_H + "test_inlined_if_branch_skipping_a_float16_rounding_is_rounding",),
+         (_H + "test_inlined_if_branch_skipping_a_float16_rounding_is_rounding",
+          _H + "test_an_underflowing_float16_product_computed_in_float32_is_rounding",
+          _H + "test_an_intermediate_skipping_a_float16_rounding_is_judged_by_the_same_rule"),
          (_H + "test_inlined_if_branch_with_a_changed_constant_is_mismatch",
+          _H + "test_an_underflowing_float16_product_with_another_constant_is_mismatch",
           _H + "test_skipped_rounding_does_not_excuse_a_candidate_beyond_its_own_bound"),
          _float16_skipped_rounding, True),
     Rule("sign-flip", "nothing: a +inf <-> -inf flip is always unexplained",

@@ -209,7 +209,10 @@ class BoundTracker:
         rule = BOUND_RULES.get(node.op_type) if (node.domain or "") in ("", "ai.onnx") else None
         in_names = list(node.input)
         reprs = [self._of_input(name, value) if name else (None, None, None) for name, value in zip(in_names, inputs)]
-        constant = bool(in_names) and all(not name or name in self.constants for name in in_names)
+        # an If, Loop or Scan also reads the enclosing graph's values its bodies name: a constant only if
+        # those are constants too (an If on a constant condition over a graph input is no constant)
+        constant = bool(in_names) and all(not name or name in self.constants
+                                          for name in (*in_names, *_outer_reads(node)))
         if node.op_type == "Constant":
             constant = True
         if constant:
@@ -392,10 +395,10 @@ def _unbounded(ctx):
 
 
 def _compact(bound):
-    """A bound infinite on most of a value becomes infinite on all of it (larger, so still a bound):
-    a worst-case bound grown useless deep in a network then costs nothing downstream."""
-    if isinstance(bound, np.ndarray) and bound.size and not bound.max() < math.inf \
-            and np.count_nonzero(np.isposinf(bound)) * 2 > bound.size:
+    """A bound infinite on all of a value becomes the scalar +inf: a worst-case bound grown useless deep
+    in a network then costs nothing downstream. Only on all of it: an element's bound is its own, and
+    the finite elements beside overflowing ones (a stress set of large inputs) keep theirs."""
+    if isinstance(bound, np.ndarray) and bound.size and bound.min() == math.inf:
         return UNBOUNDED
     return bound
 
@@ -413,6 +416,21 @@ def _casts_stay_at(function, float_type: int, caller_attrs) -> bool:
             if to is None or (getattr(dtype_of(int(to)), "kind", "") == "f" and int(to) != float_type):
                 return False
     return True
+
+
+def _outer_reads(node) -> set[str]:
+    """The enclosing scopes' values the node's subgraphs read (none for a node without subgraphs)."""
+    reads: set[str] = set()
+    for attr in node.attribute:
+        for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                      attr.graphs if attr.type == onnx.AttributeProto.GRAPHS else ()):
+            local = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+            for inner in graph.node:
+                local.update(inner.output)
+            for inner in graph.node:
+                reads.update(name for name in (*inner.input, *_outer_reads(inner)) if name and name not in local)
+            reads.update(o.name for o in graph.output if o.name not in local)
+    return reads
 
 
 def _constant_summands(node, inputs, in_names, constants, out) -> np.ndarray | float:

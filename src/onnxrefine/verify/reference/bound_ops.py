@@ -283,25 +283,33 @@ def _power_of_two(value: np.ndarray) -> np.ndarray:
 
 def _exact_product_of(ctx):
     """a product by an exact power of two (1, 0.5, 2^27, ...) unless it lands below the normal range,
-    and a product of exact integers below 2^p."""
+    and a product of exact integers below 2^p; judged on the unrounded product (a float16 value
+    rounded to its type is 0 where it underflowed, and within 2^p where it was an integer beyond)."""
     y = ctx.y()
-    dtype = ctx.out_dtypes[0]
-    normal = (np.abs(y) >= float(ml_dtypes.finfo(dtype).tiny)) | (y == 0)
     mask = np.zeros(y.shape, dtype=bool)
+    exact = [ctx.exact_value(index) for index in (0, 1)]
+    if not any(exact):
+        return mask
+    with np.errstate(all="ignore"):
+        product = np.broadcast_to(ctx.r(0) * ctx.r(1), y.shape)
+    normal = (np.abs(product) >= float(ml_dtypes.finfo(ctx.out_dtypes[0]).tiny)) | (product == 0)
     for index in (0, 1):
-        if ctx.exact_value(index):
+        if exact[index]:
             mask |= np.broadcast_to(_power_of_two(ctx.r(index)), y.shape) & normal
-    if ctx.exact_value(0) and ctx.exact_value(1):
+    if all(exact):
         a, b = ctx.r(0), ctx.r(1)
-        mask |= np.broadcast_to((a == np.round(a)) & (b == np.round(b)), y.shape) & (np.abs(y) <= ctx.precision_limit())
+        mask |= np.broadcast_to((a == np.round(a)) & (b == np.round(b)), y.shape) \
+            & (np.abs(product) <= ctx.precision_limit())
     return mask
 
 
 def _exact_quotient_of(ctx):
     y = ctx.y()
-    normal = (np.abs(y) >= float(ml_dtypes.finfo(ctx.out_dtypes[0]).tiny)) | (y == 0)
     if not ctx.exact_value(1):
         return np.zeros(y.shape, dtype=bool)
+    with np.errstate(all="ignore"):
+        quotient = np.broadcast_to(ctx.r(0) / ctx.r(1), y.shape)
+    normal = (np.abs(quotient) >= float(ml_dtypes.finfo(ctx.out_dtypes[0]).tiny)) | (quotient == 0)
     return np.broadcast_to(_power_of_two(ctx.r(1)) & (ctx.r(1) != 0), y.shape) & normal
 
 
