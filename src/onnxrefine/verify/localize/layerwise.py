@@ -282,7 +282,6 @@ class Localizer:
             else:
                 failing.append((pair, item))
         del differing
-        self._attach_spec_same(failing, feeds)
         perturbed = self._perturbation_runs(index, feeds, set_index, [p.name for p, _ in failing]) \
             if failing else []
         for pair, item in failing:
@@ -293,29 +292,6 @@ class Localizer:
             self._record(pair, item, label, judgement)
         for pair in self.batches[index]:
             reference.pop(pair.name, None)
-
-    def _attach_spec_same(self, failing, feeds) -> None:
-        """A failing float16 intermediate gets the candidate's own bound where the reference gives both
-        models the same value and the original's bound is not finite (rule float16-skipped-rounding), as
-        an output does (conversion.attach_candidate_bounds): one float64 evaluation of the candidate."""
-        wanted = [(pair, item) for pair, item in failing if item.reference is not None
-                  and item.candidate.dtype.name in ("float16", "bfloat16")
-                  and (item.error_bound is None or not np.all(np.isfinite(item.error_bound)))]
-        if not wanted:
-            return
-        from onnxrefine.verify.evidence import declared_feeds
-
-        evaluate = self.evaluate
-        if evaluate is None:
-            from onnxrefine.verify.reference import evaluate_float64 as evaluate
-        try:
-            values = evaluate(self.candidate, declared_feeds(self.candidate, feeds),
-                              outputs=sorted({pair.candidate_name for pair, _ in wanted}))
-        except Exception:  # noqa: BLE001 - no bound of its own: the rule does not apply
-            return
-        for pair, item in wanted:
-            item.spec_same_bound = judge.spec_same_bound(item.reference, item.error_bound,
-                                                         values.get(pair.candidate_name))
 
     def _perturbation_runs(self, index, feeds, set_index, names) -> list:
         if not any(graphinfo.is_float_dtype(np.asarray(v).dtype) for v in feeds.values()):
