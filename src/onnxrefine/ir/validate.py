@@ -156,6 +156,14 @@ def _check_nodes(nodes, defined: frozenset[str], where: str, outputs: list[str],
         raise BadInputError(f"{where}: the graph has a cycle (through node '{stuck.name or stuck.op_type}')")
 
 
+def captured_names(node: onnx.NodeProto) -> set[str]:
+    """The enclosing scopes' names a node's subgraphs read (none for a node without subgraphs)."""
+    captured: set[str] = set()
+    for subgraph in subgraphs_of(node):
+        captured |= _captures(subgraph)
+    return captured
+
+
 def _reads(node: onnx.NodeProto) -> Iterator[str]:
     """Names a node reads: its inputs and the outer-scope names its subgraphs capture."""
     yield from (name for name in node.input if name)

@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 
 from onnxrefine.ir.attrs import proto_attr
+from onnxrefine.ir.validate import captured_names
 from onnxrefine.verify.reference.kernels import dtype as _dtype
 from onnxrefine.verify.reference.bound_nn import MOVERS, STRUCTURAL
 from onnxrefine.verify.reference.bound_norm import NORMALIZATIONS
@@ -212,7 +213,7 @@ class BoundTracker:
         # an If, Loop or Scan also reads the enclosing graph's values its bodies name: a constant only if
         # those are constants too (an If on a constant condition over a graph input is no constant)
         constant = bool(in_names) and all(not name or name in self.constants
-                                          for name in (*in_names, *_outer_reads(node)))
+                                          for name in (*in_names, *captured_names(node)))
         if node.op_type == "Constant":
             constant = True
         if constant:
@@ -416,21 +417,6 @@ def _casts_stay_at(function, float_type: int, caller_attrs) -> bool:
             if to is None or (getattr(dtype_of(int(to)), "kind", "") == "f" and int(to) != float_type):
                 return False
     return True
-
-
-def _outer_reads(node) -> set[str]:
-    """The enclosing scopes' values the node's subgraphs read (none for a node without subgraphs)."""
-    reads: set[str] = set()
-    for attr in node.attribute:
-        for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                      attr.graphs if attr.type == onnx.AttributeProto.GRAPHS else ()):
-            local = {v.name for v in graph.input} | {t.name for t in graph.initializer}
-            for inner in graph.node:
-                local.update(inner.output)
-            for inner in graph.node:
-                reads.update(name for name in (*inner.input, *_outer_reads(inner)) if name and name not in local)
-            reads.update(o.name for o in graph.output if o.name not in local)
-    return reads
 
 
 def _constant_summands(node, inputs, in_names, constants, out) -> np.ndarray | float:
