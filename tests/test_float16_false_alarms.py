@@ -335,3 +335,41 @@ def test_the_underflow_floor_excuses_nothing_in_the_normal_range_or_many_steps_o
     assert _judged_without_a_bound(reference, candidate).verdict == MISMATCH
     candidate = reference + np.array([0.0, 0.0, 40 * SUBNORMAL_STEP, 0.0])  # a subnormal 40 steps off
     assert _judged_without_a_bound(reference, candidate).verdict == MISMATCH
+
+
+# -- a float16 BatchNormalization fold whose result cancels far below its terms ----------------------------
+
+W_SHORT = np.array([0.40893555, 0.36572266, 0.55224609, 0.91162109, -0.46850586, 0.09777832], np.float16).reshape(2, 1, 3)
+BN_SHORT = [np.array(v, np.float16) for v in ([-1.22363281, -0.91601562], [-0.01020813, -0.77294922],
+                                              [-1.24902344, 1.25976562], [0.55419922, 0.16418457])]
+X_SHORT = np.array([0.5674, -1.5205, -2.428], np.float16).reshape(1, 1, 3)
+
+
+def short_conv_bn(fold=False, mean_error=0.0):
+    """Conv of three terms then BatchNormalization, or the BN folded in float64 and rounded once (fuzz
+    campaign of seed 800000, fuse_bn_into_conv case 10008); `mean_error`: a relative error of the mean."""
+    conv = {"pads": [0, 1], "strides": [2]}
+    if not fold:
+        nodes = [node("Conv", ["x", "w"], ["c"], **conv), node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]
+        weights = [tensor("w", W_SHORT)] + [tensor(name, value) for name, value in zip("sbmv", BN_SHORT)]
+    else:
+        scale, beta, mean, var = (value.astype(np.float64) for value in BN_SHORT)
+        s = scale / np.sqrt(var + 1e-5)
+        nodes = [node("Conv", ["x", "w", "b"], ["y"], **conv)]
+        weights = [tensor("w", (W_SHORT.astype(np.float64) * s[:, None, None]).astype(np.float16)),
+                   tensor("b", (beta - mean * (1 + mean_error) * s).astype(np.float16))]
+    return make_model(nodes, [value_info("x", H, [1, 1, 3])], [value_info("y", H, None)], weights)
+
+
+def test_a_float16_bn_fold_cancelling_below_its_terms_is_rounding():
+    # the second channel's result, -0.168, cancels terms of magnitude 5.7: the folded weights' and
+    # bias's roundings move it by 10 float16 ulps, beyond the accumulation cap's gamma * RMS(R)
+    report = verify_models(short_conv_bn(), short_conv_bn(fold=True), inputs=[{"x": X_SHORT}], trials=2)
+    assert report.outputs[0].differing > 0
+    assert report.verdict == ROUNDING, report.outputs[0].to_dict()
+
+
+def test_a_float16_bn_fold_with_a_one_percent_wrong_mean_is_mismatch():
+    report = verify_models(short_conv_bn(), short_conv_bn(fold=True, mean_error=0.01), inputs=[{"x": X_SHORT}],
+                           trials=2)
+    assert report.verdict == MISMATCH

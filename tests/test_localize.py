@@ -313,8 +313,10 @@ def test_an_intermediate_behind_a_sqrt_near_zero_gets_the_originals_sensitivity(
     values = {v["name"]: v for v in report.localisation["values"]}
     assert values["s"]["differing"] > 0
     assert report.verdict == "rounding", report.localisation["first_bad"]
+    # without the perturbation runs too: the magnitude of terms behind the Sqrt (its derivative carries
+    # it) lets the accumulation cap's u*M_i allow what the derived bound allows
     section = localize(original, candidate, [("given0", {"x": x})], u=2.0 ** -24, perturb_count=0, seed=0)
-    assert section["first_bad"]["name"] == "s"  # without the perturbation runs it is not explained
+    assert section["first_bad"] is None
 
 
 def drop_bn_epsilon(m, ctx):
