@@ -283,3 +283,33 @@ def test_argmax_of_a_float16_to_float32_cast_is_kept():
     assert [n.op_type for n in optimized.graph.node].count("Cast") == 2
     x = np.array([[-0.0, -1.1, 0.0, -0.7, 0.0, 0.0], [np.inf, -np.inf, np.inf, np.inf, np.inf, -np.inf]], np.float32)
     assert run(optimized, {"x": x})[0].tolist() == run(model, {"x": x})[0].tolist()
+
+
+def _log_softmax_column(fused: bool, shift: float = 0.0) -> onnx.ModelProto:
+    nodes = [onnx.helper.make_node("LogSoftmax", ["x"], ["l"], axis=0)] if fused else \
+        [onnx.helper.make_node("Softmax", ["x"], ["s"], axis=0), onnx.helper.make_node("Log", ["s"], ["l"])]
+    nodes.append(onnx.helper.make_node("Add", ["l", "k"], ["y"]))
+    return make_model(nodes, [value_info("x", TensorProto.FLOAT, [162, 1])], [value_info("y", TensorProto.FLOAT, None)],
+                      [tensor("k", np.array(shift, np.float32))], opset=18)
+
+
+def _tiled_column(seed: int) -> np.ndarray:
+    # campaign of seed 800000, case 15349: a Concat of the input with itself three times before the Softmax
+    return np.tile(np.random.default_rng(seed).standard_normal(54).astype(np.float32), 3).reshape(162, 1)
+
+
+def test_log_softmax_fusion_whose_row_log_sum_errs_alike_is_not_systematic():
+    # LogSoftmax computes the column's log-sum once and subtracts it from every element, so its
+    # rounding errs alike on all 162 (the coherent bound's share); the systematic test took it for a
+    # bias on 12 of 40 such inputs, among them these seeds
+    for seed in (0, 1, 2, 3, 7, 8, 10, 11):
+        report = verify_models(_log_softmax_column(False), _log_softmax_column(True), inputs=[{"x": _tiled_column(seed)}],
+                               trials=2, localize=False)
+        assert report.verdict in ("rounding", "exact"), (seed, report.outputs[0].notes)
+
+
+def test_log_softmax_fusion_with_a_one_ppm_shift_is_systematic():
+    report = verify_models(_log_softmax_column(False), _log_softmax_column(True, shift=5e-6),
+                           inputs=[{"x": _tiled_column(0)}], trials=2, localize=False)
+    assert report.verdict == "mismatch"
+    assert any(note.startswith("systematic") for note in report.outputs[0].notes)

@@ -40,8 +40,12 @@ def _softmax(log: bool):
                 shifted = np.abs(x - top) * u + library  # relative error of each exp term
                 total = ctx.gamma(n) + np.max(shifted, axis=axes, keepdims=True) * (1.0 + ctx.gamma(n))
                 spread = spread + shifted + total + (u if not log else 0.0)
-            if log:
-                carried = spread + (u * (np.abs(y) + spread) if rounding else 0.0)
+            if log and not rounding:
+                # the row's log-sum is computed once and subtracted from every element: its rounding
+                # errs alike along the row in any legitimate run (the systematic test's allowance)
+                carried = spread + _log_sum_rounding(x, top, axes, n, u)
+            elif log:
+                carried = spread + u * (np.abs(y) + spread)
             elif ctx.probable:
                 # y (exp(s) - 1) is convex in the spread s: its slope at the inputs' reach times the scale
                 r = materialize(ctx.reach(0, compacts[0]), ctx.inputs[0]).reshape(x.shape)
@@ -62,6 +66,20 @@ def _softmax(log: bool):
             results.append(ctx.finish(0, carried, None, underflows=n + 2) if rounding else carried)
         return [tuple(results)]
     return rule
+
+
+def _log_sum_rounding(x, top, axes, n, u):
+    """How far a row's log(sum_j exp(x_j - top)), computed once per row and subtracted from each x_j - top,
+    errs alike on the row in a legitimate run (one standard deviation of independent roundings, the
+    systematic test's unit): the terms' own errors (|x_j - top| u from the subtraction, the library's
+    exp) as a random walk relative to the sum, the n partial sums' roundings (sqrt(n) u), the log's."""
+    with np.errstate(all="ignore"):
+        terms = np.exp(x - top)
+        total = np.sum(terms, axis=axes, keepdims=True)
+        each = terms * (np.abs(x - top) * u + LIBRARY_ULPS["LogSoftmax"] * 2.0 * u)
+        walk = np.sqrt(np.sum(each * each, axis=axes, keepdims=True)) / total + math.sqrt(n) * u
+        log_sum = np.log(total)
+        return np.where(np.isfinite(log_sum), walk + u * np.abs(log_sum), np.inf)
 
 
 def _channel(param, x):
