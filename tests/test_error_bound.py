@@ -120,6 +120,19 @@ def test_conv_gemm_and_pools_are_sound():
     assert ratio >= 0.02, ratio  # 28 mixed-sign terms: sum|a b| is ~5x |sum|, rounding ~sqrt(28)/28
 
 
+def test_conv_transpose_is_sound_and_within_a_stated_factor():
+    # grouped, strided, padded and output-padded: each output sums a varying number of terms
+    x = _wide(2 * 4 * 9 * 7).reshape(2, 4, 9, 7)
+    w = _wide(4 * 3 * 3 * 2).reshape(4, 3, 3, 2)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "bias"], ["y"], group=2, strides=[2, 2],
+                              pads=[0, 1, 1, 0], output_padding=[1, 0])]
+    model = make_model(nodes, [value_info("x", F, [2, 4, 9, 7])], [value_info("y", F, None)],
+                       [tensor("w", w), tensor("bias", _wide(6))])
+    ratio, zero_errors, _ = _measure(model, {"x": x})
+    assert ratio <= 1.0 and not zero_errors.any()
+    assert ratio >= 0.02, ratio
+
+
 def test_reductions_softmax_and_normalizations_are_sound():
     x = _wide(256 * 64).reshape(256, 64)
     checks = [

@@ -116,3 +116,48 @@ def test_excusing_rule_is_reported_per_output_and_in_localisation():
     data = report.to_dict()
     assert data["outputs"][0]["excused"] == {"within-derived-bound": report.outputs[0].differing}
     assert all("excused" in value for value in data["localisation"]["values"])
+
+
+# -- a BatchNormalization folded into a ConvTranspose (which had no bound rule) --------------------------
+
+_CT_RNG = np.random.default_rng(5)
+_CT_W = _CT_RNG.standard_normal((4, 3, 2, 3)).astype(np.float32)
+_CT_BN = [(1 + _CT_RNG.standard_normal(6) / 4).astype(np.float32), _CT_RNG.standard_normal(6).astype(np.float32),
+          _CT_RNG.standard_normal(6).astype(np.float32), (0.5 + _CT_RNG.random(6)).astype(np.float32)]
+_CT_ATTRS = dict(group=2, kernel_shape=[2, 3], strides=[2, 2], pads=[0, 2, 0, 0], output_padding=[1, 0])
+
+
+def _conv_transpose_bn(fold=False, mean_error=0.0):
+    if not fold:
+        nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["c"], **_CT_ATTRS),
+                 helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]
+        weights = [tensor("w", _CT_W)] + [tensor(name, value) for name, value in zip("sbmv", _CT_BN)]
+    else:
+        scale, beta, mean, var = (value.astype(np.float64) for value in _CT_BN)
+        s = scale / np.sqrt(var + 1e-5)
+        # weight [C_in, C_out / group, kh, kw]: input channel c feeds output channels (c // 2) * 3 + j
+        w = _CT_W.astype(np.float64) * s.reshape(2, 3)[np.arange(4) // 2][:, :, None, None]
+        nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **_CT_ATTRS)]
+        weights = [tensor("w", w.astype(np.float32)), tensor("b", (beta - mean * (1 + mean_error) * s).astype(np.float32))]
+    return make_model(nodes, [value_info("x", F, [2, 4, 5, 4])], [value_info("y", F, None)], weights)
+
+
+def _spread_inputs(seed):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((2, 4, 5, 4)) * 10.0 ** np.random.default_rng(seed).integers(0, 9, (2, 4, 5, 4))) \
+        .astype(np.float32)
+
+
+def test_bn_fold_into_a_conv_transpose_over_spread_inputs_is_rounding():
+    # campaign of seed 800000, cases 11068 and 17746 (inputs up to 1e8, results cancelling to far below
+    # their terms): the ConvTranspose had no bound rule, its output's magnitude was probed
+    report = verify_models(_conv_transpose_bn(), _conv_transpose_bn(fold=True), inputs=[{"x": _spread_inputs(1)}],
+                           trials=2, localize=False)
+    assert report.outputs[0].differing > 0
+    assert report.verdict == ROUNDING, report.outputs[0].to_dict()
+
+
+def test_bn_fold_into_a_conv_transpose_with_a_wrong_mean_is_mismatch():
+    report = verify_models(_conv_transpose_bn(), _conv_transpose_bn(fold=True, mean_error=1e-4),
+                           inputs=[{"x": _spread_inputs(1)}], trials=2, localize=False)
+    assert report.verdict == MISMATCH

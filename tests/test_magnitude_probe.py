@@ -10,6 +10,7 @@ the jump would otherwise excuse is a mismatch.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from helpers import make_model, tensor, value_info
 from onnx import TensorProto, helper
 
@@ -76,9 +77,20 @@ def test_a_jump_within_the_step_derives_no_magnitude_and_excuses_nothing():
     assert report.outputs[0].unexplained == 64
 
 
+@pytest.fixture(params=["probed", "derived"])
+def conv_transpose_rule(request, monkeypatch):
+    """ConvTranspose with its bound rule removed stands in for an op without one ("probed"); with it
+    ("derived") the same folds are judged by the rule."""
+    if request.param == "probed":
+        from onnxrefine.verify.reference import bound
+
+        monkeypatch.delitem(bound.BOUND_RULES, "ConvTranspose")
+    return request.param
+
+
 def _float16_fold(seed, scale_error=1.0, input_scale=100.0):
-    """ConvTranspose (no bound rule) then BatchNormalization in float16, and the fold of the two
-    (weights and bias rounded once to float16, optionally off by `scale_error`)."""
+    """ConvTranspose then BatchNormalization in float16, and the fold of the two (weights and bias
+    rounded once to float16, optionally off by `scale_error`)."""
     rng = np.random.default_rng(seed)
     half = TensorProto.FLOAT16
     w = rng.standard_normal((3, 2, 2, 2)).astype(np.float16)
@@ -98,7 +110,7 @@ def _float16_fold(seed, scale_error=1.0, input_scale=100.0):
     return original, candidate, sets
 
 
-def test_a_float16_fold_past_an_op_without_a_rule_is_judged_by_its_terms():
+def test_a_float16_fold_past_an_op_without_a_rule_is_judged_by_its_terms(conv_transpose_rule):
     # the probe reads the float16 ConvTranspose against its unrounded result: a legitimate fold's
     # cancelling elements (x - mean near 0) keep their terms' size (28 of 40 seeds were false alarms
     # judged by |R_i|), and a 1% scale stays a mismatch
@@ -109,7 +121,7 @@ def test_a_float16_fold_past_an_op_without_a_rule_is_judged_by_its_terms():
         assert verify_models(original, wrong, inputs=sets, trials=2, localize=False).verdict == MISMATCH, seed
 
 
-def test_a_folded_constant_summand_counts_among_the_terms():
+def test_a_folded_constant_summand_counts_among_the_terms(conv_transpose_rule):
     # tiny inputs: the ConvTranspose's terms are far below BatchNormalization's mean * s and shift, the
     # summands the fold rounds into its float16 bias: they are terms of the element although no input
     # error moves them (reference/bound.py's _constant_summands), and a 10% scale stays a mismatch (1% is
@@ -140,6 +152,9 @@ def test_the_magnitude_of_terms_is_evaluated_again_only_for_a_set_whose_judgemen
     # a cancelling float16 fold: no bound is in force where the bias cancels, and the element is judged by
     # its terms' magnitude (rule within-bound), which the first evaluation left out
     from onnxrefine.verify import terms
+    from onnxrefine.verify.reference import bound
+
+    monkeypatch.delitem(bound.BOUND_RULES, "ConvTranspose")  # the stand-in for an op without a rule
 
     calls = _evaluations(monkeypatch)
     original, candidate, sets = _float16_fold(0, input_scale=1e-3)

@@ -44,8 +44,8 @@ BOUND_RULES = {**ELEMENTWISE, **SMOOTH, **STRUCTURAL, **NORMALIZATIONS}
 _CARRIERS = frozenset(MOVERS) | {"Shape", "Size"}
 # Rules whose bound costs a product or reduction: skipped (the bound is +inf) when an input's is +inf
 # everywhere, so that a worst-case bound that has grown useless deep in a network costs no more
-_COSTLY = frozenset({"MatMul", "Gemm", "Conv", "ReduceSum", "ReduceMean", "AveragePool", "GlobalAveragePool",
-                     "Softmax", "LogSoftmax", "LayerNormalization"})
+_COSTLY = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "ReduceSum", "ReduceMean", "AveragePool",
+                     "GlobalAveragePool", "Softmax", "LogSoftmax", "LayerNormalization"})
 
 # the probability that a legitimate run leaves the probable bound anywhere in one judged output
 FAILURE_PROBABILITY = 1e-6

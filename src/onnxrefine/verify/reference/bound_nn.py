@@ -1,7 +1,7 @@
 """Error-bound rules for data movement, dot products and reductions (bound.py; normalizations: bound_norm.py).
 
 Data movement reuses the op's own float64 kernel on the bound arrays (a Transpose of the bounds is the
-bound of the Transpose). Dot products (MatMul, Gemm, Conv) and sums use the running error bound
+bound of the Transpose). Dot products (MatMul, Gemm, Conv, ConvTranspose) and sums use the running error bound
 gamma(n) * sum |a_i * b_i| on a magnitude evaluation of the same op, with the inputs' bounds carried as
 (|a| + b_a)(|b| + b_b) - |a||b|; docs/verification.md gives the formulas.
 """
@@ -277,6 +277,14 @@ def _conv_terms(ctx):
     return int(np.prod(w.shape[1:])) + (1 if len(ctx.inputs) > 2 and ctx.inputs[2] is not None else 0)
 
 
+def _conv_transpose_terms(ctx):
+    """At most every input channel of the group times every kernel position reaches one output."""
+    w = ctx.inputs[1]
+    group = max(1, int(ctx.attr("group", 1)))
+    return max(1, w.shape[0] // group) * int(np.prod(w.shape[2:])) \
+        + (1 if len(ctx.inputs) > 2 and ctx.inputs[2] is not None else 0)
+
+
 def _conv_extra(ctx, compacts, g):
     bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     if bias is None:
@@ -346,6 +354,7 @@ STRUCTURAL = {
     "MatMul": _dot_rule(_matmul_product, lambda ctx: ctx.inputs[0].shape[-1], stack=_matmul_stack),
     "Gemm": _dot_rule(_gemm_product, _gemm_terms, _gemm_extra, stack=_matmul_stack),
     "Conv": _dot_rule(_conv_product, _conv_terms, _conv_extra, stack=_conv_stack),
+    "ConvTranspose": _dot_rule(_conv_product, _conv_transpose_terms, _conv_extra, stack=_conv_stack),
     "ReduceSum": _summing(False), "ReduceMean": _summing(True), "AveragePool": _summing(True),
     "GlobalAveragePool": _summing(True),
 }
