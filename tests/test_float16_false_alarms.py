@@ -373,3 +373,41 @@ def test_a_float16_bn_fold_with_a_one_percent_wrong_mean_is_mismatch():
     report = verify_models(short_conv_bn(), short_conv_bn(fold=True, mean_error=0.01), inputs=[{"x": X_SHORT}],
                            trials=2)
     assert report.verdict == MISMATCH
+
+
+# -- a float16 If branch's terms: a removed Split lets onnxruntime fuse the Cast before it -----------------
+
+K_ROW = np.array([-0.4116, 1.523, -0.8604, -1.291, -1.146, -0.4287, -0.2854, 1.549, 1.014, 0.2744, -0.6826, 0.9893],
+                 np.float16).reshape(1, 1, 4, 3)
+
+
+def cast_split_if(split=True, k=K_ROW):
+    """If(false){-t}{t + k} over t = Split(Cast(x to float16)) (a Split of one output: a no-op), or with the
+    Split removed (fuzz campaign of seed 900000, eliminate_nop_split case 31817)."""
+    nodes = [node("Cast", ["x"], ["c"], to=H)]
+    if split:
+        nodes.append(node("Split", ["c", "parts"], ["t"], axis=3))
+    taken = "t" if split else "c"
+    then = helper.make_graph([node("Neg", [taken], ["o"])], "then", [], [value_info("o", H, None)])
+    other = helper.make_graph([node("Add", [taken, "k"], ["o"])], "else", [], [value_info("o", H, None)])
+    nodes.append(node("If", ["cond"], ["y"], then_branch=then, else_branch=other))
+    weights = [tensor("cond", np.array(False)), tensor("k", k)] + ([tensor("parts", np.array([3], np.int64))]
+                                                                   if split else [])
+    return make_model(nodes, [value_info("x", TensorProto.FLOAT, [6, 4, 4, 3])], [value_info("y", H, None)], weights)
+
+
+def test_a_float16_branch_passes_on_its_terms_magnitude():
+    # without the Split, onnxruntime's deployment level computes the branch's Add on the Cast's float32
+    # input (the Cast's rounding skipped): where x + k cancels, the difference is many ulps of the result
+    # but u |x| of its terms; the branch passed on no magnitude, so each element had its |R| alone
+    x = (-np.broadcast_to(K_ROW.astype(np.float32), (6, 4, 4, 3))
+         + np.random.default_rng(0).standard_normal((6, 4, 4, 3)).astype(np.float32) * 1e-3).astype(np.float32)
+    report = verify_models(cast_split_if(), cast_split_if(split=False), inputs=[{"x": x}], trials=2)
+    assert report.verdict == ROUNDING, [o.to_dict() for o in report.deployment]
+
+
+def test_a_float16_branch_with_another_constant_is_mismatch():
+    x = np.random.default_rng(0).standard_normal((6, 4, 4, 3)).astype(np.float32)
+    other = (K_ROW.astype(np.float32) * 1.01).astype(np.float16)
+    report = verify_models(cast_split_if(), cast_split_if(split=False, k=other), inputs=[{"x": x}], trials=2)
+    assert report.verdict == MISMATCH

@@ -171,12 +171,14 @@ class BoundTracker:
         child.with_magnitudes = self.with_magnitudes
         return child
 
-    def adopt(self, call, formals, child: BoundTracker) -> None:
-        """The call's outputs take the bounds and magnitudes its body's (or branch's) outputs got."""
+    def adopt(self, call, formals, child: BoundTracker, bounds: bool = True) -> None:
+        """The call's outputs take the bounds (unless `bounds` is off: not derived) and magnitudes its
+        body's (or branch's) outputs got."""
         for formal, actual in zip(formals, call.output):
             if not actual:
                 continue
-            self.bounds[actual] = child.bounds.get(formal, (NOT_DERIVED, NOT_DERIVED, NOT_DERIVED))
+            self.bounds[actual] = child.bounds.get(formal, (NOT_DERIVED, NOT_DERIVED, NOT_DERIVED)) if bounds \
+                else (NOT_DERIVED, NOT_DERIVED, NOT_DERIVED)
             if formal in child.magnitudes:
                 self.magnitudes[actual] = child.magnitudes[formal]
             if formal in child.constants:

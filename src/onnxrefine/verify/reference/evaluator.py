@@ -307,21 +307,21 @@ class _Evaluator:
                      tracked_by: onnx.NodeProto | None = None) -> list:
         """`tracked_by`: the If node whose branch this is, run once: its values are bound-tracked as
         the graph around it is (a Loop's or Scan's body, run again and again, is not). A branch
-        computing float16 values is not: onnxruntime skips float16 roundings the spec defines once
-        such a branch is inlined, which rule float16-skipped-rounding judges where the original's
-        bound is not derived."""
+        computing float16 values passes on the magnitude of its terms but no bound: onnxruntime skips
+        float16 roundings the spec defines once such a branch is inlined, which rule
+        float16-skipped-rounding judges where the original's bound is not derived."""
         env = _Scope()
         for formal, value in zip(graph.input, inputs):
             env[formal.name] = value
         caller = self._tracking
         narrow = any(name in self.narrow_types for node in graph.node for name in node.output)
-        tracker = caller.for_subgraph() if caller is not None and tracked_by is not None and not narrow else None
+        tracker = caller.for_subgraph() if caller is not None and tracked_by is not None else None
         try:
             outs = self.run_graph(graph, env, outer, [o.name for o in graph.output], tracker)
         finally:
             self._tracking = caller
         if tracker is not None:
-            caller.adopt(tracked_by, [o.name for o in graph.output], tracker)
+            caller.adopt(tracked_by, [o.name for o in graph.output], tracker, bounds=not narrow)
         return [outs[o.name] for o in graph.output]
 
     # -- nodes --------------------------------------------------------------------------------------------
