@@ -38,6 +38,26 @@ def test_maxpool_window_of_only_minus_inf_is_onnxruntimes_lowest():
     assert report.verdict == ROUNDING
 
 
+def test_maxpool_lowest_through_a_log_softmax_fusion_is_onnxruntimes_lowest():
+    # fuzz campaign of seed 900000, case 7664: MaxPool then Log(Softmax) fused into LogSoftmax; the
+    # MaxPool's -FLT_MAX (where the spec says -inf) is kept by LogSoftmax (minus the row's finite
+    # log-sum-exp) while the original's Softmax takes it to 0 and its Log to -inf
+    pool = {"kernel_shape": [1]}
+    original = build([node("MaxPool", ["x"], ["p"], **pool), node("Softmax", ["p"], ["s"], axis=-1),
+                      node("Log", ["s"], ["y"])])
+    candidate = build([node("MaxPool", ["x"], ["p"], **pool), node("LogSoftmax", ["p"], ["y"], axis=-1)])
+    report = verify_models(original, candidate, inputs=[{"x": X}], trials=2)
+    assert report.verdict == ROUNDING, report.outputs[0].to_dict()
+    assert report.outputs[0].excused.get("maxpool-lowest", 0) > 0
+
+
+def test_clip_to_lowest_before_a_log_softmax_is_still_mismatch():
+    original = build([node("Softmax", ["x"], ["s"], axis=-1), node("Log", ["s"], ["y"])])
+    lowest = [("low", np.float32(LOWEST))]
+    candidate = build([node("Clip", ["x", "low"], ["p"]), node("LogSoftmax", ["p"], ["y"], axis=-1)], lowest)
+    assert verify_models(original, candidate, inputs=[{"x": X}], trials=2).verdict == MISMATCH
+
+
 def test_clip_turning_minus_inf_into_lowest_is_still_mismatch():
     # the same pair of values, made by a Clip instead of a MaxPool: a change, not onnxruntime's MaxPool
     original = build([node("Identity", ["x"], ["y"])])

@@ -521,6 +521,32 @@ def test_dead_values_are_not_judged():
     assert report.verdict == "rounding", report.localisation["first_bad"]
 
 
+def _shape_of_a_scaled_value(factor, also_read=False):
+    """y = ConstantOfShape(Shape(x * k)): x * k reaches the output through its shape alone (or, with
+    `also_read`, also as a summand of a second output)."""
+    nodes = [helper.make_node("Mul", ["x", "k"], ["m"]), helper.make_node("Shape", ["m"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["y"])]
+    outputs = [value_info("y", shape=None)]
+    if also_read:
+        nodes.append(helper.make_node("Add", ["m", "x"], ["z"]))
+        outputs.append(value_info("z", shape=None))
+    return make_model(nodes, [value_info("x", shape=[3, 4])], outputs, [tensor("k", np.float32(factor))])
+
+
+def test_a_value_only_a_shape_reads_is_dead():
+    # fuzz campaign of seed 900000, case 5332: a ConvTranspose after a Log(Softmax) fusion, read only by
+    # a Shape; the original was inf where the fused candidate was right, and the value raised the verdict
+    report = verify_models(_shape_of_a_scaled_value(2.0), _shape_of_a_scaled_value(3.0))
+    assert report.verdict == "exact"
+    assert report.localisation is None or "m" not in {v["name"] for v in report.localisation["values"]}
+
+
+def test_a_value_a_shape_and_an_op_read_is_judged():
+    report = verify_models(_shape_of_a_scaled_value(2.0, also_read=True), _shape_of_a_scaled_value(3.0, also_read=True))
+    assert report.verdict == "mismatch"
+    assert report.first_bad_value["name"] == "m"
+
+
 def test_a_name_an_if_branch_now_captures_is_suspect():
     # onnxoptimizer fuzz case 3409: the folded BatchNormalization's only readers are If branches,
     # which now capture the fused Conv's output under the Conv's old name.

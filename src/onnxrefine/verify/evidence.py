@@ -251,11 +251,13 @@ def runnable_sets(labelled, first_runs, notes) -> tuple:
     return [item for item, _ in kept], [result for _, result in kept]
 
 
-_MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+# ops after which a MaxPool's -largest finite value is still there: data movement, and LogSoftmax
+# (x_i minus the row's finite log-sum-exp leaves -FLT_MAX at -FLT_MAX while the row's largest is finite)
+_MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "LogSoftmax"})
 
 
 def made_by_maxpool(model: onnx.ModelProto, name: str) -> bool:
-    """The value is a MaxPool's output Y, possibly moved by data-movement ops after it."""
+    """The value is a MaxPool's output Y, possibly moved by data-movement ops (or a LogSoftmax) after it."""
     producers = {out: node for node in model.graph.node for out in node.output}
     current, node = name, producers.get(name)
     while node is not None and node.op_type in _MOVES and node.input:

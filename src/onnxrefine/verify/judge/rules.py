@@ -429,11 +429,14 @@ RULES = (
          (_R + "test_cast_to_int_following_the_reference_is_rounding",),
          (_R + "test_cast_to_int_flipped_beyond_the_boundary_is_mismatch",),
          lambda f: f.follows(), True, discrete=True),
-    Rule("maxpool-lowest", "-inf <-> -largest finite where a MaxPool makes the -largest side's output and R "
-         "is -inf", "onnxruntime's float MaxPool gives lowest() (-FLT_MAX) for a window of only -inf, the spec "
-         "-inf: a rewrite that moves a MaxPool before or after an op that maps -inf to -inf shows it",
-         ("tests/test_false_alarm_rules.py::test_maxpool_window_of_only_minus_inf_is_onnxruntimes_lowest",),
+    Rule("maxpool-lowest", "-inf <-> -largest finite where a MaxPool makes the -largest side's output (moved "
+         "by data movement or a LogSoftmax after it) and R is -inf", "onnxruntime's float MaxPool gives lowest() "
+         "(-FLT_MAX) for a window of only -inf, the spec -inf: a rewrite that moves a MaxPool before or after an "
+         "op that maps -inf to -inf, or fuses the Log(Softmax) after it, shows it",
+         ("tests/test_false_alarm_rules.py::test_maxpool_window_of_only_minus_inf_is_onnxruntimes_lowest",
+          "tests/test_false_alarm_rules.py::test_maxpool_lowest_through_a_log_softmax_fusion_is_onnxruntimes_lowest"),
          ("tests/test_false_alarm_rules.py::test_clip_turning_minus_inf_into_lowest_is_still_mismatch",
+          "tests/test_false_alarm_rules.py::test_clip_to_lowest_before_a_log_softmax_is_still_mismatch",
           "tests/test_false_alarm_rules.py::test_maxpool_lowest_where_the_true_value_is_finite_is_mismatch"),
          _maxpool_lowest, None),
     Rule("float16-skipped-rounding", "finite C within the candidate's own derived bound B_c of R, where the "

@@ -193,12 +193,19 @@ def correspondences(original: onnx.ModelProto, candidate: onnx.ModelProto,
     return mapping, stats
 
 
+# ops that read only their input's shape: its values reach nothing through them
+_SHAPE_READERS = frozenset({"Shape", "Size"})
+
+
 def live_values(model: onnx.ModelProto) -> set[str]:
-    """Names that reach a graph output through main-graph nodes (what a node's subgraphs capture
-    counts as its input). Dead values change nothing a model computes."""
+    """Names whose values reach a graph output through main-graph nodes (what a node's subgraphs
+    capture counts as its input; a Shape or Size reads no values). Dead values change nothing a model
+    computes: a value only a Shape reads may hold anything of its shape."""
     live = {out.name for out in model.graph.output}
     for node in reversed(model.graph.node):  # topological order: readers come after producers
         if any(out in live for out in node.output):
+            if node.op_type in _SHAPE_READERS and (node.domain or "") in ("", "ai.onnx"):
+                continue
             live |= {name for name in node.input if name} | _captures(node)
     return live
 
