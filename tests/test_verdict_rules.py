@@ -295,6 +295,39 @@ def test_overflow_territory_excuses_order_of_overflow():
     assert any("overflow territory" in note for note in report.outputs[0].notes)
 
 
+def _reordered_sum(order, scale=1.0):
+    """y = MatMul(x * z, ones) with the sum's terms in `order` (a Gather where it is not the identity)."""
+    if list(order) == sorted(order):
+        nodes = [node("Mul", ["x", "z"], ["p"]), node("MatMul", ["p", "w"], ["y"])]
+    else:
+        nodes = [node("Mul", ["x", "z"], ["p"]), node("Gather", ["p", "order"], ["g"], axis=1),
+                 node("MatMul", ["g", "w"], ["y"])]
+    return make_model(nodes, [value_info("x", F, [1, 4]), value_info("z", F, [1, 4])], [value_info("y", F, None)],
+                      [tensor("order", np.array(order, np.int64)), tensor("w", np.full((4, 1), scale, np.float32))])
+
+
+# inputs below sqrt(FLT_MAX) (no stress set): their products, the sum's terms, reach 2.25e38 with both signs
+_X_BELOW_HUGE = {"x": np.array([[1.5e19, 1.5e19, 1.5e19, 1.0]], np.float32),
+                 "z": np.array([[1.5e19, -1.5e19, 1.5e19, 1.0]], np.float32)}
+
+
+def test_a_sum_whose_terms_reach_the_largest_value_may_overflow_in_another_order():
+    # fuzz campaign of seed 900000, case 15255 (a BatchNormalization folded into a ConvTranspose whose
+    # products of two inputs of 1.6e19 reach 3e38): the candidate's order adds two such terms first
+    # (localisation would pair the permuted terms with the original's by role: another value)
+    report = verify_models(_reordered_sum([0, 1, 2, 3]), _reordered_sum([0, 2, 1, 3]), inputs=[_X_BELOW_HUGE], trials=2,
+                           localize=False)
+    assert not np.isfinite(report.outputs[0].worst_elements[0]["candidate"])
+    assert report.verdict == ROUNDING, report.to_dict()["outputs"][0]
+    assert report.outputs[0].excused.get("terms-overflow") == 1
+
+
+def test_terms_near_the_largest_value_excuse_no_finite_difference():
+    report = verify_models(_reordered_sum([0, 1, 2, 3]), _reordered_sum([0, 1, 2, 3], scale=1.001),
+                           inputs=[_X_BELOW_HUGE], trials=2)
+    assert report.verdict == MISMATCH
+
+
 # ------------------------------------------------------------------------------ reductions
 
 def _conv_bn_pool(mode, seed=0, cin=16, cout=32, hw=16, eps=1e-5):

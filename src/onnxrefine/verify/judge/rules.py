@@ -234,6 +234,15 @@ def _overflow_territory(f: OutputFacts) -> np.ndarray:
     return (f.cr != FIN) | (np.abs(np.where(f.cr == FIN, f.r, 0.0)) > f.huge)
 
 
+def _terms_overflow(f: OutputFacts) -> np.ndarray:
+    # the element's terms (the original's magnitude of terms, M_i) reach the type's largest finite
+    # value: some order of its sums overflows though the result does not, whatever the inputs' size
+    if f.r is None or f.evidence.magnitude is None or f.evidence.magnitude.shape != f.a.shape:
+        return np.zeros(f.a.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return (f.cc != FIN) & (f.cr == FIN) & (f.crd == FIN) & (f.magnitude >= f.top)
+
+
 def _fallback(f: OutputFacts) -> np.ndarray:
     # O stands in for R. Without a reference no magnitude of the summands is derived, and |O_i| alone
     # flags a cancelling element of a legitimate fold: the element's own sensitivity measures its terms
@@ -413,6 +422,14 @@ RULES = (
          (_R + "test_overflow_territory_excuses_order_of_overflow",),
          (_R + "test_reassociation_that_overflows_a_moderate_value_is_mismatch",),
          _overflow_territory, None),
+    Rule("terms-overflow", "C non-finite where R is finite (also rounded to the output type) and the magnitude of "
+         "the element's terms M_i reaches the type's largest finite value", "a sum whose terms reach the largest finite value overflows in some "
+         "order of its additions though its result does not: a reassociation may overflow it, on any inputs",
+         (_R + "test_a_sum_whose_terms_reach_the_largest_value_may_overflow_in_another_order",),
+         (_R + "test_reassociation_that_overflows_a_moderate_value_is_mismatch",
+          _R + "test_terms_near_the_largest_value_excuse_no_finite_difference",
+          _R + "test_inf_in_an_unrelated_input_excuses_nothing"),
+         _terms_overflow, True),
     Rule("fallback", "no R anywhere in the model (an operator the float64 evaluator lacks): |C - O| <= "
          "2*gamma*max(|O_i|, min(s_i / (PERTURB_ULPS*u), m_O)) (+ 2*k*s_i if ill-conditioned): the element's "
          "own sensitivity stands in for its terms' magnitude, the RMS of O (m_O) only caps it",

@@ -366,7 +366,7 @@ def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.n
     if has_reference:
         _record_errors(facts, judgement)
         judgement.beyond_own_bound += int(np.count_nonzero(facts.beyond_own_bound & differ))
-        evidence.magnitude_read |= bool(np.any(differ & ~facts.derived & (facts.cc == FIN) & (facts.cr == FIN)))
+        evidence.magnitude_read |= bool(np.any(differ & (facts.cr == FIN) & (~facts.derived | (facts.cc != FIN))))
     return explained
 
 

@@ -152,7 +152,7 @@ def _stacked_nonnegative(product, lefts, right, n: int):
     """product(left, right) for each of `lefts` (all >= 0, as is `right`), in one float32 call, made an
     upper bound again: the float32 rounding of the operands and of the n-term sums is at most
     (1 + u)^2 / (1 - n u) relative for nonnegative terms, and an underflow at most n * tiny. None
-    when float32 cannot hold the operands (the float64 path then runs)."""
+    when float32 cannot hold the operands or the products (the float64 path then runs)."""
     with np.errstate(all="ignore"):
         stacked = np.stack(lefts).astype(np.float32)
         if not (np.all(np.isfinite(stacked)) and np.all(np.isfinite(right.astype(np.float32)))):
@@ -160,6 +160,8 @@ def _stacked_nonnegative(product, lefts, right, n: int):
         if n * _U32 >= 0.5:
             return None
         results = product(stacked, right.astype(np.float32))
+        if not np.all(np.isfinite(results)):
+            return None
     inflate = (1.0 + _U32) ** 2 / (1.0 - n * _U32)
     tiny = float(np.finfo(np.float32).tiny) * n
     return [np.asarray(result, dtype=np.float64) * inflate + tiny for result in results]
