@@ -221,6 +221,20 @@ def test_a_sum_that_cancels_is_not_exact_and_a_jump_within_reach_is_bounded_by_i
     assert set(np.unique(bound[:100])) <= {0.0, 1.0} and bound[:100].any()
 
 
+def test_a_maxpool_over_bounds_not_derived_is_not_derived_there_and_never_negative():
+    # the pool's kernel skips a NaN bound, and a window of one element and padding then picked the
+    # padding's lowest: a negative coherent bound (fuzz campaign of seed 900000, case 27184)
+    x = _wide(2 * 5).reshape(1, 2, 5)
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Hardmax", ["x"], ["h"]),
+             helper.make_node("Concat", ["a", "h"], ["c"], axis=2),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2], strides=[2], pads=[0, 1])]
+    model = make_model(nodes, [value_info("x", F, [1, 2, 5])], [value_info("y", F, None)])
+    value = evaluate_float64(model, {"x": x}, outputs=["y"])["y"]
+    for bound in (bound_of(value), coherent_of(value)):
+        assert not np.any(bound < 0)
+        assert np.all(np.isfinite(bound[..., :2])) and np.all(np.isnan(bound[..., 3:]))  # window 2 reads both
+
+
 def test_unsupported_ops_are_not_derived_and_inputs_are_exact():
     x = _wide(16)
     model = _one("Hardmax", [("x", x.reshape(4, 4))])

@@ -51,6 +51,8 @@ def _movement(positions, relative_passes: bool):
                 if ctx.node.op_type == "Pad" and len(substituted) > 2 and substituted[2] is not None:
                     substituted[2] = np.zeros_like(np.asarray(substituted[2], dtype=np.float64))
                 moved = ctx.kernel(substituted, _BOUND_KERNEL.get(ctx.node.op_type))
+                if not relative_passes:
+                    moved = [_picked(ctx, substituted, moved[0], data)] + list(moved[1:])
                 outputs.append([np.asarray(moved[0], dtype=np.float64)] +
                                [NOT_DERIVED if ctx.node.op_type == "MaxPool" else
                                 (None if m is None else np.asarray(m, dtype=np.float64)) for m in moved[1:]])
@@ -59,6 +61,19 @@ def _movement(positions, relative_passes: bool):
                 channel[1] = None  # the mask of an inference Dropout is all true
         return list(zip(*outputs))
     return rule
+
+
+def _picked(ctx, substituted, moved, data):
+    """A picker's bound, NaN where its window holds a bound not derived (the kernel's max skips a NaN:
+    a MaxPool then picks its padding's lowest, a negative bound) and never below 0."""
+    moved = np.maximum(np.asarray(moved, dtype=np.float64), 0.0)
+    if not any(np.isnan(substituted[i]).any() for i in data):
+        return moved
+    flagged = list(substituted)
+    for i in data:
+        flagged[i] = np.isnan(substituted[i]).astype(np.float64)
+    reached = np.asarray(ctx.kernel(flagged, _BOUND_KERNEL.get(ctx.node.op_type))[0], dtype=np.float64)
+    return np.where(reached > 0, np.nan, moved)
 
 
 def _shape(ctx):
