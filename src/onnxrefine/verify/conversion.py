@@ -245,9 +245,13 @@ def _attach(item, value) -> None:
 
 
 def _attach_spec_same(item, value) -> None:
-    same = judge.spec_same_bound(item.reference, item.error_bound, value)
-    if same is not None:
-        item.spec_same_bound = same
+    own = _own_bound(item, value)
+    if own is None:
+        return
+    unbounded = np.ones(own.shape, dtype=bool) if item.error_bound is None else ~np.isfinite(item.error_bound)
+    same = judge.bit_identical(np.asarray(value, np.float64), item.reference) & unbounded & np.isfinite(own)
+    if same.any():
+        item.spec_same_bound = np.where(same, own, np.nan)
 
 
 def _attach_decision_bounds(run, set_evidence: dict, feeds, evaluate) -> None:

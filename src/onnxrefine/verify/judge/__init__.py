@@ -11,7 +11,6 @@ __getattr__ = lazy_face(globals(), {
     "onnxrefine.verify.judge.compare": ("bit_identical", "compare_arrays", "merge", "ulp_distance"),
     "onnxrefine.verify.judge.decisions": ("COMPARISON_OPS", "DECISION_OPS", "ROUNDING_OPS", "DecisionEvidence",
                                           "exact_decisions", "exact_values"),
-    "onnxrefine.verify.judge.rules": ("spec_same_bound",),
     "onnxrefine.verify.judge.runtime_artefacts": ("ArtefactCheck",),
     "onnxrefine.verify.judge.spec_identity": ("excuse_float16_runtime",),
     "onnxrefine.verify.judge.verdicts": ("EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict"),
@@ -23,4 +22,4 @@ __all__ = ["EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict", "
            "judge_output", "lowest_precision_u", "moved_u", "nonfinite_replaced", "perturb", "perturbation_runs", "bit_identical",
            "compare_arrays", "merge", "ulp_distance", "DECISION_OPS", "COMPARISON_OPS", "ROUNDING_OPS", "DecisionEvidence",
            "exact_decisions", "exact_values", "ArtefactCheck",
-           "excuse_float16_runtime", "spec_same_bound"]
+           "excuse_float16_runtime"]

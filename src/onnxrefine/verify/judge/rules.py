@@ -82,6 +82,10 @@ class OutputFacts:
                 self.big_e = float(self.err_o.max(initial=0.0))
                 self.scale_rms = np.maximum(self.scale, rms(self.r))
         self.magnitude = self._magnitude(evidence)
+        # K_i, the coherent bound (0 where not derived): what a legitimate candidate's folded constants err by
+        coherent = evidence.coherent_bound
+        self.coherent = 0.0 if coherent is None or coherent.shape != self.a.shape \
+            else np.where(np.isnan(coherent), 0.0, coherent)
         self.bound_e = self.bound_c = None
         self.derived = self.beyond_own_bound = np.zeros(self.a.shape, dtype=bool)
         if self.r is not None and evidence.error_bound is not None \
@@ -105,10 +109,8 @@ class OutputFacts:
             self.beyond_own_bound = known & ~np.isnan(worst) & np.isnan(in_force)
             self.derived = known & np.isfinite(in_force)
             # a legitimate candidate also holds folded constants, each rounded once: the coherent bound
-            coherent = evidence.coherent_bound if evidence.coherent_bound is not None \
-                and evidence.coherent_bound.shape == self.a.shape else 0.0
             self.bound_e = in_force
-            self.bound_c = in_force + np.where(np.isnan(coherent), 0.0, coherent)
+            self.bound_c = in_force + self.coherent
 
     def _magnitude(self, evidence) -> np.ndarray:
         """Per element, the magnitude of the terms behind it, max(|R_i|, M_i) (|O_i| without R): M from the
@@ -207,10 +209,8 @@ def _original_broke(f: OutputFacts) -> np.ndarray:
     worst = f.evidence.error_bound
     if worst is None or worst.shape != f.a.shape:
         return broke & (f.cc != FIN)
-    coherent = f.evidence.coherent_bound if f.evidence.coherent_bound is not None \
-        and f.evidence.coherent_bound.shape == f.a.shape else 0.0
     with np.errstate(invalid="ignore"):
-        allowed = worst + np.where(np.isnan(coherent), 0.0, coherent)
+        allowed = worst + f.coherent
         within = (f.cc == FIN) & np.isfinite(allowed) & (f.err_c <= allowed)
     return broke & ((f.cc != FIN) | within)
 
@@ -295,23 +295,6 @@ def _float16_skipped_rounding(f: OutputFacts) -> np.ndarray:
         return np.zeros(f.a.shape, dtype=bool)
     with np.errstate(invalid="ignore"):
         return (f.cc == FIN) & (f.cr == FIN) & (f.err_c <= same)
-
-
-def spec_same_bound(reference: np.ndarray, error_bound, candidate_value) -> np.ndarray | None:
-    """SetEvidence.spec_same_bound from the candidate's own float64 evaluation of the value
-    (`candidate_value`, carrying its bound): that bound where the reference gives both models the same
-    value and the original's bound (`error_bound`) is not finite; NaN elsewhere; None where it holds
-    nowhere. The rule float16-skipped-rounding reads it, for outputs and intermediates alike."""
-    from onnxrefine.verify.judge.compare import bit_identical
-    from onnxrefine.verify.reference import bound_of
-
-    own = None if candidate_value is None else bound_of(candidate_value)
-    if own is None or np.shape(own) != np.shape(reference):
-        return None
-    own = np.asarray(own, np.float64)
-    unbounded = np.ones(own.shape, dtype=bool) if error_bound is None else ~np.isfinite(error_bound)
-    same = bit_identical(np.asarray(candidate_value, np.float64), reference) & unbounded & np.isfinite(own)
-    return np.where(same, own, np.nan) if same.any() else None
 
 
 def _sign_flip(f: OutputFacts) -> np.ndarray:
