@@ -320,6 +320,13 @@ def finite_max(dtype) -> float:
     return float(ml_dtypes.finfo(np.dtype(dtype)).max)
 
 
+def underflow_floor(dtype) -> float:
+    """A rounding's absolute error below the normal range: a 16-bit float type's smallest subnormal, a
+    wider type's smallest normal (a run may flush its subnormals)."""
+    info = ml_dtypes.finfo(np.dtype(dtype))
+    return float(info.smallest_subnormal if np.dtype(dtype).itemsize <= 2 else info.tiny)
+
+
 # Ops whose output can move far more than the rounding of their inputs (condition number >> 1
 # somewhere in their domain): a root or logarithm near 0, a division by a value near 0, a power,
 # exp of a large argument, a normalization by a small spread. Only outputs behind one of these get

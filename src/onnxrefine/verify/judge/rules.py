@@ -20,7 +20,7 @@ import numpy as np
 
 from onnxrefine.verify.judge.compare import ValueClass, bit_identical, value_class
 from onnxrefine.verify.judge.decisions import near_boundary, reference_decision
-from onnxrefine.verify.graphinfo import is_float_dtype
+from onnxrefine.verify.graphinfo import is_float_dtype, underflow_floor
 from onnxrefine.verify.reference import probable_lambda
 
 ERROR_FACTOR = 2.0  # the original and the candidate each round: twice one side's error
@@ -61,11 +61,8 @@ class OutputFacts:
         with np.errstate(over="ignore", invalid="ignore"):
             self.crd = None if self.r is None else value_class(
                 self.r.astype(evidence.candidate.dtype).astype(np.float64))
-        info = ml_dtypes.finfo(evidence.candidate.dtype)
-        self.top = float(info.max)
-        # a rounding's absolute error below the normal range (bound_ops._type_limits' floor: float16's
-        # subnormal step, float32's smallest normal, as a run may flush subnormals)
-        self.floor = float(info.smallest_subnormal) if evidence.candidate.dtype.itemsize <= 2 else float(info.tiny)
+        self.top = float(ml_dtypes.finfo(evidence.candidate.dtype).max)
+        self.floor = underflow_floor(evidence.candidate.dtype)  # a rounding's absolute error below normal
         self.huge = math.sqrt(self.top)
         self.sens = _sensitivity(evidence, unstable)
         # s measures kappa * PERTURB_ULPS * u * |O| (kappa: the output's condition number); scaled

@@ -14,6 +14,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from onnxrefine.verify.graphinfo import underflow_floor
 from onnxrefine.verify.reference.base import KERNELS, NodeCall
 
 NOT_DERIVED = float("nan")  # compact form: NaN * |v| is NaN on every element
@@ -67,12 +68,9 @@ def materialize(compact, value) -> np.ndarray:
 
 @functools.lru_cache(maxsize=None)
 def _type_limits(dtype) -> tuple[float, float]:
-    """(underflow floor: the smallest normal, float16's smallest subnormal; overflow limit: max plus
-    half an ulp of max) of a float dtype."""
-    info = ml_dtypes.finfo(dtype)
-    floor = float(info.smallest_subnormal) if dtype.itemsize <= 2 else float(info.tiny)
-    top = float(info.max)
-    return floor, top + float(np.spacing(np.asarray(top, dtype=dtype)).astype(np.float64)) / 2.0
+    """(underflow floor (underflow_floor); overflow limit: max plus half an ulp of max) of a float dtype."""
+    top = float(ml_dtypes.finfo(dtype).max)
+    return underflow_floor(dtype), top + float(np.spacing(np.asarray(top, dtype=dtype)).astype(np.float64)) / 2.0
 
 
 def gamma(n: float, u: float) -> float:
@@ -282,22 +280,21 @@ def _power_of_two(value: np.ndarray) -> np.ndarray:
 
 
 def _exact_product_of(ctx):
-    """a product by an exact power of two (1, 0.5, 2^27, ...) unless it lands below the normal range,
-    and a product of exact integers below 2^p; judged on the unrounded product (a float16 value
-    rounded to its type is 0 where it underflowed, and within 2^p where it was an integer beyond)."""
+    """a product by an exact power of two (1, 0.5, 2^27, ...) unless it lands below the normal range, and
+    of exact integers below 2^p; judged on the unrounded product (0 in float16 where it underflowed)."""
     y = ctx.y()
     mask = np.zeros(y.shape, dtype=bool)
     exact = [ctx.exact_value(index) for index in (0, 1)]
     if not any(exact):
         return mask
+    a, b = ctx.r(0), ctx.r(1)
     with np.errstate(all="ignore"):
-        product = np.broadcast_to(ctx.r(0) * ctx.r(1), y.shape)
+        product = np.broadcast_to(a * b, y.shape)
     normal = (np.abs(product) >= float(ml_dtypes.finfo(ctx.out_dtypes[0]).tiny)) | (product == 0)
-    for index in (0, 1):
+    for index, factor in enumerate((a, b)):
         if exact[index]:
-            mask |= np.broadcast_to(_power_of_two(ctx.r(index)), y.shape) & normal
+            mask |= np.broadcast_to(_power_of_two(factor), y.shape) & normal
     if all(exact):
-        a, b = ctx.r(0), ctx.r(1)
         mask |= np.broadcast_to((a == np.round(a)) & (b == np.round(b)), y.shape) \
             & (np.abs(product) <= ctx.precision_limit())
     return mask
