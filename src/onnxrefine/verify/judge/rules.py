@@ -415,8 +415,9 @@ RULES = (
          (_R + "test_reassociation_that_overflows_a_moderate_value_is_mismatch",),
          _overflow_territory, None),
     Rule("terms-overflow", "C non-finite where R is finite (also rounded to the output type) and the magnitude of "
-         "the element's terms M_i reaches the type's largest finite value", "a sum whose terms reach the largest finite value overflows in some "
-         "order of its additions though its result does not: a reassociation may overflow it, on any inputs",
+         "the element's terms M_i reaches the type's largest finite value",
+         "a sum whose terms reach the largest finite value overflows in some order of its additions though its "
+         "result does not: a reassociation may overflow it, on any inputs",
          (_R + "test_a_sum_whose_terms_reach_the_largest_value_may_overflow_in_another_order",),
          (_R + "test_reassociation_that_overflows_a_moderate_value_is_mismatch",
           _R + "test_terms_near_the_largest_value_excuse_no_finite_difference",
