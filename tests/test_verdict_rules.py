@@ -394,6 +394,45 @@ def test_reference_inexact_does_not_excuse_a_far_candidate():
     assert judge_output([far], bound).verdict == MISMATCH
 
 
+def test_reference_inexact_judges_a_cancelling_element_by_its_sensitivity():
+    # A fuzz case (fuse_bn_into_conv, the inf/NaN set): float64 overflows a Conv to inf where the float32
+    # runs make inf - inf = NaN, which onnxruntime's MaxPool skips; both runs pick a finite 0.086 whose
+    # terms are about 1, the BN fold 1.2e-7 off the original's. |O_i| alone allows 8e-8; the element's
+    # sensitivity (inputs moved by 4 ulps move it by 2.4e-7) says its terms are 1.
+    import onnxrefine
+    from onnxrefine.fuzz.generator import generate_model
+
+    case = generate_model(990250, max_nodes=20, opset=18, target="fuse_bn_into_conv")
+    candidate = onnxrefine.optimize(case.model, ["fuse_bn_into_conv"])
+    report = verify_models(case.model, candidate, seed=990250, dims=case.input_dims, trials=2, localize=False)
+    assert report.verdict == ROUNDING, [o.to_dict() for o in report.outputs if o.verdict != "exact"]
+    assert sum(o.excused.get("reference-inexact", 0) for o in report.outputs) > 0
+    # the same element at the unit level: without a perturbation run no terms are measured
+    bound = RoundingBound.for_output(2.0 ** -24, 4, 2, amplifiers=())   # the case's: 8 roundings, no amplifier
+    original = np.array([0.08576259, 1.0], np.float32)
+    candidate = np.array([np.float32(0.08576259) - np.float32(1.2e-7), 1.0], np.float32)
+    moved = original + np.array([2.4e-7, 0.0], np.float32)
+    reference = np.array([inf, 1.0])
+    sensed = SetEvidence(original, original.copy(), candidate, [moved], 2.0 ** -24, reference=reference)
+    blind = SetEvidence(original, original.copy(), candidate, reference=reference)
+    assert judge_output([sensed], bound).verdict == ROUNDING
+    assert judge_output([blind], bound).verdict == MISMATCH
+
+
+def test_reference_inexact_lends_a_jump_no_allowance():
+    # A jump within the perturbation (a Floor, a picker switching elements) moves the element by far
+    # more than its terms' rounding would (0.3 for 4 ulps: "terms" of 1e6): the RMS of the output caps
+    # what the sensitivity may claim, so candidates outside the span the perturbed originals reach (the
+    # perturbation control's) stay mismatches, 0.5 off or 1e-3 off alike.
+    bound = RoundingBound.for_output(2.0 ** -24, 4, 2, amplifiers=())   # no amplifier behind it
+    original = np.array([1.0, 2.0, 3.0], np.float32)
+    reference = np.array([1.0, inf, 3.0])
+    jump = original + np.array([0.0, 0.3, 0.0], np.float32)
+    for candidate in (np.array([1.0, 2.5, 3.0], np.float32), np.array([1.0, 1.999, 3.0], np.float32)):
+        evidence = SetEvidence(original, original.copy(), candidate, [jump], 2.0 ** -24, reference=reference)
+        assert judge_output([evidence], bound).verdict == MISMATCH
+
+
 # ------------------------------------------------------------------------------ discrete outputs
 
 def _third_times_three(final):

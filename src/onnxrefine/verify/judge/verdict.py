@@ -55,8 +55,8 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        Derived, not a constant: s / (PERTURB_ULPS*u*|O|) is the output's measured
                        condition number kappa, so 2*k*s ~ 2*gamma*kappa*|O|, the first-order rounding
                        bound of an ill-conditioned value (kappa ~ 1 adds about gamma*|O| again).
-    reference-inexact  R not finite, O and C finite: |C - O| <= 2*gamma*|O_i| (+ 2*k*s_i behind an
-                       ill-conditioned op).
+    reference-inexact  R not finite, O and C finite: |C - O| <= 2*gamma*max(|O_i|, its terms as s_i
+                       measures them, capped by m_O) (+ 2*k*s_i behind an ill-conditioned op).
     follows-reference  C non-finite and of R's class, or +-inf where |R| exceeds the dtype's max.
     original-broke     O non-finite, R finite, C non-finite too (the original's own error is
                        unbounded there; a finite C is judged by within-bound against R).
