@@ -75,3 +75,46 @@ def test_maxpool_lowest_where_the_true_value_is_finite_is_mismatch():
     evidence = SetEvidence(original, original.copy(), candidate, reference=np.array([-np.inf, 1.0]),
                            maxpool_made=(True, False))  # the -FLT_MAX side is not the MaxPool's
     assert judge_output([evidence], bound).verdict == MISMATCH
+
+
+def _pool_average_log_softmax(fused: bool, lowest_by=("MaxPool", {"kernel_shape": [1]})):
+    # fuzz campaign of seed 900000, case 88383: MaxPool -> AveragePool -> Log(Softmax), the Log(Softmax)
+    # fused. onnxruntime's MaxPool makes -FLT_MAX of a -inf, the AveragePool halves it beside a finite
+    # element, and LogSoftmax keeps the -FLT_MAX/2 where the original's Softmax takes it to 0, its Log to -inf
+    op, attrs = lowest_by
+    head = [node(op, ["x"] + (["low"] if op == "Clip" else []), ["p"], **attrs),
+            node("AveragePool", ["p"], ["a"], kernel_shape=[2], strides=[2])]
+    tail = [node("LogSoftmax", ["a"], ["y"], axis=-1)] if fused else \
+        [node("Softmax", ["a"], ["s"], axis=-1), node("Log", ["s"], ["y"])]
+    return build(head + tail, [("low", np.float32(LOWEST))] if op == "Clip" else ())
+
+
+AVERAGED = np.array([[[-np.inf, 2.0, 1.5, 0.5, -2.0, 3.0]]], np.float32)
+
+
+def test_maxpool_lowest_averaged_by_an_average_pool_is_onnxruntimes_lowest():
+    report = verify_models(_pool_average_log_softmax(False), _pool_average_log_softmax(True),
+                           inputs=[{"x": AVERAGED}], trials=2)
+    assert report.verdict == ROUNDING, report.outputs[0].to_dict()
+    assert report.outputs[0].excused.get("maxpool-lowest", 0) > 0
+
+
+def test_clip_to_lowest_before_an_average_pool_is_still_mismatch():
+    # the same values made by a Clip: not onnxruntime's MaxPool
+    clip = ("Clip", {})
+    original = _pool_average_log_softmax(False, ("Identity", {}))
+    report = verify_models(original, _pool_average_log_softmax(True, clip), inputs=[{"x": AVERAGED}], trials=2)
+    assert report.verdict == MISMATCH
+
+
+def test_maxpool_lowest_beyond_the_average_pools_reach_is_mismatch():
+    # a window of -FLT_MAX averaged over k = 2 elements lies in [-FLT_MAX, -FLT_MAX/2]: -FLT_MAX/4 is
+    # no MaxPool's lowest behind one such pool, nor -FLT_MAX/2 behind none
+    bound = RoundingBound.for_output(2.0 ** -24, 2, 8, amplifiers=(), jumps=())
+    original = np.array([-np.inf, 1.0], np.float32)
+    reference = np.array([-np.inf, 1.0])
+    for candidate_value, made, expected in ((LOWEST / 2, 2, ROUNDING), (LOWEST, 2, ROUNDING),
+                                            (LOWEST / 4, 2, MISMATCH), (LOWEST / 2, 1, MISMATCH)):
+        candidate = np.array([candidate_value, 1.0], np.float32)
+        evidence = SetEvidence(original, original.copy(), candidate, reference=reference, maxpool_made=(0, made))
+        assert judge_output([evidence], bound).verdict == expected, (candidate_value, made)

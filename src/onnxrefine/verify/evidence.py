@@ -9,6 +9,8 @@ VerificationSession (session.py) calls them in order.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 
@@ -256,14 +258,21 @@ def runnable_sets(labelled, first_runs, notes) -> tuple:
 _MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "LogSoftmax"})
 
 
-def made_by_maxpool(model: onnx.ModelProto, name: str) -> bool:
-    """The value is a MaxPool's output Y, possibly moved by data-movement ops (or a LogSoftmax) after it."""
+def made_by_maxpool(model: onnx.ModelProto, name: str) -> int:
+    """0 unless the value is a MaxPool's output Y, possibly moved by data-movement ops (or a LogSoftmax)
+    and averaged by AveragePools after it; else the product k of those AveragePools' window sizes: a
+    window of the MaxPool's -FLT_MAX among finite values averages to between -FLT_MAX and -FLT_MAX/k."""
     producers = {out: node for node in model.graph.node for out in node.output}
-    current, node = name, producers.get(name)
-    while node is not None and node.op_type in _MOVES and node.input:
+    current, node, divisor = name, producers.get(name), 1
+    while node is not None and node.input and (node.op_type in _MOVES or node.op_type == "AveragePool"):
+        if node.op_type == "AveragePool":
+            kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
+            if not kernel or any(k < 1 for k in kernel):
+                return 0
+            divisor *= math.prod(kernel)
         current = node.input[0]
         node = producers.get(current)
-    return node is not None and node.op_type == "MaxPool" and node.output[0] == current
+    return divisor if node is not None and node.op_type == "MaxPool" and node.output[0] == current else 0
 
 
 def decision_feed(producers, name, item):

@@ -75,8 +75,8 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        value, gives both models the same value (SetEvidence.spec_same_bound: B_c
                        is the candidate's own derived bound, which also bounds a run that computes
                        a float16 op in float32 and skips its rounding).
-    maxpool-lowest     -inf <-> -largest finite where R is -inf and a MaxPool makes the side's output
-                       showing -largest (onnxruntime's float MaxPool over a window of only -inf).
+    maxpool-lowest     -inf <-> -largest (to -largest/k behind AveragePools of k elements) where R is -inf
+                       and a MaxPool makes that side's output (onnxruntime's MaxPool over only -inf).
     sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
 Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fallback" requires
 |C - O| <= 2*gamma*max(|O_i|, min(s_i / (PERTURB_ULPS*u), m_O)), plus 2*k*s_i behind an
@@ -240,8 +240,8 @@ class SetEvidence:
 
     # every decision behind the output reads exactly computed values (decisions.exact_decisions)
     exact_decisions: bool = False
-    # (original, candidate): the output is made by a MaxPool (through data movement), rule maxpool-lowest
-    maxpool_made: tuple = (False, False)
+    # (original, candidate): k > 0 where a MaxPool makes the output (evidence.made_by_maxpool), rule maxpool-lowest
+    maxpool_made: tuple = (0, 0)
     magnitude_read: bool = False  # the judge read `magnitude` at a differing element (no bound in force)
 
 
