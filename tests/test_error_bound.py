@@ -209,6 +209,38 @@ def test_a_product_exact_in_the_wide_type_but_not_in_float16_is_not_exact():
     assert np.all(bound_of(value) > 0)
 
 
+def test_float16_products_and_quotients_below_the_normal_range_are_sound_and_finite():
+    # x / (x * k) over binades reaching float16's subnormals (fuzz campaign of seed 900000, case 11078: a
+    # one-step subnormal x, whose product with 0.594 the spec rounds back to x). Each run's rounding errs
+    # by at most half a subnormal step below the normal range; the reference rounds too, by an amount it
+    # knows. Three runs: the spec's (each op rounded to float16), a run that skips the product's rounding
+    # (onnxruntime's float32 kernels once the Cast between them is gone) and onnxruntime's float16 run.
+    H = TensorProto.FLOAT16
+    rng = np.random.default_rng(11078)
+    size = 100_000
+    x = (rng.standard_normal(size) * np.exp2(rng.integers(-26, 2, size))).astype(np.float16)
+    k = (rng.uniform(0.3, 1.7, size) * rng.choice([-1, 1], size)).astype(np.float16)
+    x[:4], k[:4] = np.float16(2.0 ** -24), np.float16([0.594, 0.51, 0.99, -1.4])
+    model = make_model([helper.make_node("Mul", ["x", "k"], ["p"]), helper.make_node("Div", ["x", "p"], ["y"])],
+                       [value_info("x", H, [size]), value_info("k", H, [size])], [value_info("y", H, None)])
+    value = evaluate_float64(model, {"x": x, "k": k}, outputs=["y"])["y"]
+    reference, bound = np.asarray(value, np.float64), bound_of(value)
+    with np.errstate(all="ignore"):
+        spec = (x / (x * k)).astype(np.float64)  # numpy rounds each float16 op to float16
+        skipped = (x.astype(np.float32) / (x.astype(np.float32) * k.astype(np.float32))).astype(np.float16)
+    known = np.isfinite(reference) & (x != 0)
+    onnxruntime = run(model, {"x": x, "k": k})[0].astype(np.float64)
+    for observed in (spec, skipped.astype(np.float64), onnxruntime):
+        error = np.abs(observed - reference)[known]
+        assert np.all(error <= bound[known]), np.flatnonzero(error > bound[known])[:5]
+    # the one-step subnormal x by 0.594: 1.0 by the spec, 1.68 computed in float32, both within a finite bound
+    assert reference[0] == 1.0 and np.isfinite(bound[0]) and abs(float(skipped[0]) - 1.0) <= bound[0]
+    assert np.isfinite(bound[known]).mean() > 0.99
+    # tight within a factor 2 where a run skips the product's rounding (first-order worst case of a quotient)
+    finite = known & np.isfinite(bound) & (bound > 0)
+    assert np.max(np.abs(skipped.astype(np.float64) - reference)[finite] / bound[finite]) >= 0.5
+
+
 def test_a_sum_that_cancels_is_not_exact_and_a_jump_within_reach_is_bounded_by_it():
     # Floor(x * 3 * (1/3)): near an integer the run may land on either side; the bound says 1 there
     x = np.concatenate([np.arange(-50, 50, dtype=np.float32), _wide(1000)]).astype(np.float32)

@@ -321,10 +321,11 @@ def finite_max(dtype) -> float:
 
 
 def underflow_floor(dtype) -> float:
-    """A rounding's absolute error below the normal range: a 16-bit float type's smallest subnormal, a
-    wider type's smallest normal (a run may flush its subnormals)."""
+    """A rounding's absolute error below the normal range: half a 16-bit float type's smallest
+    subnormal (rounding to nearest, also of a float32 result converted: at most u*|y| more), a wider
+    type's smallest normal (a run may flush its subnormals)."""
     info = ml_dtypes.finfo(np.dtype(dtype))
-    return float(info.smallest_subnormal if np.dtype(dtype).itemsize <= 2 else info.tiny)
+    return float(info.smallest_subnormal) / 2 if np.dtype(dtype).itemsize <= 2 else float(info.tiny)
 
 
 # Ops whose output can move far more than the rounding of their inputs (condition number >> 1

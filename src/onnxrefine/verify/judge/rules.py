@@ -132,9 +132,9 @@ class OutputFacts:
         estimate per element, 2*e_o_i + gamma*M_i (M: _magnitude). No term is shared across elements:
         a large or ill-computed element lends the others nothing; a cancelling element (|R_i| far below
         its terms, bert-base's) is judged by its terms' magnitude. Each of the gamma/u roundings gamma
-        counts may also err by the underflow floor absolutely, which no relative term covers (a float16
-        subnormal result one step from float64)."""
-        underflow = self.bound.gamma / self.bound.u * self.floor if self.bound.u > 0 else 0.0
+        counts may also err by the underflow floor absolutely, the candidate's and the reference's alike,
+        which no relative term covers (a float16 subnormal result one step from float64)."""
+        underflow = ERROR_FACTOR * self.bound.gamma / self.bound.u * self.floor if self.bound.u > 0 else 0.0
         return ERROR_FACTOR * self.err_o + self.bound.gamma * self.magnitude + underflow
 
     def sensed_terms(self) -> np.ndarray:
@@ -355,7 +355,7 @@ RULES = (
           _H + "test_a_float16_bn_fold_with_a_one_percent_wrong_mean_is_mismatch"),
          _within_derived_bound, True),
     Rule("within-bound", "where no bound is in force (not derived, +inf, or the original beyond it): finite "
-         "C within 2*e_o_i + gamma*M_i + (gamma/u)*floor of R, M_i = max(|R_i|, the magnitude of the element's "
+         "C within 2*e_o_i + gamma*M_i + 2*(gamma/u)*floor of R, M_i = max(|R_i|, the magnitude of the element's "
          "terms) (OutputFacts.base_allowance); where that magnitude is not derived |R_i| alone; floor: the "
          "type's absolute rounding below the normal range",
          "reassociation, folding and fusion change rounding only; the candidate may err as much "

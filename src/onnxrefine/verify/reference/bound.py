@@ -57,6 +57,15 @@ __all__ = ["BoundedReference", "BoundTracker", "FAILURE_PROBABILITY", "bound_of"
            "magnitude_of", "probable_lambda", "probable_scale_of"]
 
 
+
+def _narrow_entry(name, narrow_types, unrounded):
+    """OpContext.narrow's entry for one output: False where the reference keeps float64, else the value
+    before the reference rounded it (True where that is not known)."""
+    if not name or name not in narrow_types:
+        return False
+    value = None if unrounded is None else unrounded.get(name)
+    return value if isinstance(value, np.ndarray) else True
+
 class BoundedReference(np.ndarray):
     """A float64 reference value carrying its per-element error bound and coherent bound."""
 
@@ -201,9 +210,10 @@ class BoundTracker:
             return None, None, None  # a graph input or an exact constant
         return NOT_DERIVED, NOT_DERIVED, NOT_DERIVED  # produced where no bound was derived
 
-    def after_node(self, node, seen, outputs, scope) -> None:
+    def after_node(self, node, seen, outputs, scope, unrounded=None) -> None:
         """Bounds of `node`'s outputs from its inputs' (called once the node has run); `seen`: the
-        (inputs, attrs, opset) its native kernel ran with, None when no native kernel ran it."""
+        (inputs, attrs, opset) its native kernel ran with, None when no native kernel ran it;
+        `unrounded`: the float64 values of the outputs the reference rounded to a narrow type, by name."""
         if id(node) in self.adopted:  # a function call whose body was tracked
             self.adopted.discard(id(node))
             return
@@ -224,7 +234,8 @@ class BoundTracker:
         if rule is not None and seen is not None and all(isinstance(v, np.ndarray) or v is None for v in inputs):
             ctx = OpContext(node, inputs, attrs, opset, outputs, [r[0] for r in reprs], [r[1] for r in reprs],
                             [dtype_of(self.types.get(name)) for name in names], self.evaluator, scope,
-                            [name in getattr(self.evaluator, "narrow_types", {}) for name in names])
+                            [_narrow_entry(name, getattr(self.evaluator, "narrow_types", {}), unrounded)
+                             for name in names])
             unbounded = [any(isinstance(c, float) and c == UNBOUNDED for c in compacts) for compacts in (ctx.b, ctx.k)]
             ctx.only_coherent = node.op_type in _COSTLY and unbounded[0]
             worst_case = _unbounded if all(unbounded) and node.op_type not in _CARRIERS else rule

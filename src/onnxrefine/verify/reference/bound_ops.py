@@ -177,8 +177,7 @@ class OpContext:
         `scale` (default |y|; an Add's is |a| + |b|, so that any order of a sum is covered) grown by
         the carried bound (None: the op is exact), none where `exact` (a mask of elements the op
         computes exactly in any evaluation order), +inf where the run may overflow or y is not finite.
-        `underflows`: roundings inside the op whose absolute error can reach the underflow floor
-        (the smallest normal; float16's smallest subnormal), beyond what its `prop` covers."""
+        `underflows`: roundings inside the op that may err by the underflow floor beyond what `prop` covers."""
         y = self.y(index)
         dtype = self.out_dtypes[index] if index < len(self.out_dtypes) else None
         if not is_float(dtype):
@@ -204,8 +203,12 @@ class OpContext:
                 rounding[np.broadcast_to(exact, rounding.shape)] = 0.0
             rounding = np.add(rounding, carried, out=rounding if np.shape(carried) in ((), rounding.shape) else None)
             bound = rounding if rounding.shape == y.shape else np.broadcast_to(rounding, y.shape).copy()
-        if self.narrow[index] if index < len(self.narrow) else False:
-            bound = np.asarray(bound + u * magnitude)  # the reference rounds this value to its type too
+        narrow = self.narrow[index] if index < len(self.narrow) else False
+        if narrow is not False:  # the reference rounds this value too: by |before - y| where it knows before
+            before = narrow if isinstance(narrow, np.ndarray) and narrow.shape == y.shape else None
+            with np.errstate(invalid="ignore"):
+                own = u * magnitude + floor if before is None else np.abs(np.asarray(before, np.float64) - y)
+            bound = np.asarray(bound + np.where(np.isnan(own), np.inf, own))
         # the run overflows only where its unrounded value can reach max + half an ulp of max (NaN and
         # inf fail the comparison too)
         magnitude += carried

@@ -266,13 +266,15 @@ class _Evaluator:
             self._node_seen = None
             self._tracking = track
             self.run_node(node, env, self.opsets)
+            unrounded = {}
             for out in node.output:
                 if out in self.narrow_types:
+                    unrounded[out] = env[out]
                     env[out] = _dtype.round_to(env[out], self.narrow_types[out])
             if track is not None:
                 seen = self._node_seen if self._node_seen is not None and self._node_seen[0] is node else None
                 track.after_node(node, seen and seen[1:], [dict.get(env, name) if name else None for name in node.output],
-                                 env)
+                                 env, unrounded)
             if self.observe is not None and main:  # main graph only (localisation)
                 for name in node.output:
                     if name:
