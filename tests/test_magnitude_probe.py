@@ -202,3 +202,43 @@ def test_a_graph_with_an_op_no_bound_rule_covers_reads_the_magnitude():
     body = helper.make_function("local", "Twice", ["a"], ["b"], [helper.make_node("Add", ["a", "a"], ["b"])],
                                 [helper.make_opsetid("", 18)])
     assert not terms.reads_magnitudes(model(helper.make_node("Twice", ["x"], ["y"], domain="local"), [body]))
+
+
+def test_a_maxpool_carries_the_terms_of_the_finite_elements_it_may_pick():
+    # a window holding -inf or NaN beside finite elements: its finite maximum's terms are those of a
+    # finite element, which a NaN magnitude at the non-finite ones left underived; a window of only
+    # non-finite elements derives nothing it could be read at (its result is not finite)
+    x = np.array([[[-np.inf, 0.5, np.nan, -0.25, -np.inf, np.inf]]], np.float32)
+    model = make_model([helper.make_node("Mul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "c"], ["s"]),
+                        helper.make_node("MaxPool", ["s"], ["y"], kernel_shape=[2], strides=[2])],
+                       [value_info("x", F, [1, 1, 6])], [value_info("y", F, None)],
+                       [tensor("w", np.float32(4.0)), tensor("c", np.float32(-1.5))])
+    value = evaluate_float64(model, {"x": x}, outputs=["y"])["y"]
+    magnitude = magnitude_of(value)
+    assert np.asarray(value)[0, 0, :2].tolist() == [0.5, -2.5]
+    # 4x - 1.5: terms |4x| + |1.5| (a constant summand counts)
+    assert np.allclose(magnitude[0, 0, :2], [2.0 + 1.5, 1.0 + 1.5])
+
+
+def test_a_float16_bn_fold_before_a_maxpool_beside_infinities_is_rounding():
+    # fuzz campaign of seed 1100000, case 468: a float16 BatchNormalization folded into a Conv, a MaxPool
+    # after it whose windows hold the -inf and NaN of the inf/NaN set beside the finite maximum; no bound
+    # is in force there (a window's element has none), and within-bound read the picked element's terms
+    # as not derived: the fold's 4-ulp difference at 0.29 beyond gamma * |R|
+    import onnxrefine
+    from onnxrefine.fuzz.generator import generate_model
+
+    case = generate_model(1100468, max_nodes=20, opset=18, target="fuse_bn_into_conv")
+    candidate = onnxrefine.optimize(case.model, ["fuse_bn_into_conv"])
+    report = verify_models(case.model, candidate, seed=1100468, dims=case.input_dims, trials=2, localize=False)
+    assert report.verdict == ROUNDING, [o.to_dict() for o in report.outputs if o.verdict != "exact"]
+    # a fold whose bias is off by 2% of its terms there stays a mismatch
+    import onnx
+
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(candidate)
+    bias = next(t for t in wrong.graph.initializer if t.name.endswith("_bias_folded"))
+    values = onnx.numpy_helper.to_array(bias).astype(np.float32)
+    bias.CopyFrom(onnx.numpy_helper.from_array((values + 0.05).astype(values.dtype), bias.name))
+    report = verify_models(case.model, wrong, seed=1100468, dims=case.input_dims, trials=2, localize=False)
+    assert report.verdict == MISMATCH

@@ -329,7 +329,7 @@ class BoundTracker:
             known = None if reset else self.magnitudes.get(name)
             steps.append(MAGNITUDE_STEP if known is None else MAGNITUDE_STEP * known)
         saved = ctx.b, ctx.k, ctx.only_coherent, ctx.out_dtypes, ctx.narrow, ctx.magnitude
-        ctx.b, ctx.k, ctx.only_coherent, ctx.probable = steps, [None] * len(steps), False, True
+        ctx.b, ctx.k, ctx.only_coherent, ctx.probable, ctx.terms_pass = steps, [None] * len(steps), False, True, True
         ctx.out_dtypes = [np.dtype(np.float64) if d is not None and d.kind == "f" else d for d in ctx.out_dtypes]
         ctx.narrow = [False] * len(ctx.narrow)
         try:
@@ -339,7 +339,7 @@ class BoundTracker:
             results = None
         finally:
             ctx.b, ctx.k, ctx.only_coherent, ctx.out_dtypes, ctx.narrow, ctx.magnitude = saved
-            ctx.probable = False
+            ctx.probable = ctx.terms_pass = False
         for index, name in enumerate(names):
             if not name or results is None or index >= len(results) or index >= len(ctx.outputs):
                 continue

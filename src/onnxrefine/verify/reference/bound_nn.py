@@ -48,6 +48,10 @@ def _movement(positions, relative_passes: bool):
                 substituted = list(ctx.inputs)
                 for i in data:
                     substituted[i] = materialize(compacts[i], ctx.inputs[i])
+                    if ctx.terms_pass and not relative_passes:  # a picker: the picked element's terms, and
+                        # where the result is finite (where the magnitude is read) the element picked is finite
+                        finite = np.isfinite(np.asarray(ctx.inputs[i], np.float64))
+                        substituted[i] = np.where(finite, substituted[i], 0.0)
                 if ctx.node.op_type == "Pad" and len(substituted) > 2 and substituted[2] is not None:
                     substituted[2] = np.zeros_like(np.asarray(substituted[2], dtype=np.float64))
                 moved = ctx.kernel(substituted, _BOUND_KERNEL.get(ctx.node.op_type))

@@ -124,7 +124,7 @@ class OpContext:
     only_coherent = False  # an input's bound is unbounded everywhere: the output's is too, skip it
     # the probable pass (bound.py): `b` holds the inputs' error scales sigma, and sums use the
     # independent-rounding model (Higham and Mary): only the bound channel is computed
-    probable = False
+    probable = terms_pass = False  # terms_pass: the magnitude pass (bound.py), `b` MAGNITUDE_STEP * M_in
     magnitude = None  # a dot product's |a| |w|, left by the worst-case pass for the probable one
     worst = None  # in the probable pass: the inputs' worst-case bounds (compact)
 
