@@ -118,3 +118,41 @@ def test_maxpool_lowest_beyond_the_average_pools_reach_is_mismatch():
         candidate = np.array([candidate_value, 1.0], np.float32)
         evidence = SetEvidence(original, original.copy(), candidate, reference=reference, maxpool_made=(0, made))
         assert judge_output([evidence], bound).verdict == expected, (candidate_value, made)
+
+
+def test_a_reduce_min_over_a_nan_after_fused_transposes_is_undefined():
+    # fuzz campaign of seed 1100000, case 13870: four Transposes fused into two change the layout a
+    # ReduceMin reads; on the inf/NaN set the deployment settings' kernel keeps a -inf in the candidate
+    # where it skipped it in the original (a NaN read in between drops what came before), and float64 says NaN
+    import onnxrefine
+    from onnxrefine.fuzz.generator import generate_model
+
+    case = generate_model(1113870, max_nodes=20, opset=18, target="fuse_consecutive_transposes")
+    candidate = onnxrefine.optimize(case.model, ["fuse_consecutive_transposes"])
+    report = verify_models(case.model, candidate, seed=1113870, dims=case.input_dims, trials=2, localize=False)
+    assert report.verdict != MISMATCH, report.to_dict()["deployment"]
+    excused = sum(o.excused.get("undefined-pick", 0) for o in report.outputs + report.deployment)
+    assert excused > 0
+
+
+def _nan_pick(picker_made=(True, True), reference=np.nan, nonfinite_inputs=True):
+    bound = RoundingBound.for_output(2.0 ** -24, 2, 8, amplifiers=(), jumps=())
+    original = np.array([-1.5, 2.0], np.float32)
+    candidate = np.array([-np.inf, 2.0], np.float32)
+    evidence = SetEvidence(original, original.copy(), candidate, reference=np.array([reference, 2.0]),
+                           nonfinite_inputs=nonfinite_inputs, picker_made=picker_made)
+    return judge_output([evidence], bound).verdict
+
+
+def test_a_reduction_replaced_by_another_at_a_nan_is_still_mismatch():
+    # the candidate's output is no min or max (a ReduceMin made a ReduceMean): its value at a NaN is no pick
+    assert _nan_pick() == ROUNDING
+    assert _nan_pick(picker_made=(True, False)) == MISMATCH
+
+
+def test_a_pick_where_the_minimum_is_defined_is_still_mismatch():
+    assert _nan_pick(reference=-1.5) == MISMATCH
+
+
+def test_a_nan_pick_without_non_finite_inputs_is_still_mismatch():
+    assert _nan_pick(nonfinite_inputs=False) == MISMATCH

@@ -227,7 +227,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
 
 def add_static_facts(original, candidate_file, tracks, output_map) -> None:
     """What the graphs say of each output, on every track: SetEvidence.exact_decisions
-    (decisions.exact_decisions) and SetEvidence.maxpool_made (rule maxpool-lowest)."""
+    (decisions.exact_decisions), maxpool_made (rule maxpool-lowest) and picker_made (undefined-pick)."""
     names = list(tracks[0].evidence) if tracks else []
     try:
         exact = judge.exact_decisions(original, names)
@@ -235,12 +235,13 @@ def add_static_facts(original, candidate_file, tracks, output_map) -> None:
         exact = {}
     candidate = None if candidate_file is None else candidate_file.proto
     for name in names:
-        made = (made_by_maxpool(original, name),
-                candidate is not None and name in output_map and made_by_maxpool(candidate, output_map[name]))
+        twin = output_map.get(name) if candidate is not None else None
+        made = (made_by_maxpool(original, name), twin is not None and made_by_maxpool(candidate, twin))
+        picked = (made_by_picker(original, name), twin is not None and made_by_picker(candidate, twin))
         for track in tracks:
             for item in track.evidence.get(name, []):
                 item.exact_decisions = exact.get(name, False)
-                item.maxpool_made = made
+                item.maxpool_made, item.picker_made = made, picked
 
 
 def runnable_sets(labelled, first_runs, notes) -> tuple:
@@ -256,6 +257,21 @@ def runnable_sets(labelled, first_runs, notes) -> tuple:
 # ops after which a MaxPool's -largest finite value is still there: data movement, and LogSoftmax
 # (x_i minus the row's finite log-sum-exp leaves -FLT_MAX at -FLT_MAX while the row's largest is finite)
 _MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "LogSoftmax"})
+
+
+_PICKERS = frozenset({"ReduceMin", "ReduceMax", "MaxPool", "GlobalMaxPool", "Min", "Max"})
+
+
+def made_by_picker(model: onnx.ModelProto, name: str) -> bool:
+    """The value is the output of a min or max (one of its inputs' elements), possibly moved by data
+    movement after it."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    current, node = name, producers.get(name)
+    while node is not None and node.op_type in _MOVES and node.op_type != "LogSoftmax" and node.input:
+        current = node.input[0]
+        node = producers.get(current)
+    return node is not None and node.op_type in _PICKERS and (node.domain or "") in ("", "ai.onnx") \
+        and node.output[0] == current
 
 
 def made_by_maxpool(model: onnx.ModelProto, name: str) -> int:

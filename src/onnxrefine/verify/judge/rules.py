@@ -18,6 +18,7 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
+from onnxrefine.verify.judge import departures
 from onnxrefine.verify.judge.compare import ValueClass, bit_identical, value_class
 from onnxrefine.verify.judge.decisions import near_boundary, reference_decision
 from onnxrefine.verify.graphinfo import is_float_dtype, underflow_floor
@@ -276,33 +277,6 @@ def _fallback(f: OutputFacts) -> np.ndarray:
         return finite & (np.abs(f.c - f.a) <= allowed)
 
 
-def _maxpool_lowest(f: OutputFacts) -> np.ndarray:
-    # onnxruntime's float MaxPool starts each window at lowest(), so a window holding only -inf
-    # gives -FLT_MAX where the spec (and float64) says -inf; only the side whose output a MaxPool
-    # makes (k > 0: averaged by AveragePools of k elements in all after it, between -FLT_MAX and
-    # -FLT_MAX/k), and only where the true value is -inf
-    made_o, made_c = (int(made) for made in f.evidence.maxpool_made)
-
-    def lowest(values, made):
-        return (values >= -f.top) & (values <= -f.top / made) if made else np.zeros(values.shape, dtype=bool)
-
-    pair = ((f.a == -np.inf) & lowest(f.c, made_c)) | ((f.c == -np.inf) & lowest(f.a, made_o))
-    return pair & (True if f.r is None else f.r == -np.inf)
-
-
-def _float16_skipped_rounding(f: OutputFacts) -> np.ndarray:
-    # onnxruntime's CPU computes float16 ops that lack a float16 kernel in float32 and drops the Casts
-    # between neighbours; an If boundary keeps the rounding, so an inlined branch skips a float16
-    # rounding the spec defines. Where the reference gives both models the same value, the candidate's
-    # own derived bound (which holds for a run skipping roundings: each op's float16 rounding bounds a
-    # float32 one) judges the element; the original's bound is not finite there (a subgraph on the path)
-    same = f.evidence.spec_same_bound
-    if f.r is None or same is None or same.shape != f.a.shape:
-        return np.zeros(f.a.shape, dtype=bool)
-    with np.errstate(invalid="ignore"):
-        return (f.cc == FIN) & (f.cr == FIN) & (f.err_c <= same)
-
-
 def _sign_flip(f: OutputFacts) -> np.ndarray:
     flip = ((f.ca == PINF) & (f.cc == NINF)) | ((f.ca == NINF) & (f.cc == PINF))
     if f.crd is not None:  # the candidate's infinity against the true value's overflow
@@ -467,7 +441,7 @@ RULES = (
           _A + "test_clip_to_lowest_before_an_average_pool_is_still_mismatch",
           _A + "test_maxpool_lowest_beyond_the_average_pools_reach_is_mismatch",
           _A + "test_maxpool_lowest_where_the_true_value_is_finite_is_mismatch"),
-         _maxpool_lowest, None),
+         departures.maxpool_lowest, None),
     Rule("float16-skipped-rounding", "finite C within the candidate's own derived bound B_c of R, where the "
          "original's bound is not finite (a subgraph on the path) and the reference gives both models the same "
          "value", "onnxruntime's CPU runs neighbouring float16 ops without a float16 kernel in float32 once an If "
@@ -477,7 +451,16 @@ RULES = (
          (_H + "test_inlined_if_branch_with_a_changed_constant_is_mismatch",
           _H + "test_an_underflowing_float16_product_with_another_constant_is_mismatch",
           _H + "test_skipped_rounding_does_not_excuse_a_candidate_beyond_its_own_bound"),
-         _float16_skipped_rounding, True),
+         departures.float16_skipped_rounding, True),
+    Rule("undefined-pick", "where R is NaN (a minimum or maximum over elements among which a NaN is), both sides "
+         "a picker's output (ReduceMin/Max, MaxPool, Min/Max, through data movement), in the non-finite cone",
+         "onnxruntime's min and max kernels keep or skip a NaN by the order they read the elements in, which "
+         "a layout change or the thread pool's partition moves: the spec gives the element no value",
+         (_A + "test_a_reduce_min_over_a_nan_after_fused_transposes_is_undefined",),
+         (_A + "test_a_reduction_replaced_by_another_at_a_nan_is_still_mismatch",
+          _A + "test_a_pick_where_the_minimum_is_defined_is_still_mismatch",
+          _A + "test_a_nan_pick_without_non_finite_inputs_is_still_mismatch"),
+         departures.undefined_pick, True),
     Rule("sign-flip", "nothing: a +inf <-> -inf flip is always unexplained",
          "no rounding turns +inf into -inf; a sign-of-zero change before a division does",
          (), (_R + "test_sign_flip_of_infinity_is_mismatch",), _sign_flip, None, veto=True),

@@ -70,13 +70,12 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        whose true value overflows (R non-finite or |R| > sqrt(max); without R,
                        the same of O): which intermediate overflows first depends on evaluation
                        order. A candidate +-inf where R is finite and moderate is NOT excused.
-    float16-skipped-rounding  C finite within B_c of R, where the original's bound is not finite
-                       (a subgraph on the path) and the float64 reference, rounding every float16
-                       value, gives both models the same value (SetEvidence.spec_same_bound: B_c
-                       is the candidate's own derived bound, which also bounds a run that computes
-                       a float16 op in float32 and skips its rounding).
+    float16-skipped-rounding  C finite within B_c (the candidate's own bound, SetEvidence.spec_same_bound)
+                       of R where the original's is not finite and the reference gives both models the
+                       same value: B_c also bounds a run computing a float16 op in float32.
     maxpool-lowest     -inf <-> -largest (to -largest/k behind AveragePools of k elements) where R is -inf
                        and a MaxPool makes that side's output (onnxruntime's MaxPool over only -inf).
+    undefined-pick     R NaN, both outputs a min/max's, in the cone: which element a NaN leaves is order.
     sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
 Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fallback" requires
 |C - O| <= 2*gamma*max(|O_i|, min(s_i / (PERTURB_ULPS*u), m_O)), plus 2*k*s_i behind an
@@ -240,8 +239,9 @@ class SetEvidence:
 
     # every decision behind the output reads exactly computed values (decisions.exact_decisions)
     exact_decisions: bool = False
-    # (original, candidate): k > 0 where a MaxPool makes the output (evidence.made_by_maxpool), rule maxpool-lowest
+    # (original, candidate): evidence.made_by_maxpool (maxpool-lowest), made_by_picker (undefined-pick)
     maxpool_made: tuple = (0, 0)
+    picker_made: tuple = (False, False)
     magnitude_read: bool = False  # the judge read `magnitude` at a differing element (no bound in force)
 
 

@@ -1,0 +1,51 @@
+"""The rules that explain onnxruntime's known departures from the spec (rules.py lists them in RULES, with
+the real bugs each must not excuse): each takes the OutputFacts of one output on one input set and
+returns the mask of the differing elements it explains."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxrefine.verify.judge.compare import ValueClass
+
+FIN, NAN = int(ValueClass.FINITE), int(ValueClass.NAN)
+
+
+def maxpool_lowest(f) -> np.ndarray:
+    # onnxruntime's float MaxPool starts each window at lowest(), so a window holding only -inf
+    # gives -FLT_MAX where the spec (and float64) says -inf; only the side whose output a MaxPool
+    # makes (k > 0: averaged by AveragePools of k elements in all after it, between -FLT_MAX and
+    # -FLT_MAX/k), and only where the true value is -inf
+    made_o, made_c = (int(made) for made in f.evidence.maxpool_made)
+
+    def lowest(values, made):
+        return (values >= -f.top) & (values <= -f.top / made) if made else np.zeros(values.shape, dtype=bool)
+
+    pair = ((f.a == -np.inf) & lowest(f.c, made_c)) | ((f.c == -np.inf) & lowest(f.a, made_o))
+    return pair & (True if f.r is None else f.r == -np.inf)
+
+
+def float16_skipped_rounding(f) -> np.ndarray:
+    # onnxruntime's CPU computes float16 ops that lack a float16 kernel in float32 and drops the Casts
+    # between neighbours; an If boundary keeps the rounding, so an inlined branch skips a float16
+    # rounding the spec defines. Where the reference gives both models the same value, the candidate's
+    # own derived bound (which holds for a run skipping roundings: each op's float16 rounding bounds a
+    # float32 one) judges the element; the original's bound is not finite there (a subgraph on the path)
+    same = f.evidence.spec_same_bound
+    if f.r is None or same is None or same.shape != f.a.shape:
+        return np.zeros(f.a.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return (f.cc == FIN) & (f.cr == FIN) & (f.err_c <= same)
+
+
+def undefined_pick(f) -> np.ndarray:
+    # a minimum or maximum over elements among which a NaN is has no value (float64: NaN), and
+    # onnxruntime's kernels keep or skip the NaN by the order they read the elements in (a SIMD min
+    # gives its second operand where either is NaN, dropping what came before): a layout change (fused
+    # Transposes) or the thread pool's partition of the reduction picks another element. Only where
+    # both sides' outputs are a picker's (through data movement), on a set holding inf or NaN, on
+    # elements that depend on those inputs
+    made_o, made_c = f.evidence.picker_made
+    if f.r is None or not f.evidence.nonfinite_inputs or not (made_o and made_c):
+        return np.zeros(f.a.shape, dtype=bool)
+    return (f.cr == NAN) & f.cone
