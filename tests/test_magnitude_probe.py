@@ -242,3 +242,39 @@ def test_a_float16_bn_fold_before_a_maxpool_beside_infinities_is_rounding():
     bias.CopyFrom(onnx.numpy_helper.from_array((values + 0.05).astype(values.dtype), bias.name))
     report = verify_models(case.model, wrong, seed=1100468, dims=case.input_dims, trials=2, localize=False)
     assert report.verdict == MISMATCH
+
+
+def _log_softmax(bias: float = 0.0):
+    nodes = [helper.make_node("Mul", ["x", "x"], ["p"]), helper.make_node("Neg", ["p"], ["q"]),
+             helper.make_node("LogSoftmax", ["q"], ["s"], axis=-1), helper.make_node("Add", ["s", "d"], ["y"])]
+    return make_model(nodes, [value_info("x", F, [1, 6])], [value_info("y", F, None)],
+                      [tensor("d", np.float32(bias))])
+
+
+def test_a_log_softmax_row_beside_an_infinite_logit_carries_its_finite_terms():
+    # -x*x at x = inf is the logit -inf: exp(-inf) = 0 is an exact term of the row's sum, and the magnitude
+    # of the others (each about 1: the log-sum's rounding is absolute) is what a run errs by
+    x = np.array([[np.inf, 0.03, -0.5, 1.0, np.inf, 0.7]], np.float32)
+    magnitude = _magnitude(_log_softmax(), x)
+    assert np.isfinite(magnitude[0, 1:4]).all() and (magnitude[0, 1:4] >= 1.0).all()
+
+
+def test_a_log_softmax_beside_an_infinite_logit_is_rounding_and_a_shift_of_it_is_not():
+    # fuzz campaign of seed 1100000, case 64533: Log(Softmax(x)) fused into LogSoftmax on the inf/NaN set,
+    # a row's -inf logit left no bound and no magnitude; an element near the row's maximum (y = -0.0013,
+    # its log-sum's rounding absolute) differed by 0.4 u, beyond gamma * |R|
+    import onnxrefine
+    from onnxrefine.fuzz.generator import generate_model
+
+    case = generate_model(1164533, max_nodes=20, opset=18, target="fuse_consecutive_log_softmax")
+    candidate = onnxrefine.optimize(case.model, ["fuse_consecutive_log_softmax"])
+    report = verify_models(case.model, candidate, seed=1164533, dims=case.input_dims, trials=2, localize=False)
+    assert report.verdict == ROUNDING, [o.to_dict() for o in report.outputs if o.verdict != "exact"]
+    # a LogSoftmax shifted by 1e-4 (a bias, 1700 u) on such rows is no rounding of its terms
+    x = np.array([[np.inf, 0.03, -0.5, 1.0, np.inf, 0.7], [0.2, np.inf, 0.1, -0.3, 0.9, 0.05]], np.float32)
+    original = _log_softmax()
+    original.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2
+    shifted = _log_softmax(1e-4)
+    shifted.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2
+    report = verify_models(original, shifted, inputs=[{"x": x}], localize=False)
+    assert report.verdict == MISMATCH
