@@ -118,7 +118,6 @@ from onnxrefine.verify.judge.rules import PERTURB_ULPS, RULES, DiscreteFacts, Ou
 from onnxrefine.verify.judge.verdicts import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, Verdict
 
 
-
 N_MIN = 4
 STAT_K = 4
 SCATTER_POINTS = 400
@@ -126,8 +125,8 @@ SCATTER_POINTS = 400
 FIN = int(ValueClass.FINITE)
 
 __all__ = [
-    "Verdict", "ValueClass", "CONTROLS", "Control", "JUMP",
-    "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS", "RULES", "Rule", "RoundingBound",
+    "Verdict", "ValueClass", "CONTROLS", "Control", "JUMP", "EXACT", "ROUNDING", "UNSTABLE", "MISMATCH", "VERDICTS",
+    "RULES", "Rule", "RoundingBound",
     "SetEvidence", "Judgement", "DecisionEvidence", "judge_output", "perturb", "worst",
     "perturbation_runs", "lowest_precision_u", "moved_u", "describe_bound", "nonfinite_replaced",
 ]
@@ -366,7 +365,8 @@ def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.n
     if has_reference:
         _record_errors(facts, judgement)
         judgement.beyond_own_bound += int(np.count_nonzero(facts.beyond_own_bound & differ))
-        evidence.magnitude_read |= bool(np.any(differ & (facts.cr == FIN) & (~facts.derived | (facts.cc != FIN))))
+        reads = np.where(facts.cr == FIN, ~facts.derived | (facts.cc != FIN), (facts.ca == FIN) & (facts.cc == FIN))
+        evidence.magnitude_read |= bool(np.any(differ & reads))
     return explained
 
 

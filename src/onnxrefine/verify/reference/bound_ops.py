@@ -27,10 +27,9 @@ UNBOUNDED = math.inf  # compact form of a bound that is +inf on every element
 # and that the margin stays under 4x).
 LIBRARY_ULPS = {"Exp": 2.0, "Log": 3.0, "Tanh": 4.0, "Sigmoid": 2.0, "Erf": 2.0, "Softplus": 4.0, "Pow": 2.0,
                 "Sin": 3.0, "Cos": 3.0, "Softmax": 2.0, "LogSoftmax": 3.0, "LayerNormalization": 2.0}
-# ... plus an absolute error in units of u, where the kernel computes through 1 +- something
-# (Sigmoid as 0.5 + 0.5 tanh(x/2): an error of ~2u whatever |y|, measured)
+# ... plus an absolute error in units of u, where the kernel computes through 1 +- something (Sigmoid as
+# 0.5 + 0.5 tanh(x/2): an error of ~2u whatever |y|, measured)
 LIBRARY_ABSOLUTE_U = {"Sigmoid": 4.0}
-
 
 # The probable pass's nonlinear rules take an input's error to reach REACH_LAMBDA * sigma (capped by its
 # worst-case bound): the lambda of probable_lambda (bound.py) for 10^15 judged elements, more than any
@@ -193,6 +192,8 @@ class OpContext:
         # in place where possible: these arrays are as large as the op's output (asarray: a 0-d
         # ufunc result is a numpy scalar, which has no in-place form)
         magnitude = np.asarray(np.abs(y))
+        if self.terms_pass:  # where float64 has no finite y the terms are the run's (bound.py _run_values)
+            magnitude = np.where(np.isfinite(magnitude), magnitude, 0.0)
         if ulps is None:
             bound = np.asarray(np.add(np.broadcast_to(carried, y.shape), underflows * floor))
         else:
@@ -244,10 +245,8 @@ def elementwise_rule(prop, ulps: float | None = 0.5, exactness=None, scale=None)
                 exact = exactness(ctx) if exactness is not None and op_ulps is not None else None
                 bound = ctx.finish(0, carried, op_ulps, exact, None if scale is None else scale(ctx))
                 absolute = LIBRARY_ABSOLUTE_U.get(ctx.node.op_type)
-                if absolute is not None and bound is not None:
-                    bound = bound + absolute * ctx.u()
-                elif absolute is not None:
-                    bound = np.full(ctx.y().shape, absolute * ctx.u())
+                if absolute is not None:
+                    bound = (0.0 if bound is None else bound) + np.full(ctx.y().shape, absolute * ctx.u())
                 results.append(bound)
             else:
                 library = LIBRARY_ULPS.get(ctx.node.op_type)
