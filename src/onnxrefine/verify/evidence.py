@@ -199,7 +199,7 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
     from onnxrefine.verify.reference import bound_of
 
     model = model_file.proto
-    producers = {out: node for node in model.graph.node for out in node.output}
+    producers = producers_of(model)
     wanted = {}
     for name, item in set_evidence.items():
         found = decision_feed(producers, name, item)
@@ -234,10 +234,11 @@ def add_static_facts(original, candidate_file, tracks, output_map) -> None:
     except Exception:  # an unreadable graph: every decision may have rounded
         exact = {}
     candidate = None if candidate_file is None else candidate_file.proto
+    made_here, made_there = producers_of(original), {} if candidate is None else producers_of(candidate)
     for name in names:
         twin = output_map.get(name) if candidate is not None else None
-        made = (made_by_maxpool(original, name), twin is not None and made_by_maxpool(candidate, twin))
-        picked = (made_by_picker(original, name), twin is not None and made_by_picker(candidate, twin))
+        made = (made_by_maxpool(made_here, name), twin is not None and made_by_maxpool(made_there, twin))
+        picked = (made_by_picker(made_here, name), twin is not None and made_by_picker(made_there, twin))
         for track in tracks:
             for item in track.evidence.get(name, []):
                 item.exact_decisions = exact.get(name, False)
@@ -257,37 +258,43 @@ def runnable_sets(labelled, first_runs, notes) -> tuple:
 # ops after which a MaxPool's -largest finite value is still there: data movement, and LogSoftmax
 # (x_i minus the row's finite log-sum-exp leaves -FLT_MAX at -FLT_MAX while the row's largest is finite)
 _MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "LogSoftmax"})
-
-
 _PICKERS = frozenset({"ReduceMin", "ReduceMax", "MaxPool", "GlobalMaxPool", "Min", "Max"})
 
 
-def made_by_picker(model: onnx.ModelProto, name: str) -> bool:
-    """The value is the output of a min or max (one of its inputs' elements), possibly moved by data
-    movement after it."""
-    producers = {out: node for node in model.graph.node for out in node.output}
-    current, node = name, producers.get(name)
-    while node is not None and node.op_type in _MOVES and node.op_type != "LogSoftmax" and node.input:
+def producers_of(model: onnx.ModelProto) -> dict:
+    """Value name -> the main-graph node that makes it."""
+    return {out: node for node in model.graph.node for out in node.output}
+
+
+def _source(producers: dict, name: str, through: frozenset) -> tuple:
+    """(node, value, k): the node that makes `name` once the ops in `through` are walked back (each from
+    its first input), the value of it the walk reached, and the product k of the window sizes of the
+    AveragePools walked through (1: none; 0 and no node: a pool whose kernel is not known)."""
+    current, node, divisor = name, producers.get(name), 1
+    while node is not None and node.input and node.op_type in through:
+        if node.op_type == "AveragePool":
+            kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
+            if not kernel or any(k < 1 for k in kernel):
+                return None, current, 0
+            divisor *= math.prod(kernel)
         current = node.input[0]
         node = producers.get(current)
+    return node, current, divisor
+
+
+def made_by_picker(producers: dict, name: str) -> bool:
+    """The value is the output of a min or max (one of its inputs' elements), possibly moved by data
+    movement after it."""
+    node, current, _ = _source(producers, name, _MOVES - {"LogSoftmax"})
     return node is not None and node.op_type in _PICKERS and (node.domain or "") in ("", "ai.onnx") \
         and node.output[0] == current
 
 
-def made_by_maxpool(model: onnx.ModelProto, name: str) -> int:
+def made_by_maxpool(producers: dict, name: str) -> int:
     """0 unless the value is a MaxPool's output Y, possibly moved by data-movement ops (or a LogSoftmax)
     and averaged by AveragePools after it; else the product k of those AveragePools' window sizes: a
     window of the MaxPool's -FLT_MAX among finite values averages to between -FLT_MAX and -FLT_MAX/k."""
-    producers = {out: node for node in model.graph.node for out in node.output}
-    current, node, divisor = name, producers.get(name), 1
-    while node is not None and node.input and (node.op_type in _MOVES or node.op_type == "AveragePool"):
-        if node.op_type == "AveragePool":
-            kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
-            if not kernel or any(k < 1 for k in kernel):
-                return 0
-            divisor *= math.prod(kernel)
-        current = node.input[0]
-        node = producers.get(current)
+    node, current, divisor = _source(producers, name, _MOVES | {"AveragePool"})
     return divisor if node is not None and node.op_type == "MaxPool" and node.output[0] == current else 0
 
 
