@@ -133,3 +133,37 @@ def test_a_real_change_next_to_the_float16_softmax_artefact_is_still_named(chang
     assert not section["first_bad"]["runtime_artefact"]
     report = verify_models(_softmax_chain(True), _softmax_chain(False, **change), inputs=[_two_infinities()])
     assert report.verdict == "mismatch" and report.localisation["first_bad"]["name"] == first_bad
+
+
+# -- a Cast to int64 of values near 1e19 inside the graph (case 27922 of seed 1100000, fuse_bn_into_conv) --
+
+def test_an_intermediate_cast_to_int_is_judged_by_the_margin_of_its_feed():
+    # the BN fold's rounding moves a float near 8e18 by an ulp (1e12), and the Cast to int64 of it with
+    # it: every such element lies within its own bound of an integer boundary (unstable, as at an
+    # output), where localisation without the feed's float64 value called 130 elements a mismatch
+    from onnxrefine.fuzz.generator import generate_model
+
+    case = generate_model(1127922, max_nodes=20, opset=18, target="fuse_bn_into_conv")
+    candidate = onnxrefine.optimize(case.model, ["fuse_bn_into_conv"])
+    report = verify_models(case.model, candidate, seed=1127922, dims=case.input_dims, trials=2)
+    assert report.verdict == "rounding", report.localisation.get("first_bad")
+    cast = next(v for v in report.localisation["values"] if v["op"] == "Cast" and v["dtype"] == "int64")
+    assert cast["verdict"] == "unstable"
+
+
+def _cast_inside(rounded: bool) -> onnx.ModelProto:
+    # t = Cast(x * 1000) to int64 feeds only a comparison that is true either way: the output hides t;
+    # `rounded`: the Cast of Round(s), which moves t by 1 where s's fraction is at least 0.5
+    nodes = [onnx.helper.make_node("Mul", ["x", "k"], ["s"])]
+    nodes += [onnx.helper.make_node("Round", ["s"], ["r"])] if rounded else []
+    nodes += [onnx.helper.make_node("Cast", ["r" if rounded else "s"], ["t"], to=TensorProto.INT64),
+              onnx.helper.make_node("Greater", ["t", "low"], ["y"])]
+    return make_model(nodes, [value_info("x", TensorProto.FLOAT, [64])], [value_info("y", TensorProto.BOOL, None)],
+                      [tensor("k", np.float32(1000.0)), tensor("low", np.int64(-10**9))])
+
+
+def test_an_intermediate_cast_to_int_that_changes_far_from_its_boundaries_is_still_a_mismatch():
+    x = np.random.default_rng(0).uniform(1.0, 2.0, 64).astype(np.float32)
+    report = verify_models(_cast_inside(False), _cast_inside(True), inputs=[{"x": x}])
+    assert report.outputs[0].verdict == "exact"
+    assert report.verdict == "mismatch" and report.first_bad_value["name"] == "t"

@@ -196,8 +196,6 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
     where the feed is computed exactly, else the stand-in of decisions.margin_stand_in)."""
     if reference_state["status"] == "unavailable":
         return
-    from onnxrefine.verify.reference import bound_of
-
     model = model_file.proto
     producers = producers_of(model)
     wanted = {}
@@ -213,16 +211,25 @@ def add_decision_evidence(model_file, feeds, set_evidence, reference_state, eval
     except Exception:  # no decision evidence: the perturbation controls decide instead
         return
     exact = judge.exact_values(model)
-    for name, (node, data, through_where) in wanted.items():
-        # the per-element bound travels on the evaluator's arrays: read it before converting
-        bounds = [0.0 if value in exact else bound_of(values[value]) for value in data]
-        arrays = [np.asarray(values[value]) for value in data]
-        if not all(graphinfo.is_float_dtype(array.dtype) for array in arrays):
-            continue
-        attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
-        set_evidence[name].decision = judge.DecisionEvidence(
-            node.op_type, [array.astype(np.float64) for array in arrays], attrs, bounds=bounds,
-            output_index=list(node.output).index(name) if name in node.output else 0, through_where=through_where)
+    for name, found in wanted.items():
+        set_evidence[name].decision = decision_evidence(found, name, values, exact)
+
+
+def decision_evidence(found, name, values, exact) -> judge.DecisionEvidence | None:
+    """The DecisionEvidence of value `name`, made by `found` (decision_feed's triple), from the float64
+    `values` of its feeds (None where a feed is not float); `exact`: the names computed exactly."""
+    from onnxrefine.verify.reference import bound_of
+
+    node, data, through_where = found
+    # the per-element bound travels on the evaluator's arrays: read it before converting
+    bounds = [0.0 if value in exact else bound_of(values[value]) for value in data]
+    arrays = [np.asarray(values[value]) for value in data]
+    if not all(graphinfo.is_float_dtype(array.dtype) for array in arrays):
+        return None
+    attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
+    return judge.DecisionEvidence(
+        node.op_type, [array.astype(np.float64) for array in arrays], attrs, bounds=bounds,
+        output_index=list(node.output).index(name) if name in node.output else 0, through_where=through_where)
 
 
 def add_static_facts(original, candidate_file, tracks, output_map) -> None:

@@ -143,6 +143,11 @@ def _fetch(runner: ModelRunner, names, feeds) -> dict:
     return {name: np.asarray(value) if not isinstance(value, list) else value for name, value in zip(names, values)}
 
 
+@dataclass
+class _Typed:
+    original: np.ndarray  # decision_feed reads only the value's type
+
+
 class Localizer:
     def __init__(self, original, candidate, pairs: list[Pair], *, perturb_count: int, seed: int,
                  max_batch_bytes: int = DEFAULT_BATCH_BYTES):
@@ -163,6 +168,7 @@ class Localizer:
         self._cached: tuple | None = None
         self.sets_run = 0
         self.evaluate = None  # the reference evaluator (session.py); None: reference.evaluate_float64
+        self._decisions: tuple | None = None  # (producers, feed names, exact names): _decision_feeds
         self.artefacts = ArtefactCheck(original, candidate, lambda model, names, feeds: _fetch(
             runner_with_outputs(model, names, "model"), names, feeds))
 
@@ -189,13 +195,17 @@ class Localizer:
         last_of = {batch[-1].name: index for index, batch in enumerate(self.batches)}
         wanted = {pair.name for pair in self.pairs}
         reference: dict = {}
+        fed: dict = {}  # the float64 feeds of values a decision makes, kept for the set (_attach_decision)
+        decision_inputs = self._decision_feeds()[1]
         done: set[int] = set()
-        context = (set_index, feeds, extreme, nonfinite, label or f"set{set_index}")
+        context = (set_index, feeds, extreme, nonfinite, label or f"set{set_index}", fed)
         self.sets_run += 1
 
         def observe(name, value):
             if name in wanted:
                 reference[name] = value
+            if name in decision_inputs:
+                fed[name] = value
             index = last_of.get(name)
             if index is not None and self.failure is None:
                 done.add(index)
@@ -216,6 +226,7 @@ class Localizer:
                 if index not in done and self.failure is None:
                     self._judge_batch(index, context, reference)
             reference.clear()
+            fed.clear()
 
         return observe, finish
 
@@ -235,7 +246,7 @@ class Localizer:
         return original, candidate
 
     def _judge_batch(self, index, context, reference) -> None:
-        set_index, feeds, extreme, nonfinite, label = context
+        set_index, feeds, extreme, nonfinite, label, fed = context
         batch = [pair for pair in self.batches[index] if pair.name not in self.not_comparable]
         if not batch:
             for pair in self.batches[index]:
@@ -285,6 +296,7 @@ class Localizer:
         perturbed = self._perturbation_runs(index, feeds, set_index, [p.name for p, _ in failing]) \
             if failing else []
         for pair, item in failing:
+            self._attach_decision(pair, item, fed)
             item.perturbed = [runs[pair.name] for runs in perturbed]
             item.perturbation_u = judge.moved_u(feeds)
             judgement = judge.judge_output([item], pair.bound)
@@ -292,6 +304,29 @@ class Localizer:
             self._record(pair, item, label, judgement)
         for pair in self.batches[index]:
             reference.pop(pair.name, None)
+
+    def _decision_feeds(self) -> tuple:
+        """(producers, the names of every float value a decision reads that makes a judged value, the
+        names computed exactly), found once: a value a decision makes (a Cast to int, an ArgMax) is
+        judged by the float64 margin of its feed as the output check judges such an output."""
+        if self._decisions is None:
+            from onnxrefine.verify.evidence import decision_feed, producers_of
+
+            producers, names = producers_of(self.original), set()
+            for pair in self.pairs:
+                for dtype in (np.float32, np.int64):  # which feed decides depends on the value's type
+                    found = decision_feed(producers, pair.name, _Typed(np.empty(0, dtype)))
+                    names.update(found[1] if found is not None else ())
+            self._decisions = (producers, names, judge.exact_values(self.original) if names else set())
+        return self._decisions
+
+    def _attach_decision(self, pair, item, fed) -> None:
+        producers, _, exact = self._decision_feeds()
+        from onnxrefine.verify.evidence import decision_evidence, decision_feed
+
+        found = decision_feed(producers, pair.name, item)
+        if found is not None and all(name in fed for name in found[1]):
+            item.decision = decision_evidence(found, pair.name, fed, exact)
 
     def _perturbation_runs(self, index, feeds, set_index, names) -> list:
         if not any(graphinfo.is_float_dtype(np.asarray(v).dtype) for v in feeds.values()):
