@@ -310,3 +310,18 @@ def test_candidate_that_onnxruntime_rejects_is_mismatch_not_bad_input():
     report = verify_models(original, broken)
     assert report.verdict == MISMATCH
     assert any("candidate failed" in note for note in report.notes)
+
+
+def test_a_float16_accumulation_of_billions_of_terms_has_no_relative_accuracy_and_does_not_raise():
+    # fuzz campaign of seed 1100000, cases 22820 and 52977 (fuse_concat_into_reshape, float16): a path
+    # sum of 5 * 2^30 overflowed math.expm1 and stopped the verification
+    bound = RoundingBound.for_output(2.0 ** -11, 4, 1, path_sum=5 * 2 ** 30)
+    assert bound.gamma == float("inf")
+    assert RoundingBound.for_output(2.0 ** -11, 4, 1, path_sum=1000).gamma < 1.0
+    import onnxrefine
+    from onnxrefine.fuzz.generator import generate_model
+
+    case = generate_model(1122820, max_nodes=20, opset=18, target="fuse_concat_into_reshape")
+    candidate = onnxrefine.optimize(case.model, ["fuse_concat_into_reshape"])
+    report = verify_models(case.model, candidate, seed=1122820, dims=case.input_dims, trials=2)
+    assert report.verdict in (EXACT, ROUNDING)

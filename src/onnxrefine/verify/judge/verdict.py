@@ -36,8 +36,7 @@ The rounding bound (RoundingBound)
            (SetEvidence.magnitude, reference/bound.py: the root-sum-square of the terms of the last dot
            product, reduction or normalization, carried through the elementwise ops after it, the scale
            of the partial sums the sqrt(N) random walk above rounds), so a cancelling element keeps the
-           size of its terms; past an op without a rule M is probed (reference/magnitude_probe.py);
-           where it is not derived, |R_i| alone.
+           size of its terms; past an op without a rule M is probed (magnitude_probe.py); not derived: |R_i|.
     E, m   max e_o and the RMS of the finite |R| over the output: read only by the accumulation cap of
            within-derived-bound, which restricts and excuses nothing.
     s      the original's measured sensitivity: max over the perturbation runs (inputs moved by
@@ -144,7 +143,8 @@ def effective_n(accumulation: int) -> int:
 
 def accumulation_gamma(n: int, accumulation: int, u: float) -> float:
     """gamma of an accumulation of length `accumulation` whose effective n is `n` (module docstring)."""
-    return math.expm1(n * u + max(1, int(accumulation)) * u * u / (1.0 - u))
+    exponent = n * u + max(1, int(accumulation)) * u * u / (1.0 - u)
+    return math.expm1(exponent) if exponent < 700.0 else math.inf  # no relative accuracy is left there
 
 
 @dataclass
