@@ -192,3 +192,63 @@ def test_a_bn_fold_after_a_maxpool_lowest_is_rounding():
     candidate = onnxrefine.optimize(case.model, ["fuse_bn_into_conv"])
     report = verify_models(case.model, candidate, seed=1149758, dims=case.input_dims, trials=2, localize=False)
     assert report.verdict == ROUNDING, [o.to_dict() for o in report.outputs if o.verdict != "exact"]
+
+
+# The run's -FLT_MAX counts among the terms only through the sums of products after the MaxPool
+# (Conv, MatMul, Gemm, BatchNormalization): each case below lent a wrong candidate the magnitude FLT_MAX.
+
+def _after_lowest(tail, extra, dtype=F, width=2):
+    nodes = [node("MaxPool", ["x"], ["p"], kernel_shape=[1])] + tail(extra)
+    return make_model(nodes, [value_info("x", dtype, [1, 1, width]), value_info("z", dtype, [1, 1, width])],
+                      [value_info("y", dtype, None)],
+                      [tensor("half", np.float32(0.5)), tensor("d", np.asarray(0.25, TYPES[dtype]))])
+
+
+TYPES = {F: np.float32, TensorProto.FLOAT16: np.float16}
+
+
+def _softmax_tail(extra):  # the row's other elements, not the -FLT_MAX logit whose exp is 0 in the run
+    return [node("Concat", ["p", "z"], ["j"], axis=2), node("LogSoftmax", ["j"], ["s"], axis=-1),
+            node("Add", ["s", "d"], ["y"]) if extra else node("Identity", ["s"], ["y"])]
+
+
+def _relu_tail(extra):  # p - p/2 is NaN in float64: its sign, and Relu's 0 in the run, unknown there
+    return [node("Mul", ["p", "half"], ["h"]), node("Sub", ["p", "h"], ["q"]), node("Relu", ["q"], ["r"]),
+            node("Add", ["z", "d"], ["e"]), node("Add", ["r", "e" if extra else "z"], ["y"])]
+
+
+def _max_tail(extra):  # Max picks z: its terms, not the MaxPool's
+    return [node("CumSum", ["z", "axis"], ["s"]), node("Add", ["s", "d"], ["t"]),
+            node("Max", ["p", "t" if extra else "s"], ["y"])]
+
+
+def _check_still_mismatch(tail, dtype=F, width=2, fill=-np.inf):
+    x = np.full((1, 1, width), fill, TYPES[dtype])
+    z = np.arange(1, width + 1, dtype=TYPES[dtype]).reshape(1, 1, width)
+    original, candidate = _after_lowest(tail, False, dtype, width), _after_lowest(tail, True, dtype, width)
+    for model in (original, candidate):
+        model.graph.initializer.append(tensor("axis", np.array(2, np.int64)))
+    report = verify_models(original, candidate, inputs=[{"x": x, "z": z}])
+    assert report.verdict == MISMATCH, [o.to_dict().get("excused") for o in report.outputs]
+
+
+def test_a_log_softmax_after_the_lowest_shifted_is_still_mismatch():
+    _check_still_mismatch(_softmax_tail)
+
+
+def test_a_relu_of_a_nan_after_the_lowest_lends_nothing():
+    _check_still_mismatch(_relu_tail)
+
+
+def test_a_max_after_the_lowest_carries_the_terms_of_what_it_picks():
+    _check_still_mismatch(_max_tail)
+
+
+def test_a_float16_maxpool_keeps_minus_inf_and_lends_nothing():
+    # onnxruntime's float16 (and float64) MaxPool gives -inf for a window of only -inf: no run value
+    _check_still_mismatch(_max_tail, dtype=TensorProto.FLOAT16)
+
+
+def test_a_max_beside_a_huge_finite_operand_carries_the_terms_of_what_it_picks():
+    # Max's magnitude of terms was the wider of its operands' everywhere: -3e38 lent the picked z's element 3e38
+    _check_still_mismatch(_max_tail, fill=-3e38)

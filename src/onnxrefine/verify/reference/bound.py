@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from collections import ChainMap
 
-import ml_dtypes
 import numpy as np
 import onnx
 
@@ -35,6 +34,7 @@ from onnxrefine.verify.reference.bound_nn import MOVERS, STRUCTURAL
 from onnxrefine.verify.reference.bound_norm import NORMALIZATIONS
 from onnxrefine.verify.reference.bound_smooth import SMOOTH
 from onnxrefine.verify.reference.magnitude_probe import probe_magnitudes
+from onnxrefine.verify.reference.run_values import RUN_LINEAR, lowest_magnitude, run_values_of
 from onnxrefine.verify.reference.bound_ops import (ELEMENTWISE, NOT_DERIVED, UNBOUNDED, OpContext, dtype_of,
                                                    materialize)
 
@@ -130,7 +130,7 @@ class BoundTracker:
         self.constants = {init.name for init in graph.initializer} - self.graph_inputs
         self.bounds: dict[str, tuple] = {}  # name -> (bound, coherent), compact forms
         self.magnitudes: dict[str, np.ndarray] = {}  # name -> magnitude of the terms (_magnitude_pass)
-        self.run_valued: set[str] = set()  # values float64 has inf/NaN at where the run is finite (_run_values)
+        self.run_magnitudes: dict[str, np.ndarray] = {}  # M where float64 has +-inf and the run a value (run_values.py)
         self.float_type = None  # in a function's body: the one float type its values have
         self.caller_attrs = None  # in a function's body: the call's attributes (attribute references)
         self.adopted: set[int] = set()  # ids of function calls whose outputs' bounds came from their body
@@ -151,7 +151,7 @@ class BoundTracker:
             return None
         child = BoundTracker.__new__(BoundTracker)
         child.evaluator, child.types, child.graph_inputs, child.constants = self.evaluator, {}, set(), set()
-        child.bounds, child.magnitudes, child.adopted, child.run_valued = {}, {}, set(), set()
+        child.bounds, child.magnitudes, child.adopted, child.run_magnitudes = {}, {}, set(), {}
         child.float_type, child.caller_attrs = float_type, caller_attrs
         child.with_magnitudes = self.with_magnitudes
         for formal, actual, value in zip(function.input, call.input, inputs):
@@ -163,8 +163,8 @@ class BoundTracker:
                 child.constants.add(formal)
             if actual in self.magnitudes:
                 child.magnitudes[formal] = self.magnitudes[actual]
-            if actual in self.run_valued:
-                child.run_valued.add(formal)
+            if actual in self.run_magnitudes:
+                child.run_magnitudes[formal] = self.run_magnitudes[actual]
         return child
 
     def type_outputs(self, node, outputs) -> None:
@@ -181,7 +181,7 @@ class BoundTracker:
         child.constants = set(self.constants)
         child.bounds, child.magnitudes = ChainMap({}, self.bounds), ChainMap({}, self.magnitudes)
         child.adopted, child.float_type, child.caller_attrs = set(), self.float_type, self.caller_attrs
-        child.with_magnitudes, child.run_valued = self.with_magnitudes, self.run_valued
+        child.with_magnitudes, child.run_magnitudes = self.with_magnitudes, ChainMap({}, self.run_magnitudes)
         return child
 
     def adopt(self, call, formals, child: BoundTracker, bounds: bool = True) -> None:
@@ -194,8 +194,8 @@ class BoundTracker:
                 else (NOT_DERIVED, NOT_DERIVED, NOT_DERIVED)
             if formal in child.magnitudes:
                 self.magnitudes[actual] = child.magnitudes[formal]
-            if formal in child.run_valued:
-                self.run_valued.add(actual)
+            if formal in child.run_magnitudes:
+                self.run_magnitudes[actual] = child.run_magnitudes[formal]
             if formal in child.constants:
                 self.constants.add(actual)
         self.adopted.add(id(call))
@@ -315,21 +315,6 @@ class BoundTracker:
                                                                    outputs[0])
                 self.magnitudes[name] = magnitude
 
-    def _run_values(self, in_names, inputs) -> list:
-        """The inputs the magnitude pass reads: where float64 has no finite value but the run does (M
-        finite and positive there: onnxruntime's MaxPool gives -top for a window of only -inf), the
-        value of that magnitude and sign, so the terms behind it are those the run computes."""
-        values = list(inputs)
-        for index, (name, value) in enumerate(zip(in_names, inputs)):
-            known = self.magnitudes.get(name) if name in self.run_valued else None
-            if known is None or not isinstance(value, np.ndarray) or np.shape(known) != value.shape:
-                continue
-            with np.errstate(invalid="ignore"):
-                run_value = ~np.isfinite(value) & np.isfinite(known) & (known > 0)
-            if run_value.any():
-                values[index] = np.where(run_value, np.where(value < 0, -known, known), value)
-        return values
-
     def _magnitude_pass(self, rule, ctx, in_names, names) -> None:
         """Per element, the magnitude of the terms behind each output, M: the probable pass's carry of
         input errors MAGNITUDE_STEP * M_in (no rounding of its own: float64 result types), divided by the
@@ -347,13 +332,15 @@ class BoundTracker:
             if value is None or dtype is None or dtype.kind != "f" or name in self.constants:
                 steps.append(None)
                 continue
-            known = None if reset else self.magnitudes.get(name)
+            known = None if reset else (self.run_magnitudes if ctx.node.op_type in RUN_LINEAR
+                                        and name in self.run_magnitudes else self.magnitudes).get(name)
             steps.append(MAGNITUDE_STEP if known is None else MAGNITUDE_STEP * known)
         saved = ctx.b, ctx.k, ctx.only_coherent, ctx.out_dtypes, ctx.narrow, ctx.magnitude, ctx.inputs
-        run_values = self._run_values(in_names, ctx.inputs)
-        substituted, lowest_picked = any(a is not b for a, b in zip(run_values, ctx.inputs)), False
-        if substituted:
-            ctx.inputs, ctx.magnitude = run_values, None  # the worst-case pass's |a| |w| read float64's
+        run_values = run_values_of(self.run_magnitudes, in_names, ctx.inputs) if ctx.node.op_type in RUN_LINEAR \
+            else ctx.inputs
+        substituted = any(a is not b for a, b in zip(run_values, ctx.inputs))
+        if substituted:  # the worst-case pass's |a| |w| read float64's values
+            ctx.inputs, ctx.magnitude, ctx.run_valued = run_values, None, True
         ctx.b, ctx.k, ctx.only_coherent, ctx.probable, ctx.terms_pass = steps, [None] * len(steps), False, True, True
         ctx.out_dtypes = [np.dtype(np.float64) if d is not None and d.kind == "f" else d for d in ctx.out_dtypes]
         ctx.narrow = [False] * len(ctx.narrow)
@@ -365,7 +352,7 @@ class BoundTracker:
         finally:
             terms_inputs = ctx.inputs
             ctx.b, ctx.k, ctx.only_coherent, ctx.out_dtypes, ctx.narrow, ctx.magnitude, ctx.inputs = saved
-            ctx.probable = ctx.terms_pass = False
+            ctx.probable = ctx.terms_pass = ctx.run_valued = False
         for index, name in enumerate(names):
             if not name or results is None or index >= len(results) or index >= len(ctx.outputs):
                 continue
@@ -376,15 +363,16 @@ class BoundTracker:
                 magnitude = materialize(results[index][0], out) / MAGNITUDE_STEP
                 if index == 0:
                     magnitude = magnitude + _constant_summands(ctx.node, terms_inputs, in_names, self.constants, out)
-                if ctx.node.op_type == "MaxPool" and index == 0 and name in self.types:
-                    # onnxruntime's MaxPool starts a window at lowest: only -inf gives -top (maxpool_lowest)
-                    lowest = float(ml_dtypes.finfo(dtype_of(self.types[name])).max)
-                    magnitude = np.where(out == -np.inf, lowest, magnitude)
-                    lowest_picked = True
             self.magnitudes[name] = np.where(np.isfinite(magnitude), magnitude, np.nan)
             with np.errstate(invalid="ignore"):
-                if (lowest_picked or substituted) and np.any(~np.isfinite(out) & (self.magnitudes[name] > 0)):
-                    self.run_valued.add(name)
+                lowest = lowest_magnitude(ctx.node, self.types.get(name), out, self.magnitudes[name]) \
+                    if index == 0 else None
+                if lowest is not None:
+                    self.run_magnitudes[name] = lowest
+                elif substituted and np.any(np.isinf(out) & (self.magnitudes[name] > 0)):
+                    self.run_magnitudes[name] = self.magnitudes[name]
+                    # ops other than RUN_LINEAR read M where float64 has its +-inf as before: not derived
+                    self.magnitudes[name] = np.where(np.isfinite(out), self.magnitudes[name], np.nan)
 
     def attach(self, name: str, value):
         """`value` as a BoundedReference carrying its bounds (unchanged if it is no numeric array)."""
@@ -395,7 +383,7 @@ class BoundTracker:
         view.error_bound = materialize(bound, value)
         view.coherent_bound = materialize(coherent, value)
         view.probable_scale = materialize(scale, value)
-        magnitude = self.magnitudes.get(name)
+        magnitude = self.run_magnitudes.get(name, self.magnitudes.get(name))
         view.magnitude = None if magnitude is None or np.shape(magnitude) != value.shape else magnitude
         return view
 

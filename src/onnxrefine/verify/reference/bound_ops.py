@@ -13,6 +13,7 @@ import math
 
 import ml_dtypes
 import numpy as np
+import onnx
 
 from onnxrefine.verify.graphinfo import underflow_floor
 from onnxrefine.verify.reference.base import KERNELS, NodeCall
@@ -42,9 +43,7 @@ def dtype_of(elem_type) -> np.dtype | None:
     if not elem_type:
         return None
     try:
-        from onnx import helper
-
-        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except Exception:  # noqa: BLE001 - a type numpy cannot hold: no bound
         return None
 
@@ -92,8 +91,7 @@ def probable_growth(n: float, u: float) -> float:
 class OpContext:
     """One node's inputs, outputs and input bounds, for a rule."""
 
-    def __init__(self, node, inputs, attrs, opset, outputs, bounds, coherents, out_dtypes, evaluator, scope,
-                 narrow):
+    def __init__(self, node, inputs, attrs, opset, outputs, bounds, coherents, out_dtypes, evaluator, scope, narrow):
         self.node, self.inputs, self.attrs, self.opset, self.outputs = node, inputs, attrs, opset, outputs
         self.b, self.k = bounds, coherents
         self.out_dtypes, self.evaluator, self.scope, self.narrow = out_dtypes, evaluator, scope, narrow
@@ -124,6 +122,7 @@ class OpContext:
     # the probable pass (bound.py): `b` holds the inputs' error scales sigma, and sums use the
     # independent-rounding model (Higham and Mary): only the bound channel is computed
     probable = terms_pass = False  # terms_pass: the magnitude pass (bound.py), `b` MAGNITUDE_STEP * M_in
+    run_valued = False  # in the magnitude pass: inputs hold a run's values where float64 has +-inf
     magnitude = None  # a dot product's |a| |w|, left by the worst-case pass for the probable one
     worst = None  # in the probable pass: the inputs' worst-case bounds (compact)
 
@@ -192,7 +191,7 @@ class OpContext:
         # in place where possible: these arrays are as large as the op's output (asarray: a 0-d
         # ufunc result is a numpy scalar, which has no in-place form)
         magnitude = np.asarray(np.abs(y))
-        if self.terms_pass:  # where float64 has no finite y the terms are the run's (bound.py _run_values)
+        if self.run_valued:  # where float64 has no finite y the terms are the run's (bound.py _run_values)
             magnitude = np.where(np.isfinite(magnitude), magnitude, 0.0)
         if ulps is None:
             bound = np.asarray(np.add(np.broadcast_to(carried, y.shape), underflows * floor))
@@ -400,9 +399,10 @@ def _where(ctx, b):
 
 
 def _widest(ctx, b):
-    present = [width_of(x) for x in b if x is not None]
     out = np.zeros(ctx.y().shape)
-    for item in present:
+    for index, item in ((i, width_of(x)) for i, x in enumerate(b) if x is not None):
+        if ctx.terms_pass:  # the magnitude of the terms of the operand a Max or Min picks, not of the others
+            item = np.where(np.asarray(ctx.inputs[index]) == ctx.y(), item, 0.0)
         out = np.maximum(out, item)
     return out
 
