@@ -252,3 +252,21 @@ def test_a_float16_maxpool_keeps_minus_inf_and_lends_nothing():
 def test_a_max_beside_a_huge_finite_operand_carries_the_terms_of_what_it_picks():
     # Max's magnitude of terms was the wider of its operands' everywhere: -3e38 lent the picked z's element 3e38
     _check_still_mismatch(_max_tail, fill=-3e38)
+
+
+def _cancel_tail(extra):  # a Conv of two lowest channels by 0.5 and -0.5: 0 in the run, NaN in float64
+    return [node("Conv", ["p", "w"], ["c"], kernel_shape=[1]), node("Relu", ["c"], ["r"]),
+            node("Add", ["z", "d"], ["e"]), node("Add", ["r", "e" if extra else "z"], ["y"])]
+
+
+def test_a_relu_after_a_conv_that_cancels_the_lowest_lends_nothing():
+    x = np.full((1, 2, 1), -np.inf, np.float32)
+    z = np.array([[[1.0]]], np.float32)
+    models = []
+    for extra in (False, True):
+        nodes = [node("MaxPool", ["x"], ["p"], kernel_shape=[1])] + _cancel_tail(extra)
+        models.append(make_model(nodes, [value_info("x", F, [1, 2, 1]), value_info("z", F, [1, 1, 1])],
+                                 [value_info("y", F, None)],
+                                 [tensor("w", np.array([[[0.5], [-0.5]]], np.float32)), tensor("d", np.float32(0.25))]))
+    report = verify_models(models[0], models[1], inputs=[{"x": x, "z": z}])
+    assert report.verdict == MISMATCH, [o.to_dict().get("excused") for o in report.outputs]

@@ -369,9 +369,9 @@ class BoundTracker:
                     if index == 0 else None
                 if lowest is not None:
                     self.run_magnitudes[name] = lowest
-                elif substituted and np.any(np.isinf(out) & (self.magnitudes[name] > 0)):
+                elif substituted and np.any(~np.isfinite(out) & (self.magnitudes[name] > 0)):
                     self.run_magnitudes[name] = self.magnitudes[name]
-                    # ops other than RUN_LINEAR read M where float64 has its +-inf as before: not derived
+                    # ops other than RUN_LINEAR read M where float64 has inf or NaN as before: not derived
                     self.magnitudes[name] = np.where(np.isfinite(out), self.magnitudes[name], np.nan)
 
     def attach(self, name: str, value):
