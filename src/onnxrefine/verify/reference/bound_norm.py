@@ -28,7 +28,8 @@ def _softmax(log: bool):
     def rule(ctx):
         x, axes, _ = _softmax_axes(ctx, ctx.r(0))
         y = ctx.y().reshape(x.shape)
-        top = np.max(np.where(np.isfinite(x), x, -np.inf), axis=axes, keepdims=True)
+        finite = np.isfinite(x)
+        top = np.max(np.where(finite, x, -np.inf), axis=axes, keepdims=True)
         n = x.shape[axes[0]]
         u = ctx.u()
         results = []
@@ -37,13 +38,13 @@ def _softmax(log: bool):
             if ctx.terms_pass and b is not None:
                 # the magnitude of terms is read only where y is finite, whose row holds no NaN or +inf:
                 # a -inf logit there is the exact term exp(-inf) = 0, no magnitude (an inf/NaN input set)
-                b = np.where(np.isfinite(x), b, 0.0)
+                b = np.where(finite, b, 0.0)
             spread = 0.0 if b is None else b + np.max(b, axis=axes, keepdims=True)
             if rounding:
                 library = LIBRARY_ULPS[ctx.node.op_type] * 2.0 * u
                 shifted = np.abs(x - top) * u + library  # relative error of each exp term
                 if ctx.terms_pass:
-                    shifted = np.where(np.isfinite(x), shifted, 0.0)
+                    shifted = np.where(finite, shifted, 0.0)
                 total = ctx.gamma(n) + np.max(shifted, axis=axes, keepdims=True) * (1.0 + ctx.gamma(n))
                 spread = spread + shifted + total + (u if not log else 0.0)
             if log and not rounding:

@@ -191,7 +191,7 @@ class OpContext:
         # in place where possible: these arrays are as large as the op's output (asarray: a 0-d
         # ufunc result is a numpy scalar, which has no in-place form)
         magnitude = np.asarray(np.abs(y))
-        if self.run_valued:  # where float64 has no finite y the terms are the run's (bound.py _run_values)
+        if self.run_valued:  # where float64 has no finite y the terms are the run's (run_values.py)
             magnitude = np.where(np.isfinite(magnitude), magnitude, 0.0)
         if ulps is None:
             bound = np.asarray(np.add(np.broadcast_to(carried, y.shape), underflows * floor))
