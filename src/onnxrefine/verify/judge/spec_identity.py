@@ -9,13 +9,19 @@ spec requires, and the candidate's run departs from the spec where the original'
 The evidence that the rewrite changed nothing is the spec itself: the float64 reference evaluates
 both models, rounding every float16/bfloat16 value where it is produced (kernels/dtype.py),
 and on the input set judged the two give bit-identical values. That evidence holds only where the
-reference models every rounding of the graph; it models float32 as real arithmetic, so a model
-that computes any float32 value other than by moving data (where a reassociation could overflow
-or round differently in float32 and the reference would not see it) is never explained here.
-Subgraphs and functions are not typed by the check, so models holding them are not either.
+reference models every rounding behind the value judged (its cone, subgraphs on it included); it
+models float32 as real arithmetic, so a cone that computes a float32 value other than by moving
+data (where a reassociation could overflow or round differently in float32 and the reference would
+not see it) is explained only where that value is the same node of the same inputs in both models
+(a shared float32 prefix the rewrite did not touch: both models then read the same float32 values,
+in onnxruntime as in the reference, and those reach float16 only through a rounding Cast or a
+decision). A node holding a subgraph or calling a model-local function is never shared, and float32
+arithmetic inside a subgraph on the cone, or a function call on it, leaves the value unexplained.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import onnx
@@ -34,35 +40,131 @@ MOVING_OPS = frozenset({
 })
 _FLOAT32 = onnx.TensorProto.FLOAT
 _ROUNDED = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
+_BODIES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 MAX_EVALUATIONS = 8  # reference evaluations of each model per verification (a localisation can ask many)
 
 
-def rounding_fully_modelled(model: onnx.ModelProto) -> bool:
-    """Does the reference model every rounding this model's float arithmetic makes? True for graphs
-    whose float arithmetic is all float16/bfloat16 (or float64), float32 values only moved."""
-    if model.functions:
-        return False
-    graph = model.graph
-    if any(attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-           for node in graph.node for attr in node.attribute):
-        return False
-    if any(node.domain not in STANDARD_DOMAINS for node in graph.node):
-        return False
-    types = inferred_types(model)
-    if types is None:
-        return False
-    narrow = False
-    for node in graph.node:
-        for name in node.output:
-            if not name:
+def _bodies(node: onnx.NodeProto):
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+class _Graph:
+    """One model's main graph for the cone check: each value's structural key (an id, equal in two
+    models exactly where the value is the same node, attributes and opset, of values with equal keys,
+    down to graph inputs of the same name and constants of the same bytes), made on demand."""
+
+    def __init__(self, model: onnx.ModelProto, interned: dict):
+        graph = model.graph
+        self.types = inferred_types(model)
+        self.producer = {out: (node, index) for node in graph.node for index, out in enumerate(node.output) if out}
+        self.initializers = {init.name: init for init in graph.initializer}
+        self.inputs = {value.name for value in graph.input} - set(self.initializers)
+        self.opsets = {o.domain or "": o.version for o in model.opset_import}
+        self.functions = {(f.domain, f.name) for f in model.functions}
+        self._interned, self._keys = interned, {"": interned.setdefault(("absent",), len(interned))}
+        self._all: set | None = None
+
+    def _own_key(self, name: str):
+        if name in self.inputs:
+            return ("input", name)
+        init = self.initializers.get(name)
+        if init is not None:
+            bare = onnx.TensorProto()
+            bare.CopyFrom(init)
+            bare.ClearField("name")
+            return ("constant", hashlib.blake2b(bare.SerializeToString(deterministic=True)).digest())
+        return None
+
+    def key(self, name: str):
+        """The structural key of value `name`, None where it has none (an outer value, a body)."""
+        stack, visiting = [name], set()
+        while stack:
+            top = stack[-1]
+            if top in self._keys:
+                stack.pop()
                 continue
-            elem = types.get(name)
-            if elem is None:
+            own = self._own_key(top)
+            found = self.producer.get(top)
+            if own is None and found is not None:
+                node, index = found
+                pending = [i for i in node.input if i not in self._keys and i not in visiting]
+                if pending and top not in visiting:
+                    visiting.add(top)
+                    stack.extend(pending)
+                    continue
+                inputs = tuple(self._keys.get(i) for i in node.input)
+                signature = self._signature(node)
+                if signature is not None and None not in inputs:
+                    own = ("output", signature, inputs, index)
+            self._keys[top] = None if own is None else self._interned.setdefault(own, len(self._interned))
+            stack.pop()
+        return self._keys[name]
+
+    def _signature(self, node: onnx.NodeProto):
+        if (node.domain, node.op_type) in self.functions or any(True for _ in _bodies(node)):
+            return None
+        attrs = tuple(a.SerializeToString(deterministic=True) for a in sorted(node.attribute, key=lambda a: a.name))
+        return (node.domain or "", node.op_type, self.opsets.get(node.domain or ""), attrs)
+
+    def has(self, key) -> bool:
+        if self._all is None:
+            self._all = {self.key(name) for name in self.producer} - {None}
+        return key is not None and key in self._all
+
+    def cone_modelled(self, name: str, other: _Graph) -> bool:
+        """Does the reference model every rounding behind value `name` (module docstring)?"""
+        if self.types is None:
+            return False
+        seen, stack, narrow = set(), [name], False
+        while stack:
+            value = stack.pop()
+            if value in seen or value in self.inputs or value in self.initializers or not value:
+                continue
+            seen.add(value)
+            found = self.producer.get(value)
+            if found is None:
                 return False
-            if elem == _FLOAT32 and node.op_type not in MOVING_OPS:
+            node = found[0]
+            if node.domain not in STANDARD_DOMAINS or (node.domain, node.op_type) in self.functions:
                 return False
-            narrow |= elem in _ROUNDED
-    return narrow
+            for body in _bodies(node):
+                outer = self._body_modelled(body)
+                if outer is None:
+                    return False
+                stack.extend(outer)
+            for out in node.output:
+                elem = self.types.get(out) if out else 0
+                if elem is None or (elem == _FLOAT32 and node.op_type not in MOVING_OPS
+                                    and not other.has(self.key(out))):
+                    return False
+                narrow |= elem in _ROUNDED
+            stack.extend(node.input)
+        return narrow
+
+    def _body_modelled(self, body: onnx.GraphProto):
+        """The outer values a body reads, None where it computes float32 arithmetic (or untyped)."""
+        local = {value.name for value in body.input} | {init.name for init in body.initializer}
+        local |= {out for node in body.node for out in node.output}
+        outer = []
+        for node in body.node:
+            if node.domain not in STANDARD_DOMAINS or (node.domain, node.op_type) in self.functions:
+                return None
+            for inner in _bodies(node):
+                deeper = self._body_modelled(inner)
+                if deeper is None:
+                    return None
+                outer.extend(name for name in deeper if name not in local)
+            for out in node.output:
+                elem = self.types.get(out) if out else 0
+                if elem is None or (elem == _FLOAT32 and node.op_type not in MOVING_OPS):
+                    return None
+            outer.extend(name for name in node.input if name and name not in local)
+        outer.extend(value.name for value in body.output if value.name not in local)
+        return outer
 
 
 class SpecIdentity:
@@ -73,17 +175,24 @@ class SpecIdentity:
         # evaluate: the session's reference evaluator (evaluate_float64's signature); None: that one.
         # A reference that declines (the no-reference fallback) explains nothing.
         self.original, self.candidate, self.evaluate = original, candidate, evaluate
-        self._applies: bool | None = None
+        self._graphs: tuple[_Graph, _Graph] | None = None
+        self._applies: dict = {}
         self.evaluations = 0
 
-    @property
-    def applies(self) -> bool:
-        if self._applies is None:
-            self._applies = rounding_fully_modelled(self.original) and rounding_fully_modelled(self.candidate)
-        return self._applies
+    def applies(self, original_name: str, candidate_name: str) -> bool:
+        """Does the reference model every rounding behind both values (module docstring)?"""
+        key = (original_name, candidate_name)
+        if key not in self._applies:
+            if self._graphs is None:
+                interned: dict = {}
+                self._graphs = (_Graph(self.original, interned), _Graph(self.candidate, interned))
+            first, second = self._graphs
+            self._applies[key] = first.cone_modelled(original_name, second) and \
+                second.cone_modelled(candidate_name, first)
+        return self._applies[key]
 
     def same(self, original_name: str, candidate_name: str, feeds) -> bool:
-        if not self.applies or self.evaluations >= MAX_EVALUATIONS:
+        if self.evaluations >= MAX_EVALUATIONS or not self.applies(original_name, candidate_name):
             return False
         self.evaluations += 1
         try:
@@ -97,7 +206,7 @@ class SpecIdentity:
 
     def outputs_same(self, pairs: list[tuple[str, str]], feed_sets) -> bool:
         """Every (original, candidate) output pair bit-identical by the reference on every set."""
-        if not self.applies or not pairs:
+        if not pairs or not all(self.applies(o, c) for o, c in pairs):
             return False
         evaluate_float64 = self._evaluator()
         try:
