@@ -286,6 +286,41 @@ def test_observed_runs_zero_only_weights_no_integer_depends_on():
     assert observed.observe(model, [cast_value])[id(cast_value)] == 2047
 
 
+def test_observed_runs_zero_weights_a_resize_only_scales_the_values_of():
+    # Resize(Mul(x, w), scales): its output size comes of its input's shape and the scales, so w is
+    # zeros made at run time; where the scales themselves come of a float weight, that one is kept.
+    import onnx_ir as ir
+
+    from onnxrefine.verify.ort import observed
+
+    weight = np.linspace(-1, 1, 2048, dtype=np.float32).reshape(1, 2, 32, 32)
+    scales = np.array([1, 1, 2, 2], np.float32)
+
+    def cut(scaled_by_weight: bool):
+        nodes = [helper.make_node("Mul", ["x", "w"], ["m"]),
+                 helper.make_node("Mul", ["sc", "one"] if not scaled_by_weight else ["sc", "w_first"], ["scales"]),
+                 helper.make_node("Resize", ["m", "", "scales"], ["r"], mode="nearest"),
+                 helper.make_node("Shape", ["r"], ["s"])]
+        inits = [tensor("w", weight), tensor("sc", scales), tensor("one", np.ones(4, np.float32)),
+                 tensor("w_first", np.full(4, 1.0, np.float32))]
+        if scaled_by_weight:  # the scales read a large float weight too
+            nodes[1:1] = [helper.make_node("ReduceMax", ["w"], ["w_top"], keepdims=0),
+                          helper.make_node("Add", ["w_top", "one"], ["w_first"])]
+            inits = inits[:3]
+        model = ir.serde.deserialize_model(make_model(
+            nodes, [value_info("x", shape=[1, 2, 32, 32])], [value_info("s", INT64, [4])], inits, opset=17))
+        shape_value = next(n for n in model.graph if n.op_type == "Shape").outputs[0]
+        proto, _ = observed._cut(model, [shape_value], lambda v: v.dtype or ir.DataType.FLOAT)
+        return model, shape_value, proto
+
+    model, shape_value, proto = cut(False)
+    assert "ConstantOfShape" in [n.op_type for n in proto.graph.node]
+    assert "w" not in [init.name for init in proto.graph.initializer]
+    assert tuple(observed.observe(model, [shape_value])[id(shape_value)]) == (1, 2, 64, 64)
+    _, _, proto = cut(True)
+    assert "w" in [init.name for init in proto.graph.initializer]
+
+
 def test_an_observed_run_falls_back_to_zero_integers_where_generated_ones_are_out_of_range():
     # Gather(table, idx + 1): the generated indices fit the 2 rows before the + 1, not after it
     # (idx = [2, 1, 0] reads row 3); zeros read row 1.

@@ -252,6 +252,9 @@ def _shapes_of(proto: onnx.ModelProto, names: dict[int, str], typed: set[int]) -
 # Operators through which a float input can decide an integer or bool value, or a size.
 _FLOAT_TO_INTEGER = frozenset("""Cast CastLike ArgMax ArgMin Equal Less Greater LessOrEqual GreaterOrEqual
     IsNaN IsInf NonZero Unique Compress TopK NonMaxSuppression Resize Upsample Range OneHot If Loop Scan""".split())
+# Of those, the ones whose first input (the data) decides only values: Resize and Upsample size the
+# output by its shape and their scales or sizes, Compress by its bool condition.
+_SIZED_BY_THE_DATA_SHAPE = frozenset({"Resize", "Upsample", "Compress"})
 _ZEROABLE = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16})
 ZERO_WEIGHT_BYTES = 4096  # smaller float weights are serialized as they are
 
@@ -278,6 +281,9 @@ def _reads_float_into_integers(node: ir.Node, dtype_of, read) -> bool:
     if node.op_type not in _FLOAT_TO_INTEGER:
         return False
     read_ids = {id(v) for v in read}
+    if node.op_type in _SIZED_BY_THE_DATA_SHAPE:
+        # the data's values decide no size here (its shape does, with scales, sizes or a condition)
+        return any(v is not None and id(v) in read_ids for v in node.inputs[1:])
     if node.op_type in ("Cast", "CastLike"):
         to = node.attributes.get("to")
         target = (dtype_of(node.inputs[1]) if node.op_type == "CastLike" and len(node.inputs) > 1
