@@ -166,3 +166,30 @@ def test_a_value_inside_the_graph_is_excused_the_same_way():
     bug = verify_models(original, exp_log(1, bump=float(np.float16(2.0 ** -10)), abs_before_log=True),
                         inputs={"x": X}, deployment=None)
     assert bug.verdict == "mismatch"
+
+
+def _squeezed(axes_lists) -> onnx.ModelProto:
+    # x[3] unsqueezed to [1, 1, 3, 1, 1], then Squeezes of the given axes, then Abs (float16)
+    inits = [numpy_helper.from_array(np.array([0, 1, 3, 4], np.int64), "u")]
+    nodes, current = [helper.make_node("Unsqueeze", ["x", "u"], ["x5"])], "x5"
+    for index, axes in enumerate(axes_lists):
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), f"a{index}"))
+        nodes.append(helper.make_node("Squeeze", [current, f"a{index}"], [f"s{index}"]))
+        current = f"s{index}"
+    nodes.append(helper.make_node("Abs", [current], ["y"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_a_value_of_another_shape_is_no_precision_departure():
+    # onnxoptimizer's fuse_consecutive_squeezes (fuzz case 995 of seed 1300000) merged [4, 3, -4] and
+    # [-2] into [-4, -1, 3, 4], an axis named twice: onnxruntime squeezes three axes and gives [1, 3]
+    # where the original gives [3], while the reference, which reads the duplicate its own way, gives
+    # both models the same values. A rounding moves values, never a shape: mismatch.
+    original, candidate = _squeezed([[4, 3, -4], [-2]]), _squeezed([[-4, -1, 3, 4]])
+    feeds = {"x": np.array([1.5, -2.0, 3.0], np.float16)}
+    assert _ort(candidate, feeds).shape == (1, 3)
+    report = verify_models(original, candidate, inputs=feeds, deployment=None)
+    assert report.verdict == "mismatch", report.to_dict()["outputs"][0]["notes"]
+    assert not any(SpecIdentity.NOTE in note for note in report.outputs[0].notes)

@@ -67,7 +67,7 @@ class ArtefactCheck:
     def review(self, set_index: int, pair, item, judgement, feeds, result) -> None:
         """A mismatch the runtime explains becomes unstable (run-dependent at most), with the note
         in `result.runtime_artefact`; one it does not is remembered for the values after it."""
-        from onnxrefine.verify.judge import verdict
+        from onnxrefine.verify.judge import spec_identity, verdict
 
         if judgement.verdict != verdict.MISMATCH:
             return
@@ -76,7 +76,8 @@ class ArtefactCheck:
             note = self.explains(pair.name, pair.candidate_name, item.original, item.candidate, feeds, blamed)
         except Exception:  # noqa: BLE001 - an explanation that cannot be made is none (a weight
             note = None  # stored outside the proto, ...): the mismatch stands
-        if not note and self.spec.same(pair.name, pair.candidate_name, feeds):
+        if not note and spec_identity.same_layout(item.original, item.candidate) \
+                and self.spec.same(pair.name, pair.candidate_name, feeds):
             note = self.spec.NOTE   # float16 graphs: the spec says both compute V alike
         if note:
             judgement.verdict = verdict.UNSTABLE
