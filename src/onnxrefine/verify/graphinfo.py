@@ -101,13 +101,14 @@ def consumers(model: onnx.ModelProto) -> dict[str, list[tuple[onnx.NodeProto, in
     return found
 
 
-def integer_role(model: onnx.ModelProto, name: str, known_shapes: Mapping[str, tuple]) -> tuple:
+def integer_role(model: onnx.ModelProto, name: str, known_shapes: Mapping[str, tuple],
+                 users: Mapping[str, list] | None = None) -> tuple:
     """How an integer input is used: ("index", dim or None), ("shape",) or ("plain",).
 
     Follows pass-through ops (Cast, Identity, Squeeze...) so an index that is cast first still
-    counts as an index.
+    counts as an index. `users`: `consumers(model)`, when the caller asks of several inputs.
     """
-    users = consumers(model)
+    users = consumers(model) if users is None else users
     # (name, summed): a value summed on the way (a mask's end positions are its ReduceSum) counts
     # only where it reaches a mask
     pending, seen = [(name, False)], set()

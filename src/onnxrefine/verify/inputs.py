@@ -222,7 +222,8 @@ def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
     if any(spec.dtype.kind in "iu" for spec in specs):  # only integer inputs have a role (shape inference's cost)
         known_shapes = dict(graphinfo.static_shapes(model, None))
         known_shapes.update(shapes)
-        roles = {spec.name: graphinfo.integer_role(model, spec.name, known_shapes)
+        users = graphinfo.consumers(model)
+        roles = {spec.name: graphinfo.integer_role(model, spec.name, known_shapes, users)
                  for spec in specs if spec.dtype.kind in "iu"}
     kinds = [f"random{index}" for index in range(max(1, trials))]
     if stress:
