@@ -270,3 +270,44 @@ def test_a_relu_after_a_conv_that_cancels_the_lowest_lends_nothing():
                                  [tensor("w", np.array([[[0.5], [-0.5]]], np.float32)), tensor("d", np.float32(0.25))]))
     report = verify_models(models[0], models[1], inputs=[{"x": x, "z": z}])
     assert report.verdict == MISMATCH, [o.to_dict().get("excused") for o in report.outputs]
+
+
+def _pool_concat(tail: str, constant=(0.5, -1.0, 2.0, 0.25, 1.0, -3.0)):
+    # MaxPool(x) joined to a constant along the channels, then Log(Softmax) ("split"), LogSoftmax
+    # ("fused") over them or nothing ("moved")
+    pool = {"kernel_shape": [1]}
+    nodes = [node("MaxPool", ["x"], ["p"], **pool), node("Concat", ["p", "c"], ["j"], axis=1)]
+    nodes += {"split": [node("Softmax", ["j"], ["s"], axis=1), node("Log", ["s"], ["y"])],
+              "fused": [node("LogSoftmax", ["j"], ["y"], axis=1)],
+              "moved": [node("Identity", ["j"], ["y"])]}[tail]
+    return build(nodes, [("c", np.array(constant, np.float32).reshape(1, 1, 6))])
+
+
+def test_maxpool_lowest_joined_to_constants_by_a_concat_is_onnxruntimes_lowest():
+    # fuzz campaign of seed 1500000, case 30136: MaxPool, Concat with constants, Log(Softmax) fused;
+    # the -FLT_MAX onnxruntime's MaxPool makes of a window of -inf lies in the MaxPool's part of the
+    # Concat, which LogSoftmax keeps and the original's Softmax and Log take to -inf
+    report = verify_models(_pool_concat("split"), _pool_concat("fused"), inputs=[{"x": X}], trials=2)
+    assert report.verdict == ROUNDING, report.outputs[0].to_dict()
+    assert report.outputs[0].excused.get("maxpool-lowest", 0) > 0
+
+
+def test_the_campaign_case_of_a_concat_after_a_maxpool_is_judged_so_inside_the_graph():
+    # the same case as the campaign made it: the fused value is an intermediate, judged by localisation
+    import onnxrefine
+    from onnxrefine.fuzz.generator import generate_model
+
+    case = generate_model(1530136, max_nodes=20, opset=18, target="fuse_consecutive_log_softmax")
+    candidate = onnxrefine.optimize(case.model, ["fuse_consecutive_log_softmax"])
+    report = verify_models(case.model, candidate, seed=1530136, dims=case.input_dims, trials=2)
+    assert report.verdict == ROUNDING, report.localisation
+    value = next(v for v in report.localisation["values"] if v["candidate_op"] == "LogSoftmax")
+    assert value["excused"].get("maxpool-lowest", 0) > 0
+
+
+def test_a_constant_beside_the_maxpool_changed_to_lowest_is_still_mismatch():
+    # the Concat's constant part is no MaxPool's: a -inf of the constant made -FLT_MAX is a change
+    original = _pool_concat("moved", constant=(0.5, -np.inf, 2.0, 0.25, 1.0, -3.0))
+    candidate = _pool_concat("moved", constant=(0.5, LOWEST, 2.0, 0.25, 1.0, -3.0))
+    report = verify_models(original, candidate, inputs=[{"x": X}], trials=2)
+    assert report.verdict == MISMATCH, report.outputs[0].to_dict()

@@ -241,15 +241,14 @@ def add_static_facts(original, candidate_file, tracks, output_map) -> None:
     except Exception:  # an unreadable graph: every decision may have rounded
         exact = {}
     candidate = None if candidate_file is None else candidate_file.proto
-    made_here, made_there = producers_of(original), {} if candidate is None else producers_of(candidate)
+    made = MadeBy(original, candidate)
     for name in names:
         twin = output_map.get(name) if candidate is not None else None
-        made = (made_by_maxpool(made_here, name), twin is not None and made_by_maxpool(made_there, twin))
-        picked = (made_by_picker(made_here, name), twin is not None and made_by_picker(made_there, twin))
+        picked = made.picker_made(name, twin)
         for track in tracks:
             for item in track.evidence.get(name, []):
                 item.exact_decisions = exact.get(name, False)
-                item.maxpool_made, item.picker_made = made, picked
+                item.maxpool_made, item.picker_made = made.maxpool_made(item, name, twin), picked
 
 
 def runnable_sets(labelled, first_runs, notes) -> tuple:
@@ -297,12 +296,75 @@ def made_by_picker(producers: dict, name: str) -> bool:
         and node.output[0] == current
 
 
-def made_by_maxpool(producers: dict, name: str) -> int:
+def made_by_maxpool(producers: dict, name: str, shape=None, constant_dims=None):
     """0 unless the value is a MaxPool's output Y, possibly moved by data-movement ops (or a LogSoftmax)
     and averaged by AveragePools after it; else the product k of those AveragePools' window sizes: a
-    window of the MaxPool's -FLT_MAX among finite values averages to between -FLT_MAX and -FLT_MAX/k."""
+    window of the MaxPool's -FLT_MAX among finite values averages to between -FLT_MAX and -FLT_MAX/k.
+    With the value's `shape` and `constant_dims` (name -> a constant's dims, or None): a value a Concat
+    makes (read through ops that keep every element in its place) of constants and one input a MaxPool
+    makes gives an int array of the value's shape, k on that input's elements and 0 on the constants'."""
     node, current, divisor = _source(producers, name, _MOVES | {"AveragePool"})
-    return divisor if node is not None and node.op_type == "MaxPool" and node.output[0] == current else 0
+    if node is not None and node.op_type == "MaxPool" and node.output[0] == current:
+        return divisor
+    if shape is None or constant_dims is None:
+        return 0
+    concat, _, _ = _source(producers, name, _IN_PLACE)
+    return 0 if concat is None or concat.op_type != "Concat" else _concat_made(producers, concat, tuple(shape),
+                                                                               constant_dims)
+
+
+_IN_PLACE = frozenset({"Identity", "LogSoftmax"})
+
+
+def _concat_made(producers: dict, concat, shape: tuple, constant_dims):
+    axis = next((a.i for a in concat.attribute if a.name == "axis"), None)
+    if axis is None or not shape:
+        return 0
+    axis = axis + len(shape) if axis < 0 else axis
+    dims = [constant_dims(name) for name in concat.input]
+    computed = [index for index, found in enumerate(dims) if found is None]
+    if not 0 <= axis < len(shape) or len(computed) != 1 or \
+            any(found is not None and len(found) != len(shape) for found in dims):
+        return 0  # the computed input's place along the axis is known only beside constants
+    (open_index,) = computed
+    extents = [found[axis] if found is not None else 0 for found in dims]
+    extents[open_index] = shape[axis] - sum(extents)
+    made = made_by_maxpool(producers, concat.input[open_index])
+    if extents[open_index] < 0 or not made:
+        return 0
+    mask = np.zeros(shape, np.int64)
+    start = sum(extents[:open_index])
+    place = [slice(None)] * len(shape)
+    place[axis] = slice(start, start + extents[open_index])
+    mask[tuple(place)] = made
+    return mask
+
+
+def constant_dims_of(model: onnx.ModelProto) -> dict:
+    """Name -> dims of each main-graph initializer and Constant node's tensor."""
+    dims = {init.name: tuple(init.dims) for init in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            value = next((a.t for a in node.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR), None)
+            if value is not None:
+                dims[node.output[0]] = tuple(value.dims)
+    return dims
+
+
+class MadeBy:
+    """Per pair of models: what makes a value, for the maxpool-lowest and undefined-pick rules."""
+
+    def __init__(self, original: onnx.ModelProto, candidate: onnx.ModelProto | None):
+        self.here, self.dims_here = producers_of(original), constant_dims_of(original)
+        self.there = {} if candidate is None else producers_of(candidate)
+        self.dims_there = {} if candidate is None else constant_dims_of(candidate)
+
+    def maxpool_made(self, item, name: str, twin: str | None) -> tuple:
+        return (made_by_maxpool(self.here, name, item.original.shape, self.dims_here.get),
+                twin is not None and made_by_maxpool(self.there, twin, item.candidate.shape, self.dims_there.get))
+
+    def picker_made(self, name: str, twin: str | None) -> tuple:
+        return made_by_picker(self.here, name), twin is not None and made_by_picker(self.there, twin)
 
 
 def decision_feed(producers, name, item):

@@ -15,11 +15,14 @@ def maxpool_lowest(f) -> np.ndarray:
     # onnxruntime's float MaxPool starts each window at lowest(), so a window holding only -inf
     # gives -FLT_MAX where the spec (and float64) says -inf; only the side whose output a MaxPool
     # makes (k > 0: averaged by AveragePools of k elements in all after it, between -FLT_MAX and
-    # -FLT_MAX/k), and only where the true value is -inf
-    made_o, made_c = (int(made) for made in f.evidence.maxpool_made)
+    # -FLT_MAX/k; per element where a Concat joins the MaxPool's output to constants, 0 on theirs),
+    # and only where the true value is -inf
+    made_o, made_c = (np.asarray(made, dtype=np.int64) for made in f.evidence.maxpool_made)
 
     def lowest(values, made):
-        return (values >= -f.top) & (values <= -f.top / made) if made else np.zeros(values.shape, dtype=bool)
+        if not made.any() or (made.ndim and made.shape != values.shape):
+            return np.zeros(values.shape, dtype=bool)
+        return (made > 0) & (values >= -f.top) & (values <= -f.top / np.maximum(made, 1))
 
     pair = ((f.a == -np.inf) & lowest(f.c, made_c)) | ((f.c == -np.inf) & lowest(f.a, made_o))
     return pair & (True if f.r is None else f.r == -np.inf)

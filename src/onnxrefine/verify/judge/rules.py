@@ -437,19 +437,22 @@ RULES = (
          (_R + "test_cast_to_int_following_the_reference_is_rounding",),
          (_R + "test_cast_to_int_flipped_beyond_the_boundary_is_mismatch",),
          lambda f: f.follows(), True, discrete=True),
-    Rule("maxpool-lowest", "-inf <-> -largest finite where a MaxPool makes the -largest side's output (moved "
-         "by data movement or a LogSoftmax after it; averaged by AveragePools of k elements in all: between "
-         "-largest and -largest/k) and R is -inf", "onnxruntime's float MaxPool gives lowest() "
+    Rule("maxpool-lowest", "-inf <-> -largest finite where a MaxPool makes the -largest side's element (moved "
+         "by data movement or a LogSoftmax after it, or in its part of a Concat with constants; averaged by "
+         "AveragePools of k elements in all: between -largest and -largest/k) and R is -inf", "onnxruntime's float MaxPool gives lowest() "
          "(-FLT_MAX) for a window of only -inf, the spec -inf: a rewrite that moves a MaxPool before or after an "
          "op that maps -inf to -inf, or fuses the Log(Softmax) after it, shows it",
          (_A + "test_maxpool_window_of_only_minus_inf_is_onnxruntimes_lowest",
           _A + "test_maxpool_lowest_through_a_log_softmax_fusion_is_onnxruntimes_lowest",
-          _A + "test_maxpool_lowest_averaged_by_an_average_pool_is_onnxruntimes_lowest"),
+          _A + "test_maxpool_lowest_averaged_by_an_average_pool_is_onnxruntimes_lowest",
+          _A + "test_maxpool_lowest_joined_to_constants_by_a_concat_is_onnxruntimes_lowest",
+          _A + "test_the_campaign_case_of_a_concat_after_a_maxpool_is_judged_so_inside_the_graph"),
          (_A + "test_clip_turning_minus_inf_into_lowest_is_still_mismatch",
           _A + "test_clip_to_lowest_before_a_log_softmax_is_still_mismatch",
           _A + "test_clip_to_lowest_before_an_average_pool_is_still_mismatch",
           _A + "test_maxpool_lowest_beyond_the_average_pools_reach_is_mismatch",
-          _A + "test_maxpool_lowest_where_the_true_value_is_finite_is_mismatch"),
+          _A + "test_maxpool_lowest_where_the_true_value_is_finite_is_mismatch",
+          _A + "test_a_constant_beside_the_maxpool_changed_to_lowest_is_still_mismatch"),
          departures.maxpool_lowest, None),
     Rule("float16-skipped-rounding", "finite C within the candidate's own derived bound B_c of R, where the "
          "original's bound is not finite (a subgraph on the path) and the reference gives both models the same "

@@ -169,6 +169,7 @@ class Localizer:
         self.sets_run = 0
         self.evaluate = None  # the reference evaluator (session.py); None: reference.evaluate_float64
         self._decisions: tuple | None = None  # (producers, feed names, exact names): _decision_feeds
+        self._made = None  # evidence.MadeBy of the two models: _made_by
         self.artefacts = ArtefactCheck(original, candidate, lambda model, names, feeds: _fetch(
             runner_with_outputs(model, names, "model"), names, feeds))
 
@@ -297,6 +298,7 @@ class Localizer:
             if failing else []
         for pair, item in failing:
             self._attach_decision(pair, item, fed)
+            item.maxpool_made = self._made_by().maxpool_made(item, pair.name, pair.candidate_name)
             item.perturbed = [runs[pair.name] for runs in perturbed]
             item.perturbation_u = judge.moved_u(feeds)
             judgement = judge.judge_output([item], pair.bound)
@@ -319,6 +321,13 @@ class Localizer:
                     names.update(found[1] if found is not None else ())
             self._decisions = (producers, names, judge.exact_values(self.original) if names else set())
         return self._decisions
+
+    def _made_by(self):
+        if self._made is None:  # what makes each value, as for the outputs (maxpool-lowest)
+            from onnxrefine.verify.evidence import MadeBy
+
+            self._made = MadeBy(self.original, self.candidate)
+        return self._made
 
     def _attach_decision(self, pair, item, fed) -> None:
         producers, _, exact = self._decision_feeds()
