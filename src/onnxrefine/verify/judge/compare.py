@@ -83,6 +83,17 @@ def bit_identical(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a == b
 
 
+def largest_first(values: np.ndarray, count: int) -> np.ndarray:
+    """Indices of the `count` largest of `values` (1-D, no NaN), largest first, equal values in index
+    order: what a stable sort's first `count` give, without sorting the whole array."""
+    if values.size <= count or count <= 0:
+        return np.argsort(-values, kind="stable")[:max(count, 0)]
+    threshold = np.partition(values, values.size - count)[values.size - count]
+    above = np.flatnonzero(values > threshold)
+    chosen = np.concatenate([above, np.flatnonzero(values == threshold)[:count - above.size]])
+    return chosen[np.argsort(-values[chosen], kind="stable")]
+
+
 def magnitude_floor(baseline: np.ndarray, dtype) -> float:
     finite = np.abs(baseline[np.isfinite(baseline)])
     rms = float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0

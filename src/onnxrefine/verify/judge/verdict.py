@@ -109,7 +109,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.judge.compare import ValueClass, bit_identical, ordered_int
+from onnxrefine.verify.judge.compare import ValueClass, bit_identical, largest_first, ordered_int
 from onnxrefine.verify.judge.decisions import DecisionEvidence
 from onnxrefine.verify.judge.systematic import systematic_error
 from onnxrefine.verify.judge.controls import CONTROLS, JUMP, Control, ControlFacts
@@ -450,21 +450,21 @@ def _record_worst(judgement: Judgement, set_index: int, evidence: SetEvidence, d
     first, then the largest |candidate - original| (a NaN against a number counts as infinite)."""
     if evidence.original.dtype.kind not in "biuf" or not differ.any():
         return
-    original = evidence.original.astype(np.float64)
-    candidate = evidence.candidate.astype(np.float64)
-    reference = None if evidence.reference is None else np.asarray(evidence.reference, dtype=np.float64)
+    original, candidate, reference = evidence.original, evidence.candidate, evidence.reference
     flat = np.flatnonzero(differ.ravel())
     with np.errstate(invalid="ignore", over="ignore"):
-        gap = np.abs(candidate.ravel()[flat] - original.ravel()[flat])
+        gap = np.abs(candidate.ravel()[flat].astype(np.float64) - original.ravel()[flat].astype(np.float64))
     gap = np.where(np.isnan(gap), np.inf, gap)
     bad = unexplained.ravel()[flat]
-    for k in np.lexsort((-gap, ~bad))[:WORST_ELEMENTS]:
+    chosen = [np.flatnonzero(bad), np.flatnonzero(~bad)]  # unexplained first, each by the largest gap
+    first = chosen[0][largest_first(gap[chosen[0]], WORST_ELEMENTS)]
+    for k in np.concatenate([first, chosen[1][largest_first(gap[chosen[1]], WORST_ELEMENTS - first.size)]]):
         position = int(flat[k])
         judgement.worst_elements.append({
             "set": set_index, "index": [int(i) for i in np.unravel_index(position, original.shape)],
             "original": float(original.flat[position]), "candidate": float(candidate.flat[position]),
-            "reference": None if reference is None or reference.shape != original.shape
-            else float(reference.flat[position]),
+            "reference": None if reference is None or np.shape(reference) != original.shape
+            else float(np.asarray(reference).flat[position]),
             "difference": float(gap[k]), "explained": not bool(bad[k])})
     judgement.worst_elements.sort(key=lambda e: (e["explained"], -e["difference"]))
     del judgement.worst_elements[WORST_ELEMENTS:]
