@@ -129,20 +129,31 @@ class _Graph:
             if found is None:
                 return False
             node = found[0]
-            if node.domain not in STANDARD_DOMAINS or (node.domain, node.op_type) in self.functions:
+            computes = self._computes(node, other)
+            if computes is None:
                 return False
+            narrow |= computes
             for body in _bodies(node):
                 outer = self._body_modelled(body)
                 if outer is None:
                     return False
                 stack.extend(outer)
-            for out in node.output:
-                elem = self.types.get(out) if out else 0
-                if elem is None or (elem == _FLOAT32 and node.op_type not in MOVING_OPS
-                                    and not other.has(self.key(out))):
-                    return False
-                narrow |= elem in _ROUNDED
             stack.extend(node.input)
+        return narrow
+
+    def _computes(self, node: onnx.NodeProto, other: _Graph | None) -> bool | None:
+        """None where the reference does not model what `node` computes (a custom op or a function
+        call, an untyped output, float32 arithmetic that is not the same in `other`; None: never),
+        else whether it computes a float16 or bfloat16 value."""
+        if node.domain not in STANDARD_DOMAINS or (node.domain, node.op_type) in self.functions:
+            return None
+        narrow = False
+        for out in node.output:
+            elem = self.types.get(out) if out else 0
+            if elem is None or (elem == _FLOAT32 and node.op_type not in MOVING_OPS
+                                and (other is None or not other.has(self.key(out)))):
+                return None
+            narrow |= elem in _ROUNDED
         return narrow
 
     def _body_modelled(self, body: onnx.GraphProto):
@@ -151,17 +162,13 @@ class _Graph:
         local |= {out for node in body.node for out in node.output}
         outer = []
         for node in body.node:
-            if node.domain not in STANDARD_DOMAINS or (node.domain, node.op_type) in self.functions:
+            if self._computes(node, None) is None:
                 return None
             for inner in _bodies(node):
                 deeper = self._body_modelled(inner)
                 if deeper is None:
                     return None
                 outer.extend(name for name in deeper if name not in local)
-            for out in node.output:
-                elem = self.types.get(out) if out else 0
-                if elem is None or (elem == _FLOAT32 and node.op_type not in MOVING_OPS):
-                    return None
             outer.extend(name for name in node.input if name and name not in local)
         outer.extend(value.name for value in body.output if value.name not in local)
         return outer
