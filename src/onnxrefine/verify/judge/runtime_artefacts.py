@@ -20,35 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from onnxrefine.verify.judge import compare
+from onnxrefine.verify.judge.spec_identity import GraphSide, SpecIdentity, node_signature
 
 MAX_DEPTH = 8  # nodes walked up from V
 MAX_VALUES = 64  # values fetched to check one V
-
-
-class _Side:
-    def __init__(self, model: onnx.ModelProto):
-        graph = model.graph
-        self.model = model
-        self.producers = {out: (node, index) for node in graph.node for index, out in enumerate(node.output) if out}
-        self.initializers = {init.name: init for init in graph.initializer}
-        self.inputs = {value.name for value in graph.input} - set(self.initializers)
-        self.opsets = {o.domain or "": o.version for o in model.opset_import}
-        self.local_functions = {(f.domain, f.name) for f in model.functions}
-
-    def constant(self, name: str):
-        init = self.initializers.get(name)
-        return None if init is None else numpy_helper.to_array(init)
-
-
-def _signature(side: _Side, node: onnx.NodeProto):
-    if (node.domain, node.op_type) in side.local_functions or any(
-            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-        return None  # a body that may read outer values: never the same node
-    attrs = tuple(a.SerializeToString(deterministic=True) for a in sorted(node.attribute, key=lambda a: a.name))
-    return (node.domain or "", node.op_type, side.opsets.get(node.domain or ""), attrs, len(node.input))
 
 
 class ArtefactCheck:
@@ -56,9 +33,7 @@ class ArtefactCheck:
 
     def __init__(self, original: onnx.ModelProto, candidate: onnx.ModelProto, fetch):
         # fetch(model, names, feeds) -> {name: array}: one onnxruntime run exposing `names`
-        from onnxrefine.verify.judge.spec_identity import SpecIdentity
-
-        self.original, self.candidate = _Side(original), _Side(candidate)
+        self.original, self.candidate = GraphSide(original), GraphSide(candidate)
         self.spec = SpecIdentity(original, candidate)
         self._fetch = fetch
         self.runs = 0
@@ -123,8 +98,8 @@ class ArtefactCheck:
         if found_o is None or found_c is None or found_o[1] != found_c[1]:
             return None
         node_o, node_c = found_o[0], found_c[0]
-        sig = _signature(self.original, node_o)
-        if sig is None or sig != _signature(self.candidate, node_c):
+        sig = node_signature(self.original, node_o)
+        if sig is None or sig != node_signature(self.candidate, node_c):
             return None
         if [bool(n) for n in node_o.input] != [bool(n) for n in node_c.input]:
             return None

@@ -25,6 +25,7 @@ import hashlib
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
 from onnxrefine.verify.judge import compare
@@ -40,8 +41,34 @@ MOVING_OPS = frozenset({
 })
 _FLOAT32 = onnx.TensorProto.FLOAT
 _ROUNDED = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
-_BODIES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 MAX_EVALUATIONS = 8  # reference evaluations of each model per verification (a localisation can ask many)
+
+
+class GraphSide:
+    """One model's main graph: producers, constants, inputs, opsets and local functions."""
+
+    def __init__(self, model: onnx.ModelProto):
+        graph = model.graph
+        self.model = model
+        self.producers = {out: (node, index) for node in graph.node for index, out in enumerate(node.output) if out}
+        self.initializers = {init.name: init for init in graph.initializer}
+        self.inputs = {value.name for value in graph.input} - set(self.initializers)
+        self.opsets = {o.domain or "": o.version for o in model.opset_import}
+        self.local_functions = {(f.domain, f.name) for f in model.functions}
+
+    def constant(self, name: str):
+        init = self.initializers.get(name)
+        return None if init is None else numpy_helper.to_array(init)
+
+
+def node_signature(side: GraphSide, node: onnx.NodeProto):
+    """What makes two nodes the same computation (op, domain, opset, attributes, inputs' count);
+    None for a node holding a body or calling a model-local function."""
+    if (node.domain, node.op_type) in side.local_functions or any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return None  # a body that may read outer values: never the same node
+    attrs = tuple(a.SerializeToString(deterministic=True) for a in sorted(node.attribute, key=lambda a: a.name))
+    return (node.domain or "", node.op_type, side.opsets.get(node.domain or ""), attrs, len(node.input))
 
 
 def _bodies(node: onnx.NodeProto):
@@ -52,19 +79,14 @@ def _bodies(node: onnx.NodeProto):
             yield from attr.graphs
 
 
-class _Graph:
+class _Graph(GraphSide):
     """One model's main graph for the cone check: each value's structural key (an id, equal in two
     models exactly where the value is the same node, attributes and opset, of values with equal keys,
     down to graph inputs of the same name and constants of the same bytes), made on demand."""
 
     def __init__(self, model: onnx.ModelProto, interned: dict):
-        graph = model.graph
+        super().__init__(model)
         self.types = inferred_types(model)
-        self.producer = {out: (node, index) for node in graph.node for index, out in enumerate(node.output) if out}
-        self.initializers = {init.name: init for init in graph.initializer}
-        self.inputs = {value.name for value in graph.input} - set(self.initializers)
-        self.opsets = {o.domain or "": o.version for o in model.opset_import}
-        self.functions = {(f.domain, f.name) for f in model.functions}
         self._interned, self._keys = interned, {"": interned.setdefault(("absent",), len(interned))}
         self._all: set | None = None
 
@@ -88,7 +110,7 @@ class _Graph:
                 stack.pop()
                 continue
             own = self._own_key(top)
-            found = self.producer.get(top)
+            found = self.producers.get(top)
             if own is None and found is not None:
                 node, index = found
                 pending = [i for i in node.input if i not in self._keys and i not in visiting]
@@ -97,22 +119,16 @@ class _Graph:
                     stack.extend(pending)
                     continue
                 inputs = tuple(self._keys.get(i) for i in node.input)
-                signature = self._signature(node)
+                signature = node_signature(self, node)
                 if signature is not None and None not in inputs:
                     own = ("output", signature, inputs, index)
             self._keys[top] = None if own is None else self._interned.setdefault(own, len(self._interned))
             stack.pop()
         return self._keys[name]
 
-    def _signature(self, node: onnx.NodeProto):
-        if (node.domain, node.op_type) in self.functions or any(True for _ in _bodies(node)):
-            return None
-        attrs = tuple(a.SerializeToString(deterministic=True) for a in sorted(node.attribute, key=lambda a: a.name))
-        return (node.domain or "", node.op_type, self.opsets.get(node.domain or ""), attrs)
-
     def has(self, key) -> bool:
         if self._all is None:
-            self._all = {self.key(name) for name in self.producer} - {None}
+            self._all = {self.key(name) for name in self.producers} - {None}
         return key is not None and key in self._all
 
     def cone_modelled(self, name: str, other: _Graph) -> bool:
@@ -125,7 +141,7 @@ class _Graph:
             if value in seen or value in self.inputs or value in self.initializers or not value:
                 continue
             seen.add(value)
-            found = self.producer.get(value)
+            found = self.producers.get(value)
             if found is None:
                 return False
             node = found[0]
@@ -145,7 +161,7 @@ class _Graph:
         """None where the reference does not model what `node` computes (a custom op or a function
         call, an untyped output, float32 arithmetic that is not the same in `other`; None: never),
         else whether it computes a float16 or bfloat16 value."""
-        if node.domain not in STANDARD_DOMAINS or (node.domain, node.op_type) in self.functions:
+        if node.domain not in STANDARD_DOMAINS or (node.domain, node.op_type) in self.local_functions:
             return None
         narrow = False
         for out in node.output:
