@@ -311,3 +311,70 @@ def test_a_constant_beside_the_maxpool_changed_to_lowest_is_still_mismatch():
     candidate = _pool_concat("moved", constant=(0.5, LOWEST, 2.0, 0.25, 1.0, -3.0))
     report = verify_models(original, candidate, inputs=[{"x": X}], trials=2)
     assert report.verdict == MISMATCH, report.outputs[0].to_dict()
+
+
+# After onnxruntime's -FLT_MAX the run sums finite terms the spec's -inf does not have: where the
+# reference evaluated as onnxruntime's MaxPool computes moves a value, that value is judged against it
+# (rule maxpool-lowest-run).
+
+X_TWO_LOWEST = np.array([[[-np.inf, -np.inf, 1.0, 2.0], [-np.inf, -np.inf, -1.5, 0.5]]], np.float32)
+
+
+def _lowest_conv_bn(weight_scale: float = 1.0, fold: bool = False, pool_type=F):
+    # both channels' first window hold only -inf; the Conv sums two terms of -FLT_MAX, which overflows to
+    # -inf in float32, and the BatchNormalization after it scales by 1/4: the fold's -FLT_MAX/2 is finite
+    scale = np.float32(0.25)
+    weights = np.ones((1, 2, 1), TYPES[pool_type])
+    nodes = [node("MaxPool", ["x"], ["p"], **POOL)]
+    if fold:
+        nodes.append(node("Conv", ["p", "wf"], ["y"], kernel_shape=[1]))
+    else:
+        nodes += [node("Conv", ["p", "w"], ["c"], kernel_shape=[1]),
+                  node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"], epsilon=0.0)]
+    inits = [tensor("w", weights), tensor("wf", (weights * scale * weight_scale).astype(weights.dtype))]
+    inits += [tensor(k, np.asarray([v], TYPES[pool_type])) for k, v in (("s", scale), ("b", 0), ("m", 0), ("v", 1))]
+    return make_model(nodes, [value_info("x", pool_type, [1, 2, 4])], [value_info("y", pool_type, None)], inits)
+
+
+def test_a_bn_fold_after_the_lowest_overflowing_in_the_original_is_rounding():
+    report = verify_models(_lowest_conv_bn(), _lowest_conv_bn(fold=True), inputs=[{"x": X_TWO_LOWEST}], trials=2)
+    assert report.verdict == ROUNDING, [o.to_dict() for o in report.outputs]
+    assert report.outputs[0].excused.get("maxpool-lowest-run") == 1
+    # the fuzz campaign's case (seed 1700000, case 12446): an intermediate, judged so by localisation too
+    import onnxrefine
+    from onnxrefine.fuzz.generator import generate_model
+
+    case = generate_model(1712446, max_nodes=20, opset=18, target="fuse_bn_into_conv")
+    candidate = onnxrefine.optimize(case.model, ["fuse_bn_into_conv"])
+    report = verify_models(case.model, candidate, seed=1712446, dims=case.input_dims, trials=2)
+    assert report.verdict == ROUNDING, report.localisation
+
+
+def test_a_wrong_bn_fold_after_the_lowest_is_still_mismatch():
+    report = verify_models(_lowest_conv_bn(), _lowest_conv_bn(1 + 1e-3, fold=True), inputs=[{"x": X_TWO_LOWEST}])
+    assert report.verdict == MISMATCH
+
+
+def test_the_run_reference_judges_only_where_the_departure_moves_the_value():
+    bound = RoundingBound.for_output(2.0 ** -24, 2, 8, amplifiers=(), jumps=())
+    original, reference = np.array([-np.inf, 1.0], np.float32), np.array([-np.inf, 1.0])
+
+    def verdict(candidate, departed):
+        evidence = SetEvidence(original, original.copy(), np.array(candidate, np.float32), reference=reference,
+                               departed=np.array(departed))
+        return judge_output([evidence], bound).verdict
+
+    assert verdict([LOWEST / 2, 1.0], [LOWEST / 2, 1.0]) == ROUNDING
+    assert verdict([LOWEST / 2, 1.5], [LOWEST / 2, 1.0]) == MISMATCH  # the departure moved nothing there
+    assert verdict([LOWEST / 2, 1.5], [LOWEST / 2, 1.5]) == MISMATCH  # moved, but both runs are finite there
+    assert verdict([LOWEST / 2, 1.0], [LOWEST / 3, 1.0]) == MISMATCH  # not within its bound of the run's value
+
+
+def test_a_float16_maxpool_gets_no_run_reference():
+    # onnxruntime's float16 MaxPool gives -inf for a window of only -inf, as the spec does
+    from onnxrefine.verify.reference import evaluate_float64
+
+    for pool_type, expected in ((F, LOWEST / 2), (TensorProto.FLOAT16, -np.inf)):
+        value = evaluate_float64(_lowest_conv_bn(pool_type=pool_type), {"x": X_TWO_LOWEST.astype(TYPES[pool_type])},
+                                 departures=True)["y"]
+        assert value[0, 0, 0] == expected

@@ -251,6 +251,37 @@ def add_static_facts(original, candidate_file, tracks, output_map) -> None:
                 item.maxpool_made, item.picker_made = made.maxpool_made(item, name, twin), picked
 
 
+def attach_departed(reference, proto, feeds, items, base_dir=None) -> None:
+    """SetEvidence.departed (rule maxpool-lowest-run) of the [(name, item)] of one set: the reference once
+    more, as onnxruntime's float32 MaxPool computes (evaluate_float64's `departures`), for the values
+    that may_depart, when the original has a MaxPool. A reference without that option adds nothing."""
+    items = [(name, item) for name, item in items if item is not None and may_depart(item)]
+    if not items or not any(node.op_type == "MaxPool" for node in proto.graph.node):
+        return
+    extra = {"base_dir": base_dir} if base_dir is not None else {}
+    try:
+        values = reference(proto, feeds, outputs=sorted({name for name, _ in items}), departures=True, **extra)
+    except Exception:  # noqa: BLE001 - the spec's reference stands: this one only adds an excuse
+        return
+    for name, item in items:
+        value = values.get(name)
+        if value is not None and np.shape(value) == item.reference.shape \
+                and not np.all(judge.bit_identical(np.asarray(value, dtype=np.float64), item.reference)):
+            item.departed = value
+
+
+def may_depart(item) -> bool:
+    """A float value with a reference on a set holding inf/NaN or extreme values, differing where a run
+    or the reference is not finite (where onnxruntime's -FLT_MAX out of a MaxPool can have led)."""
+    if item.reference is None or not (item.nonfinite_inputs or item.extreme) or not comparable(item) \
+            or not graphinfo.is_float_dtype(item.original.dtype):
+        return False
+    with np.errstate(invalid="ignore"):
+        finite = np.isfinite(item.original.astype(np.float64)) & np.isfinite(item.candidate.astype(np.float64)) \
+            & np.isfinite(item.reference)
+    return bool(np.any(~judge.bit_identical(item.candidate, item.original) & ~finite))
+
+
 def runnable_sets(labelled, first_runs, notes) -> tuple:
     """The sets and the original's runs without the generated branch sets it could not run (None)."""
     failed = [label for (label, _), result in zip(labelled, first_runs) if result is None]

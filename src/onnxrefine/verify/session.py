@@ -1,9 +1,9 @@
 """One verification, as named steps: VerificationSession (verify_models is a thin wrapper of it).
 
-The session holds the options and the reference evaluator, injected: by default the float64
-reference (reference/evaluator.py, imported on first use); a caller (a test, a benchmark column) may pass any
-callable of the same signature, DECLINING_REFERENCE among them, which declines every model so that
-verification takes the documented no-reference fallback. Nothing is swapped in sys.modules.
+The session holds the options and the reference evaluator, injected: by default the float64 reference
+(reference/evaluator.py, imported on first use); a caller (a test, a benchmark column) may pass any callable
+of the same signature, DECLINING_REFERENCE among them, which declines every model so that verification takes
+the documented no-reference fallback. Nothing is swapped in sys.modules.
 
 verify() runs the steps in this order, each a method below:
   plan_inputs     the input sets (given or generated), checked against the original's inputs
@@ -54,15 +54,14 @@ class ReferenceNotImportable(Exception):
     """The float64 evaluator's module could not be imported."""
 
 
-def float64_reference(model, feeds, *, outputs=None, base_dir=None, observe=None, magnitudes=True) -> dict:
-    """The default reference: reference.evaluate_float64, imported when first needed. Without
-    `magnitudes` its values carry the bounds but not the magnitude of their terms."""
+def float64_reference(model, feeds, *, outputs=None, base_dir=None, observe=None, **options) -> dict:
+    """The default reference: reference.evaluate_float64, imported when first needed, with its options
+    (without `magnitudes` its values carry the bounds but not the magnitude of their terms)."""
     try:
         from onnxrefine.verify.reference import evaluate_float64
     except ImportError as exc:
         raise ReferenceNotImportable(str(exc)) from exc
-    return evaluate_float64(model, feeds, outputs=outputs, base_dir=base_dir, observe=observe,
-                            magnitudes=magnitudes)
+    return evaluate_float64(model, feeds, outputs=outputs, base_dir=base_dir, observe=observe, **options)
 
 
 class DecliningReference:
@@ -306,8 +305,7 @@ class VerificationSession:
 
     def _reference_on_set(self, model_file, feeds, names, evidence_sets, state, observer=None,
                           magnitudes: bool = True, magnitude_only: bool = False) -> None:
-        """`observer`: a callable giving (observe, finish) for localisation to watch this evaluation
-        (localize/shared.py) or None."""
+        """`observer`: a callable giving (observe, finish) for localisation (localize/shared.py) or None."""
         if state["status"] == "unavailable":
             return
         refusal = evidence.reference_refusal(model_file, feeds)
@@ -349,6 +347,8 @@ class VerificationSession:
                         item.attach_magnitude(value)  # bounds a conversion merged in stay as they are
                     else:
                         item.attach_reference(value)
+        evidence.attach_departed(self.reference, model_file.proto, feeds, [] if magnitude_only else [  # once a set
+            (name, found.get(name)) for found in evidence_sets for name in names], model_file.base_dir)
 
     def add_controls(self, run: _Run) -> None:
         """The controls on the original (few-ulp perturbation runs) only add excuses (sensitivity,

@@ -14,8 +14,9 @@ __getattr__ = lazy_face(globals(), {
     "onnxrefine.verify.judge.runtime_artefacts": ("ArtefactCheck",),
     "onnxrefine.verify.judge.spec_identity": ("excuse_float16_runtime",),
     "onnxrefine.verify.judge.verdicts": ("EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict"),
+    "onnxrefine.verify.judge.perturbation": ("nonfinite_replaced", "perturb"),
     "onnxrefine.verify.judge.verdict": ("RoundingBound", "SetEvidence", "judge_output", "lowest_precision_u", "moved_u",
-                                        "nonfinite_replaced", "perturb", "perturbation_runs", "worst"),
+                                        "perturbation_runs", "worst"),
 })
 
 __all__ = ["EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict", "worst", "RoundingBound", "SetEvidence",

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+ERROR_FACTOR = 2.0  # the original and the candidate each round: twice one side's error
 ARG_OPS = frozenset({"ArgMax", "ArgMin"})
 COMPARISON_OPS = frozenset({"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal"})
 ROUNDING_OPS = frozenset({"Floor", "Ceil", "Round"})
@@ -279,3 +280,19 @@ def exact_decisions(model: onnx.ModelProto, names) -> dict:
                 is_jump(node) and not all(name in exact for name in node.input if name)):
             inexact.update(node.output)
     return {name: name not in inexact for name in names}
+
+
+class DiscreteFacts:
+    """A discrete output on one input set, with the float64 values feeding its decision."""
+
+    def __init__(self, evidence, bound):
+        self.evidence, self.bound = evidence, bound
+
+    def follows(self) -> np.ndarray:
+        ev = self.evidence
+        restated = reference_decision(ev.decision, ev.original)
+        if restated is None:
+            return np.zeros(ev.original.shape, dtype=bool)
+        expected, defined = restated
+        near = near_boundary(ev.decision, ev.original, ev.candidate, self.bound.gamma, ERROR_FACTOR)
+        return defined & ~near & (ev.candidate == expected) & (ev.original != expected)

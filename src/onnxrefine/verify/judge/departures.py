@@ -4,11 +4,14 @@ returns the mask of the differing elements it explains."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from onnxrefine.verify.judge.compare import ValueClass
+from onnxrefine.verify.judge.compare import ValueClass, bit_identical
 
 FIN, NAN = int(ValueClass.FINITE), int(ValueClass.NAN)
+AS_RUN = "maxpool-lowest-run"
 
 
 def maxpool_lowest(f) -> np.ndarray:
@@ -52,3 +55,36 @@ def undefined_pick(f) -> np.ndarray:
     if f.r is None or not f.evidence.nonfinite_inputs or not (made_o and made_c):
         return np.zeros(f.a.shape, dtype=bool)
     return (f.cr == NAN) & f.cone
+
+
+def judged_as_run(f, facts_of, rules) -> np.ndarray:
+    # after onnxruntime's -FLT_MAX out of a float32 MaxPool (maxpool_lowest) the run computes on a
+    # finite value the spec's -inf does not have: a Conv after it sums -FLT_MAX times its weights,
+    # which overflows in one order and not in another (a BatchNormalization folded into it). Where the
+    # reference evaluated as onnxruntime computes (SetEvidence.departed) differs from the spec's, the
+    # element is judged by the other rules against that reference and its own bounds (`facts_of`:
+    # rules.OutputFacts; `rules`: RULES), only where a run is not finite (how the sums overflow: where
+    # both are finite the bound of a cancellation of such terms, ~u*FLT_MAX, would excuse any change of
+    # what follows it, and the spec's rules judge there); nowhere else, and never past a veto
+    none = np.zeros(f.a.shape, dtype=bool)
+    departed = f.evidence.departed
+    if f.r is None or departed is None or np.shape(departed) != f.a.shape:
+        return none
+    moved = ~bit_identical(np.asarray(departed, dtype=np.float64), f.r) & ((f.ca != FIN) | (f.cc != FIN))
+    if not moved.any():
+        return none
+    twin = dataclasses.replace(f.evidence, departed=None)
+    twin.attach_reference(departed)
+    run = facts_of(twin, f.bound, f.unstable, f.judged)
+    explained, vetoed = none.copy(), none.copy()
+    for rule in rules:
+        if rule.discrete or rule.needs_reference is False or rule.name == AS_RUN:
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            matched = rule.apply(run)
+        if rule.veto:
+            vetoed |= matched
+        else:
+            explained |= matched
+    return explained & moved & ~vetoed
+

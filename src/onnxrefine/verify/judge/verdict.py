@@ -74,6 +74,9 @@ counterexamples it must not excuse (tests as well); see the Rule entries in rule
                        same value: B_c also bounds a run computing a float16 op in float32.
     maxpool-lowest     -inf <-> -largest (to -largest/k behind AveragePools of k elements) where R is -inf
                        and a MaxPool makes that side's output (onnxruntime's MaxPool over only -inf).
+    maxpool-lowest-run where R' (the reference evaluated with onnxruntime's -largest out of each float32
+                       MaxPool window of only -inf) differs from R and O or C is not finite: the other
+                       rules, judged against R' (its bounds, magnitudes) instead of R.
     undefined-pick     R NaN, both outputs a min/max's, in the cone: which element a NaN leaves is order.
     sign-flip (veto)   a +inf <-> -inf flip is never explained, whatever rule matched.
 Without a float64 reference (UnsupportedOperatorError), O stands in for R: "fallback" requires
@@ -109,11 +112,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxrefine.verify import graphinfo
-from onnxrefine.verify.judge.compare import ValueClass, bit_identical, largest_first, ordered_int
+from onnxrefine.verify.judge.compare import ValueClass, bit_identical, largest_first
 from onnxrefine.verify.judge.decisions import DecisionEvidence
 from onnxrefine.verify.judge.systematic import systematic_error
 from onnxrefine.verify.judge.controls import CONTROLS, JUMP, Control, ControlFacts
-from onnxrefine.verify.judge.rules import PERTURB_ULPS, RULES, DiscreteFacts, OutputFacts, Rule
+from onnxrefine.verify.judge.perturbation import nonfinite_replaced, perturb
+from onnxrefine.verify.judge.decisions import DiscreteFacts
+from onnxrefine.verify.judge.rules import RULES, OutputFacts, Rule
 from onnxrefine.verify.judge.verdicts import EXACT, MISMATCH, ROUNDING, UNSTABLE, VERDICTS, Verdict
 
 
@@ -217,6 +222,9 @@ class SetEvidence:
     spec_same_bound: np.ndarray | None = None
     # per element, the magnitude of the terms (reference.magnitude_of), read where no bound is in force
     magnitude: np.ndarray | None = None
+    # the reference (with its bounds) evaluated as onnxruntime's float32 MaxPool computes, where that
+    # moves a value (session.py, evaluate_float64's `departures`; rule maxpool-lowest-run)
+    departed: np.ndarray | None = None
 
     def attach_reference(self, value) -> None:
         """`reference` (and its bounds, when the evaluator derived them) from a float64 evaluation."""
@@ -265,52 +273,6 @@ class Judgement:
     systematic: str = ""  # why the candidate's mean error is no rounding ("" when it is)
     # control name -> unexplained elements it marked unstable (one element may have several)
     unstable_by: dict = field(default_factory=dict)
-
-
-def nonfinite_replaced(feeds, value: float) -> dict:
-    """The feeds with every inf/NaN float element replaced by `value`.
-
-    Running the original on these (twice, with two values) and seeing which output elements change
-    gives each element's dependency on the non-finite inputs (SetEvidence.nonfinite_cone). An
-    element that does not change cannot depend on them through any path onnxruntime evaluates
-    (it is deterministic; the rerun control covers the rest). One that depends on them but happens
-    to come out the same under both values (a Min against an inf, say) is left out of the cone:
-    that errs towards judging the element, never towards excusing it.
-    """
-    replaced = {}
-    for name, array in feeds.items():
-        array = np.asarray(array)
-        if graphinfo.is_float_dtype(array.dtype) and array.size:
-            bad = ~np.isfinite(array.astype(np.float64))
-            if bad.any():
-                array = np.where(bad, np.asarray(value, dtype=array.dtype), array).astype(array.dtype)
-        replaced[name] = array
-    return replaced
-
-
-def perturb(array: np.ndarray, rng: np.random.Generator, max_ulps: int = PERTURB_ULPS,
-            checkerboard: int | None = None) -> np.ndarray:
-    """Move each finite element by up to max_ulps ulps.
-
-    checkerboard=0/1: +max_ulps on even/odd flat positions and -max_ulps on the others (moves any
-    two neighbours apart or together by 2*max_ulps deterministically); None: random offsets.
-    """
-    if not graphinfo.is_float_dtype(array.dtype) or array.size == 0:
-        return array
-    bits = 8 * array.dtype.itemsize
-    keys = ordered_int(array)
-    if checkerboard is None:
-        offsets = rng.integers(-max_ulps, max_ulps + 1, size=array.shape)
-    else:
-        parity = (np.arange(array.size).reshape(array.shape) + checkerboard) % 2
-        offsets = np.where(parity == 0, max_ulps, -max_ulps)
-    moved = keys + offsets
-    sign_bit = np.int64(1) << np.int64(bits - 1) if bits < 64 else np.int64(np.iinfo(np.int64).min)
-    raw = np.where(moved < 0, (-moved) | sign_bit, moved)
-    unsigned = {2: np.uint16, 4: np.uint32, 8: np.uint64, 1: np.uint8}[array.dtype.itemsize]
-    result = raw.astype(unsigned).view(array.dtype).reshape(array.shape)
-    keep = ~np.isfinite(array.astype(np.float64)) | ~np.isfinite(result.astype(np.float64))
-    return np.where(keep, array, result).astype(array.dtype)
 
 
 def unstable_positions(evidence: SetEvidence, bound: RoundingBound, by_control: dict | None = None) -> np.ndarray:

@@ -113,6 +113,7 @@ def evaluate_float64(
     observe: Any = None,
     error_bounds: bool = True,
     magnitudes: bool = True,
+    departures: bool = False,
 ) -> dict[str, np.ndarray]:
     """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all).
 
@@ -125,6 +126,10 @@ def evaluate_float64(
     ``error_bounds``: every main-graph value returned or observed also carries its per-element error
     bound and coherent bound (bound.py; read them with bound.bound_of / coherent_of); with
     ``magnitudes`` also the magnitude of its terms (bound.magnitude_of).
+
+    ``departures``: evaluate the main graph as onnxruntime departs from the spec where it is known to,
+    not as the spec says: its float32 MaxPool gives -FLT_MAX (lowest) for a window of only -inf
+    (ONNXRUNTIME_LOWEST; judge/departures.py, rule maxpool-lowest-run).
     """
     opsets = {op.domain or "": op.version for op in model.opset_import}
     if "ai.onnx" in opsets and "" not in opsets:
@@ -135,6 +140,8 @@ def evaluate_float64(
     evaluator.model = model
     evaluator.base_dir = base_dir
     evaluator.observe = observe
+    if departures:
+        evaluator.lowest = onnxruntime_lowest(model, evaluator.declared_elem_type)
     if error_bounds:
         from onnxrefine.verify.reference.bound import BoundTracker
 
@@ -146,6 +153,18 @@ def evaluate_float64(
     if evaluator.bounds is not None:
         return {name: evaluator.bounds.attach(name, results[name]) for name in wanted}
     return {name: results[name] for name in wanted}
+
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def onnxruntime_lowest(model: onnx.ModelProto, elem_type) -> frozenset:
+    """The main graph's float32 MaxPool outputs Y: onnxruntime starts each window at the lowest
+    float32, so a window of only -inf gives -FLT_MAX where the spec gives -inf (float16 and float64
+    MaxPools give -inf). `elem_type(name)`: the value's element type."""
+    return frozenset(node.output[0] for node in model.graph.node
+                     if node.op_type == "MaxPool" and node.domain in _STANDARD_DOMAINS and node.output
+                     and elem_type(node.output[0]) == onnx.TensorProto.FLOAT)
 
 
 class _Scope(dict):
@@ -201,6 +220,7 @@ class _Evaluator:
         self.functions = functions
         self._fallback_cache: dict[Any, Any] = {}
         self.narrow_types: dict[str, int] = {}  # float16/bfloat16 value names, rounded where produced
+        self.lowest: frozenset = frozenset()  # main-graph values made as onnxruntime's MaxPool makes them
         self.base_dir: str | None = None
         self.peak_live = 0  # most computed values held at once by one graph (freed after last use)
         self._last_uses: dict[int, tuple] = {}
@@ -271,6 +291,8 @@ class _Evaluator:
                 if out in self.narrow_types:
                     unrounded[out] = env[out]
                     env[out] = _dtype.round_to(env[out], self.narrow_types[out])
+                if main and out in self.lowest:
+                    env[out] = np.where(env[out] == -np.inf, -_FLT_MAX, env[out])
             if track is not None:
                 seen = self._node_seen if self._node_seen is not None and self._node_seen[0] is node else None
                 track.after_node(node, seen and seen[1:], [dict.get(env, name) if name else None for name in node.output],
