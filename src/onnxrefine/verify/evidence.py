@@ -255,8 +255,10 @@ def attach_departed(reference, proto, feeds, items, base_dir=None) -> None:
     """SetEvidence.departed (rule maxpool-lowest-run) of the [(name, item)] of one set: the reference once
     more, as onnxruntime's float32 MaxPool computes (evaluate_float64's `departures`), for the values
     that may_depart, when the original has a MaxPool. A reference without that option adds nothing."""
+    if not any(node.op_type == "MaxPool" for node in proto.graph.node):
+        return
     items = [(name, item) for name, item in items if item is not None and may_depart(item)]
-    if not items or not any(node.op_type == "MaxPool" for node in proto.graph.node):
+    if not items:
         return
     extra = {"base_dir": base_dir} if base_dir is not None else {}
     try:

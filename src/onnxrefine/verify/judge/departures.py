@@ -73,7 +73,7 @@ def judged_as_run(f, facts_of, rules) -> np.ndarray:
     moved = ~bit_identical(np.asarray(departed, dtype=np.float64), f.r) & ((f.ca != FIN) | (f.cc != FIN))
     if not moved.any():
         return none
-    twin = dataclasses.replace(f.evidence, departed=None)
+    twin = dataclasses.replace(f.evidence, departed=None, spec_same_bound=None)  # that one is of the spec's reference
     twin.attach_reference(departed)
     run = facts_of(twin, f.bound, f.unstable, f.judged)
     explained, vetoed = none.copy(), none.copy()
