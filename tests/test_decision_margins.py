@@ -164,3 +164,35 @@ def test_exact_decisions_follow_exact_ops_only():
     model = build([node("Floor", ["x"], ["f"]), node("Relu", ["f"], ["r"]), node("Mul", ["x", "k"], ["m"]),
                    node("Floor", ["m"], ["g"]), node("Add", ["r", "g"], ["y"])], [("k", np.float32(0.1))])
     assert exact_decisions(model, ["r", "m", "g", "y"]) == {"r": True, "m": True, "g": False, "y": False}
+
+
+# ------------------------------------------------------------------ a decision's integers made floats again
+
+def test_a_cast_to_int_made_float_again_is_judged_by_its_feed():
+    # fuzz campaign of seed 1800000, case 39158: a float16 BatchNormalization folded before Cast(int32) ->
+    # Cast(float16); on the large-magnitude set the feed is within its own bound of a truncation boundary
+    import onnxrefine
+    from onnxrefine.fuzz.generator import generate_model
+
+    case = generate_model(1839158, max_nodes=20, opset=18, target="fuse_bn_into_conv")
+    candidate = onnxrefine.optimize(case.model, ["fuse_bn_into_conv"])
+    result = verify_models(case.model, candidate, seed=1839158, dims=case.input_dims, trials=2)
+    assert result.verdict == UNSTABLE, [o.to_dict() for o in result.outputs if o.verdict != "exact"]
+    # the float output reads the Cast's integer type for its boundary
+    from onnxrefine.verify.judge.decisions import DecisionEvidence, near_boundary
+
+    decision = DecisionEvidence("Cast", [np.array([-47.0, -40.5])], {"to": I32}, bounds=[np.array([0.01, 0.01])])
+    original = np.array([-47.0, -40.0], np.float16)
+    near = near_boundary(decision, original, np.array([-46.0, -39.0], np.float16), 1e-3, 2.0)
+    assert near.tolist() == [True, False]
+
+
+def test_a_cast_to_int_made_float_again_flipped_far_is_mismatch():
+    again = node("Cast", ["c"], ["y"], to=F)
+    original = build(thirds([node("Cast", ["b"], ["c"], to=I32), again]), THIRDS, shape=(1,))
+    far = build([node("Neg", ["x"], ["n"]), node("Cast", ["n"], ["c"], to=I32), again], shape=(1,))
+    assert report(original, far, np.array([2.0], np.float32)).verdict == MISMATCH
+    # a Cast of floats to floats is no decision: its output is judged as any float
+    halved = build([node("Cast", ["x"], ["c"], to=TensorProto.FLOAT16), node("Cast", ["c"], ["y"], to=F)], shape=(1,))
+    assert report(build([node("Identity", ["x"], ["y"])], shape=(1,)), halved,
+                  np.array([2.0001], np.float32)).verdict == MISMATCH

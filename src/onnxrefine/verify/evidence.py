@@ -10,6 +10,7 @@ VerificationSession (session.py) calls them in order.
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 import onnx
@@ -251,39 +252,6 @@ def add_static_facts(original, candidate_file, tracks, output_map) -> None:
                 item.maxpool_made, item.picker_made = made.maxpool_made(item, name, twin), picked
 
 
-def attach_departed(reference, proto, feeds, items, base_dir=None) -> None:
-    """SetEvidence.departed (rule maxpool-lowest-run) of the [(name, item)] of one set: the reference once
-    more, as onnxruntime's float32 MaxPool computes (evaluate_float64's `departures`), for the values
-    that may_depart, when the original has a MaxPool. A reference without that option adds nothing."""
-    if not any(node.op_type == "MaxPool" for node in proto.graph.node):
-        return
-    items = [(name, item) for name, item in items if item is not None and may_depart(item)]
-    if not items:
-        return
-    extra = {"base_dir": base_dir} if base_dir is not None else {}
-    try:
-        values = reference(proto, feeds, outputs=sorted({name for name, _ in items}), departures=True, **extra)
-    except Exception:  # noqa: BLE001 - the spec's reference stands: this one only adds an excuse
-        return
-    for name, item in items:
-        value = values.get(name)
-        if value is not None and np.shape(value) == item.reference.shape \
-                and not np.all(judge.bit_identical(np.asarray(value, dtype=np.float64), item.reference)):
-            item.departed = value
-
-
-def may_depart(item) -> bool:
-    """A float value with a reference on a set holding inf/NaN or extreme values, differing where a run
-    or the reference is not finite (where onnxruntime's -FLT_MAX out of a MaxPool can have led)."""
-    if item.reference is None or not (item.nonfinite_inputs or item.extreme) or not comparable(item) \
-            or not graphinfo.is_float_dtype(item.original.dtype):
-        return False
-    with np.errstate(invalid="ignore"):
-        finite = np.isfinite(item.original.astype(np.float64)) & np.isfinite(item.candidate.astype(np.float64)) \
-            & np.isfinite(item.reference)
-    return bool(np.any(~judge.bit_identical(item.candidate, item.original) & ~finite))
-
-
 def runnable_sets(labelled, first_runs, notes) -> tuple:
     """The sets and the original's runs without the generated branch sets it could not run (None)."""
     failed = [label for (label, _), result in zip(labelled, first_runs) if result is None]
@@ -411,6 +379,9 @@ def decision_feed(producers, name, item):
         if condition is not None and condition.op_type in judge.COMPARISON_OPS:
             return condition, list(condition.input[:2]), True
         return None
+    if node.op_type == "Cast" and is_float:  # a decision's integers or bools made floats: judged as its own
+        inner = producers.get(node.input[0])
+        return decision_feed(producers, node.input[0], _DISCRETE) if makes_discrete(inner) else None
     if node.op_type not in judge.DECISION_OPS:
         return None
     if node.op_type in judge.ROUNDING_OPS:
@@ -419,6 +390,22 @@ def decision_feed(producers, name, item):
         return None
     comparison = node.op_type in judge.COMPARISON_OPS
     return node, list(node.input[:2] if comparison else node.input[:1]), False
+
+
+_DISCRETE = types.SimpleNamespace(original=np.empty(0, np.int64))  # decision_feed reads only a value's type
+
+
+def makes_discrete(node) -> bool:
+    """A decision whose one output is integers or bools: a comparison, ArgMax/ArgMin, a Cast to an integer
+    type or bool (TopK's indices are its second output, not followed through a Cast)."""
+    if node is None or node.op_type not in judge.COMPARISON_OPS | judge.ARG_OPS | {"Cast"}:
+        return False
+    to = next((attr.i for attr in node.attribute if attr.name == "to"), None)
+    return node.op_type != "Cast" or (to is not None and to in _DISCRETE_TYPES)
+
+
+_DISCRETE_TYPES = frozenset(t for t in onnx.TensorProto.DataType.values()
+                            if t not in (0, 8) and np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).kind in "biu")
 
 
 def output_report(name, sets, comps, bound, candidate_name, candidate_failure, reference_state):

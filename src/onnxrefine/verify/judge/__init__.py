@@ -9,7 +9,7 @@ from onnxrefine._deferred import lazy_face
 # the exemptions that load the float64 reference.
 __getattr__ = lazy_face(globals(), {
     "onnxrefine.verify.judge.compare": ("bit_identical", "compare_arrays", "merge", "ulp_distance"),
-    "onnxrefine.verify.judge.decisions": ("COMPARISON_OPS", "DECISION_OPS", "ROUNDING_OPS", "DecisionEvidence",
+    "onnxrefine.verify.judge.decisions": ("ARG_OPS", "COMPARISON_OPS", "DECISION_OPS", "ROUNDING_OPS", "DecisionEvidence",
                                           "exact_decisions", "exact_values"),
     "onnxrefine.verify.judge.runtime_artefacts": ("ArtefactCheck",),
     "onnxrefine.verify.judge.spec_identity": ("excuse_float16_runtime",),
@@ -21,6 +21,6 @@ __getattr__ = lazy_face(globals(), {
 
 __all__ = ["EXACT", "MISMATCH", "ROUNDING", "UNSTABLE", "VERDICTS", "Verdict", "worst", "RoundingBound", "SetEvidence",
            "judge_output", "lowest_precision_u", "moved_u", "nonfinite_replaced", "perturb", "perturbation_runs", "bit_identical",
-           "compare_arrays", "merge", "ulp_distance", "DECISION_OPS", "COMPARISON_OPS", "ROUNDING_OPS", "DecisionEvidence",
+           "compare_arrays", "merge", "ulp_distance", "ARG_OPS", "DECISION_OPS", "COMPARISON_OPS", "ROUNDING_OPS", "DecisionEvidence",
            "exact_decisions", "exact_values", "ArtefactCheck",
            "excuse_float16_runtime"]

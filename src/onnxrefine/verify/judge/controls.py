@@ -151,13 +151,14 @@ CONTROLS = (
             (_V + "test_judge_nondeterministic_original_makes_unstable",),
             (_V + "test_judge_nondeterministic_original_makes_unstable",), _rerun),
     Control("decision-boundary", "a decision's elements (ArgMax/ArgMin, TopK indices, comparisons and Where "
-            "conditions, Cast to int/bool, Floor/Ceil/Round) whose float64 feed is within its own bound of the "
-            "boundary (decisions.near_boundary)",
+            "conditions, Cast to int/bool, also made floats again by a Cast, Floor/Ceil/Round) whose float64 "
+            "feed is within its own bound of the boundary (decisions.near_boundary)",
             "rounding can flip a decision only where the exact value lies within its rounding error of the boundary",
             (_V + "test_argmax_over_one_ulp_gap_is_unstable_not_mismatch",
              _R + "test_comparison_flip_near_the_boundary_is_unstable_and_far_is_mismatch",
              _D + "test_argmax_over_a_rounded_near_tie_is_unstable",
-             _D + "test_where_condition_flip_near_its_threshold_is_unstable_and_far_is_mismatch"),
+             _D + "test_where_condition_flip_near_its_threshold_is_unstable_and_far_is_mismatch",
+             _D + "test_a_cast_to_int_made_float_again_is_judged_by_its_feed"),
             (_R + "test_argmax_flip_far_from_a_tie_is_mismatch",
              _R + "test_cast_to_int_flipped_beyond_the_boundary_is_mismatch",
              _R + "test_argmax_of_an_overflowing_exp_rewritten_to_argmax_is_mismatch",
@@ -165,7 +166,8 @@ CONTROLS = (
              _D + "test_argmax_beside_one_large_constant_element_is_judged_per_row",
              _D + "test_select_last_index_dropped_on_exact_ties_is_mismatch",
              _D + "test_topk_tie_order_reversed_is_mismatch",
-             _D + "test_round_of_an_exact_half_is_decided"), _decision_boundary),
+             _D + "test_round_of_an_exact_half_is_decided",
+             _D + "test_a_cast_to_int_made_float_again_flipped_far_is_mismatch"), _decision_boundary),
     Control("perturbed-shape", "every element, when a perturbed run of the original has another shape",
             "a data-dependent shape (NonZero, Compress) that few-ulp input moves change has no stable elements",
             (_R + "test_control_perturbed_shape_marks_every_element",),

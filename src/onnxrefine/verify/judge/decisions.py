@@ -151,15 +151,24 @@ def near_boundary(decision: DecisionEvidence, original: np.ndarray, candidate: n
             o, c = original.astype(np.float64), candidate.astype(np.float64)
             between = (np.minimum(o, c) >= low) & (np.maximum(o, c) <= high)
             return ~np.isfinite(value) | ((low != high) & between)
-        if original.dtype == np.bool_:
+        decided = _decided_type(decision, original)
+        if decided == np.bool_:
             return np.isnan(value) | (np.abs(value) <= tol)
-        info = np.iinfo(original.dtype)
+        info = np.iinfo(decided)
         undefined = ~np.isfinite(value) | (value > info.max) | (value < info.min)
         low = np.trunc(np.where(undefined, 0.0, value - tol))
         high = np.trunc(np.where(undefined, 0.0, value + tol))
         o, c = original.astype(np.float64), candidate.astype(np.float64)
         between = (np.minimum(o, c) >= low) & (np.maximum(o, c) <= high)
         return undefined | ((low != high) & between)
+
+
+def _decided_type(decision: DecisionEvidence, output: np.ndarray) -> np.dtype:
+    """The type a Cast decides in: the output's, or the Cast's `to` where the output holds its integers
+    or bools made floats again (evidence.decision_feed follows such a Cast)."""
+    if output.dtype.kind in "biu" or "to" not in decision.attrs:
+        return output.dtype
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(int(decision.attrs["to"])))
 
 
 _ROUNDINGS = {"Floor": np.floor, "Ceil": np.ceil, "Round": np.round}  # np.round: half to even, as ONNX

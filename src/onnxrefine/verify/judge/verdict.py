@@ -87,8 +87,8 @@ class change is unexplained unless nonfinite-order, saturation or overflow-terri
 
 Decisions: no element of a discrete (integer/bool) output is explained. A differing element of an
 output made directly by a decision -- ArgMax/ArgMin, TopK's indices, a comparison or a Where on one,
-a Cast to int/bool, Floor/Ceil/Round -- counts as unstable only when the float64 value feeding it
-lies within that element's own bound of the decision boundary (SetEvidence.decision,
+a Cast to int/bool (also made floats again by a Cast), Floor/Ceil/Round -- counts as unstable only where the feed
+(float64) lies within that element's own bound of the decision boundary (SetEvidence.decision,
 decisions.near_boundary; a feed computed exactly has a bound of 0); otherwise it is a mismatch.
 Other outputs, and any output when no decision evidence is available, use the controls below.
 
@@ -223,7 +223,7 @@ class SetEvidence:
     # per element, the magnitude of the terms (reference.magnitude_of), read where no bound is in force
     magnitude: np.ndarray | None = None
     # the reference (with its bounds) evaluated as onnxruntime's float32 MaxPool computes, where that
-    # moves a value (session.py, evaluate_float64's `departures`; rule maxpool-lowest-run)
+    # moves a value (verify/departed.py, evaluate_float64's `departures`; rule maxpool-lowest-run)
     departed: np.ndarray | None = None
 
     def attach_reference(self, value) -> None:

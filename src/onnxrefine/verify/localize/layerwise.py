@@ -297,7 +297,7 @@ class Localizer:
         perturbed = self._perturbation_runs(index, feeds, set_index, [p.name for p, _ in failing]) \
             if failing else []
         if failing:  # as the outputs': onnxruntime's MaxPool lowest (rule maxpool-lowest-run)
-            from onnxrefine.verify.evidence import attach_departed
+            from onnxrefine.verify.departed import attach_departed
             from onnxrefine.verify.reference import evaluate_float64
 
             attach_departed(self.evaluate or evaluate_float64, self.original, feeds, [(p.name, i) for p, i in failing])
