@@ -196,3 +196,25 @@ def test_a_cast_to_int_made_float_again_flipped_far_is_mismatch():
     halved = build([node("Cast", ["x"], ["c"], to=TensorProto.FLOAT16), node("Cast", ["c"], ["y"], to=F)], shape=(1,))
     assert report(build([node("Identity", ["x"], ["y"])], shape=(1,)), halved,
                   np.array([2.0001], np.float32)).verdict == MISMATCH
+
+
+def test_a_decision_made_float_again_holding_values_no_decision_gives_is_mismatch():
+    # the output follows a Cast of the decision's integers or bools: near only where both models hold
+    # values the decision can give (an index off by 0.5 truncates to the original's own pick; a
+    # comparison's 0/1 plus 5; the Cast pair dropped, leaving the float feed itself)
+    half = [("half", np.float32(0.5))]
+    pick = thirds([node("ArgMax", ["b"], ["i"], axis=1), node("Cast", ["i"], ["y"], to=F)])
+    moved = thirds([node("ArgMax", ["b"], ["i"], axis=1), node("Cast", ["i"], ["f"], to=F),
+                    node("Add", ["f", "half"], ["y"])])
+    x = np.random.default_rng(1).standard_normal((8, 5)).astype(np.float32)
+    assert report(build(pick, THIRDS, shape=(8, 5)), build(moved, THIRDS + half, shape=(8, 5)), x).verdict == MISMATCH
+    near = np.array([0.1, 0.7, 1.3, 2.9], np.float32)
+    threshold = [("t", near * np.float32(3) * (np.float32(1) / np.float32(3)))]  # each element at its float32 feed
+    compared = build(thirds([node("Greater", ["b", "t"], ["g"]), node("Cast", ["g"], ["y"], to=F)]), THIRDS + threshold)
+    plus_five = build(thirds([node("GreaterOrEqual", ["b", "t"], ["g"]), node("Cast", ["g"], ["f"], to=F),
+                              node("Add", ["f", "five"], ["y"])]), THIRDS + threshold + [("five", np.float32(5))])
+    assert report(compared, plus_five, near).verdict == MISMATCH
+    truncated = build(thirds([node("Cast", ["b"], ["i"], to=I32), node("Cast", ["i"], ["y"], to=F)]), THIRDS)
+    dropped = build(thirds([node("Identity", ["b"], ["y"])]), THIRDS)
+    assert report(truncated, dropped, np.array([2.9999998, 5.9999995, 0.99999994, 11.999999], np.float32)).verdict \
+        == MISMATCH

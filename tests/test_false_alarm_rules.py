@@ -350,18 +350,42 @@ def test_a_bn_fold_after_the_lowest_overflowing_in_the_original_is_rounding():
     assert report.verdict == ROUNDING, report.localisation
 
 
+X_ALL_LOWEST = np.full((1, 2, 4), -np.inf, np.float32)  # every window only -inf: the rule's elements alone
+
+
 def test_a_wrong_bn_fold_after_the_lowest_is_still_mismatch():
-    report = verify_models(_lowest_conv_bn(), _lowest_conv_bn(1 + 1e-3, fold=True), inputs=[{"x": X_TWO_LOWEST}])
-    assert report.verdict == MISMATCH
+    for off in (1 + 1e-3, 2.0):  # 2x: the candidate's exact -FLT_MAX is no saturation of the original's -inf
+        report = verify_models(_lowest_conv_bn(), _lowest_conv_bn(off, fold=True), inputs=[{"x": X_ALL_LOWEST}],
+                               deployment=None)
+        assert report.verdict == MISMATCH, off
+    assert verify_models(_lowest_conv_bn(), _lowest_conv_bn(fold=True), inputs=[{"x": X_ALL_LOWEST}],
+                         deployment=None).verdict == ROUNDING
+
+
+def test_a_wrong_constant_after_a_conv_that_overflows_to_nan_in_the_original_is_mismatch():
+    # the original's Conv of +-2*FLT_MAX is NaN (so is the spec's), onnxruntime's reference 0: the bound of
+    # that cancellation (~u*FLT_MAX) excuses nothing; each element is judged by its own magnitude there
+    def model(weight, scale, extra=None):
+        nodes = [node("MaxPool", ["x"], ["p"], kernel_shape=[1]), node("Conv", ["p", "w"], ["c"], kernel_shape=[1]),
+                 node("Mul", ["c", "s"], ["m"]), node("Relu", ["m"], ["r"]),
+                 node("Sum", ["r", "z"] + (["d"] if extra else []), ["y"])]
+        return make_model(nodes, [value_info("x", F, [1, 2, 1]), value_info("z", F, [1, 1, 1])],
+                          [value_info("y", F, None)],
+                          [tensor("w", np.array([[[weight], [-weight]]], np.float32)), tensor("s", np.float32(scale)),
+                           tensor("d", np.float32(extra or 0))])
+    feeds = {"x": np.full((1, 2, 1), -np.inf, np.float32), "z": np.ones((1, 1, 1), np.float32)}
+    assert verify_models(model(2.0, 1.0), model(1.0, 2.0), inputs=[feeds]).verdict == ROUNDING
+    for extra in (1000.0, 1e30):
+        assert verify_models(model(2.0, 1.0), model(1.0, 2.0, extra), inputs=[feeds]).verdict == MISMATCH
 
 
 def test_the_run_reference_judges_only_where_the_departure_moves_the_value():
     bound = RoundingBound.for_output(2.0 ** -24, 2, 8, amplifiers=(), jumps=())
     original, reference = np.array([-np.inf, 1.0], np.float32), np.array([-np.inf, 1.0])
 
-    def verdict(candidate, departed):
+    def verdict(candidate, run_reference):
         evidence = SetEvidence(original, original.copy(), np.array(candidate, np.float32), reference=reference,
-                               departed=np.array(departed))
+                               run_reference=np.array(run_reference))
         return judge_output([evidence], bound).verdict
 
     assert verdict([LOWEST / 2, 1.0], [LOWEST / 2, 1.0]) == ROUNDING
@@ -376,5 +400,5 @@ def test_a_float16_maxpool_gets_no_run_reference():
 
     for pool_type, expected in ((F, LOWEST / 2), (TensorProto.FLOAT16, -np.inf)):
         value = evaluate_float64(_lowest_conv_bn(pool_type=pool_type), {"x": X_TWO_LOWEST.astype(TYPES[pool_type])},
-                                 departures=True)["y"]
+                                 as_onnxruntime=True)["y"]
         assert value[0, 0, 0] == expected

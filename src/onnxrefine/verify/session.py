@@ -32,7 +32,7 @@ import onnx
 
 from onnxrefine import portable, progress
 from onnxrefine.errors import BadInputError
-from onnxrefine.verify import conversion, departed, evidence, graphinfo, judge, terms
+from onnxrefine.verify import conversion, evidence, graphinfo, judge, run_reference, terms
 from onnxrefine.verify.evidence import Track
 from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
 from onnxrefine.verify.reference import UnsupportedOperatorError
@@ -347,7 +347,7 @@ class VerificationSession:
                         item.attach_magnitude(value)  # bounds a conversion merged in stay as they are
                     else:
                         item.attach_reference(value)
-        departed.attach_departed(self.reference, model_file.proto, feeds, [] if magnitude_only else [  # once a set
+        run_reference.attach_run_reference(self.reference, model_file.proto, feeds, [] if magnitude_only else [  # once a set
             (name, found.get(name)) for found in evidence_sets for name in names], model_file.base_dir)
 
     def add_controls(self, run: _Run) -> None:

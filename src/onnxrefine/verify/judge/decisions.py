@@ -134,7 +134,36 @@ def _arg_shape(decision: DecisionEvidence, output_shape):
 
 def near_boundary(decision: DecisionEvidence, original: np.ndarray, candidate: np.ndarray,
                   gamma: float, factor: float) -> np.ndarray:
-    """Bool per output element: the float64 value feeding it lies within its own bound of the boundary."""
+    """Bool per output element: the float64 value feeding it lies within its own bound of the boundary.
+    A float output of a decision other than Floor/Ceil/Round or a Where (evidence.decision_feed follows
+    a Cast of its integers or bools to a float type) is near only where both models hold values the
+    decision can give: a candidate's 2.5 for an index, or its 6 for a comparison, is no flip."""
+    near = _near_boundary(decision, original, candidate, gamma, factor)
+    if original.dtype.kind == "f" and decision.op_type not in ROUNDING_OPS and not decision.through_where:
+        near = near & _decision_values(decision, original) & _decision_values(decision, candidate)
+    return near
+
+
+def _decision_values(decision: DecisionEvidence, values: np.ndarray) -> np.ndarray:
+    """Where float `values` are ones the decision gives: 0 or 1 (a comparison, a Cast to bool), an index
+    within the axis (ArgMax/ArgMin), an integer of the Cast's type."""
+    v = values.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        whole = v == np.trunc(v)
+        if decision.op_type in COMPARISON_OPS:
+            return (v == 0) | (v == 1)
+        if decision.op_type in ARG_OPS:
+            axis = _arg_shape(decision, values.shape)
+            return whole & (v >= 0) & (v < (0 if axis is None else decision.values[0].shape[axis]))
+        decided = _decided_type(decision, values)
+        if decided == np.bool_:
+            return (v == 0) | (v == 1)
+        info = np.iinfo(decided)
+        return whole & (v >= info.min) & (v <= info.max)
+
+
+def _near_boundary(decision: DecisionEvidence, original: np.ndarray, candidate: np.ndarray,
+                   gamma: float, factor: float) -> np.ndarray:
     tolerances = _tolerances(decision, gamma, factor)
     with np.errstate(invalid="ignore", over="ignore"):
         if decision.op_type in ARG_OPS or decision.op_type == "TopK":

@@ -61,30 +61,34 @@ def judged_as_run(f, facts_of, rules) -> np.ndarray:
     # after onnxruntime's -FLT_MAX out of a float32 MaxPool (maxpool_lowest) the run computes on a
     # finite value the spec's -inf does not have: a Conv after it sums -FLT_MAX times its weights,
     # which overflows in one order and not in another (a BatchNormalization folded into it). Where the
-    # reference evaluated as onnxruntime computes (SetEvidence.departed) differs from the spec's, the
-    # element is judged by the other rules against that reference and its own bounds (`facts_of`:
-    # rules.OutputFacts; `rules`: RULES), only where a run is not finite (how the sums overflow: where
-    # both are finite the bound of a cancellation of such terms, ~u*FLT_MAX, would excuse any change of
-    # what follows it, and the spec's rules judge there); nowhere else, and never past a veto
+    # reference evaluated as onnxruntime computes (SetEvidence.run_reference, R') differs from the
+    # spec's and a run is not finite, the element is judged against R' by AGAINST_THE_RUN alone, each
+    # element by its own magnitude |R'_i| (no bound, no magnitude of terms: a cancellation of terms of
+    # ~FLT_MAX has a bound of ~u*FLT_MAX, which would excuse any change of what follows it; no class
+    # swap: an original -inf is no artefact to be saturated to -FLT_MAX by a fold off by 2x). Nowhere
+    # else, and never past a veto (`facts_of`: rules.OutputFacts; `rules`: RULES)
     none = np.zeros(f.a.shape, dtype=bool)
-    departed = f.evidence.departed
-    if f.r is None or departed is None or np.shape(departed) != f.a.shape:
+    run_reference = f.evidence.run_reference
+    if f.r is None or run_reference is None or np.shape(run_reference) != f.a.shape:
         return none
-    moved = ~bit_identical(np.asarray(departed, dtype=np.float64), f.r) & ((f.ca != FIN) | (f.cc != FIN))
+    moved = ~bit_identical(run_reference, f.r) & ((f.ca != FIN) | (f.cc != FIN))
     if not moved.any():
         return none
-    twin = dataclasses.replace(f.evidence, departed=None, spec_same_bound=None)  # that one is of the spec's reference
-    twin.attach_reference(departed)
+    twin = dataclasses.replace(f.evidence, run_reference=None, reference=run_reference, error_bound=None,
+                               coherent_bound=None, probable_scale=None, magnitude=None, spec_same_bound=None)
     run = facts_of(twin, f.bound, f.unstable, f.judged)
     explained, vetoed = none.copy(), none.copy()
     for rule in rules:
-        if rule.discrete or rule.needs_reference is False or rule.name == AS_RUN:
-            continue
-        with np.errstate(invalid="ignore", over="ignore"):
-            matched = rule.apply(run)
-        if rule.veto:
-            vetoed |= matched
-        else:
-            explained |= matched
+        if rule.veto or rule.name in AGAINST_THE_RUN:
+            with np.errstate(invalid="ignore", over="ignore"):
+                matched = rule.apply(run)
+            if rule.veto:
+                vetoed |= matched
+            else:
+                explained |= matched
     return explained & moved & ~vetoed
 
+
+# the rules that judge an element against R' (judged_as_run): a finite candidate within its own
+# magnitude's rounding, or non-finite as R' is, or where the original broke and the candidate does too
+AGAINST_THE_RUN = ("within-bound", "follows-reference", "original-broke")

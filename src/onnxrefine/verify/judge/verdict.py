@@ -222,9 +222,9 @@ class SetEvidence:
     spec_same_bound: np.ndarray | None = None
     # per element, the magnitude of the terms (reference.magnitude_of), read where no bound is in force
     magnitude: np.ndarray | None = None
-    # the reference (with its bounds) evaluated as onnxruntime's float32 MaxPool computes, where that
-    # moves a value (verify/departed.py, evaluate_float64's `departures`; rule maxpool-lowest-run)
-    departed: np.ndarray | None = None
+    # the reference evaluated as onnxruntime's float32 MaxPool computes, where that moves a value
+    # (verify/run_reference.py, evaluate_float64's `as_onnxruntime`; rule maxpool-lowest-run)
+    run_reference: np.ndarray | None = None
 
     def attach_reference(self, value) -> None:
         """`reference` (and its bounds, when the evaluator derived them) from a float64 evaluation."""

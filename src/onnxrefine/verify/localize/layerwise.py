@@ -297,10 +297,10 @@ class Localizer:
         perturbed = self._perturbation_runs(index, feeds, set_index, [p.name for p, _ in failing]) \
             if failing else []
         if failing:  # as the outputs': onnxruntime's MaxPool lowest (rule maxpool-lowest-run)
-            from onnxrefine.verify.departed import attach_departed
+            from onnxrefine.verify.run_reference import attach_run_reference
             from onnxrefine.verify.reference import evaluate_float64
 
-            attach_departed(self.evaluate or evaluate_float64, self.original, feeds, [(p.name, i) for p, i in failing])
+            attach_run_reference(self.evaluate or evaluate_float64, self.original, feeds, [(p.name, i) for p, i in failing])
         for pair, item in failing:
             self._attach_decision(pair, item, fed)
             item.maxpool_made = self._made_by().maxpool_made(item, pair.name, pair.candidate_name)

@@ -113,7 +113,7 @@ def evaluate_float64(
     observe: Any = None,
     error_bounds: bool = True,
     magnitudes: bool = True,
-    departures: bool = False,
+    as_onnxruntime: bool = False,
 ) -> dict[str, np.ndarray]:
     """Evaluate ``model``'s main graph in float64 and return the requested outputs (default: all).
 
@@ -127,7 +127,7 @@ def evaluate_float64(
     bound and coherent bound (bound.py; read them with bound.bound_of / coherent_of); with
     ``magnitudes`` also the magnitude of its terms (bound.magnitude_of).
 
-    ``departures``: evaluate the main graph as onnxruntime departs from the spec where it is known to,
+    ``as_onnxruntime``: evaluate the main graph as onnxruntime departs from the spec where it is known to,
     not as the spec says: its float32 MaxPool gives -FLT_MAX (lowest) for a window of only -inf
     (ONNXRUNTIME_LOWEST; judge/departures.py, rule maxpool-lowest-run).
     """
@@ -140,7 +140,7 @@ def evaluate_float64(
     evaluator.model = model
     evaluator.base_dir = base_dir
     evaluator.observe = observe
-    if departures:
+    if as_onnxruntime:
         evaluator.lowest = onnxruntime_lowest(model, evaluator.declared_elem_type)
     if error_bounds:
         from onnxrefine.verify.reference.bound import BoundTracker
