@@ -203,6 +203,36 @@ def test_driver_branch_output_would_become_an_outer_value():
     expect_guard(model, "eliminate_identity", "driver.output_outer_scope", {"x": rand(3), "c": np.array(True)})
 
 
+def _captured_beside_a_shape(shape_reader: bool):
+    # fuzz campaign of seed 2000000, case 38228: a no-op Reshape removed under a constant-condition If
+    # whose branches read it: they would capture the Neg's output, which a Shape reads
+    then_branch = helper.make_graph([node("Identity", ["r"], ["a"])], "then", [], [value_info("a", F, None)])
+    else_branch = helper.make_graph([node("Abs", ["r"], ["b"])], "else", [], [value_info("b", F, None)])
+    nodes = [node("Neg", ["x"], ["t"]), node("Reshape", ["t", "same"], ["r"]),
+             node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]
+    outputs = [value_info("y", F, None)]
+    if shape_reader:
+        nodes.append(node("Shape", ["t"], ["s"]))
+        outputs.append(value_info("s", I64, None))
+    return make_model(nodes, [value_info("x", F, [2, 3])], outputs, [i64("same", [2, 3]),
+                                                                       tensor("c", np.array(True))])
+
+
+def test_driver_subgraph_would_capture_a_value_a_shape_reads():
+    import onnxruntime as ort
+
+    import onnxrefine
+
+    optimized, _ = expect_guard(_captured_beside_a_shape(True), "eliminate_nop_reshape", "driver.capture_beside_shape",
+                                {"x": rand(2, 3)})
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    ort.InferenceSession(optimized.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    # no Shape beside the capture: the Reshape goes
+    plain = onnxrefine.optimize(_captured_beside_a_shape(False), ["eliminate_nop_reshape"])
+    assert "Reshape" not in [n.op_type for n in plain.graph.node]
+
+
 def _log_softmax(**extra):
     """Log(Softmax(x)): a fusion that removes its intermediate, so it refuses where others read it."""
     nodes = [node("Softmax", ["x"], ["t"], axis=-1), node("Log", ["t"], ["y"]), *extra.get("nodes", [])]

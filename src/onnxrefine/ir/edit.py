@@ -80,6 +80,32 @@ def refuse_output_alias(old: ir.Value, new: ir.Value, graph: ir.Graph, fresh: bo
                              f"graph output '{old.name}' would become the outer-scope value '{new.name}'")
 
 
+def refuse_capture_beside_shape(old: ir.Value, new: ir.Value) -> None:
+    """Raise RewriteRefused when the edit would make a subgraph capture a value that a Shape in the
+    value's own graph reads (either side read so before, the two together only after it).
+    onnxruntime (1.32, at every optimization level above none) folds such a Shape to a constant and
+    drops the node making the value although a branch of a constant-condition If still reads it:
+    the model then fails to load ("Node input ... is not a graph input, initializer, or output of a
+    previous node")."""
+    producer = new.producer()
+    if producer is None or producer.graph is None:
+        return
+    home = producer.graph
+
+    def captured(value: ir.Value) -> bool:
+        return any(use.node.graph is not home for use in value.uses())
+
+    def shaped(value: ir.Value) -> bool:
+        return any(use.node.op_type == "Shape" and use.node.graph is home for use in value.uses())
+
+    if captured(new) and shaped(new):
+        return  # so already: the edit makes nothing new
+    if (captured(old) or captured(new)) and (shaped(old) or shaped(new)):
+        raise RewriteRefused("driver.capture_beside_shape",
+                             f"a subgraph would capture '{new.name}', which a Shape reads: onnxruntime then "
+                             "drops the node making it and cannot load the model")
+
+
 def replace_value(names: NameAllocator, graph: ir.Graph, old: ir.Value, new: ir.Value) -> list[ir.Node]:
     """Point every reader of `old` (subgraph captures included) at `new`; returns those readers.
 

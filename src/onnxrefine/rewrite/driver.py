@@ -314,6 +314,7 @@ class RewriteDriver:
             if id(old) not in matched_outputs:
                 raise AssertionError(f"rule replaced {old.name!r}, which it did not match")
             edit.refuse_output_alias(old, new, graph, fresh=id(new) in pending)
+            edit.refuse_capture_beside_shape(old, new)
             if old.type is not None and new.type is not None and old.dtype != new.dtype:
                 raise AssertionError(f"rule changed the dtype of {old.name!r}")
 
