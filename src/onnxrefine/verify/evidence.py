@@ -10,7 +10,7 @@ VerificationSession (session.py) calls them in order.
 from __future__ import annotations
 
 import math
-import types
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -381,7 +381,7 @@ def decision_feed(producers, name, item):
         return None
     if node.op_type == "Cast" and is_float:  # a decision's integers or bools made floats: judged as its own
         inner = producers.get(node.input[0])
-        return decision_feed(producers, node.input[0], _DISCRETE) if makes_discrete(inner) else None
+        return decision_feed(producers, node.input[0], Typed(np.empty(0, np.int64))) if makes_discrete(inner) else None
     if node.op_type not in judge.DECISION_OPS:
         return None
     if node.op_type in judge.ROUNDING_OPS:
@@ -392,7 +392,11 @@ def decision_feed(producers, name, item):
     return node, list(node.input[:2] if comparison else node.input[:1]), False
 
 
-_DISCRETE = types.SimpleNamespace(original=np.empty(0, np.int64))  # decision_feed reads only a value's type
+@dataclass
+class Typed:
+    """A stand-in item of a value's type alone: all decision_feed reads of an item."""
+
+    original: np.ndarray
 
 
 def makes_discrete(node) -> bool:

@@ -143,11 +143,6 @@ def _fetch(runner: ModelRunner, names, feeds) -> dict:
     return {name: np.asarray(value) if not isinstance(value, list) else value for name, value in zip(names, values)}
 
 
-@dataclass
-class _Typed:
-    original: np.ndarray  # decision_feed reads only the value's type
-
-
 class Localizer:
     def __init__(self, original, candidate, pairs: list[Pair], *, perturb_count: int, seed: int,
                  max_batch_bytes: int = DEFAULT_BATCH_BYTES):
@@ -317,12 +312,12 @@ class Localizer:
         names computed exactly), found once: a value a decision makes (a Cast to int, an ArgMax) is
         judged by the float64 margin of its feed as the output check judges such an output."""
         if self._decisions is None:
-            from onnxrefine.verify.evidence import decision_feed, producers_of
+            from onnxrefine.verify.evidence import Typed, decision_feed, producers_of
 
             producers, names = producers_of(self.original), set()
             for pair in self.pairs:
                 for dtype in (np.float32, np.int64):  # which feed decides depends on the value's type
-                    found = decision_feed(producers, pair.name, _Typed(np.empty(0, dtype)))
+                    found = decision_feed(producers, pair.name, Typed(np.empty(0, dtype)))
                     names.update(found[1] if found is not None else ())
             self._decisions = (producers, names, judge.exact_values(self.original) if names else set())
         return self._decisions
