@@ -19,6 +19,7 @@ from onnxrefine.ir.facts import oracle as facts_oracle
 from onnxrefine.passes import registry, shapes
 from onnxrefine.passes.registry import GRAPH, PassSpec
 from onnxrefine.rewrite.rule import EXACT
+from onnxrefine.verify.ort import observed as observed_module
 
 INT64 = TensorProto.INT64
 
@@ -335,3 +336,59 @@ def test_an_observed_run_falls_back_to_zero_integers_where_generated_ones_are_ou
         [tensor("table", np.zeros((2, 5), np.float32)), tensor("one", np.array(1, np.int64))]))
     shape_value = list(model.graph)[2].outputs[0]
     assert observe(model, [shape_value])[id(shape_value)].tolist() == [3, 5]
+
+
+def test_a_planted_wrong_shape_declared_in_the_cut_is_still_caught(monkeypatch):
+    # The run's cut declares the facts' shapes (for its memory estimate); onnxruntime's Shape
+    # reads the tensor it computes, so a wrong fact declared there is still contradicted.
+    symbolic_shape = facts_oracle.StaticShapes.symbolic_shape
+
+    def planted(self, value, _depth=0):
+        found = symbolic_shape(self, value, _depth)
+        producer = value.producer() if value is not None else None
+        return tuple(reversed(found)) if found and producer is not None and producer.op_type == "Relu" else found
+
+    monkeypatch.setattr(facts_oracle.StaticShapes, "symbolic_shape", planted)
+    declared = []
+    cut = observed_module._cut
+
+    def recording(*args):
+        made = cut(*args)
+        declared.extend((v.name, [d.dim_value for d in v.type.tensor_type.shape.dim]) for v in made[0].graph.value_info)
+        return made
+
+    monkeypatch.setattr(observed_module, "_cut", recording)
+    _, report = expect_guard(_shape_model(), ["fold_shapes"], "static_shape.runtime_disagrees",
+                             {"x": np.ones((2, 3), np.float32)}, rule="fold_shapes")
+    assert ("r", [3, 2]) in declared  # the lie was declared to onnxruntime
+    [refusal] = [r for r in report.to_dict()["refused"] if r["rule"] == "fold_shapes"]
+    assert "folded [3, 2] where onnxruntime computes [2, 3]" in refusal["reason"]
+
+
+def _computed_size_model() -> onnx.ModelProto:
+    """Shape(Slice(x) to half its dim 1, the half computed from x's Shape): onnx's inference
+    does not follow the Div, the shape facts do."""
+    nodes = [helper.make_node("Shape", ["x"], ["sx"]),
+             helper.make_node("Gather", ["sx", "one"], ["dim"], axis=0),
+             helper.make_node("Div", ["dim", "two"], ["half"]),
+             helper.make_node("Slice", ["x", "zero", "half", "one"], ["sliced"]),
+             helper.make_node("Relu", ["sliced"], ["r"]),
+             helper.make_node("Shape", ["r"], ["s"])]
+    constants = [tensor("one", np.array([1], np.int64)), tensor("two", np.array([2], np.int64)),
+                 tensor("zero", np.array([0], np.int64))]
+    return make_model(nodes, [value_info("x", shape=[2, 6])], [value_info("s", INT64, [2])], constants)
+
+
+def test_a_cut_whose_sizes_the_facts_know_runs_in_this_process(monkeypatch):
+    # Without the facts' shapes declared, the Slice's output is of unknown size to the memory
+    # estimate and the run goes to a watched child process (a second interpreter's start-up).
+    from onnxrefine.verify.ort import runner
+
+    def no_child(self):
+        raise AssertionError("the cut ran in a watched child")
+
+    monkeypatch.setattr(runner.ModelRunner, "_watch", no_child)
+    result, report = _optimized(_computed_size_model(), ["fold_shapes"])
+    entries = _applied(report, "fold_shapes")
+    assert entries and all("onnxruntime computes the same value" in e["certificate"] for e in entries)
+    assert run(result, {"x": np.ones((2, 6), np.float32)})[0].tolist() == [2, 3]

@@ -204,7 +204,7 @@ def write_temp(model: ir.Model, role: str) -> ModelFile:
 def _save_linked(model: ir.Model, folder: str, path: str) -> bool:
     """Save with the main graph's external tensors referenced through hard links; False (nothing
     written) when the model has none or a link cannot be made."""
-    from onnxrefine.ir import wire
+    from onnxrefine.ir import tensordata, wire
 
     values = list(model.graph.initializers.values())
     # Small external tensors are embedded, not linked: light_proto reads them with onnx's loader,
@@ -239,7 +239,7 @@ def _save_linked(model: ir.Model, folder: str, path: str) -> bool:
                     # In-memory tensors (rewritten weights) go to a data file of their own, one at a time.
                     data.write(b"\0" * (-data.tell() % 4096))
                     offset = data.tell()
-                    data.write(tensor.tobytes())
+                    tensordata.write_tensor(tensor, data)  # a view of the array, not a copy of it
                     value.const_value = ir.ExternalTensor(
                         "model.onnx.data", offset, tensor.nbytes, tensor.dtype, shape=tensor.shape,
                         name=tensor.name, base_dir=folder)
