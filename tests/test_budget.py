@@ -338,3 +338,62 @@ def test_the_watched_child_loads_numpy_with_one_blas_thread(example, monkeypatch
     assert environment.get(b"OPENBLAS_NUM_THREADS") == b"1"
     assert "OPENBLAS_NUM_THREADS" not in os.environ  # this process's own is left as it was
     assert child._child_environment()["OPENBLAS_NUM_THREADS"] == "1"
+
+
+# A runner closed soon after a few runs (`scoped`: a shape observation's cut) is watched in a fork
+# of this process, not in a new interpreter; the same limits hold and the child ends with it.
+def _forked(runner):
+    from onnxrefine.verify.ort import child
+
+    assert runner.watched is not None and isinstance(runner.watched.worker.process, child._Forked)
+    return runner.watched.worker.process
+
+
+def test_a_scoped_watched_run_is_a_fork_stopped_at_the_memory_cap():
+    _, model, _ = loop_scan_case(100_000, 1024)
+    with resources.limits(memory_budget=50 << 20):
+        with ModelRunner(model, scoped=True) as runner:
+            _forked(runner)
+            with pytest.raises(resources.ResourceLimitError, match="onnxruntime stopped while running.*memory budget"):
+                runner.run(FEEDS)
+
+
+def test_a_scoped_watched_run_is_stopped_at_the_time_limit():
+    _, model, _ = loop_scan_case(1_000_000, 1)
+    with resources.limits(time_limit_s=0.01):
+        with pytest.raises(resources.ResourceLimitError, match="time limit"):
+            with ModelRunner(model, scoped=True) as runner:
+                _forked(runner)
+                runner.run(FEEDS)
+
+
+def test_a_scoped_watched_run_agrees_and_its_child_ends_with_it(example, monkeypatch):
+    feeds = {"image": np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    with ModelRunner(example) as direct:
+        expected = direct.run(feeds)
+    monkeypatch.setenv("ONNXREFINE_WATCH", "always")
+    with ModelRunner(example, scoped=True) as watched:
+        process = _forked(watched)
+        # nothing of this process's stays open through the child but its own two pipes
+        held = {int(fd): os.readlink(f"/proc/{process.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{process.pid}/fd")}
+        assert all(target == os.devnull for fd, target in held.items() if fd not in (3, 4)), held
+        assert held[3].startswith("pipe:") and held[4].startswith("pipe:")
+        got = watched.run(feeds)
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name])
+    assert process.poll() is not None  # stopped and reaped by close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(process.pid, 0)
+
+
+def test_a_scoped_child_that_dies_is_a_resource_problem_and_the_next_one_runs(monkeypatch):
+    import signal
+
+    monkeypatch.setenv("ONNXREFINE_WATCH", "always")
+    _, small, _ = loop_scan_case(10, 4)
+    with ModelRunner(small, scoped=True) as runner:
+        os.kill(_forked(runner).pid, signal.SIGKILL)
+        with pytest.raises(resources.ResourceLimitError, match="died"):
+            runner.run(FEEDS)
+    with ModelRunner(small, scoped=True) as runner:
+        assert np.all(runner.run(FEEDS)["y"] == 41.0)

@@ -38,19 +38,19 @@ class NativeCrash(OnnxRefineError):
     """Native code died (an assertion, a segfault) on this input; the process did not."""
 
 
-def _can_fork() -> bool:
+def can_fork() -> bool:
     return hasattr(os, "fork") and hasattr(os, "waitpid")
 
 
 _HELD = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)}
 
 
-def _fork() -> tuple[int, set]:
+def fork_holding_signals() -> tuple[int, set]:
     """os.fork() with SIGINT, SIGTERM and SIGHUP held while it runs: a handler that raises (Ctrl-C's
     KeyboardInterrupt) would otherwise run inside the fork's own hooks (logging's lock release),
     where Python prints a traceback and drops the exception, and the run goes on as if never
     interrupted. The parent gets a held signal as soon as the fork has returned; the child keeps
-    them held until it has let go of the parent's streams (`_detach`). Returns the pid and the
+    them held until it has let go of the parent's streams (`detach_child`). Returns the pid and the
     signal mask to restore."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
@@ -67,7 +67,7 @@ def infer_shapes(model: onnx.ModelProto, **options) -> onnx.ModelProto:
     """onnx.shape_inference.infer_shapes(model, **options), contained: its exceptions are raised
     as they are (as the onnx call would), an abort or a segfault as NativeCrash."""
     data = model.SerializeToString()
-    if not _can_fork():  # pragma: no cover - Windows
+    if not can_fork():  # pragma: no cover - Windows
         return onnx.ModelProto.FromString(_infer_serialized(data, options))
     with _WORKER_LOCK:
         message = _ask_worker(pickle.dumps((data, options)))
@@ -82,15 +82,15 @@ def call(function, *args, what: str):
     """function(*args) in a forked child; its result (pickled) or its exception comes back, a
     crash of the child is a NativeCrash naming `what` and the signal. Where the platform cannot
     fork (Windows), it runs in the process."""
-    if not _can_fork():  # pragma: no cover - Windows
+    if not can_fork():  # pragma: no cover - Windows
         return function(*args)
     read_end, write_end = os.pipe()
-    pid, mask = _fork()
+    pid, mask = fork_holding_signals()
     if pid == 0:  # the child: run, send the result (or the exception), leave without clean-up
         status = 0
         try:
             os.close(read_end)
-            _detach(mask)
+            detach_child(mask)
             message = _outcome(function, *args)
             with os.fdopen(write_end, "wb") as out:
                 out.write(message)
@@ -116,7 +116,7 @@ def call(function, *args, what: str):
     return _result(message, what)
 
 
-def _detach(mask: set) -> None:
+def detach_child(mask: set) -> None:
     """In a forked child: nothing it does reaches the parent but through its pipes. What the native
     code prints as it dies (an assertion's text) is not the user's business (the parent says it in
     one line), and the standard streams may be the parent's channel to its own parent (a test
@@ -173,13 +173,13 @@ class _Worker:
         requests_read, self.requests = os.pipe()
         self.replies, replies_write = os.pipe()
         self.owner = os.getpid()
-        self.pid, mask = _fork()
+        self.pid, mask = fork_holding_signals()
         if self.pid == 0:
             status = 0
             try:
                 os.close(self.requests)
                 os.close(self.replies)
-                _detach(mask)
+                detach_child(mask)
                 _serve(requests_read, replies_write)
             except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
                 status = 1

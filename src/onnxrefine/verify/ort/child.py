@@ -9,7 +9,9 @@ killed and `ResourceLimitError` says which limit stopped it. A child that dies b
 kernel's OOM killer, a crash in a kernel) is a `RunFailedError`. Either way this process goes on.
 
 One child serves every watched session of this process (started on first need, stopped at exit
-or when a limit stops it): start-up (a Python importing onnxruntime) is paid once per run. Feeds
+or when a limit stops it): start-up (a Python importing onnxruntime) is paid once per run. A
+session that lives only for a few runs (`scoped`: a shape observation's cut) has a child of its
+own instead, a fork of this process that needs no imports and ends with the session (`_Forked`). Feeds
 and results cross the pipe as pickles. bench/budget_cost.py measures both; the runner uses the
 child only where the estimate is uncertain or close to the budget.
 """
@@ -17,6 +19,7 @@ child only where the estimate is uncertain or close to the budget.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import select
@@ -50,7 +53,8 @@ def _read_exact(stream, count: int) -> bytes:
 
 # -- the child ---------------------------------------------------------------------------------
 
-def _serve() -> None:
+def _serve(stdin=None, stdout=None) -> None:
+    """Serve requests from `stdin` (this process's standard input by default) on `stdout`."""
     import numpy as np
 
     from onnxrefine.verify.ort.errors import describe
@@ -58,8 +62,9 @@ def _serve() -> None:
 
     import onnxruntime  # noqa: F401  (imported before "ready": start-up is not a run's time)
 
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # nothing but messages on the pipe
+    if stdin is None:
+        stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+        sys.stdout = sys.stderr  # nothing but messages on the pipe
     sessions: dict[int, object] = {}
     _write(stdout, ("ok", "ready"))
     while True:
@@ -100,10 +105,11 @@ class ChildFailed(Exception):
 
 class _Worker:
     """The child process; one at a time, shared by every watched session of this process (one
-    start-up per run, not per session). A limit that stops it ends every session it holds."""
+    start-up per run, not per session). A limit that stops it ends every session it holds.
+    `forked`: a fork of this process (_Forked) instead of a new interpreter."""
 
-    def __init__(self):
-        self.process = subprocess.Popen(
+    def __init__(self, forked: bool = False):
+        self.process = _Forked() if forked else subprocess.Popen(
             [sys.executable, "-c", _BOOTSTRAP, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
             env=_child_environment())
@@ -172,12 +178,73 @@ class _Worker:
             from onnxrefine import portable
 
             portable.kill_group(process)
+            if isinstance(process, _Forked):
+                process.kill()  # also before it made its own group
         process.wait()
         for stream in (process.stdin, process.stdout):
             try:
                 stream.close()
             except OSError:
                 pass
+
+
+class _Forked:
+    """The child as a fork of this process, with the Popen methods _Worker uses. onnxruntime and
+    numpy are already loaded here, so the child starts in milliseconds (a new interpreter's imports
+    cost about 0.1 s of CPU). For a session that lives only briefly (`WatchedSession(scoped=True)`:
+    a shape observation's few runs): while the child lives, this process's first write to each page
+    they share copies it, and the parent here mostly waits for the child. The child keeps no
+    descriptor of the parent's but its two pipes (no pipe of the parent's stays open through it)
+    and runs no garbage collection (contained.detach_child)."""
+
+    def __init__(self):
+        from onnxrefine.ir import contained
+
+        requests_read, requests_write = os.pipe()
+        replies_read, replies_write = os.pipe()
+        self.returncode = None
+        self.pid, mask = contained.fork_holding_signals()
+        if self.pid == 0:
+            status = 0
+            try:
+                os.dup2(requests_read, 3)
+                os.dup2(replies_write, 4)
+                os.closerange(5, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+                contained.detach_child(mask)
+                os.setsid()  # its own group, as a started child has: stop() kills the group
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                _die_with_parent()
+                _serve(os.fdopen(3, "rb"), os.fdopen(4, "wb"))
+            except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
+                status = 1
+            finally:
+                os._exit(status)
+        os.close(requests_read)
+        os.close(replies_write)
+        self.stdin, self.stdout = os.fdopen(requests_write, "wb"), os.fdopen(replies_read, "rb")
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            try:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            except ChildProcessError:
+                self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
 
 
 def _child_environment() -> dict:
@@ -208,11 +275,15 @@ class WatchedSession:
     or RuntimeError (the child died)."""
 
     def __init__(self, source, settings, custom_op_library, role: str, memory_budget: int,
-                 time_limit_s: float):
+                 time_limit_s: float, scoped: bool = False):
+        from onnxrefine.ir import contained
+
         self.role = role
         self.memory_budget = memory_budget
         self.time_limit_s = time_limit_s
-        self.worker = _worker()
+        # scoped: a child of its own, forked, ended by close() (see _Forked)
+        self.own = scoped and contained.can_fork()
+        self.worker = _Worker(forked=True) if self.own else _worker()
         self.key = self.worker.next_key
         self.worker.next_key += 1
         self._call(("load", self.key, source, settings.to_dict(), custom_op_library, role), "loading")
@@ -227,6 +298,9 @@ class WatchedSession:
 
     def close(self) -> None:
         worker, self.worker = self.worker, None
+        if worker is not None and self.own:
+            worker.stop()
+            return
         if worker is not None and worker.alive():
             try:
                 worker.call(("close", self.key), self.role, "closing", self.memory_budget, self.time_limit_s)

@@ -83,7 +83,7 @@ class Cut:
                 self.known = {id(v): dtype for v in asked
                               if id(v) in self.names and (dtype := _numpy_dtype(dtype_of(v))) is not None}
                 self.names = _shapes_of(self.proto, self.names, set(self.known))
-            self.runner = ModelRunner(ModelFile(self.proto, None, None), "the model (observed)")
+            self.runner = ModelRunner(ModelFile(self.proto, None, None), "the model (observed)", scoped=True)
         except BadInputError as exc:  # resource limits included
             self.failure = _first_line(exc)
         except Exception as exc:  # noqa: BLE001 - the serializer and onnxruntime raise many types

@@ -47,7 +47,7 @@ class ModelRunner:
     (no start-up cost)."""
 
     def __init__(self, model, role: str = "model", settings: RunSettings | None = None,
-                 custom_op_library: str | None = None):
+                 custom_op_library: str | None = None, scoped: bool = False):
         from onnxrefine.runtime import require_onnxruntime
         ort = require_onnxruntime()
 
@@ -57,6 +57,7 @@ class ModelRunner:
         self.settings = settings or RunSettings.strict()
         self.custom_op_library = custom_op_library
         self.session = self.watched = None
+        self.scoped = scoped  # closed soon after a few runs: a watched session gets a forked child
         self._owned = None if isinstance(model, ModelFile) else open_model(model, role)
         self.source = model if isinstance(model, ModelFile) else self._owned
         self.output_names = [out.name for out in self.source.proto.graph.output]
@@ -86,7 +87,8 @@ class ModelRunner:
         limits = resources.current_limits()
         try:
             self.watched = WatchedSession(self.source.session_source(), self.settings, self.custom_op_library,
-                                          self.role, resources.memory_budget(), limits.time_limit_s)
+                                          self.role, resources.memory_budget(), limits.time_limit_s,
+                                          scoped=self.scoped)
         except ChildFailed as exc:
             raise BadInputError(str(exc)) from None
         except RuntimeError as exc:
