@@ -225,3 +225,78 @@ def test_real_model_over_2gb_is_verified_from_its_path(tmp_path):
     # An in-memory onnx-ir model of it (weights memory-mapped) goes through a temp folder.
     report = verify_models(io.load_model(path), str(path), trials=1, stress=False, deployment=None)
     assert report.verdict == "exact"
+
+
+def _embedded_file(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setattr(sizes, "LAZY_LOAD_THRESHOLD_BYTES", 0)  # its weights: references into the file
+    path = tmp_path / "m.onnx"
+    onnx.save_model(mlp(), str(path))
+    return path
+
+
+def test_a_file_embedding_its_weights_is_given_to_onnxruntime_mapped(tmp_path, monkeypatch):
+    # onnxruntime copies a weight out of the parsed protobuf on every session; as external data
+    # it maps it from the file. The session gets the light graph (references into the file
+    # itself) and the file's folder; the outputs are the path's, at both levels.
+    path = _embedded_file(tmp_path, monkeypatch)
+    opened = files.open_model(str(path))
+    data, folder = opened.mapped_source()
+    assert folder == str(tmp_path) and len(data) < path.stat().st_size // 4
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)}
+    from onnxrefine.verify.ort.settings import RunSettings
+    for settings in (RunSettings.strict(), RunSettings()):
+        with ModelRunner(opened, settings=settings) as runner:
+            got = runner.run(feeds)
+        expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds) \
+            if settings.level == "all" else ort_outputs(mlp(), feeds)
+        np.testing.assert_array_equal(got["y2"], expected[0])
+    # a file whose weights are external already is read from its path as before
+    external = tmp_path / "e.onnx"
+    onnx.save_model(mlp(), str(external), save_as_external_data=True, location="e.onnx.data", size_threshold=1024)
+    assert files.open_model(str(external)).mapped_source() is None
+
+
+def test_where_the_mapped_form_does_not_load_the_path_does(tmp_path, monkeypatch):
+    from onnxrefine.verify.ort import child
+
+    path = _embedded_file(tmp_path, monkeypatch)
+    monkeypatch.setattr(child, "EXTERNAL_FOLDER_KEY", "session.no_such_option")  # an onnxruntime without it
+    opened = files.open_model(str(path))
+    feeds = {"x": np.ones((2, 64), np.float32)}
+    loads = []
+    original = ort.InferenceSession.__init__
+
+    def recording(self, source, *args, **kwargs):
+        loads.append(type(source).__name__)
+        original(self, source, *args, **kwargs)
+
+    monkeypatch.setattr(ort.InferenceSession, "__init__", recording)
+    with ModelRunner(opened) as runner:
+        got = runner.run(feeds)
+    assert loads == ["bytes", "str"]  # the mapped form refused, then the path
+    np.testing.assert_array_equal(got["y2"], ort_outputs(mlp(), feeds)[0])
+
+
+def test_a_watched_session_is_mapped_too(tmp_path, monkeypatch):
+    from onnxrefine.verify.ort import child
+
+    path = _embedded_file(tmp_path, monkeypatch)
+    opened = files.open_model(str(path))
+    # the child opens the mapped form first: a source that is no model at all is not read
+    options = ort.SessionOptions()
+    session = child.open_session(ort, b"not a model", opened.mapped_source(), options, ["CPUExecutionProvider"])
+    assert [o.name for o in session.get_outputs()] == ["y2"]
+    monkeypatch.setenv("ONNXREFINE_WATCH", "always")
+    sent = []
+    watched = child.WatchedSession.__init__
+
+    def recording(self, *args, **kwargs):
+        sent.append(kwargs.get("mapped"))
+        watched(self, *args, **kwargs)
+
+    monkeypatch.setattr(child.WatchedSession, "__init__", recording)
+    feeds = {"x": np.ones((2, 64), np.float32)}
+    with ModelRunner(opened) as runner:
+        got = runner.run(feeds)
+    assert sent == [opened.mapped_source()]
+    np.testing.assert_array_equal(got["y2"], ort_outputs(mlp(), feeds)[0])

@@ -77,11 +77,10 @@ def _serve(stdin=None, stdout=None) -> None:
         if kind == "load":
             import onnxruntime as ort
 
-            _, _, source, settings, library, role = request
+            _, _, source, settings, library, role, mapped = request
             settings = RunSettings(**{**settings, "providers": tuple(settings["providers"])})
             try:
-                sessions[key] = ort.InferenceSession(source, sess_options=session_options(settings, library),
-                                                     providers=list(settings.providers))
+                sessions[key] = open_session(ort, source, mapped, session_options(settings, library), settings.providers)
                 _write(stdout, ("ok", None))
             except Exception as exc:
                 _write(stdout, ("error", describe(exc, "load", role)))
@@ -95,6 +94,27 @@ def _serve(stdin=None, stdout=None) -> None:
         elif kind == "close":
             sessions.pop(key, None)
             _write(stdout, ("ok", None))
+
+
+# onnxruntime's session option naming the folder external data resolves against when the model
+# is given as bytes (ModelFile.mapped_source).
+EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+
+
+def open_session(ort, source, mapped, options, providers):
+    """An onnxruntime session over a model file's `source` (path or bytes), or over `mapped`
+    (ModelFile.mapped_source: its weights mapped from the file, not copied) where that loads;
+    where it does not (an onnxruntime without the option, a model that does not load at all),
+    the source's own load says what is wrong, if anything. Here, not in runner.py: the child
+    (which imports nothing of the package but this module's neighbours) opens sessions too."""
+    if mapped is not None:
+        data, folder = mapped
+        options.add_session_config_entry(EXTERNAL_FOLDER_KEY, folder)
+        try:
+            return ort.InferenceSession(data, sess_options=options, providers=list(providers))
+        except Exception:  # noqa: BLE001 - the source's own load says what is wrong, if anything
+            pass
+    return ort.InferenceSession(source, sess_options=options, providers=list(providers))
 
 
 # -- the parent --------------------------------------------------------------------------------
@@ -275,7 +295,7 @@ class WatchedSession:
     or RuntimeError (the child died)."""
 
     def __init__(self, source, settings, custom_op_library, role: str, memory_budget: int,
-                 time_limit_s: float, scoped: bool = False):
+                 time_limit_s: float, scoped: bool = False, mapped=None):
         from onnxrefine.ir import contained
 
         self.role = role
@@ -286,7 +306,7 @@ class WatchedSession:
         self.worker = _Worker(forked=True) if self.own else _worker()
         self.key = self.worker.next_key
         self.worker.next_key += 1
-        self._call(("load", self.key, source, settings.to_dict(), custom_op_library, role), "loading")
+        self._call(("load", self.key, source, settings.to_dict(), custom_op_library, role, mapped), "loading")
 
     def run(self, names, feeds):
         return self._call(("run", self.key, list(names), dict(feeds), self.role), "running")

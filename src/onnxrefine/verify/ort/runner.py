@@ -17,6 +17,17 @@ from onnxrefine.verify.ort.files import ModelFile, open_model
 from onnxrefine.verify.ort.mapvalues import MapOutputs
 from onnxrefine.verify.ort.settings import RunSettings, session_options
 
+
+def session_over(model_file: ModelFile, options, providers):
+    """An onnxruntime session over `model_file`, its weights mapped from the file where it embeds
+    them (child.open_session)."""
+    from onnxrefine.runtime import require_onnxruntime
+    from onnxrefine.verify.ort.child import open_session
+
+    return open_session(require_onnxruntime(), model_file.session_source(), model_file.mapped_source(),
+                        options, providers)
+
+
 def inference_session(model, options, providers=("CPUExecutionProvider",)):
     """An onnxruntime session over a path (used as is), a ModelFile, or an in-memory model (its
     bytes when small, else a temp file removed once the session holds the weights)."""
@@ -27,7 +38,7 @@ def inference_session(model, options, providers=("CPUExecutionProvider",)):
         return ort.InferenceSession(os.fspath(model), options, providers=list(providers))
     opened = open_model(model)
     try:
-        return ort.InferenceSession(opened.session_source(), options, providers=list(providers))
+        return session_over(opened, options, providers)
     finally:
         if opened is not model:
             opened.close()  # onnxruntime copied the weights while creating the session
@@ -69,8 +80,7 @@ class ModelRunner:
                 self._watch()
                 return
             options = session_options(self.settings, custom_op_library)
-            self.session = ort.InferenceSession(self.source.session_source(), sess_options=options,
-                                                providers=list(self.settings.providers))
+            self.session = session_over(self.source, options, self.settings.providers)
         except resources.ResourceLimitError:
             self.close()
             raise
@@ -88,7 +98,7 @@ class ModelRunner:
         try:
             self.watched = WatchedSession(self.source.session_source(), self.settings, self.custom_op_library,
                                           self.role, resources.memory_budget(), limits.time_limit_s,
-                                          scoped=self.scoped)
+                                          scoped=self.scoped, mapped=self.source.mapped_source())
         except ChildFailed as exc:
             raise BadInputError(str(exc)) from None
         except RuntimeError as exc:
