@@ -30,7 +30,11 @@ FIN, PINF, NINF, NAN = (int(c) for c in ValueClass)
 
 
 def rms(values: np.ndarray) -> float:
-    finite = values[np.isfinite(values)]
+    """RMS of the finite elements; all finite: the flat array itself, not a gathered copy (the same
+    elements in the same order, so the same value; deeplabv3's 5.7M: 31 -> 18 ms a call)."""
+    flat = values.ravel()
+    finite_mask = np.isfinite(flat)
+    finite = flat if finite_mask.all() else flat[finite_mask]
     return float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
 
 
@@ -52,6 +56,7 @@ class OutputFacts:
 
     def __init__(self, evidence, bound, unstable: np.ndarray, judged: int | None = None):
         self.evidence, self.bound, self.unstable, self.judged = evidence, bound, unstable, judged
+        self._sensed = None
         self.a = evidence.original.astype(np.float64)
         self.c = evidence.candidate.astype(np.float64)
         self.r = None if evidence.reference is None else evidence.reference.astype(np.float64)
@@ -142,11 +147,13 @@ class OutputFacts:
         value gives one: inputs moved by PERTURB_ULPS ulps of their own type move a cancelling element by
         about PERTURB_ULPS*u times its terms' size. A jump within the move reads as a huge magnitude: the
         RMS of O caps it, so the whole-output term only restricts."""
-        with np.errstate(invalid="ignore", over="ignore"):
-            # float32 inputs of an fp16 conversion move by float32 ulps; unknown: the graph's lowest
-            # precision, the largest step it can be
-            step = PERTURB_ULPS * (self.evidence.perturbation_u or self.bound.u)
-            return np.minimum(self.sens / step, rms(self.a))
+        if self._sensed is None:  # two rules read it: computed once
+            with np.errstate(invalid="ignore", over="ignore"):
+                # float32 inputs of an fp16 conversion move by float32 ulps; unknown: the graph's lowest
+                # precision, the largest step it can be
+                step = PERTURB_ULPS * (self.evidence.perturbation_u or self.bound.u)
+                self._sensed = np.minimum(self.sens / step, rms(self.a))
+        return self._sensed
 
     def artefact(self) -> np.ndarray:
         """Elements where the original's class is itself an artefact of float evaluation."""
