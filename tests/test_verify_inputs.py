@@ -234,3 +234,23 @@ def test_missing_inputs_say_what_the_file_gave():
                                  "'<n>/<name>', n = 0, 1, ...)")
     with pytest.raises(BadInputError, match=r"missing model input\(s\) x \(no arrays given\)"):
         check_inputs(model, [{}])
+
+
+def test_a_memo_infers_the_model_s_shapes_once_for_sets_at_every_size(monkeypatch):
+    # A shape observation generates its cut's sets again at each size it tries: the model's
+    # inferred shapes (for its integer inputs' roles) are the same each time, kept in the memo.
+    from onnxrefine.verify import graphinfo
+
+    model = _gather_model()
+    calls = []
+    static_shapes = graphinfo.static_shapes
+    monkeypatch.setattr(graphinfo, "static_shapes", lambda *args: calls.append(1) or static_shapes(*args))
+    memo: dict = {}
+    with_memo = [generate_labelled_inputs(model, seed=3, dims={"N": size}, memo=memo) for size in (2, 3, 2)]
+    assert len(calls) == 1
+    without = [generate_labelled_inputs(model, seed=3, dims={"N": size}) for size in (2, 3, 2)]
+    assert len(calls) == 4
+    for kept, fresh in zip(with_memo, without):
+        assert [label for label, _ in kept] == [label for label, _ in fresh]
+        for (_, a), (_, b) in zip(kept, fresh):
+            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)

@@ -203,10 +203,10 @@ def unnamed_dim(input_name: str, axis: int) -> str:
 
 
 def generate_inputs(model: onnx.ModelProto, *, seed: int = 0, dims: Mapping[str, int] | None = None,
-                    stress: bool = True, trials: int = 3) -> list[InputSet]:
+                    stress: bool = True, trials: int = 3, memo: dict | None = None) -> list[InputSet]:
     """Random-normal sets (`trials` of them), then stress sets when `stress`."""
     return [feeds for _, feeds in generate_labelled_inputs(model, seed=seed, dims=dims,
-                                                           stress=stress, trials=trials)]
+                                                           stress=stress, trials=trials, memo=memo)]
 
 
 STRESS_KINDS = ("negative", "zeros_tiny", "large", "inf_nan")
@@ -214,13 +214,20 @@ STRESS_KINDS = ("negative", "zeros_tiny", "large", "inf_nan")
 
 def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
                              dims: Mapping[str, int] | None = None, stress: bool = True,
-                             trials: int = 3) -> list[tuple[str, InputSet]]:
+                             trials: int = 3, memo: dict | None = None) -> list[tuple[str, InputSet]]:
+    """`memo`: a dict the caller keeps for one model it generates sets for again and again (at
+    other sizes: a shape observation's tries), where the model's inferred shapes are kept."""
     specs = graphinfo.graph_inputs(model)
     shapes = {spec.name: concrete_shape(spec, dims) for spec in specs}
     check_generated_size(specs, shapes)
     roles = {}
     if any(spec.dtype.kind in "iu" for spec in specs):  # only integer inputs have a role (shape inference's cost)
-        known_shapes = dict(graphinfo.static_shapes(model, None))
+        if memo is None or "static_shapes" not in memo:
+            inferred = graphinfo.static_shapes(model, None)  # at no input's size: the same for every call
+            if memo is None:
+                memo = {}
+            memo["static_shapes"] = inferred
+        known_shapes = dict(memo["static_shapes"])
         known_shapes.update(shapes)
         users = graphinfo.consumers(model)
         roles = {spec.name: graphinfo.integer_role(model, spec.name, known_shapes, users)

@@ -65,6 +65,7 @@ class Cut:
 
         self.shapes, self.runner, self.failure, self.proto, self.names = shapes, None, None, None, {}
         self.known: dict[int, np.dtype] = {}  # id(value) -> the element type the model or the facts give
+        self._inputs_memo: dict = {}  # the cut's inferred shapes, for its input sets at every size
         asked = list(dict.fromkeys(v for v in values if v is not None and v.name))
         if not asked:
             self.failure = "no named value was asked for"
@@ -110,7 +111,8 @@ class Cut:
         fetched = [n for pair in self.names.values() for n in pair if n] if self.shapes else list(self.names.values())
         try:
             feeds = {name: np.asarray(array) for name, array in
-                     generate_inputs(self.proto, seed=seed, dims=dims, stress=False, trials=1)[0].items()}
+                     generate_inputs(self.proto, seed=seed, dims=dims, stress=False, trials=1,
+                                     memo=self._inputs_memo)[0].items()}
             try:
                 arrays = self.runner.run_outputs(fetched, feeds)
             except Exception as exc:  # noqa: BLE001 - in this process onnxruntime raises its own types
