@@ -5,6 +5,12 @@ fastest of --runs, and the geometric means against onnxruntime's basic offline o
     python bench/process_speed.py --corpus bench/corpus                     # every model of the folder
     python bench/process_speed.py --corpus bench/corpus --models resnet18,squeezenet1_0 --runs 3
     python bench/process_speed.py --corpus DIR --tools onnxrefine,onnxrefine-verified,ort-basic
+    python bench/process_speed.py --before ../other-checkout/src --tools onnxrefine --runs 3  # a before/after
+
+With --before, only the onnxrefine tools run, each run of a model with the other source and then
+with this one, back to back (so that what else loads the machine weighs on both alike), and the
+table gives user and system CPU apart: on a machine where the first touch of fresh memory is dear
+and varies run to run (bench/fresh_memory.py), user CPU is the steadier measure of a change.
 
 Tools (a tool whose package is missing from --peers-python is skipped, with a note):
 - onnxrefine: `onnxrefine optimize IN -o OUT --no-verify` (python -m onnxrefine, the current source);
@@ -68,6 +74,12 @@ def available(tool: str, peers: str) -> bool:
 
 def run_once(argv: list[str], env: dict, timeout: float) -> tuple[float, float, int]:
     """(CPU seconds of the process and its children, wall seconds, exit code)."""
+    (user, system), wall, code = run_split(argv, env, timeout)
+    return user + system, wall, code
+
+
+def run_split(argv: list[str], env: dict, timeout: float) -> tuple[tuple[float, float], float, int]:
+    """((user, system) CPU seconds of the process and its children, wall seconds, exit code)."""
     started = time.perf_counter()
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -77,9 +89,8 @@ def run_once(argv: list[str], env: dict, timeout: float) -> tuple[float, float, 
         raise
     wall = time.perf_counter() - started
     process.returncode = os.waitstatus_to_exitcode(status)
-    if wall > timeout:
-        return usage.ru_utime + usage.ru_stime, wall, -1
-    return usage.ru_utime + usage.ru_stime, wall, process.returncode
+    cpu = (usage.ru_utime, usage.ru_stime)
+    return cpu, wall, -1 if wall > timeout else process.returncode
 
 
 def geomean(values: list[float]) -> float:
@@ -94,6 +105,7 @@ def main() -> int:
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of: {', '.join(TOOLS)}")
     parser.add_argument("--runs", type=int, default=3, help="runs per tool and model; the fastest is kept")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take before it counts as failed")
+    parser.add_argument("--before", type=Path, help="another onnxrefine source folder (its src/): a before/after table")
     default_peers = ROOT / "bench" / ".venv-bench" / "bin" / "python"
     parser.add_argument("--peers-python", default=str(default_peers) if default_peers.exists() else sys.executable)
     args = parser.parse_args()
@@ -107,6 +119,8 @@ def main() -> int:
     tools = [t for t in tools if t not in missing]
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src")], check=False)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ONNXREFINE_PROGRESS="off")
+    if args.before is not None:
+        return before_after(args, names, [t for t in tools if t.startswith("onnxrefine")], env)
     header = ["model"] + [f"{tool} cpu / wall" for tool in tools]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header), flush=True)
@@ -148,6 +162,46 @@ def main() -> int:
     print(f"\nfastest of {args.runs} per cell; load average at the end {os.getloadavg()[0]:.1f}")
     if missing:
         print(f"\nnot installed for {args.peers_python}: {', '.join(missing)}")
+    return 0
+
+
+def before_after(args, names: list[str], tools: list[str], env: dict) -> int:
+    """Per model and tool, (user, system) CPU of the --before source and of this one, the lowest of
+    --runs each, the two run in turn."""
+    before = args.before.resolve()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(before)], check=False)
+    trees = (("before", dict(env, PYTHONPATH=str(before))), ("after", env))
+    print("| model | tool | before user + sys | after user + sys | user after/before | cpu after/before |")
+    print("|---|---|---|---|---|---|", flush=True)
+    user_ratios: dict[str, list[float]] = {tool: [] for tool in tools}
+    cpu_ratios: dict[str, list[float]] = {tool: [] for tool in tools}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in names:
+            source = args.corpus / f"{name}.onnx"
+            for tool in tools:
+                best: dict[str, tuple[float, float] | None] = {"before": None, "after": None}
+                for run in range(args.runs):
+                    for label, tree_env in trees:
+                        target = Path(scratch) / f"{label}.{run}.onnx"
+                        (user, system), _, code = run_split(command(tool, source, target, args.peers_python),
+                                                            tree_env, args.timeout)
+                        for leftover in Path(scratch).iterdir():
+                            leftover.unlink() if leftover.is_file() else None
+                        if code == 0:
+                            low = best[label]
+                            best[label] = (min(user, low[0]), min(system, low[1])) if low else (user, system)
+                if best["before"] is None or best["after"] is None:
+                    print(f"| {name} | {tool} | failed | | | |", flush=True)
+                    continue
+                (bu, bs), (au, as_) = best["before"], best["after"]
+                user_ratios[tool].append(au / bu)
+                cpu_ratios[tool].append((au + as_) / (bu + bs))
+                print(f"| {name} | {tool} | {bu:.2f} + {bs:.2f} | {au:.2f} + {as_:.2f} | {au / bu:.2f} | "
+                      f"{(au + as_) / (bu + bs):.2f} |", flush=True)
+    for tool in tools:
+        print(f"| geometric mean | {tool} | | | {geomean(user_ratios[tool]):.2f} | {geomean(cpu_ratios[tool]):.2f} |")
+    print(f"\nlowest user and lowest system CPU of {args.runs} runs each (taken apart), the trees run in turn; "
+          f"load average at the end {os.getloadavg()[0]:.1f}")
     return 0
 
 

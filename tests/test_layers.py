@@ -52,7 +52,6 @@ PRIVATE_READS = {
     ("__main__.py", "_run_exitfuncs"): "atexit has no public way to run its handlers early; where it is "
                                        "missing the interpreter tears down as usual",
     ("ir/contained.py", "_exit"): "os._exit is os's documented exit without clean-up",
-    ("verify/ort/child.py", "_exit"): "os._exit is os's documented exit without clean-up",
     # The package's own objects: a module's helper reading its own class, or a memo kept on a context.
     ("ir/protoview.py", "_inner"): "the module's own tensor class",
     ("fuzz/patterns.py", "_scopes"): "the fuzz graph builder's current scope, for a pattern that plants a node",

@@ -87,17 +87,14 @@ def call(function, *args, what: str):
     read_end, write_end = os.pipe()
     pid, mask = fork_holding_signals()
     if pid == 0:  # the child: run, send the result (or the exception), leave without clean-up
-        status = 0
-        try:
+        def send() -> None:
             os.close(read_end)
             detach_child(mask)
             message = _outcome(function, *args)
             with os.fdopen(write_end, "wb") as out:
                 out.write(message)
-        except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
-            status = 1
-        finally:
-            os._exit(status)
+
+        end_child_after(send)
     os.close(write_end)
     reaped = False
     try:
@@ -114,6 +111,18 @@ def call(function, *args, what: str):
     if not message:
         raise _crash(status, what)
     return _result(message, what)
+
+
+def end_child_after(body) -> None:
+    """In a forked child: run `body`, then leave at once (exit status 1 if it raised), never
+    returning into the parent's code nor running its clean-up."""
+    status = 0
+    try:
+        body()
+    except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
+        status = 1
+    finally:
+        os._exit(status)
 
 
 def detach_child(mask: set) -> None:
@@ -175,16 +184,13 @@ class _Worker:
         self.owner = os.getpid()
         self.pid, mask = fork_holding_signals()
         if self.pid == 0:
-            status = 0
-            try:
+            def serve() -> None:
                 os.close(self.requests)
                 os.close(self.replies)
                 detach_child(mask)
                 _serve(requests_read, replies_write)
-            except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
-                status = 1
-            finally:
-                os._exit(status)
+
+            end_child_after(serve)
         os.close(requests_read)
         os.close(replies_write)
 

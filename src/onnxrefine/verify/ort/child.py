@@ -225,8 +225,7 @@ class _Forked:
         self.returncode = None
         self.pid, mask = contained.fork_holding_signals()
         if self.pid == 0:
-            status = 0
-            try:
+            def serve() -> None:
                 os.dup2(requests_read, 3)
                 os.dup2(replies_write, 4)
                 os.closerange(5, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
@@ -235,10 +234,8 @@ class _Forked:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 _die_with_parent()
                 _serve(os.fdopen(3, "rb"), os.fdopen(4, "wb"))
-            except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
-                status = 1
-            finally:
-                os._exit(status)
+
+            contained.end_child_after(serve)
         os.close(requests_read)
         os.close(replies_write)
         self.stdin, self.stdout = os.fdopen(requests_write, "wb"), os.fdopen(replies_read, "rb")

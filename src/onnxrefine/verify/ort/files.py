@@ -6,6 +6,9 @@ weight a second time. A path stays a path (its weights stay on disk); an in-memo
 written to a temp folder by the project's streaming saver (large tensors as external data) unless
 it is small enough that serializing it costs nothing (`IN_MEMORY_SESSION_MAX_BYTES`; never above
 `sizes.EXTERNAL_DATA_THRESHOLD_BYTES`, the size that simulates the protobuf limit and that tests lower).
+A file that embeds large weights is given to a session as its light graph, those weights references
+into the file itself (`ModelFile.mapped_source`): onnxruntime then maps them instead of copying them
+out of the parsed protobuf on every session.
 """
 
 from __future__ import annotations
