@@ -226,9 +226,7 @@ class _Forked:
         self.pid, mask = contained.fork_holding_signals()
         if self.pid == 0:
             def serve() -> None:
-                os.dup2(requests_read, 3)
-                os.dup2(replies_write, 4)
-                os.closerange(5, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+                _keep_only(requests_read, replies_write)  # as descriptors 3 and 4
                 contained.detach_child(mask)
                 os.setsid()  # its own group, as a started child has: stop() kills the group
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -262,6 +260,24 @@ class _Forked:
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
+
+
+def _keep_only(reads: int, writes: int) -> None:
+    """In a forked child: `reads` and `writes` become descriptors 3 and 4, and every other one above
+    the standard three is closed (none of the parent's pipes stays open through the child)."""
+    import fcntl
+
+    reads, writes = fcntl.fcntl(reads, fcntl.F_DUPFD, 10), fcntl.fcntl(writes, fcntl.F_DUPFD, 10)
+    os.dup2(reads, 3)
+    os.dup2(writes, 4)
+    try:
+        open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: every possible descriptor
+        open_fds = range(5, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+    for fd in open_fds:
+        if fd > 4:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _child_environment() -> dict:

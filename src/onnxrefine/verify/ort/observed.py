@@ -241,8 +241,8 @@ def _declared_shapes(nodes: list[ir.Node], dtype_of, static_shape) -> list[onnx.
     declared = []
     for node in nodes:
         for value in node.outputs:
-            if not value.name:
-                continue
+            if not value.name or not (value.type is None or isinstance(value.type, ir.TensorType)):
+                continue  # a sequence or an optional: no tensor shape to declare
             shape, dtype = static_shape(value), dtype_of(value)
             if shape is not None and dtype is not None and dtype != ir.DataType.UNDEFINED:
                 declared.append(onnx.helper.make_tensor_value_info(value.name, int(dtype), list(shape)))
