@@ -122,8 +122,7 @@ class OutputFacts:
         main graph is (a legitimate BatchNormalization fold inside a function keeps its cancelling
         elements' terms, tests/test_engine.py::test_fold_inside_a_model_local_function_uses_constant_nodes). Where it is
         not derived (a jump within the probe's step) the element's own |R_i| alone: no whole-output term."""
-        own = np.abs(np.where(self.ca == FIN, self.a, 0.0)) if self.r is None \
-            else np.abs(np.where(self.cr == FIN, self.r, 0.0))
+        own = np.abs(np.where(self.ca == FIN, self.a, 0.0)) if self.r is None else self.scale  # |R_i|
         terms = evidence.magnitude
         if self.r is None:
             return own
