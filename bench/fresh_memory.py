@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=256, help="MiB written and filled each round")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    chunks = [np.random.default_rng(i).standard_normal(1 << 17) for i in range(args.mib // 1)]  # 1 MiB each
+    chunks = [np.random.default_rng(i).standard_normal(1 << 17) for i in range(args.mib)]  # 1 MiB each
     rows = []
     with tempfile.TemporaryDirectory(prefix="fresh-memory-") as folder:
         for round_index in range(args.rounds):

@@ -273,7 +273,8 @@ def _keep_only(reads: int, writes: int) -> None:
     try:
         open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:  # no /proc: every possible descriptor
-        open_fds = range(5, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+        os.closerange(5, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+        return
     for fd in open_fds:
         if fd > 4:
             with contextlib.suppress(OSError):

@@ -62,7 +62,7 @@ class ModelFile:
         embeds large weights, else None. onnxruntime maps a weight it reads as external data from
         the file; one embedded in the protobuf it copies out of the parsed message, every session
         again (vit_b_16 at level disable: 0.42 s and 180k page faults a session from the path,
-        0.04 s and 500 this way; the same outputs). The light graph references those weights in
+        0.055 s and 10k this way, the same outputs: bench/mapped_sessions.py). The light graph references those weights in
         the model file itself (light_proto), so the session reads exactly the file's bytes."""
         if self._mapped is None:
             own = os.path.basename(self.path) if self.path is not None else None
