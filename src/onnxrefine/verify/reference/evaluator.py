@@ -174,13 +174,20 @@ class _Scope(dict):
         super().__init__()
         self.parent = parent
 
-    def lookup(self, name: str) -> Any:
+    def lookup(self, name: str, native: bool = False) -> Any:
+        """The value of `name`; a weight converted to float64 for the node reading it (never kept
+        converted), or in its own dtype with `native` (for a kernel that only picks elements)."""
         scope: _Scope | None = self
         while scope is not None:
             if name in scope:
                 value = dict.__getitem__(scope, name)
-                # A weight is converted to float64 for the node reading it, never kept converted.
-                return value.load() if isinstance(value, _Initializer) else value
+                if isinstance(value, _Initializer):
+                    if native:
+                        picked = value.native()
+                        # a dtype numpy's kernels read as is (not a packed or ml_dtypes one)
+                        return picked if picked.dtype.kind in "fiub" else to_internal(picked)
+                    return value.load()
+                return value
             scope = scope.parent
         raise KeyError(name)
 
@@ -352,18 +359,23 @@ class _Evaluator:
     def run_node(self, node: onnx.NodeProto, env: _Scope, opsets: dict[str, int],
                  caller_attrs: Mapping[str, Any] | None = None) -> None:
         inputs = []
-        for name in node.input:
+        domain = node.domain or ""
+        # a Gather from a weight (an embedding table) picks its rows in the weight's own dtype and
+        # converts those: converting the whole table to float64 first gives the same rows
+        picks = node.op_type == "Gather" and domain in ("", "ai.onnx") and (domain, "Gather", "") not in self.functions
+        for position, name in enumerate(node.input):
             if name == "":
                 inputs.append(None)
                 continue
             try:
-                inputs.append(env.lookup(name))
+                inputs.append(env.lookup(name, native=picks and position == 0))
             except KeyError:
                 raise OnnxRefineError(
                     f"node {node.name or node.op_type!r} reads {name!r}, which is not yet computed"
                 ) from None
-        domain = node.domain or ""
         outputs = self.dispatch(node, domain, inputs, _node_attrs(node, caller_attrs), opsets, env)
+        if picks:
+            outputs = [to_internal(value) if isinstance(value, np.ndarray) else value for value in outputs]
         for name, value in zip(node.output, outputs):
             if name:
                 env[name] = value

@@ -29,23 +29,32 @@ class Initializer:
         self.tensor, self.base_dir = tensor, base_dir
 
     def load(self) -> np.ndarray:
+        """The weight as the kernels read it: floats converted to float64 (a new array), other
+        types copied so that no kernel holds on to the mapping."""
+        native = self.native()
+        if isinstance(native, np.memmap):
+            view = np.asarray(native)
+            return to_internal(view) if _tensor.is_floating(view.dtype) and view.dtype != np.float64 \
+                else np.array(view)
+        return to_internal(native)
+
+    def native(self) -> np.ndarray:
+        """The weight in its own dtype, memory-mapped where it is external data; for a kernel that
+        only moves elements (a Gather from an embedding table), which then converts the few it
+        picks, not the whole table."""
         tensor = self.tensor
         if tensor.data_location != onnx.TensorProto.EXTERNAL or self.base_dir is None:
-            return to_internal(numpy_helper.to_array(tensor))
+            return numpy_helper.to_array(tensor)
         info = {entry.key: entry.value for entry in tensor.external_data}
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
         if dtype.kind not in "fiub" or dtype.itemsize == 0:  # packed or non-numpy types: onnx reads them
-            return to_internal(numpy_helper.to_array(tensor, self.base_dir))
+            return numpy_helper.to_array(tensor, self.base_dir)
         location = os.path.join(self.base_dir, info["location"])
         shape = tuple(int(d) for d in tensor.dims)
         if not np.prod(shape, dtype=np.int64):
-            return np.zeros(shape, dtype=to_internal(np.zeros(0, dtype)).dtype)
-        mapped = np.memmap(location, dtype=dtype.newbyteorder("<"), mode="r",
-                           offset=int(info.get("offset", 0)), shape=shape)
-        view = np.asarray(mapped)
-        # Floats are converted (a new float64 array); other types are copied so that no kernel
-        # holds on to the mapping.
-        return to_internal(view) if _tensor.is_floating(view.dtype) and view.dtype != np.float64 else np.array(view)
+            return np.zeros(shape, dtype=dtype)
+        return np.memmap(location, dtype=dtype.newbyteorder("<"), mode="r",
+                         offset=int(info.get("offset", 0)), shape=shape)
 
 
 def last_uses(graph_nodes: Sequence[onnx.NodeProto], run_nodes: Sequence[onnx.NodeProto]) -> dict[int, list]:
