@@ -126,22 +126,27 @@ def _bilinear(product, a, b_a, w, b_w, g: float, magnitude=None):
     return (1.0 + g) * product(abs_a + materialize(b_a, a), abs_w + materialize(b_w, w)) - magnitude
 
 
-def _in_quadrature(product, a, s_a, w, s_w, g: float, magnitude=None, stacked=None, n: int = 0):
+def _in_quadrature(product, a, s_a, w, s_w, g: float, magnitude=None, stacked=None, n: int = 0, narrowed=None):
     """The probable pass's scale of product(a^, w^) - product(a, w): independent input errors of
     scales s_a, s_w add in quadrature, sqrt(product(s_a^2, w^2) + product(a^2, s_w^2) + product(s_a^2,
     s_w^2)), plus the sum's own rounding g * product(|a|, |w|) (added, not in quadrature: larger).
     `stacked`: the product of a stack of left operands, for the common case (exact right side) in
-    one float32 call made an upper bound again (_stacked_nonnegative)."""
-    abs_w = _abs(w)
+    one float32 call made an upper bound again (_stacked_nonnegative), whose w^2 in float32
+    `narrowed(squared)` gives (_narrow_right)."""
+    abs_w = None
     if magnitude is None:
+        abs_w = _abs(w)
         magnitude = product(_abs(a), abs_w)
-    variance = 0.0
     sq_a = None if s_a is None else np.square(materialize(s_a, a))
     sq_w = None if s_w is None else np.square(materialize(s_w, w))
     if sq_a is not None and sq_w is None and stacked is not None:
-        quick = _stacked_nonnegative(stacked, [sq_a], abs_w * abs_w, n)
-        if quick is not None:
+        right = narrowed(True) if narrowed is not None else np.square(_abs(w))
+        quick = _stacked_nonnegative(stacked, [sq_a], right, n)
+        if quick is not None and quick[0] is not None:
             return np.sqrt(quick[0]) + g * magnitude
+    if abs_w is None:
+        abs_w = _abs(w)
+    variance = 0.0
     if sq_a is not None:
         variance = variance + product(sq_a, abs_w * abs_w)
     if sq_w is not None:
@@ -149,6 +154,30 @@ def _in_quadrature(product, a, s_a, w, s_w, g: float, magnitude=None, stacked=No
     if sq_a is not None and sq_w is not None:
         variance = variance + product(sq_a, sq_w)
     return np.sqrt(variance) + g * magnitude
+
+
+def _narrow_right(ctx, w):
+    """narrowed(squared): |w|, or w^2, rounded to float32 for the stacked products, made once per
+    node (its worst-case and probable passes share them, kept on the node's context with `w`, so
+    that another right operand a later pass substitutes gets its own); None where float32 cannot
+    hold them."""
+    kept = ctx.__dict__.setdefault("narrowed_rights", {})
+    if id(w) in kept:
+        return kept[id(w)][1]
+    cache = {}
+
+    def narrowed(squared: bool):
+        if squared not in cache:
+            with np.errstate(all="ignore"):
+                if squared:  # w^2 rounded once (a float32 square of w rounded would round twice)
+                    right = np.square(np.asarray(w, dtype=np.float64)).astype(np.float32)
+                else:  # |w| rounds as w does
+                    right = np.asarray(w).astype(np.float32)
+                    np.abs(right, out=right)
+            cache[squared] = right if np.all(np.isfinite(right)) else None
+        return cache[squared]
+    kept[id(w)] = (w, narrowed)
+    return narrowed
 
 
 def _integral(*values) -> bool:
@@ -169,21 +198,33 @@ _U32 = 2.0 ** -24
 
 def _stacked_nonnegative(product, lefts, right, n: int):
     """product(left, right) for each of `lefts` (all >= 0, as is `right`), in one float32 call, made an
-    upper bound again: the float32 rounding of the operands and of the n-term sums is at most
-    (1 + u)^2 / (1 - n u) relative for nonnegative terms, and an underflow at most n * tiny. None
-    when float32 cannot hold the operands or the products (the float64 path then runs)."""
+    upper bound again: a float32 operand is within u of its value, and each of a sum's n terms of
+    nonnegative float32 products rounds at most n times, so the exact product is at most the
+    float32 one over (1 - u)^2 (1 - n u); an underflow errs by at most n * tiny. An entry is None
+    where float32 cannot hold that left operand or its product (its caller computes it in float64);
+    the whole result None where it cannot hold `right` or n is that large (a float32 `right`, or
+    None, is _narrow_right's, checked there)."""
+    if n * _U32 >= 0.5 or right is None:
+        return None
     with np.errstate(all="ignore"):
-        stacked = np.stack(lefts).astype(np.float32)
-        if not (np.all(np.isfinite(stacked)) and np.all(np.isfinite(right.astype(np.float32)))):
+        right32 = right if right.dtype == np.float32 else right.astype(np.float32)
+        if right32 is not right and not np.all(np.isfinite(right32)):
             return None
-        if n * _U32 >= 0.5:
+        narrowed = [left.astype(np.float32) for left in lefts]
+        held = [index for index, left in enumerate(narrowed) if np.all(np.isfinite(left))]
+        if not held:
             return None
-        results = product(stacked, right.astype(np.float32))
-        if not np.all(np.isfinite(results)):
-            return None
-    inflate = (1.0 + _U32) ** 2 / (1.0 - n * _U32)
+        results = product(np.stack([narrowed[index] for index in held]), right32)
+    inflate = 1.0 / ((1.0 - _U32) ** 2 * (1.0 - n * _U32))
     tiny = float(np.finfo(np.float32).tiny) * n
-    return [np.asarray(result, dtype=np.float64) * inflate + tiny for result in results]
+    out = [None] * len(lefts)
+    for index, result in zip(held, results):
+        if np.all(np.isfinite(result)):
+            widened = np.asarray(result, dtype=np.float64)
+            widened *= inflate
+            widened += tiny
+            out[index] = widened
+    return out
 
 
 def _left_operand(a, abs_a, b_a, b_w, g: float):
@@ -210,24 +251,25 @@ def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
             exact = _exact_sum(ctx, magnitude, a, w)
         carried_by_channel = None
         right_relative = all(c[1] is None or isinstance(c[1], float) for c in (ctx.b, ctx.k))
+        narrowed = None if stack is None else _narrow_right(ctx, w)
         if ctx.probable:
             carried_by_channel = [_in_quadrature(product, a, ctx.b[0], w, ctx.b[1], ctx.gamma(n),
                                                  magnitude if magnitude is not None else ctx.magnitude,
-                                                 None if stack is None else stack(product), n)]
+                                                 None if stack is None else stack(product), n, narrowed)]
         elif stack is not None and magnitude is None and right_relative:
             abs_a = _abs(a)
             lefts = [_left_operand(a, abs_a, compacts[0], compacts[1], ctx.gamma(n) if rounding else 0.0)
                      for compacts, rounding in ctx.channels()]
             # |a| rides along: the probable pass's magnitude |a| |w| (bound.py) costs no call of its own
-            carried_by_channel = _stacked_nonnegative(stack(product), lefts + [abs_a], _abs(w), n)
+            # an entry float32 cannot hold is None: that channel's product runs in float64 below
+            carried_by_channel = _stacked_nonnegative(stack(product), lefts + [abs_a], narrowed(False), n)
             if carried_by_channel is not None:
                 ctx.magnitude = carried_by_channel.pop()
         results = []
         for index, (compacts, rounding) in enumerate(ctx.channels()):
             g = ctx.gamma(n) if rounding else 0.0
-            if carried_by_channel is not None:
-                carried = carried_by_channel[index]
-            else:
+            carried = None if carried_by_channel is None else carried_by_channel[index]
+            if carried is None:
                 carried = _bilinear(product, a, compacts[0], w, compacts[1], g, magnitude)
             if extra_of is not None:
                 carried = carried + extra_of(ctx, compacts, g)
@@ -252,11 +294,11 @@ def _matmul_stack(product):
 
 
 def _conv_stack(product):
-    """The stack along the batch axis: one convolution of twice the batch."""
+    """The stack as one convolution per left operand: the kernel's im2col of a batch of one is
+    read in place where the conv is pointwise, and a larger batch costs more than its share
+    (a stack of 3 as one batch: about 5x one convolution, as three: 3x)."""
     def run(stacked, right):
-        count, batch = stacked.shape[0], stacked.shape[1]
-        out = product(stacked.reshape((count * batch,) + stacked.shape[2:]), right)
-        return out.reshape((count, batch) + out.shape[1:])
+        return np.stack([product(left, right) for left in stacked])
     return run
 
 

@@ -1,0 +1,112 @@
+"""The float64 reference's cheaper paths give what the plain ones give: a dot product's bounds in
+float32 stay upper bounds channel by channel, a weight's float32 forms are the float64 ones rounded,
+and a Gather from a weight converts only the rows it picks."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import make_model, tensor, value_info
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+from onnxrefine.verify.reference import bound_of, evaluate_float64
+from onnxrefine.verify.reference import bound_nn, memory
+from onnxrefine.verify.reference.bound_ops import OpContext
+
+
+def _exact(left, right):
+    return np.matmul(left.astype(np.float64), right.astype(np.float64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4096), st.integers(0, 2**31 - 1), st.sampled_from([1e-30, 1.0, 1e30]))
+def test_a_stacked_float32_product_is_an_upper_bound(n, seed, scale):
+    """Nonnegative operands of every magnitude float32 holds: the inflated float32 product is at
+    least the float64 one (whose own rounding, 1e-16 relative, is far below the inflation)."""
+    rng = np.random.default_rng(seed)
+    lefts = [rng.random((3, n)) * scale, rng.random((3, n))]
+    right = rng.random((n, 2)) * (1.0 + 2.0 ** -23)
+    out = bound_nn._stacked_nonnegative(np.matmul, lefts, right, n)
+    for left, got in zip(lefts, out):
+        assert got is not None and np.all(got >= _exact(left, right) * (1.0 - 1e-13))
+
+
+def test_a_left_float32_cannot_hold_runs_in_float64_alone():
+    """One channel's operand beyond float32's range (a coherent bound grown huge) leaves the
+    others' products in float32; only its own entry is None (its caller computes it in float64).
+    Before, one such operand sent every channel to float64."""
+    rng = np.random.default_rng(0)
+    held, huge = rng.random((2, 8)), np.full((2, 8), 1e39)
+    right = rng.random((8, 3))
+    out = bound_nn._stacked_nonnegative(np.matmul, [held, huge, held * 2], right, 8)
+    assert out[1] is None and out[0] is not None and out[2] is not None
+    assert np.all(out[0] >= _exact(held, right)) and np.all(out[2] >= _exact(held * 2, right))
+    # a product float32 overflows is left to float64 too, the others kept
+    wide = np.full((2, 8), 1e38)
+    out = bound_nn._stacked_nonnegative(np.matmul, [held, wide], right * 1e3, 8)
+    assert out[0] is not None and out[1] is None
+    assert bound_nn._stacked_nonnegative(np.matmul, [held], None, 8) is None
+
+
+def _context() -> OpContext:
+    node = helper.make_node("MatMul", ["a", "w"], ["y"])
+    return OpContext(node, [], {}, 17, [], [], [], [], None, None, [])
+
+
+def test_a_weights_float32_forms_are_its_float64_forms_rounded_once():
+    """|w| and w^2 in float32, made once per node: the same values as the float64 forms rounded to
+    float32, for a float32 weight and for float64 values float32 does not hold (w^2 of a rounded w
+    would round twice); a weight float32 cannot hold gives None; another operand its own."""
+    ctx = _context()
+    rng = np.random.default_rng(1)
+    for w in (rng.standard_normal((5, 4)).astype(np.float32).astype(np.float64), rng.standard_normal((5, 4)) / 3):
+        narrowed = bound_nn._narrow_right(ctx, w)
+        assert narrowed(False).dtype == np.float32
+        assert np.array_equal(narrowed(False), np.abs(w).astype(np.float32))
+        assert np.array_equal(narrowed(True), (np.abs(w) * np.abs(w)).astype(np.float32))
+        assert narrowed(True) is narrowed(True) and bound_nn._narrow_right(ctx, w) is narrowed
+    big = np.full((2, 2), 3e19)  # its square is beyond float32
+    assert bound_nn._narrow_right(ctx, big)(False) is not None and bound_nn._narrow_right(ctx, big)(True) is None
+
+
+def _embedding(dtype=np.float32) -> onnx.ModelProto:
+    rng = np.random.default_rng(2)
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    return make_model([helper.make_node("Gather", ["E", "ids"], ["h"]),
+                       helper.make_node("MatMul", ["h", "W"], ["y"])],
+                      [value_info("ids", TensorProto.INT64, [1, 6])], [value_info("y", elem, [1, 6, 4])],
+                      [tensor("E", rng.standard_normal((50, 4)).astype(dtype)),
+                       tensor("W", rng.standard_normal((4, 4)).astype(dtype))])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("external", [False, True])
+def test_a_gather_from_a_weight_converts_only_the_rows_it_picks(dtype, external, tmp_path, monkeypatch):
+    """The rows and their bounds are those of the whole table converted to float64 first, and the
+    table itself is never converted (its load() is not called), embedded or memory-mapped."""
+    model = _embedding(dtype)
+    base_dir = None
+    if external:
+        path = tmp_path / "m.onnx"
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location="m.data", size_threshold=0)
+        model, base_dir = onnx.load_model(str(path), load_external_data=False), str(tmp_path)
+    ids = np.array([[0, 49, -1, 7, 7, 3]], dtype=np.int64)
+    table = np.asarray(onnx.numpy_helper.to_array(_embedding(dtype).graph.initializer[0]), dtype=np.float64)
+    original_load = memory.Initializer.load
+    with monkeypatch.context() as patched:  # the plain path: the whole table converted first
+        patched.setattr(memory.Initializer, "native", lambda self: np.asarray(
+            onnx.numpy_helper.to_array(self.tensor, self.base_dir or ""), dtype=np.float64))
+        plain = evaluate_float64(model, {"ids": ids}, outputs=["y", "h"], base_dir=base_dir)
+    loads = []
+    monkeypatch.setattr(memory.Initializer, "load",
+                        lambda self: loads.append(self.tensor.name) or original_load(self))
+    picked = evaluate_float64(model, {"ids": ids}, outputs=["y", "h"], base_dir=base_dir)
+    assert "E" not in loads and "W" in loads
+    assert picked["h"].dtype == np.float64 and np.array_equal(picked["h"], np.take(table, ids, axis=0))
+    for name in ("h", "y"):
+        assert np.array_equal(picked[name], plain[name])
+        assert np.array_equal(bound_of(picked[name]), bound_of(plain[name]), equal_nan=True)
