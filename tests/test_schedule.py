@@ -440,3 +440,28 @@ def test_an_automatic_budget_keeps_a_random_and_an_inf_nan_set():
     tiny = verify_plan.make_plan(model, budget_s=1e-9, forced=False, trials=1, seed=0, dims=None, inputs=None,
                                  weight_bytes=0, limit_s=1e6)
     assert [label for label, _ in tiny.sets] == ["random0", "stress:inf_nan"]
+
+
+def _embedding_model() -> onnx.ModelProto:
+    """Integer ids into an embedding and a MatMul: no floating-point graph input."""
+    rng = np.random.default_rng(0)
+    return make_model([helper.make_node("Gather", ["E", "ids"], ["h"]),
+                       helper.make_node("MatMul", ["h", "W"], ["y"])],
+                      [value_info("ids", TensorProto.INT64, [1, 8])], [value_info("y", shape=[1, 8, 4])],
+                      [tensor("E", rng.standard_normal((16, 4)).astype(np.float32)),
+                       tensor("W", rng.standard_normal((4, 4)).astype(np.float32))])
+
+
+def test_without_a_float_input_the_stress_sets_are_random_draws_and_one_set_is_kept():
+    """A model whose inputs are all integers gets stress sets drawn as its random set is (nothing
+    float to stress): under a budget below one set, auto mode keeps random0 alone; with room, the
+    others run as before; a model with a float input still keeps the inf/NaN set."""
+    model = _embedding_model()
+    plans = [verify_plan.make_plan(model, budget_s=budget, forced=False, trials=1, seed=0, dims=None,
+                                   inputs=None, weight_bytes=0, limit_s=1e6) for budget in (1e-9, 1e6)]
+    assert [label for label, _ in plans[0].sets] == ["random0"]
+    assert len(plans[1].sets) > 2 and plans[1].sets[1][0] == "stress:inf_nan"
+    for _, feeds in plans[1].sets:  # what makes the rule hold: integer sets have no stress values
+        assert set(feeds) == {"ids"} and feeds["ids"].dtype == np.int64
+    assert verify_plan.min_auto_sets(model) == 1
+    assert verify_plan.min_auto_sets(conv_bn_residual()) == verify_plan.MIN_AUTO_SETS == 2

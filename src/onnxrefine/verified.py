@@ -290,7 +290,7 @@ def _budget(settings: VerifySettings, schedule_s: float) -> tuple[float, str]:
     """Seconds auto mode may spend verifying: the user's --verify-budget, else a multiple of what
     the schedule itself took (verification should not dwarf the optimization it checks), at most
     DEFAULT_VERIFY_BUDGET_S. No floor in seconds: a small model's verification costs what the
-    model costs; what every auto run keeps is a number of input sets (verify/plan.py: MIN_AUTO_SETS)."""
+    model costs; what every auto run keeps is a number of input sets (verify/plan.py: min_auto_sets)."""
     if settings.budget_s is not None:
         return settings.budget_s, f"{settings.budget_s:g} s"
     budget = min(DEFAULT_VERIFY_BUDGET_S, AUTO_BUDGET_FACTOR * schedule_s)

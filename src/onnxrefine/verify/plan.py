@@ -206,6 +206,16 @@ STRESS_PRIORITY = ("stress:inf_nan", "stress:zeros_tiny", "stress:large", "stres
 MIN_AUTO_SETS = 2
 
 
+def min_auto_sets(model: onnx.ModelProto) -> int:
+    """MIN_AUTO_SETS, or 1 for a model without a floating-point input: its stress sets hold no
+    stress values (integer and bool inputs are drawn alike for every kind of set, inputs.py), so
+    its inf/NaN set is another random draw, which auto mode runs only as the budget allows (as
+    VerifySettings.trials keeps one random set)."""
+    if any(graphinfo.is_float_dtype(spec.dtype) for spec in graphinfo.graph_inputs(model)):
+        return MIN_AUTO_SETS
+    return 1
+
+
 def choose_sets(labelled: Sequence[tuple[str, dict]], trials: int) -> list[tuple[str, dict]]:
     """Generated sets in the order they are worth running: random0, the stress sets, then the
     other random sets (a budget cut drops from the end)."""
@@ -226,7 +236,7 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
               weight_bytes: int, budget_text: str = "", limit_s: float | None = None,
               limit_text: str = "", differs: bool = True) -> VerifyPlan:
     """What verification will do, decided before it runs: as many input sets as fit `budget_s`,
-    at least MIN_AUTO_SETS (as many as there are, if fewer); skipped when even that one would exceed `limit_s` (default: `budget_s`).
+    at least min_auto_sets (as many as there are, if fewer); skipped when even that one would exceed `limit_s` (default: `budget_s`).
     `forced` (--verify) runs every set whatever the estimate; given `inputs` all run (the user
     chose them) unless their estimate exceeds the limit in auto mode, which skips. `differs`:
     see estimate_cost (False when only exact rewrites were applied: bit-identical outputs expected).
@@ -249,7 +259,8 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
                          differs=differs)
     count = len(sets)
     if not forced and inputs is None:
-        while count > MIN_AUTO_SETS and cost.seconds(count) > budget_s:
+        minimum = min_auto_sets(light)
+        while count > minimum and cost.seconds(count) > budget_s:
             count -= 1
     estimate = cost.seconds(count)
     work = f"{cost.flops / 1e9:.1f} GFLOP a run, {weight_bytes / 2**20:.0f} MiB of weights"
