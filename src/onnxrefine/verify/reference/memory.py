@@ -3,7 +3,8 @@ after their last use.
 
 A model's weights are left where they are (embedded bytes, or external data memory-mapped from
 disk) until the node reading them runs; each is converted to float64 for that node only, so at
-most one node's weights are held in float64 at a time. `last_uses` tells the evaluator when a
+most one node's weights are held in float64 at a time (a Gather from a weight converts only the
+rows it picks). `last_uses` tells the evaluator when a
 computed value is read for the last time, so it can drop it there.
 """
 
