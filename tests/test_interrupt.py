@@ -43,8 +43,38 @@ def _env(tmpdir: Path) -> dict:
 
 
 def _start(source: Path, out: Path, tmpdir: Path) -> subprocess.Popen:
+    # its own session: the processes it forks can be waited for by session (_wait_session_gone)
     return subprocess.Popen([sys.executable, "-m", "onnxrefine", "optimize", str(source), "-o", str(out),
-                             "--no-verify"], env=_env(tmpdir), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--no-verify"], env=_env(tmpdir), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def _session_members(sid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # field 6 of stat, the session; a zombie writes nothing
+            members.append(int(entry.name))
+    return members
+
+
+def _wait_session_gone(sid: int, timeout: float = 30.0) -> None:
+    """Until no process of the killed run's session is left. A SIGKILLed supervisor's worker gets
+    its own SIGKILL as the supervisor exits (PR_SET_PDEATHSIG), asynchronously: a file it was
+    creating in that instant can appear after the supervisor's wait() returned, and would be
+    counted as the next round's leftover."""
+    if not Path("/proc/self/stat").exists():  # pragma: no cover - not Linux
+        time.sleep(1.0)
+        return
+    deadline = time.monotonic() + timeout
+    while _session_members(sid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _session_members(sid), f"processes of the killed run still alive: {_session_members(sid)}"
 
 
 def _content(path: Path) -> str:
@@ -105,6 +135,8 @@ def _scenario(tmp_path: Path, layers: int, hidden: int, points: int) -> None:
             if process.poll() is None:
                 process.send_signal(sig)
             code = process.wait()
+            if sig == signal.SIGKILL:
+                _wait_session_gone(process.pid)
             stderr = process.stderr.read().decode(errors="replace")
             got = _digest(out) if out.exists() else "absent"
             table.append((f"{sig.name} at {delay:.2f}s", code, got[:12]))
@@ -147,6 +179,7 @@ def _race(tmp_path: Path, layers: int, hidden: int) -> None:
     time.sleep(0.7 * duration)
     first.kill()
     first.wait()
+    _wait_session_gone(first.pid)
     assert second.wait() == 0
     assert _content(out) == _content(reference)
     left = _leftovers(work, {source.name, source.name + ".data", "out.onnx", "out.onnx.data", "out.onnx.data.1"},
