@@ -110,3 +110,73 @@ def test_a_gather_from_a_weight_converts_only_the_rows_it_picks(dtype, external,
     for name in ("h", "y"):
         assert np.array_equal(picked[name], plain[name])
         assert np.array_equal(bound_of(picked[name]), bound_of(plain[name]), equal_nan=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([1, 2, 3]), st.sampled_from(["NOTSET", "VALID", "SAME_UPPER",
+                                                                               "SAME_LOWER"]),
+       st.booleans(), st.booleans())
+def test_onnxruntime_stacked_convolutions_are_the_kernels_windows_and_bounds(seed, rank, auto_pad, grouped, strided):
+    """onnxruntime's float32 Conv of the stacked operands reads the float64 kernel's windows (the
+    same output shape, auto_pad resolved the kernel's way) and, inflated as the bound inflates it,
+    is at least the float64 convolution of the same nonnegative operands."""
+    from onnxrefine.verify.reference.kernels import nn
+    from onnxrefine.verify.reference.stacked_conv import stacked_conv
+
+    rng = np.random.default_rng(seed)
+    group = 2 if grouped else 1
+    channels, maps = 2 * group, 2 * group
+    kernel = tuple(int(k) for k in rng.integers(1, 4, rank))
+    spatial = tuple(int(s) for s in rng.integers(max(kernel), 7, rank))
+    attrs = {"group": group, "auto_pad": auto_pad, "strides": [2 if strided else 1] * rank,
+             "dilations": [int(d) for d in rng.integers(1, 3, rank)]}
+    if auto_pad == "NOTSET":
+        attrs["pads"] = [int(p) for p in rng.integers(0, 3, 2 * rank)]
+    stacked = rng.random((3, 1, channels, *spatial)).astype(np.float32)
+    right = rng.random((maps, channels // group, *kernel)).astype(np.float32)
+    strides, dilations, effective, begins, ends = nn.geometry(lambda name, default=None: attrs.get(name, default),
+                                                              spatial, kernel)
+    if any(size + b + e < k for size, b, e, k in zip(spatial, begins, ends, effective)):
+        return  # no output: the kernel refuses it too
+    out = stacked_conv(stacked, right, attrs)
+    assert out is not None
+    n = (channels // group) * int(np.prod(kernel))
+    inflate = 1.0 / ((1.0 - 2.0 ** -24) ** 2 * (1.0 - n * 2.0 ** -24))
+    for index in range(3):
+        exact = nn.conv(stacked[index].astype(np.float64), right.astype(np.float64), None, strides, dilations,
+                        begins, ends, group)
+        assert out[index].shape == exact.shape
+        assert np.all(out[index].astype(np.float64) * inflate >= exact * (1.0 - 1e-13))
+
+
+def test_a_stacked_convolution_onnxruntime_cannot_make_falls_back():
+    """Operands the shapes of no Conv (channels that no group divides), or not float32: None, and the
+    bound computes them with numpy."""
+    from onnxrefine.verify.reference.stacked_conv import stacked_conv
+
+    rng = np.random.default_rng(4)
+    assert stacked_conv(rng.random((2, 1, 3, 5, 5)).astype(np.float32),
+                        rng.random((4, 2, 3, 3)).astype(np.float32), {"group": 1}) is None
+    assert stacked_conv(rng.random((2, 1, 2, 5, 5)), rng.random((4, 2, 3, 3)), {}) is None
+
+
+def test_a_convolutions_bound_is_the_same_with_numpys_stacked_products(monkeypatch):
+    """The bound of a Conv chain through onnxruntime's stacked convolutions agrees with numpy's to the
+    float32 rounding of the stacked sums (each an upper bound, in other orders)."""
+    from onnxrefine.verify.reference import stacked_conv
+
+    rng = np.random.default_rng(5)
+    model = make_model([helper.make_node("Conv", ["x", "W1"], ["h"], pads=[1, 1, 1, 1]),
+                        helper.make_node("Relu", ["h"], ["r"]),
+                        helper.make_node("Conv", ["r", "W2"], ["y"], group=4, pads=[1, 1, 1, 1], strides=[2, 2])],
+                       [value_info("x", shape=[1, 3, 12, 12])], [value_info("y", shape=[1, 4, 6, 6])],
+                       [tensor("W1", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+                        tensor("W2", rng.standard_normal((4, 1, 3, 3)).astype(np.float32))])
+    feeds = {"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    through = evaluate_float64(model, feeds)["y"]
+    calls = []
+    monkeypatch.setattr(bound_nn, "stacked_conv", lambda *args: calls.append(1))  # numpy's products
+    plain = evaluate_float64(model, feeds)["y"]
+    assert calls and np.array_equal(through, plain)
+    np.testing.assert_allclose(bound_of(through), bound_of(plain), rtol=1e-5)
+    assert stacked_conv.MAX_SESSIONS >= len(stacked_conv._sessions) > 0

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from onnxrefine.verify.reference.bound_ops import NOT_DERIVED, all_exact, is_float, materialize
+from onnxrefine.verify.reference.stacked_conv import stacked_conv
 
 # op type -> the input positions that are data (moved); every other input must be exact
 _MOVERS = {
@@ -255,14 +256,14 @@ def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
         if ctx.probable:
             carried_by_channel = [_in_quadrature(product, a, ctx.b[0], w, ctx.b[1], ctx.gamma(n),
                                                  magnitude if magnitude is not None else ctx.magnitude,
-                                                 None if stack is None else stack(product), n, narrowed)]
+                                                 None if stack is None else stack(product, ctx), n, narrowed)]
         elif stack is not None and magnitude is None and right_relative:
             abs_a = _abs(a)
             lefts = [_left_operand(a, abs_a, compacts[0], compacts[1], ctx.gamma(n) if rounding else 0.0)
                      for compacts, rounding in ctx.channels()]
             # |a| rides along: the probable pass's magnitude |a| |w| (bound.py) costs no call of its own
             # an entry float32 cannot hold is None: that channel's product runs in float64 below
-            carried_by_channel = _stacked_nonnegative(stack(product), lefts + [abs_a], narrowed(False), n)
+            carried_by_channel = _stacked_nonnegative(stack(product, ctx), lefts + [abs_a], narrowed(False), n)
             if carried_by_channel is not None:
                 ctx.magnitude = carried_by_channel.pop()
         results = []
@@ -282,7 +283,7 @@ def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
     return rule
 
 
-def _matmul_stack(product):
+def _matmul_stack(product, ctx=None):
     """The stack as more rows of one 2-D product when the right side is a matrix (numpy's batched
     matmul is slower than one BLAS call on the same numbers)."""
     def run(stacked, right):
@@ -293,11 +294,16 @@ def _matmul_stack(product):
     return run
 
 
-def _conv_stack(product):
-    """The stack as one convolution per left operand: the kernel's im2col of a batch of one is
-    read in place where the conv is pointwise, and a larger batch costs more than its share
-    (a stack of 3 as one batch: about 5x one convolution, as three: 3x)."""
+def _conv_stack(product, ctx):
+    """The stack in one call of onnxruntime's float32 Conv (stacked_conv.py); else one numpy
+    convolution per left operand: the kernel's im2col of a batch of one is read in place where
+    the conv is pointwise, and a larger batch costs more than its share (a stack of 3 as one
+    batch: about 5x one convolution, as three: 3x)."""
     def run(stacked, right):
+        if ctx.node.op_type == "Conv" and (ctx.node.domain or "") in ("", "ai.onnx"):
+            out = stacked_conv(stacked, right, ctx.attrs)
+            if out is not None:
+                return out
         return np.stack([product(left, right) for left in stacked])
     return run
 

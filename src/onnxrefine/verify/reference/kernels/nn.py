@@ -25,17 +25,23 @@ def _same_pads(in_sizes, effective, strides, auto_pad):
 
 
 def _geometry(call, x, kernel):
+    return geometry(call.attr, x.shape[2:], kernel)
+
+
+def geometry(attr, spatial, kernel):
+    """(strides, dilations, effective kernel, pads before, pads after) of a convolution or pool whose
+    attributes `attr(name, default)` reads, over an input of `spatial` sizes (auto_pad resolved)."""
     d = len(kernel)
-    strides = list(call.attr("strides") or [1] * d)
-    dilations = list(call.attr("dilations") or [1] * d)
+    strides = list(attr("strides") or [1] * d)
+    dilations = list(attr("dilations") or [1] * d)
     effective = [(k - 1) * dl + 1 for k, dl in zip(kernel, dilations)]
-    auto_pad = call.attr("auto_pad", "NOTSET")
+    auto_pad = attr("auto_pad", "NOTSET")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begins, ends = _same_pads(x.shape[2:], effective, strides, auto_pad)
+        begins, ends = _same_pads(spatial, effective, strides, auto_pad)
     elif auto_pad == "VALID":
         begins, ends = [0] * d, [0] * d
     else:
-        pads = list(call.attr("pads") or [0] * (2 * d))
+        pads = list(attr("pads") or [0] * (2 * d))
         begins, ends = pads[:d], pads[d:]
     return strides, dilations, effective, begins, ends
 
