@@ -277,7 +277,8 @@ def _dot_rule(product_of, terms_of, extra_of=None, stack=None):
             if rounding:
                 if exact is not None:
                     carried = np.where(exact, 0.0, carried)
-                carried = ctx.finish(0, carried, None, underflows=0 if exact is not None and exact.all() else n)
+                carried = ctx.finish(0, carried, None, underflows=0 if exact is not None and exact.all() else n,
+                                     owned=True)  # every carried array above is made here
             results.append(carried)
         return [tuple(results)]
     return rule

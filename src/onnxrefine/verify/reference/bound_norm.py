@@ -110,7 +110,7 @@ def _batch_norm(ctx):
     # s and the shift are computed once per channel: their rounding (and a fold's) errs alike on the channel
     k_x = 0.0 if ctx.k[0] is None else materialize(ctx.k[0], ctx.inputs[0])
     coherent = k_x * np.abs(s) + (gamma(6, u) + sum(c or 0.0 for c in ctx.k[1:5])) * terms
-    return [(ctx.finish(0, bound, None, underflows=6), coherent)]
+    return [(ctx.finish(0, bound, None, underflows=6, owned=True), coherent)]
 
 
 def _layer_norm(ctx):

@@ -17,6 +17,7 @@ import onnx
 
 from onnxrefine.verify.graphinfo import underflow_floor
 from onnxrefine.verify.reference.base import KERNELS, NodeCall
+from onnxrefine.verify.reference.bound_exact import exact_product_of, exact_quotient_of, exact_sum_of, representable
 
 NOT_DERIVED = float("nan")  # compact form: NaN * |v| is NaN on every element
 UNBOUNDED = math.inf  # compact form of a bound that is +inf on every element
@@ -170,12 +171,13 @@ class OpContext:
         return gamma(n, u)
 
     def finish(self, index: int, prop, ulps: float | None, exact=None, scale=None,
-               underflows: int = 0) -> np.ndarray | None:
+               underflows: int = 0, owned: bool = False) -> np.ndarray | None:
         """The output's bound: the carried bound `prop` plus this op's own rounding, `ulps` ulps of
         `scale` (default |y|; an Add's is |a| + |b|, so that any order of a sum is covered) grown by
         the carried bound (None: the op is exact), none where `exact` (a mask of elements the op
         computes exactly in any evaluation order), +inf where the run may overflow or y is not finite.
-        `underflows`: roundings inside the op that may err by the underflow floor beyond what `prop` covers."""
+        `underflows`: roundings inside the op that may err by the underflow floor beyond what `prop` covers;
+        `owned`: `prop` is the rule's own array, which an exact op's bound may then reuse in place."""
         y = self.y(index)
         dtype = self.out_dtypes[index] if index < len(self.out_dtypes) else None
         if not is_float(dtype):
@@ -193,26 +195,32 @@ class OpContext:
         magnitude = np.asarray(np.abs(y))
         if self.run_valued:  # where float64 has no finite y the terms are the run's (run_values.py)
             magnitude = np.where(np.isfinite(magnitude), magnitude, 0.0)
+        narrow, own = self.narrow[index] if index < len(self.narrow) else False, None
+        if narrow is not False:  # the reference rounds this value too: by |before - y| where it knows before
+            before = narrow if isinstance(narrow, np.ndarray) and narrow.shape == y.shape else None
+            with np.errstate(invalid="ignore"):
+                own = u * magnitude + floor if before is None else np.abs(np.asarray(before, np.float64) - y)
+        # |y| grown by the carried bound, in place: what the run may reach (the overflow test below)
+        # and what this op's rounding is relative to
+        grown = magnitude if prop is None else np.add(magnitude, carried, out=magnitude)
         if ulps is None:
-            bound = np.asarray(np.add(np.broadcast_to(carried, y.shape), underflows * floor))
+            reuse = owned and isinstance(carried, np.ndarray) and carried.shape == y.shape \
+                and carried.dtype == np.float64 and carried.flags.writeable
+            bound = np.add(carried, underflows * floor, out=carried) if reuse \
+                else np.asarray(np.add(np.broadcast_to(carried, y.shape), underflows * floor))
         else:
-            rounding = np.asarray(np.add(magnitude if scale is None else scale, carried))
-            rounding *= 2.0 * ulps * u
+            rounding = np.asarray(np.multiply(grown if scale is None else np.add(scale, carried), 2.0 * ulps * u))
             rounding += 2.0 * ulps * floor
             if exact is not None:
                 rounding[np.broadcast_to(exact, rounding.shape)] = 0.0
             rounding = np.add(rounding, carried, out=rounding if np.shape(carried) in ((), rounding.shape) else None)
             bound = rounding if rounding.shape == y.shape else np.broadcast_to(rounding, y.shape).copy()
-        narrow = self.narrow[index] if index < len(self.narrow) else False
-        if narrow is not False:  # the reference rounds this value too: by |before - y| where it knows before
-            before = narrow if isinstance(narrow, np.ndarray) and narrow.shape == y.shape else None
-            with np.errstate(invalid="ignore"):
-                own = u * magnitude + floor if before is None else np.abs(np.asarray(before, np.float64) - y)
+        if own is not None:
             bound = np.asarray(bound + np.where(np.isnan(own), np.inf, own))
         # the run overflows only where its unrounded value can reach max + half an ulp of max (NaN and
         # inf fail the comparison too)
-        magnitude += carried
-        bound[~(magnitude < limit)] = np.inf
+        if not (below := grown < limit).all():
+            bound[~below] = np.inf
         return None if not bound.any() else bound
 
     def exact_value(self, index: int) -> bool:
@@ -260,64 +268,6 @@ def elementwise_rule(prop, ulps: float | None = 0.5, exactness=None, scale=None)
 
 def _summands(ctx):
     return np.abs(ctx.r(0)) + np.abs(ctx.r(1))
-
-
-def _exact_sum_of(ctx):
-    """x + 0 and x - 0 (an exact zero operand), and exact integers whose sum stays below 2^p."""
-    mask = np.zeros(ctx.y().shape, dtype=bool)
-    for index in (0, 1):
-        if ctx.exact_value(index):
-            mask |= np.broadcast_to(ctx.r(index) == 0, mask.shape)
-    if ctx.exact_value(0) and ctx.exact_value(1):
-        a, b = ctx.r(0), ctx.r(1)
-        mask |= np.broadcast_to((a == np.round(a)) & (b == np.round(b)) & (np.abs(a) + np.abs(b) <= ctx.precision_limit()),
-                                mask.shape)
-    return mask
-
-
-def _power_of_two(value: np.ndarray) -> np.ndarray:
-    mantissa, _ = np.frexp(value)
-    return (np.abs(mantissa) == 0.5) | (value == 0)
-
-
-def _exact_product_of(ctx):
-    """a product by an exact power of two (1, 0.5, 2^27, ...) unless it lands below the normal range, and
-    of exact integers below 2^p; judged on the unrounded product (0 in float16 where it underflowed)."""
-    y = ctx.y()
-    mask = np.zeros(y.shape, dtype=bool)
-    exact = [ctx.exact_value(index) for index in (0, 1)]
-    if not any(exact):
-        return mask
-    a, b = ctx.r(0), ctx.r(1)
-    with np.errstate(all="ignore"):
-        product = np.broadcast_to(a * b, y.shape)
-    normal = (np.abs(product) >= float(ml_dtypes.finfo(ctx.out_dtypes[0]).tiny)) | (product == 0)
-    for index, factor in enumerate((a, b)):
-        if exact[index]:
-            mask |= np.broadcast_to(_power_of_two(factor), y.shape) & normal
-    if all(exact):
-        mask |= np.broadcast_to((a == np.round(a)) & (b == np.round(b)), y.shape) \
-            & (np.abs(product) <= ctx.precision_limit())
-    return mask
-
-
-def _exact_quotient_of(ctx):
-    y = ctx.y()
-    if not ctx.exact_value(1):
-        return np.zeros(y.shape, dtype=bool)
-    with np.errstate(all="ignore"):
-        quotient = np.broadcast_to(ctx.r(0) / ctx.r(1), y.shape)
-    normal = (np.abs(quotient) >= float(ml_dtypes.finfo(ctx.out_dtypes[0]).tiny)) | (quotient == 0)
-    return np.broadcast_to(_power_of_two(ctx.r(1)) & (ctx.r(1) != 0), y.shape) & normal
-
-
-def _representable(ctx):
-    """A Cast of an exact value its target type holds (one op on one value: exact in any order)."""
-    if not ctx.exact_value(0):
-        return np.zeros(ctx.y().shape, dtype=bool)
-    y = ctx.y()
-    with np.errstate(all="ignore"):
-        return y.astype(ctx.out_dtypes[0]).astype(np.float64) == y
 
 
 def width_of(b):
@@ -454,9 +404,9 @@ def _jump(function):
 
 
 ELEMENTWISE = {
-    "Add": elementwise_rule(_add, exactness=_exact_sum_of, scale=_summands),
-    "Sub": elementwise_rule(_add, exactness=_exact_sum_of, scale=_summands),
-    "Mul": elementwise_rule(_mul, exactness=_exact_product_of), "Div": elementwise_rule(_div, exactness=_exact_quotient_of),
+    "Add": elementwise_rule(_add, exactness=exact_sum_of, scale=_summands),
+    "Sub": elementwise_rule(_add, exactness=exact_sum_of, scale=_summands),
+    "Mul": elementwise_rule(_mul, exactness=exact_product_of), "Div": elementwise_rule(_div, exactness=exact_quotient_of),
     "Reciprocal": elementwise_rule(lambda ctx, b: _div_by(ctx, b)),
     "Sin": elementwise_rule(_lipschitz(1.0)), "Cos": elementwise_rule(_lipschitz(1.0)),
     "Relu": elementwise_rule(lambda ctx, b: _relu(ctx, b), None), "Abs": elementwise_rule(_lipschitz(1.0), None),
@@ -464,7 +414,7 @@ ELEMENTWISE = {
     "Max": elementwise_rule(_widest, None), "Min": elementwise_rule(_widest, None), "Clip": elementwise_rule(_clip, None),
     "Floor": elementwise_rule(_jump(np.floor), None), "Ceil": elementwise_rule(_jump(np.ceil), None),
     "Round": elementwise_rule(_jump(np.round), None), "Sign": elementwise_rule(_jump(np.sign), None),
-    "Cast": elementwise_rule(_cast, exactness=_representable), "CastLike": elementwise_rule(_cast, exactness=_representable),
+    "Cast": elementwise_rule(_cast, exactness=representable), "CastLike": elementwise_rule(_cast, exactness=representable),
     "Less": elementwise_rule(_comparison, None), "Greater": elementwise_rule(_comparison, None),
     "LessOrEqual": elementwise_rule(_comparison, None), "GreaterOrEqual": elementwise_rule(_comparison, None),
     "Equal": elementwise_rule(_comparison, None), "Not": elementwise_rule(_lipschitz(1.0), None),
