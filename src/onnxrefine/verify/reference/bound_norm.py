@@ -104,9 +104,15 @@ def _batch_norm(ctx):
     u = ctx.u()
     if any(c is not None for c in ctx.b[1:5]) or any(c is not None and not isinstance(c, float) for c in ctx.k[1:5]):
         return None  # parameters computed at run time: not derived
-    terms = np.abs(x * s) + np.abs(mean * s) + np.abs(bias)
+    # the same in the worst-case and the probable pass (kept with the x they were made of)
+    kept = ctx.__dict__.get("batch_norm_terms")
+    if kept is None or kept[0] is not ctx.inputs[0]:
+        kept = ctx.batch_norm_terms = (ctx.inputs[0], np.abs(x * s) + np.abs(mean * s) + np.abs(bias))
+    terms = kept[1]
     b_x = 0.0 if ctx.b[0] is None else materialize(ctx.b[0], ctx.inputs[0])
     bound = b_x * np.abs(s) * (1.0 + gamma(6, u)) + gamma(6, u) * terms
+    if ctx.probable:  # its pass reads the bound alone
+        return [(ctx.finish(0, bound, None, underflows=6, owned=True), None)]
     # s and the shift are computed once per channel: their rounding (and a fold's) errs alike on the channel
     k_x = 0.0 if ctx.k[0] is None else materialize(ctx.k[0], ctx.inputs[0])
     coherent = k_x * np.abs(s) + (gamma(6, u) + sum(c or 0.0 for c in ctx.k[1:5])) * terms
