@@ -48,6 +48,19 @@ def require_onnxruntime():
     return onnxruntime
 
 
+def strict_session(model_bytes: bytes):
+    """An onnxruntime session over a serialized model without graph optimizations, on one thread,
+    sequential and quiet (failures come back as exceptions): how a check runs a small model."""
+    ort = require_onnxruntime()
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 4
+    return ort.InferenceSession(model_bytes, sess_options=options, providers=["CPUExecutionProvider"])
+
+
 def out_of_memory(exc: BaseException) -> bool:
     """Whether an import failed for want of memory: a MemoryError, or the dynamic loader's 'failed to
     map segment' / 'cannot allocate memory' for a native extension under an address-space limit."""

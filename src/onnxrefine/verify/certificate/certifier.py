@@ -379,16 +379,9 @@ class Certifier:
 
 
 def _make_session(data: bytes):
-    from onnxrefine.runtime import require_onnxruntime
-    ort = require_onnxruntime()
+    from onnxrefine.runtime import strict_session
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 4
-    return ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
+    return strict_session(data)
 
 
 def _run(session, feeds) -> dict | str:

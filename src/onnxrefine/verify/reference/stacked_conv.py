@@ -56,11 +56,9 @@ def _session(key: tuple):
     if key in _sessions:
         return _sessions[key]
     try:
-        from onnxrefine.runtime import require_onnxruntime
-
-        ort = require_onnxruntime()
-        import onnx
         from onnx import TensorProto, helper
+
+        from onnxrefine.runtime import strict_session
 
         rank, strides, dilations, pads, group = key
         node = helper.make_node("Conv", ["x", "w"], ["y"], strides=list(strides), dilations=list(dilations),
@@ -69,16 +67,8 @@ def _session(key: tuple):
                                   [helper.make_tensor_value_info(name, TensorProto.FLOAT, [None] * (rank + 2))
                                    for name in ("x", "w")],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * (rank + 2))])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-        model.ir_version = min(model.ir_version, onnx.IR_VERSION)
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.log_severity_level = 4
-        session = ort.InferenceSession(model.SerializeToString(), sess_options=options,
-                                       providers=["CPUExecutionProvider"])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=7)
+        session = strict_session(model.SerializeToString())
     except KeyboardInterrupt:
         raise
     except Exception:  # noqa: BLE001 - no onnxruntime, or it cannot make this Conv: numpy computes it
