@@ -12,7 +12,8 @@ each model of a folder, with the parts timed by wrapping the functions that do t
 - judge: the verdict rules over the outputs (the control-free pre-judgement and the verdict);
 - rest: everything else (loading, planning, writing the output, imports).
 
-One forward pass of the original in onnxruntime (1 thread, optimizations off) is timed apart, so
+One forward pass of the original in onnxruntime (1 thread, optimizations off; on the corpus' own
+`<name>.inputs.npz` where there is one) is timed apart, so
 that each part also reads in forward passes: the floor of a verification that runs both models on
 its input sets under two settings and evaluates the original in float64.
 
@@ -70,8 +71,13 @@ def forward_pass(path: Path) -> float:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    feeds = dict(generate_labelled_inputs(onnx.load(str(path), load_external_data=False), seed=0, stress=False,
-                                          trials=1)[0][1])
+    given = path.with_name(path.stem + ".inputs.npz")  # the corpus' own inputs (build_corpus.py), else generated
+    if given.exists():
+        with np.load(given) as stored:
+            feeds = {name: stored[name] for name in stored.files}
+    else:
+        feeds = dict(generate_labelled_inputs(onnx.load(str(path), load_external_data=False), seed=0,
+                                              stress=False, trials=1)[0][1])
     best = None
     with np.errstate(all="ignore"):
         for _ in range(3):
