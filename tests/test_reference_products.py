@@ -180,3 +180,18 @@ def test_a_convolutions_bound_is_the_same_with_numpys_stacked_products(monkeypat
     assert calls and np.array_equal(through, plain)
     np.testing.assert_allclose(bound_of(through), bound_of(plain), rtol=1e-5)
     assert stacked_conv.MAX_SESSIONS >= len(stacked_conv._sessions) > 0
+
+
+def test_a_scalar_index_picks_a_float64_scalar():
+    """Gather of a 1-D weight by a 0-d index gives a numpy scalar, converted like an array: what
+    reads it computes in float64 (a float32 scalar left in place made Mul and Exp run in float32)."""
+    table = np.array([1.1, 2.3, 0.7], dtype=np.float32)
+    model = make_model([helper.make_node("Gather", ["T", "i"], ["g"]), helper.make_node("Mul", ["g", "g"], ["m"]),
+                        helper.make_node("Exp", ["g"], ["e"])],
+                       [value_info("i", TensorProto.INT64, [])], [value_info("m", shape=[]), value_info("e", shape=[])],
+                       [tensor("T", table)])
+    out = evaluate_float64(model, {"i": np.array(0, dtype=np.int64)}, outputs=["m", "e", "g"])
+    exact = float(table[0])
+    assert np.asarray(out["g"]).dtype == np.float64 and float(out["g"]) == exact
+    assert np.asarray(out["m"]).dtype == np.float64 and float(out["m"]) == exact * exact
+    assert float(out["e"]) == float(np.exp(np.float64(exact)))

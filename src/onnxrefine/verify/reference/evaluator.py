@@ -374,8 +374,10 @@ class _Evaluator:
                     f"node {node.name or node.op_type!r} reads {name!r}, which is not yet computed"
                 ) from None
         outputs = self.dispatch(node, domain, inputs, _node_attrs(node, caller_attrs), opsets, env)
-        if picks:
-            outputs = [to_internal(value) if isinstance(value, np.ndarray) else value for value in outputs]
+        if picks:  # a scalar index picks a numpy scalar: converted too, a scalar again
+            outputs = [to_internal(value) if isinstance(value, np.ndarray) else
+                       to_internal(np.asarray(value))[()] if isinstance(value, np.generic) else value
+                       for value in outputs]
         for name, value in zip(node.output, outputs):
             if name:
                 env[name] = value
