@@ -465,3 +465,19 @@ def test_without_a_float_input_the_stress_sets_are_random_draws_and_one_set_is_k
         assert set(feeds) == {"ids"} and feeds["ids"].dtype == np.int64
     assert verify_plan.min_auto_sets(model) == 1
     assert verify_plan.min_auto_sets(conv_bn_residual()) == verify_plan.MIN_AUTO_SETS == 2
+
+
+def test_sets_at_two_sizes_keep_both_without_a_float_input():
+    """Where the generated sets alternate between two assignments of the symbolic dims (the default
+    sizes do not run), the second set is at the other sizes: both are kept for a model without a
+    float input too."""
+    rng = np.random.default_rng(0)
+    model = make_model([helper.make_node("Gather", ["E", "ids"], ["y"])],
+                       [value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+                       [value_info("y", shape=["batch", "seq", 4])],
+                       [tensor("E", rng.standard_normal((10, 4)).astype(np.float32))])
+    plan = verify_plan.make_plan(model, budget_s=1e-9, forced=False, trials=1, seed=0,
+                                 dims=[{"batch": 1, "seq": 3}, {"batch": 2, "seq": 5}], inputs=None,
+                                 weight_bytes=0, limit_s=100)
+    assert [(label, feeds["ids"].shape) for label, feeds in plan.sets] == [("random0", (1, 3)),
+                                                                         ("stress:inf_nan", (2, 5))]
