@@ -195,3 +195,13 @@ def test_a_scalar_index_picks_a_float64_scalar():
     assert np.asarray(out["g"]).dtype == np.float64 and float(out["g"]) == exact
     assert np.asarray(out["m"]).dtype == np.float64 and float(out["m"]) == exact * exact
     assert float(out["e"]) == float(np.exp(np.float64(exact)))
+
+
+def test_operands_below_float32s_range_stay_covered():
+    """A left operand below float32's subnormal range rounds to 0 in the stacked product; times a
+    large weight its lost products are far above n * tiny (a whole row of 1e-46 times 1e30 is
+    1e-16 a term): the bound still covers them."""
+    lefts = [np.full((1, 64), 1e-46)]
+    right = np.full((64, 1), 1e30)
+    out = bound_nn._stacked_nonnegative(np.matmul, lefts, right, 64)
+    assert out[0] is not None and out[0][0, 0] >= 64 * 1e-46 * 1e30

@@ -199,12 +199,14 @@ _U32 = 2.0 ** -24
 
 def _stacked_nonnegative(product, lefts, right, n: int):
     """product(left, right) for each of `lefts` (all >= 0, as is `right`), in one float32 call, made an
-    upper bound again: a float32 operand is within u of its value, and each of a sum's n terms of
-    nonnegative float32 products rounds at most n times, so the exact product is at most the
-    float32 one over (1 - u)^2 (1 - n u); an underflow errs by at most n * tiny. An entry is None
-    where float32 cannot hold that left operand or its product (its caller computes it in float64);
-    the whole result None where it cannot hold `right` or n is that large (a float32 `right`, or
-    None, is _narrow_right's, checked there)."""
+    upper bound again. Each float32 operand x32 of an operand x >= 0 has x <= (x32 + e) / (1 - u), e
+    the half smallest subnormal (below the normal range the rounding is absolute), so each exact
+    product is at most (l32 w32 + e (l32 + w32) + e^2) / (1 - u)^2; a sum of n nonnegative float32
+    products rounds each term at most n times, and below the normal range by at most tiny a step.
+    Hence the exact product is at most (computed + n tiny + n e (max l32 + max w32 + e)) over
+    (1 - u)^2 (1 - n u). An entry is None where float32 cannot hold that left operand or its
+    product (its caller computes it in float64); the whole result None where it cannot hold
+    `right` or n is that large (a float32 `right`, or None, is _narrow_right's, checked there)."""
     if n * _U32 >= 0.5 or right is None:
         return None
     with np.errstate(all="ignore"):
@@ -217,13 +219,16 @@ def _stacked_nonnegative(product, lefts, right, n: int):
             return None
         results = product(np.stack([narrowed[index] for index in held]), right32)
     inflate = 1.0 / ((1.0 - _U32) ** 2 * (1.0 - n * _U32))
-    tiny = float(np.finfo(np.float32).tiny) * n
+    half_subnormal = float(np.finfo(np.float32).smallest_subnormal) / 2.0
+    widest_right = float(np.max(right32, initial=0.0))
     out = [None] * len(lefts)
     for index, result in zip(held, results):
         if np.all(np.isfinite(result)):
+            widest_left = float(np.max(narrowed[index], initial=0.0))
+            lost = n * (float(np.finfo(np.float32).tiny) + half_subnormal * (widest_left + widest_right + half_subnormal))
             widened = np.asarray(result, dtype=np.float64)
+            widened += lost
             widened *= inflate
-            widened += tiny
             out[index] = widened
     return out
 
