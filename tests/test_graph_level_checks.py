@@ -392,3 +392,28 @@ def test_a_cut_whose_sizes_the_facts_know_runs_in_this_process(monkeypatch):
     entries = _applied(report, "fold_shapes")
     assert entries and all("onnxruntime computes the same value" in e["certificate"] for e in entries)
     assert run(result, {"x": np.ones((2, 6), np.float32)})[0].tolist() == [2, 3]
+
+
+def test_observed_runs_zero_each_weight_no_integer_depends_on():
+    # In one cut, a weight multiplied into the activations (whose shape is asked) and another whose
+    # values decide an integer (a Cast of its maximum): the first becomes zeros made at run time,
+    # the second stays as it is, and the run still gives the integer its values make. (Deciding for
+    # all weights at once serialized both: deeplabv3's shape check copied 40 MB of conv weights.)
+    import onnx_ir as ir
+
+    from onnxrefine.verify.ort import observed
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Mul", ["x", "w"], ["m"]), helper.make_node("Shape", ["m"], ["s"]),
+             helper.make_node("ReduceMax", ["v"], ["top"], keepdims=0),
+             helper.make_node("Cast", ["top"], ["k"], to=TensorProto.INT64)]
+    v = np.arange(2048, dtype=np.float32)
+    model = ir.serde.deserialize_model(make_model(
+        nodes, [value_info("x", shape=[2, 1024])], [value_info("s", INT64, [2]), value_info("k", INT64, [])],
+        [tensor("w", rng.standard_normal((2, 1024)).astype(np.float32)), tensor("v", v)], opset=17))
+    shape_value, cast_value = (node.outputs[0] for node in list(model.graph)[1::2])
+    proto, _ = observed._cut(model, [shape_value, cast_value], lambda value: value.dtype or ir.DataType.FLOAT)
+    assert [init.name for init in proto.graph.initializer if init.name in ("w", "v")] == ["v"]
+    assert "w" in [out for node in proto.graph.node if node.op_type == "ConstantOfShape" for out in node.output]
+    seen = observed.observe(model, [shape_value, cast_value])
+    assert seen[id(cast_value)] == 2047 and tuple(seen[id(shape_value)]) == (2, 1024)

@@ -200,14 +200,13 @@ def _cut(model: ir.Model, values: list[ir.Value], dtype_of,
             needed.update(id(v) for v in node.inputs if v is not None)
             needed.update(id(v) for v in _captured(node))
     weights = [v for v in graph.initializers.values() if id(v) in needed]
-    zeroed = [v for v in weights if _zeroable(v.const_value)]
-    if _weights_reach_integers(zeroed, list(reversed(kept)) + copied, dtype_of):
-        zeroed = []
-    else:
-        # No value computed from these float weights reaches an integer, a bool or a
-        # data-dependent size in what runs, so their values cannot change any shape or integer
-        # value the run computes: they become zeros made at run time (ConstantOfShape).
-        weights = [v for v in weights if not _zeroable(v.const_value)]
+    # No value computed from these float weights reaches an integer, a bool or a data-dependent
+    # size in what runs, so their values cannot change any shape or integer value the run
+    # computes: they become zeros made at run time (ConstantOfShape). Weight by weight: one that
+    # reaches an integer (a scale feeding a Resize's sizes) keeps its values, the others need not.
+    reaching = _reaching_integers(list(reversed(kept)) + copied, dtype_of)
+    zeroed = [v for v in weights if _zeroable(v.const_value) and id(v) not in reaching]
+    weights = [v for v in weights if not (_zeroable(v.const_value) and id(v) not in reaching)]
     if sum(v.const_value.nbytes for v in weights if v.const_value is not None) > MAX_PROTO_BYTES:
         return f"the values depend on more than {MAX_PROTO_BYTES >> 20} MiB of weights"
     proto = onnx.ModelProto(ir_version=model.ir_version)
@@ -283,18 +282,18 @@ _ZEROABLE = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT1
 ZERO_WEIGHT_BYTES = 4096  # smaller float weights are serialized as they are
 
 
-def _weights_reach_integers(weights, nodes, dtype_of) -> bool:
-    """Whether a value computed from `weights` (through `nodes`, in graph order) reaches an
-    operator that may turn it into an integer, a bool or a size."""
-    tainted = {id(v) for v in weights}
-    for node in nodes:
-        read = [v for v in list(node.inputs) + _captured(node) if v is not None and id(v) in tainted]
-        if not read:
-            continue
-        if _reads_float_into_integers(node, dtype_of, read):
-            return True
-        tainted.update(id(v) for v in node.outputs)
-    return False
+def _reaching_integers(nodes, dtype_of) -> set[int]:
+    """The ids of the values that reach, through `nodes` (in graph order), an operator that may
+    turn them into an integer, a bool or a size: read so by a node, or read by a node whose
+    outputs reach one."""
+    reaching: set[int] = set()
+    for node in reversed(nodes):
+        read = [v for v in list(node.inputs) + _captured(node) if v is not None]
+        if any(id(v) in reaching for v in node.outputs):
+            reaching.update(id(v) for v in read)
+        else:
+            reaching.update(id(v) for v in read if _reads_float_into_integers(node, dtype_of, [v]))
+    return reaching
 
 
 def _reads_float_into_integers(node: ir.Node, dtype_of, read) -> bool:
