@@ -69,8 +69,6 @@ def _session(key: tuple):
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * (rank + 2))])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=7)
         session = strict_session(model.SerializeToString())
-    except KeyboardInterrupt:
-        raise
     except Exception:  # noqa: BLE001 - no onnxruntime, or it cannot make this Conv: numpy computes it
         session = None
     if len(_sessions) >= MAX_SESSIONS:
