@@ -577,3 +577,29 @@ def test_every_runtime_explanation_is_documented_and_names_existing_tests():
         for test in item.legitimate + item.counterexamples:
             path, name = test.split("::")
             assert f"def {name}(" in (root / path).read_text(), test
+
+
+def test_rules_after_every_difference_is_explained_are_not_applied(monkeypatch):
+    """Once every differing element is explained, a later rule could explain none anew: it is not
+    applied (the judgement is the same; a million-element output's later rules cost a pass each),
+    but the veto still is: a sign flip stays a mismatch after the others."""
+    from dataclasses import replace
+
+    from onnxrefine.verify.judge import verdict as judging
+
+    applied = []
+
+    def counted(rule):
+        return replace(rule, apply=lambda facts, rule=rule: applied.append(rule.name) or rule.apply(facts))
+
+    monkeypatch.setattr(judging, "RULES", tuple(counted(rule) for rule in RULES))
+    bound = RoundingBound.for_output(2.0 ** -24, 2, 1)
+    original = np.array([1.0, 2.0, 3.0], np.float32)
+    within = SetEvidence(original, original.copy(), np.array([1.0, 2.0000002, 3.0], np.float32),
+                         reference=original.astype(np.float64))
+    judgement = judge_output([within], bound)
+    assert judgement.verdict == ROUNDING and judgement.excused == {"within-bound": 1}
+    assert applied == ["within-derived-bound", "within-bound", "sign-flip"]
+    flipped = SetEvidence(np.array([inf, 2.0], np.float32), np.array([inf, 2.0], np.float32),
+                          np.array([-inf, 2.0000002], np.float32), reference=np.array([inf, 2.0]))
+    assert judge_output([flipped], bound).verdict == MISMATCH

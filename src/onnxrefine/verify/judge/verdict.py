@@ -310,17 +310,21 @@ def _explained_float(evidence: SetEvidence, bound: RoundingBound, unstable: np.n
     explained = np.zeros(differ.shape, dtype=bool)
     vetoed = np.zeros(differ.shape, dtype=bool)
     has_reference = facts.r is not None
+    unexplained = int(np.count_nonzero(differ))
     for rule in RULES:
         if rule.discrete or (rule.needs_reference is not None and rule.needs_reference != has_reference):
             continue
+        if not rule.veto and not unexplained:
+            continue  # every differing element is explained: this rule would explain none anew
         with np.errstate(invalid="ignore", over="ignore"):
             matched = rule.apply(facts) & differ
         if rule.veto:
             vetoed |= matched
             continue
-        new = matched & ~explained
-        if new.any():
-            judgement.excused[rule.name] = judgement.excused.get(rule.name, 0) + int(np.count_nonzero(new))
+        new = int(np.count_nonzero(matched & ~explained))
+        if new:
+            judgement.excused[rule.name] = judgement.excused.get(rule.name, 0) + new
+            unexplained -= new
         explained |= matched
     explained &= ~vetoed
     unstable &= ~vetoed  # a veto also overrides the original's instability (a pole at 0, say)
