@@ -206,13 +206,13 @@ STRESS_PRIORITY = ("stress:inf_nan", "stress:zeros_tiny", "stress:large", "stres
 MIN_AUTO_SETS = 2
 
 
-def min_auto_sets(model: onnx.ModelProto) -> int:
+def min_auto_sets(model: onnx.ModelProto, assignments: int = 1) -> int:
     """MIN_AUTO_SETS, or 1 for a model without a floating-point input: its stress sets hold no
     stress values (integer and bool inputs are drawn alike for every kind of set, inputs.py), so
     its inf/NaN set is another random draw, which auto mode runs only as the budget allows (as
     VerifySettings.trials keeps one random set). Not where the sets alternate between several
-    assignments of the symbolic dims (make_plan): there the second set is at other sizes."""
-    if any(graphinfo.is_float_dtype(spec.dtype) for spec in graphinfo.graph_inputs(model)):
+    `assignments` of the symbolic dims (make_plan): there the second set is at other sizes."""
+    if assignments > 1 or any(graphinfo.is_float_dtype(spec.dtype) for spec in graphinfo.graph_inputs(model)):
         return MIN_AUTO_SETS
     return 1
 
@@ -260,8 +260,7 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
                          differs=differs)
     count = len(sets)
     if not forced and inputs is None:
-        # sets at several sizes: the first sets are at different sizes (alternate), all of them kept
-        minimum = MIN_AUTO_SETS if len(sizes) > 1 else min_auto_sets(light)
+        minimum = min_auto_sets(light, len(sizes))
         while count > minimum and cost.seconds(count) > budget_s:
             count -= 1
     estimate = cost.seconds(count)
