@@ -15,6 +15,13 @@ class BadInputError(OnnxRefineError):
 GUARD_ID = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 
 
+class CertificatePostponed(Exception):
+    """A certifier's answer to a request that may be postponed (rewrite/rule.py
+    CertificateRequest.may_postpone): asked again later, the certificate may be made without the
+    run of the model it would need now. The driver offers the node again on its next run, before
+    any other rule is tried on it. Not a refusal: nothing is logged."""
+
+
 class RewriteRefused(Exception):
     """A rewrite's guard declined a match. `guard` is the guard's stable id, written as a literal
     at the raise site (tests assert it, tests/test_guard_coverage.py finds every one); the message

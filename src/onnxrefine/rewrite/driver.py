@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
-from onnxrefine.errors import RewriteRefused
+from onnxrefine.errors import CertificatePostponed, RewriteRefused
 from onnxrefine.ir import edit, signed_zero, tensordata, traversal
 from onnxrefine.ir.attrs import references
 from onnxrefine.rewrite import bindings
@@ -90,15 +90,26 @@ class RewriteDriver:
         # was last offered has been offered again, so a new driver with these rules on this model
         # would find nothing (the schedule skips it, passes/pipeline.py).
         self.settled = False
+        # Nodes whose first rule's certificate was postponed (CertificatePostponed), offered again
+        # on the first run that does not postpone.
+        self.postponed: list[ir.Node] = []
+        self._postpone = False
 
-    def run(self, max_rewrites: int | None = None) -> RewriteLog:
+    def run(self, max_rewrites: int | None = None, *, postpone: bool = False) -> RewriteLog:
         """Rewrite to the fixed point, or until `max_rewrites` more rewrites (default: the
-        driver's own cap)."""
+        driver's own cap). With `postpone`, a certificate that would need a run of the model
+        for shapes no fact gives is not made now: its node waits in `postponed` (the schedule
+        runs the graph-level passes, whose shape folding may give them, then runs again)."""
         limit = self.max_rewrites if max_rewrites is None else max_rewrites
         self._limit = None if limit is None else self.rewrites + limit
         self.settled = False
+        self._postpone = postpone
         if self._seen is not None:
             self._catch_up()
+        if not postpone and self.postponed:
+            for node in self.postponed:
+                self._requeue(node)
+            self.postponed = []
         try:
             for _ in range(MAX_SWEEPS):
                 for site in list(traversal.graphs(self.model)):
@@ -106,7 +117,7 @@ class RewriteDriver:
                     if self._exhausted():
                         return self.log
                 if not any(self._worklist(site.graph).queue for site in traversal.graphs(self.model)):
-                    self.settled = True
+                    self.settled = not self.postponed
                     break
         finally:
             self._seen = snapshot(self.model)
@@ -175,7 +186,11 @@ class RewriteDriver:
             if node.graph is not graph:
                 continue  # removed (or moved) since it was queued
             for rule in self.rules_by_op.get(node.op_type, ()):
-                applied = self._try(rule, node, site)
+                try:
+                    applied = self._try(rule, node, site)
+                except CertificatePostponed:
+                    self.postponed.append(node)  # no later rule is tried before this one's turn
+                    break
                 if applied is not None:
                     self.rewrites += 1
                     self._edited.extend(applied[1])
@@ -295,7 +310,7 @@ class RewriteDriver:
                 inputs=_boundary_inputs(matched, replacement.nodes, self.ctx.pending_constants),
                 new_constants=[pending.value for pending in self.ctx.pending_constants], context=self.ctx,
                 sign_insensitive=list(replacement.sign_insensitive) + list(self.ctx.sign_insensitive),
-                calls=calls,
+                calls=calls, may_postpone=self._postpone,
             )
         )
         if outcome.status == "refused":

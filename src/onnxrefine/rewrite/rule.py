@@ -65,6 +65,10 @@ class CertificateRequest:
     # For a rewrite in a function body whose attribute references are bound to one call's values
     # (rewrite/bindings.py): that call, whose argument shapes the certificate takes. None: every call.
     calls: Sequence[ir.Node] | None = None
+    # The driver may offer the rewrite again after the graph-level passes (errors.CertificatePostponed):
+    # a certificate that would need a run of the whole model only for shapes no fact gives may
+    # wait for shape folding to give them.
+    may_postpone: bool = False
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnxrefine.errors import CertificatePostponed
 from onnxrefine.verify.certificate.inputs import SUPPORTED_DTYPES
 from onnxrefine.verify.certificate.model import Side
 from onnxrefine.verify.ort import MAX_OBSERVED_VALUES, RunnableDims
@@ -68,9 +69,12 @@ class RunShapes:
 
     def observed(self, request, values) -> dict[int, tuple]:
         """id(value) -> (shape, numpy dtype) in a run of the model, for those of `values` a run
-        answers (none after MAX_OBSERVATIONS runs, or once the model did not run)."""
+        answers (none after MAX_OBSERVATIONS runs, or once the model did not run). Raises
+        CertificatePostponed instead of running where the request may be postponed."""
         missing = [v for v in values if id(v) not in self._observed]
         if missing and self._runs < MAX_OBSERVATIONS:
+            if request.may_postpone:
+                raise CertificatePostponed(f"the shape of '{missing[0].name}' needs a run of the model")
             self._runs += 1
             unknown = [v for node in request.model.graph for v in node.outputs
                        if id(v) not in self._observed and _not_static(v, request.context.facts)]
