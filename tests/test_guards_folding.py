@@ -8,7 +8,10 @@ from __future__ import annotations
 import numpy as np
 from guardutil import expect_guard
 from helpers import make_model, tensor, value_info
+import onnx
 from onnx import TensorProto, helper
+
+import onnxrefine
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(0)
@@ -93,6 +96,17 @@ def test_fold_reference_result_of_another_type():
 def test_fold_overflow_to_infinity():
     model = constant_model([node("Mul", ["a", "a"], ["y"])], [tensor("a", np.full(2, 1e30, np.float32))])
     expect_fold_guard(model, "fold.nonfinite", {})
+
+
+def test_fold_of_a_copy_of_an_infinity_is_no_overflow():
+    # A Transpose copies the infinity it reads (the guard skips copying ops: it could not fire on them).
+    model = constant_model([node("Transpose", ["a"], ["y"], perm=[1, 0])],
+                           [tensor("a", np.array([[np.inf, 1.0, -np.inf]], np.float32))])
+    optimized, report = onnxrefine.optimize_with_report(model, ["fold_constants"])
+    assert [entry.rule for entry in report.log.applied] == ["fold_constants"]
+    assert not report.log.refusal_guards("fold_constants")
+    folded = onnx.numpy_helper.to_array(optimized.graph.initializer[0])
+    np.testing.assert_array_equal(folded, np.array([[np.inf], [1.0], [-np.inf]], np.float32))
 
 
 def test_fold_result_type_differs_from_the_declared():

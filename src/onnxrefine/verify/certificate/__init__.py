@@ -5,5 +5,6 @@ group), each proof with its check of the proof's reading of the ops against onnx
 The face below is what the rest of the package uses."""
 
 from onnxrefine.verify.certificate.certifier import Certifier
+from onnxrefine.verify.certificate.inputs import MOVEMENT_OPS
 
-__all__ = ["Certifier"]
+__all__ = ["MOVEMENT_OPS", "Certifier"]

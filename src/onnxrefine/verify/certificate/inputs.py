@@ -149,13 +149,13 @@ def adversarial_sets(specs: dict[str, tuple[np.dtype, tuple]], seed: int = 0, he
 # positions; every other input an integer one: shapes, axes, indices), so what they output is
 # the input's own bits at positions fixed by shapes and integers alone. Shape and Size read only
 # the shape.
-_MOVEMENT = frozenset("""Reshape Transpose Squeeze Unsqueeze Flatten Identity Concat Split Slice
+MOVEMENT_OPS = frozenset("""Reshape Transpose Squeeze Unsqueeze Flatten Identity Concat Split Slice
     Expand Tile Gather Shape Size""".split())
 _ALL_INPUTS = frozenset({"Concat", "Shape", "Size"})
 
 
 def moves_data_only(nodes, float_activations: bool, dtype_of) -> bool:
-    """Whether every node either moves float elements without looking at them (`_MOVEMENT`,
+    """Whether every node either moves float elements without looking at them (`MOVEMENT_OPS`,
     float values only at data positions) or sees no float value at all. Then each output element
     is a copy of one input element (or of a constant) chosen by shapes and integers alone, and a
     single input set whose elements are all distinct shows the whole choice: an exact rewrite
@@ -176,7 +176,7 @@ def moves_data_only(nodes, float_activations: bool, dtype_of) -> bool:
                 return False
             if kind in "iub":
                 continue
-            if kind != "f" or node.op_type not in _MOVEMENT or node.domain not in STANDARD_DOMAINS:
+            if kind != "f" or node.op_type not in MOVEMENT_OPS or node.domain not in STANDARD_DOMAINS:
                 return False
             if index != 0 and node.op_type not in _ALL_INPUTS:
                 return False  # a float where an integer (shape, axes, indices) goes
