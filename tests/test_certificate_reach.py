@@ -123,6 +123,47 @@ def test_a_postponed_certificate_no_folding_helps_is_made_with_a_run_in_the_next
     assert guard == "certificate.failed" and "exact rewrite differs" in reason
 
 
+def test_what_waits_does_not_depend_on_earlier_runs_of_a_shared_certifier():
+    """Verification replays prefixes of the schedule with the run's own certifier: whether a
+    certificate waits must not change once earlier runs used up its observations (a replay of k
+    steps is the prefix of the full schedule, which bisection blames steps by)."""
+    from onnxrefine.api import resolve_passes
+    from onnxrefine.ir import io
+    from onnxrefine.ir.budget import ConstantBudget
+    from onnxrefine.passes.pipeline import run_passes
+    from onnxrefine.verify.certificate import Certifier
+
+    nodes = [
+        helper.make_node("Where", ["pick", "wide", "narrow"], ["target"]),
+        helper.make_node("Expand", ["x", "target"], ["e"]),
+        helper.make_node("Relu", ["e"], ["r"]),
+        helper.make_node("Relu", ["r"], ["r2"]),
+        helper.make_node("Add", ["c1", "c2"], ["c"]),  # folded by fold_constants in round one
+        helper.make_node("Add", ["r2", "c"], ["y"]),
+    ]
+    inits = [helper.make_tensor("wide", TensorProto.INT64, [2], [4, 3]),
+             helper.make_tensor("narrow", TensorProto.INT64, [2], [1, 3]),
+             helper.make_tensor("c1", TensorProto.FLOAT, [3], [1, 2, 3]),
+             helper.make_tensor("c2", TensorProto.FLOAT, [3], [1, 2, 3])]
+    proto = make_model(nodes, [value_info("x", shape=[1, 3]), value_info("pick", TensorProto.BOOL, [2])],
+                       [value_info("y")], inits)
+    certifier, names, kept = Certifier(defer_uncertified=True), resolve_passes(None), []
+    orders = []
+    for _ in range(6):  # more runs than the certifier makes observations for
+        model = io.proto_to_ir(proto)
+        kept.append(model)  # alive: no value of a later model takes an id an earlier one had
+        steps = []
+        run_passes(model, names, budget=ConstantBudget(io.tensor_bytes(model)), certifier=certifier,
+                   on_event=lambda kind, **info: steps.append(info["step"]) if kind == "step" else None)
+        orders.append([(step.round, step.rule or step.pass_name) for step in steps])
+    assert orders[0][:2] == [(1, "fold_constants"), (2, "idempotent_relu_chain")]
+    assert all(order == orders[0] for order in orders)
+    model = io.proto_to_ir(proto)
+    kept.append(model)
+    replay = run_passes(model, names, budget=ConstantBudget(io.tensor_bytes(model)), certifier=certifier, max_steps=1)
+    assert [entry.rule for entry in replay.applied] == ["fold_constants"]
+
+
 def test_a_run_for_shapes_asks_only_the_element_types_nothing_else_gives(monkeypatch):
     """observe(shapes=True): each value's Shape, and one element only of a value whose element
     type neither the model nor the facts give (here: Expand's output, undeclared, facts=None)."""

@@ -71,10 +71,13 @@ class RunShapes:
         """id(value) -> (shape, numpy dtype) in a run of the model, for those of `values` a run
         answers (none after MAX_OBSERVATIONS runs, or once the model did not run). Raises
         CertificatePostponed instead of running where the request may be postponed."""
+        if values and request.may_postpone:
+            # From the request alone, not from what earlier runs observed or how many were made:
+            # verification replays prefixes of the schedule with this certifier, and a replay's
+            # steps must come in the order of the full run's (passes/bisection.py).
+            raise CertificatePostponed(f"the shape of '{values[0].name}' is not known before shape folding")
         missing = [v for v in values if id(v) not in self._observed]
         if missing and self._runs < MAX_OBSERVATIONS:
-            if request.may_postpone:
-                raise CertificatePostponed(f"the shape of '{missing[0].name}' needs a run of the model")
             self._runs += 1
             unknown = [v for node in request.model.graph for v in node.outputs
                        if id(v) not in self._observed and _not_static(v, request.context.facts)]
