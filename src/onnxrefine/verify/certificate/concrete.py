@@ -69,8 +69,8 @@ class RunShapes:
 
     def observed(self, request, values) -> dict[int, tuple]:
         """id(value) -> (shape, numpy dtype) in a run of the model, for those of `values` a run
-        answers (none after MAX_OBSERVATIONS runs, or once the model did not run). Raises
-        CertificatePostponed instead of running where the request may be postponed."""
+        answers (none after MAX_OBSERVATIONS runs, or once the model did not run). Where the request
+        may be postponed, raises CertificatePostponed whatever earlier runs observed."""
         if values and request.may_postpone:
             # From the request alone, not from what earlier runs observed or how many were made:
             # verification replays prefixes of the schedule with this certifier, and a replay's
