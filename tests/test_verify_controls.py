@@ -27,13 +27,13 @@ def _matmul_pair():
 
 def _spy(monkeypatch):
     calls = []
-    real = verify_package._add_perturbation_runs
+    real = verify_package.add_perturbation_runs
 
     def spy(track, original_file, labelled, indices, *rest):
         calls.append([labelled[i][0] for i in indices])
         return real(track, original_file, labelled, indices, *rest)
 
-    monkeypatch.setattr(verify_package, "_add_perturbation_runs", spy)
+    monkeypatch.setattr(verify_package, "add_perturbation_runs", spy)
     return calls
 
 

@@ -36,6 +36,7 @@ class Track:
         self.comparisons: dict[str, list] = {}
         self.set_evidence: list[dict] = []
         self.differing_sets: list[int] = []
+        self.controlled: set[int] = set()  # the sets the original's perturbation runs were made on
         self.differing_float: dict[int, list] = {}
         self.converted: dict[str, str] = {}  # output name -> the candidate's own float dtype
 
@@ -120,11 +121,6 @@ def match_outputs(original_names, candidate_names, notes, by: str = MATCH_BY_NAM
     if original_names != candidate_names:
         notes.append("the candidate's outputs are in another order: matched by name")
     return {name: name for name in original_names}, None
-
-
-def explained_without_controls(set_evidence: dict, bounds: dict) -> bool:
-    return all(judge.judge_output([item], bounds[name]).verdict in (EXACT, ROUNDING)
-               for name, item in set_evidence.items())
 
 
 def reference_refusal(model_file, feeds) -> str | None:

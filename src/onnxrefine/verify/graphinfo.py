@@ -306,17 +306,6 @@ def accumulation_depths(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] 
             for out in model.graph.output}
 
 
-def has_discrete_ops(model: onnx.ModelProto) -> bool:
-    for node in model.graph.node:
-        if node.op_type in DISCRETE_OPS:
-            return True
-        if node.op_type == "Cast":
-            to = _attr(node, "to")
-            if to is not None and not is_float_dtype(np_dtype(to)):
-                return True
-    return False
-
-
 def finite_max(dtype) -> float:
     return float(ml_dtypes.finfo(np.dtype(dtype)).max)
 

@@ -29,6 +29,7 @@ from onnxrefine.errors import RewriteRefused
 from onnxrefine.ir.attrs import proto_attr
 from onnxrefine.ir.protofacts import light_model
 from onnxrefine.verify import graphinfo
+from onnxrefine.verify.discrete import perturbation_sees_discrete_ops
 
 # Fitted constants (seconds per unit); see the module docstring.
 ORT_FLOP_S = 1 / 100e9  # onnxruntime, one thread, optimizations off
@@ -255,7 +256,7 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
                                                                trials=trials), trials) for at in sizes])
     if not sets:
         return VerifyPlan(False, "skipped: no input sets", reason="no input sets")
-    perturb = judge.perturbation_runs(trials, graphinfo.has_discrete_ops(light))
+    perturb = judge.perturbation_runs(trials, perturbation_sees_discrete_ops(light))
     cost = estimate_cost(light, sets[0][1], weight_bytes, perturb, slowdown=machine_slowdown(),
                          differs=differs)
     count = len(sets)

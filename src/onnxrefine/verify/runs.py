@@ -9,6 +9,7 @@ schedule's verification (every set identical), and the identical sets (inf/NaN o
 the others. The original's session stays open across the candidate's runs when its weights are
 small (KEEP_OPEN_MAX_BYTES: two sessions' copies are cheap there); a larger one is closed first
 (sessions run one at a time, each holding the weights) and opened again only when a set differs.
+The controls' perturbation runs of the original (add_perturbation_runs) are made here too.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 from onnxrefine import progress
 from onnxrefine.errors import BadInputError
 from onnxrefine.resources import ResourceLimitError
-from onnxrefine.verify import evidence, judge
+from onnxrefine.verify import evidence, graphinfo, judge
 from onnxrefine.verify.ort import ModelRunner, RunFailedError, proto_tensor_bytes
 
 # Weights up to this many bytes: the original's session is kept open while the candidate runs.
@@ -145,3 +146,28 @@ def candidate_runs(track, run, custom_op_library) -> None:
                 track.candidate_failure = f"input set {label}: {exc}"
                 return
         track.compare_map_keys(runner.map_outputs, run.output_map)
+
+
+def add_perturbation_runs(track, original_file, labelled, indices, count, seed, custom_op_library) -> None:
+    """Controls on the original on the sets `indices`: runs on inputs moved by a few ulps, under
+    the track's own settings."""
+    with ModelRunner(original_file, "original model (perturbation runs)", track.settings, custom_op_library) as runner:
+        for index in indices:
+            feeds = labelled[index][1]
+            if evidence.has_nonfinite(feeds):
+                evidence.add_nonfinite_cones(runner, feeds, track.set_evidence[index])
+            if not any(graphinfo.is_float_dtype(np.asarray(value).dtype) for value in feeds.values()):
+                continue  # nothing to move by an ulp
+            rng = np.random.default_rng([seed, 7919, index])
+            progress.report(detail=f"input set {labelled[index][0]}: {count} perturbation runs of the original")
+            for run_index in range(count):
+                pattern = run_index if run_index < 2 else None
+                moved = {name: judge.perturb(np.asarray(value), rng, checkerboard=pattern)
+                         for name, value in feeds.items()}
+                try:
+                    results = runner.run(moved)
+                except RunFailedError:
+                    continue
+                for name, item in track.set_evidence[index].items():
+                    item.perturbed.append(results[name])
+                    item.perturbation_u = judge.moved_u(feeds)

@@ -12,8 +12,9 @@ verify() runs the steps in this order, each a method below:
   run_candidate   the candidate on the same sets, the original's re-run on those where it differs
                   (runs.py); both again under the deployment settings
   add_reference   the original (and a narrower candidate) in float64 where the outputs differ; decision evidence
-  add_controls    perturbation runs of the original where the bound alone leaves a difference
-  compare         one OutputReport per output and track (the verdict rules, the hard bound)
+  add_controls    perturbation runs of the original on the inf/NaN sets
+  compare         one OutputReport per output and track (the verdict rules, the hard bound); then
+                  add_controls on the sets it did not accept, and compare again if any ran
   verdict         the VerificationReport: overall verdict, notes, settings
   localise        layer-wise localisation (localize/layerwise.py), which can turn the verdict to mismatch
 """
@@ -33,12 +34,13 @@ import onnx
 from onnxrefine import portable, progress
 from onnxrefine.errors import BadInputError
 from onnxrefine.verify import conversion, evidence, graphinfo, judge, run_reference, terms
+from onnxrefine.verify.discrete import perturbation_sees_discrete_ops
 from onnxrefine.verify.evidence import Track
 from onnxrefine.verify.inputs import check_inputs, generate_labelled_inputs
 from onnxrefine.verify.reference import UnsupportedOperatorError
-from onnxrefine.verify.judge import excuse_float16_runtime
+from onnxrefine.verify.judge import EXACT, ROUNDING, excuse_float16_runtime
 from onnxrefine.verify.report import VerificationReport
-from onnxrefine.verify.runs import OriginalRuns, candidate_runs
+from onnxrefine.verify.runs import OriginalRuns, add_perturbation_runs, candidate_runs
 from onnxrefine.verify.ort import (ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model,
                                    whole_proto)
 
@@ -179,14 +181,21 @@ class VerificationSession:
         deferred = self.reference is float64_reference and run.early is None and not terms.reads_magnitudes(
             run.original_file.proto)
         self.add_reference(run, magnitudes=not deferred)
-        if deferred:
-            terms.judge_before_controls(run, self._bounds(run))
-            self._magnitudes_read(run)
-        self.add_controls(run)
-        sections = self.compare(run)
-        if deferred and self._magnitudes_read(run):  # read only where the controls ran (inf/NaN sets)
-            sections = self.compare(run)
+        self._bounds(run)
+        evidence.add_static_facts(run.original_file.proto, run.candidate_file, run.tracks, run.output_map)
+        self.add_controls(run, nonfinite=True)
+        sections = self.judged(run, deferred)
+        if self.add_controls(run, nonfinite=False):
+            sections = self.judged(run, deferred)
         return self.verdict(run, sections)
+
+    def judged(self, run: _Run, deferred: bool) -> list:
+        """compare(); where the magnitude of terms was deferred, again with it on the sets whose
+        judgement read it."""
+        sections = self.compare(run)
+        if deferred and self._magnitudes_read(run):
+            sections = self.compare(run)
+        return sections
 
     def _magnitudes_read(self, run: _Run) -> bool:
         """Evaluate with the magnitude of terms the sets whose judgement read it (terms.py); True if any."""
@@ -223,7 +232,7 @@ class VerificationSession:
                              "its own, so discrete results can differ from a pure float16 evaluation")
         run.float_dtypes = float_dtypes
         run.u = judge.lowest_precision_u(float_dtypes)
-        run.discrete = graphinfo.has_discrete_ops(original_model)
+        run.discrete = perturbation_sees_discrete_ops(original_model)
         run.perturb_count = judge.perturbation_runs(self.trials, run.discrete)
 
     def run_original(self, run: _Run) -> None:
@@ -350,20 +359,24 @@ class VerificationSession:
         run_reference.attach_run_reference(self.reference, model_file.proto, feeds, [] if magnitude_only else [  # once a set
             (name, found.get(name)) for found in evidence_sets for name in names], model_file.base_dir)
 
-    def add_controls(self, run: _Run) -> None:
-        """The controls on the original (few-ulp perturbation runs) only add excuses (sensitivity,
-        unstable positions), so a set whose differences the bound explains without them needs none.
-        Sets holding inf/NaN always get their run: it also measures the dependency cones, which
-        narrow what the inf/NaN rules excuse."""
-        self._bounds(run)
-        evidence.add_static_facts(run.original_file.proto, run.candidate_file, run.tracks, run.output_map)
+    def add_controls(self, run: _Run, nonfinite: bool) -> bool:
+        """The controls on the original (few-ulp perturbation runs) on the differing sets that lack
+        them: with `nonfinite`, every set holding inf/NaN (its run also measures the dependency
+        cones, which narrow what the inf/NaN rules excuse, so it comes before any judgement); else
+        every set the latest judgement (compare) did not accept for some output. The controls only
+        add excuses (sensitivity, unstable positions), so a set the bound explains without them
+        needs none, and one judgement both judges and says where they are needed. True if any ran."""
+        ran = False
         for track in run.tracks:
-            pending = [index for index in track.differing_sets
-                       if evidence.has_nonfinite(run.labelled[index][1])
-                       or not evidence.explained_without_controls(track.set_evidence[index], run.bounds)]
+            pending = [index for index in track.differing_sets if index not in track.controlled
+                       and (evidence.has_nonfinite(run.labelled[index][1]) if nonfinite else
+                            not all(item.verdict in (EXACT, ROUNDING) for item in track.set_evidence[index].values()))]
             if pending:
-                _add_perturbation_runs(track, run.original_file, run.labelled, pending, run.perturb_count,
+                track.controlled.update(pending)
+                add_perturbation_runs(track, run.original_file, run.labelled, pending, run.perturb_count,
                                        self.seed, self.custom_op_library)
+                ran = True
+        return ran
 
     def _bounds_only(self):
         """The reference for a caller that reads only the bounds (the default: no magnitude of terms)."""
@@ -414,7 +427,7 @@ class VerificationSession:
                     notes.append(f"control: the original is not deterministic on output {name}{where}")
         notes.extend(conversion.converted_output_notes(tracks))
         if run.discrete:
-            notes.append(f"graph has discrete ops: {run.perturb_count} perturbation runs of the original "
+            notes.append(f"discrete ops read moved inputs: {run.perturb_count} perturbation runs of the original "
                          "per input set where the candidate differs")
         elapsed = time.perf_counter() - run.started
         return VerificationReport(
@@ -470,31 +483,6 @@ class VerificationSession:
 
 
 # -- the perturbation runs (a module function: tests spy on it) ---------------------------------
-
-def _add_perturbation_runs(track, original_file, labelled, indices, count, seed, custom_op_library) -> None:
-    """Controls on the original on the sets `indices`: runs on inputs moved by a few ulps, under
-    the track's own settings."""
-    with ModelRunner(original_file, "original model", track.settings, custom_op_library) as runner:
-        for index in indices:
-            feeds = labelled[index][1]
-            if evidence.has_nonfinite(feeds):
-                evidence.add_nonfinite_cones(runner, feeds, track.set_evidence[index])
-            if not any(graphinfo.is_float_dtype(np.asarray(value).dtype) for value in feeds.values()):
-                continue  # nothing to move by an ulp
-            rng = np.random.default_rng([seed, 7919, index])
-            progress.report(detail=f"input set {labelled[index][0]}: {count} perturbation runs of the original")
-            for run_index in range(count):
-                pattern = run_index if run_index < 2 else None
-                moved = {name: judge.perturb(np.asarray(value), rng, checkerboard=pattern)
-                         for name, value in feeds.items()}
-                try:
-                    results = runner.run(moved)
-                except RunFailedError:
-                    continue
-                for name, item in track.set_evidence[index].items():
-                    item.perturbed.append(results[name])
-                    item.perturbation_u = judge.moved_u(feeds)
-
 
 def _whole_proto(given, role: str) -> onnx.ModelProto | None:
     return whole_proto(given, role, LOCALIZE_MAX_BYTES)

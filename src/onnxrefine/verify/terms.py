@@ -6,9 +6,8 @@ reference and no bound in force (judge/rules.py: within-bound, ill-conditioned),
 float16 candidate's own bounds only there (float16-skipped-rounding). Every rule that reads either
 only excuses, and no other rule reads them, so the session (session.py check_outputs) evaluates the
 reference without them, judges, and evaluates again with them only the sets whose judgement read
-them (SetEvidence.magnitude_read): the verdict is that of a single evaluation with them. The sets
-are judged without the controls first, as add_controls judges them, so that the controls are
-decided on the same evidence as in a single pass.
+them (SetEvidence.magnitude_read): the verdict is that of a single evaluation with them. The
+controls (add_controls) are decided after that judgement, on the same evidence as in a single pass.
 
 Where the graph holds an op no bound rule covers (a Resize), no bound is in force behind it, the
 judgement reads the magnitude almost surely, and the deferral would only add an evaluation: such a
@@ -19,16 +18,8 @@ same either way).
 from __future__ import annotations
 
 from onnxrefine.ir.opsets import STANDARD_DOMAINS
-from onnxrefine.verify import evidence
 
 _NO_VALUE_OPS = frozenset({"Constant"})  # its value is exact: no bound needed behind it
-
-
-def judge_before_controls(run, bounds: dict) -> None:
-    """Judge every differing set of every track without the controls (marks magnitude_read)."""
-    for track in run.tracks:
-        for index in track.differing_sets:
-            evidence.explained_without_controls(track.set_evidence[index], bounds)
 
 
 def sets_reading(run) -> dict[int, set]:

@@ -225,6 +225,8 @@ class SetEvidence:
     # the reference evaluated as onnxruntime's float32 MaxPool computes, where that moves a value
     # (verify/run_reference.py, evaluate_float64's `as_onnxruntime`; rule maxpool-lowest-run)
     run_reference: np.ndarray | None = None
+    # this set's verdict for the output in the latest judge_output over it (None: not judged yet)
+    verdict: str | None = None
 
     def attach_reference(self, value) -> None:
         """`reference` (and its bounds, when the evaluator derived them) from a float64 evaluation."""
@@ -369,7 +371,7 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
             judgement.notes.append(
                 f"candidate output is {candidate.dtype}{list(candidate.shape)}, "
                 f"the original's {original.dtype}{list(original.shape)}")
-            judgement.verdict = MISMATCH
+            judgement.verdict = evidence.verdict = MISMATCH
             judgement.differing += int(max(original.size, candidate.size))
             judgement.unexplained += int(max(original.size, candidate.size))
             return judgement
@@ -377,6 +379,7 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
         judgement.differing += int(np.count_nonzero(differ))
         if not differ.any():
             per_set.append(EXACT)
+            evidence.verdict = EXACT
             continue
         by_control: dict = {}
         unstable = unstable_positions(evidence, bound, by_control)
@@ -401,6 +404,7 @@ def judge_output(sets: list[SetEvidence], bound: RoundingBound) -> Judgement:
             per_set.append(UNSTABLE)
         else:
             per_set.append(MISMATCH)
+        evidence.verdict = per_set[-1]
     judgement.overflow_excused = _excused(judgement, "overflow-territory")
     judgement.nonfinite_excused = _excused(judgement, "nonfinite-order", "saturation")
     judgement.verdict = worst(per_set)
