@@ -35,20 +35,50 @@ def test_a_stacked_float32_product_is_an_upper_bound(n, seed, scale):
 
 
 def test_a_left_float32_cannot_hold_runs_in_float64_alone():
-    """One channel's operand beyond float32's range (a coherent bound grown huge) leaves the
-    others' products in float32; only its own entry is None (its caller computes it in float64).
-    Before, one such operand sent every channel to float64."""
+    """One channel's operand float32 cannot hold (an infinite or NaN bound) leaves the others'
+    products in float32; only its own entry is None (its caller computes it in float64). Before,
+    one such operand sent every channel to float64."""
     rng = np.random.default_rng(0)
-    held, huge = rng.random((2, 8)), np.full((2, 8), 1e39)
+    held, unbounded = rng.random((2, 8)), np.full((2, 8), np.inf)
     right = rng.random((8, 3))
-    out = bound_nn._stacked_nonnegative(np.matmul, [held, huge, held * 2], right, 8)
+    out = bound_nn._stacked_nonnegative(np.matmul, [held, unbounded, held * 2], right, 8)
     assert out[1] is None and out[0] is not None and out[2] is not None
     assert np.all(out[0] >= _exact(held, right)) and np.all(out[2] >= _exact(held * 2, right))
-    # a product float32 overflows is left to float64 too, the others kept
+    assert bound_nn._stacked_nonnegative(np.matmul, [held, np.full((2, 8), np.nan)], right, 8)[1] is None
+    # a product float32 overflows even with its operand scaled down is left to float64 too
     wide = np.full((2, 8), 1e38)
-    out = bound_nn._stacked_nonnegative(np.matmul, [held, wide], right * 1e3, 8)
+    out = bound_nn._stacked_nonnegative(np.matmul, [held, wide], right * 1e9, 8)
     assert out[0] is not None and out[1] is None
     assert bound_nn._stacked_nonnegative(np.matmul, [held], None, 8) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 2048), st.integers(0, 2**31 - 1), st.sampled_from([1e35, 1e39, 1e62, 1e200]),
+       st.booleans())
+def test_a_left_beyond_float32s_range_is_scaled_and_stays_an_upper_bound(n, seed, scale, spread):
+    """A worst-case bound grown beyond float32's range (resnet50's last blocks carry 1e38 to 1e62)
+    is handed to float32 scaled by a power of two: its product is still at least the float64 one,
+    and as tight as the unscaled one (the summation's own n * u, entries 1e-20 of the largest
+    included) where the right operand's float32 entries are all normal, as a float32 model's |w|
+    without zeros is."""
+    rng = np.random.default_rng(seed)
+    left = rng.random((3, n)) * scale
+    if spread:
+        left[0] *= 1e-20  # a row far below the largest entry
+    right = rng.random((n, 2)).astype(np.float32).astype(np.float64)
+    (got,) = bound_nn._stacked_nonnegative(np.matmul, [left], right, n)
+    exact = _exact(left, right)
+    assert got is not None and np.all(got >= exact * (1.0 - 1e-13))
+    assert np.all(got <= exact * (1.0 + (n + 4) * 2.0 ** -23))
+
+
+def test_a_scaled_left_times_a_right_with_zeros_stays_covered():
+    """A right operand with zeros (an underflowed w^2 rounds to 0 in float32: its rounding is then
+    absolute) keeps the absolute term that covers it, scaled with the left."""
+    left = np.full((1, 64), 1e40)
+    exact_right = np.full((64, 1), 1e-46)  # each rounds to 0 in float32
+    out = bound_nn._stacked_nonnegative(np.matmul, [left], exact_right.astype(np.float32), 64)
+    assert out[0] is not None and out[0][0, 0] >= 64 * 1e40 * 1e-46
 
 
 def _context() -> OpContext:

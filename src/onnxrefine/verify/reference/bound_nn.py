@@ -195,6 +195,23 @@ def _exact_sum(ctx, magnitude, *values) -> np.ndarray | None:
 
 
 _U32 = 2.0 ** -24
+# The largest entry a left operand is handed to float32 with: one above it is scaled down by a power
+# of two first (exact), so that a sum of n products of it with `right` stays finite in float32.
+_F32_LEFT_MAX = 2.0 ** 100
+
+
+def _narrowed_left(left) -> tuple[np.ndarray, float] | None:
+    """(left * 2^-k rounded to float32, 2^k), k the least with max(left) * 2^-k <= _F32_LEFT_MAX (0
+    where it already is); None where `left` holds a NaN or an infinity. Deep networks carry
+    worst-case bounds far beyond float32's range (resnet50's last blocks: 1e38 to 1e62, where each
+    such product ran in float64 instead); a power of two moves every entry's exponent alike."""
+    with np.errstate(all="ignore"):
+        top = float(np.max(left, initial=0.0))
+        if not math.isfinite(top):
+            return None
+        factor = 1.0 if top <= _F32_LEFT_MAX else 2.0 ** math.ceil(math.log2(top / _F32_LEFT_MAX))
+        narrowed = (left / factor if factor != 1.0 else left).astype(np.float32)
+    return (narrowed, factor) if np.all(np.isfinite(narrowed)) else None
 
 
 def _stacked_nonnegative(product, lefts, right, n: int):
@@ -204,31 +221,44 @@ def _stacked_nonnegative(product, lefts, right, n: int):
     product is at most (l32 w32 + e (l32 + w32) + e^2) / (1 - u)^2; a sum of n nonnegative float32
     products rounds each term at most n times, and below the normal range by at most tiny a step.
     Hence the exact product is at most (computed + n tiny + n e (max l32 + max w32 + e)) over
-    (1 - u)^2 (1 - n u). An entry is None where float32 cannot hold that left operand or its
-    product (its caller computes it in float64); the whole result None where it cannot hold
-    `right` or n is that large (a float32 `right`, or None, is _narrow_right's, checked there)."""
+    (1 - u)^2 (1 - n u). Where every float32 entry of `right` is normal (no zero, no subnormal), its
+    rounding is relative, and its term e * l32 drops out. A left operand beyond _F32_LEFT_MAX is handed
+    over as left * 2^-k and its bound multiplied by 2^k, both exact: the bound of
+    product(left * 2^-k, right) so scaled is one of product(left, right), its absolute terms 2^k
+    times larger (e * w32 and tiny: far below 2^k itself). An entry is None where float32 cannot hold that left operand (a NaN or an
+    infinity in it) or its product (its caller computes it in float64); the whole result None where
+    it cannot hold `right` or n is that large (a float32 `right`, or None, is _narrow_right's, checked
+    there)."""
     if n * _U32 >= 0.5 or right is None:
         return None
     with np.errstate(all="ignore"):
         right32 = right if right.dtype == np.float32 else right.astype(np.float32)
         if right32 is not right and not np.all(np.isfinite(right32)):
             return None
-        narrowed = [left.astype(np.float32) for left in lefts]
-        held = [index for index, left in enumerate(narrowed) if np.all(np.isfinite(left))]
+        tiny = float(np.finfo(np.float32).tiny)
+        right_normal = not np.any(right32 < tiny)
+        narrowed = [_narrowed_left(left) for left in lefts]
+        held = [index for index, entry in enumerate(narrowed) if entry is not None]
         if not held:
             return None
-        results = product(np.stack([narrowed[index] for index in held]), right32)
+        results = product(np.stack([narrowed[index][0] for index in held]), right32)
     inflate = 1.0 / ((1.0 - _U32) ** 2 * (1.0 - n * _U32))
     half_subnormal = float(np.finfo(np.float32).smallest_subnormal) / 2.0
+    right_error = 0.0 if right_normal else half_subnormal  # the absolute rounding of right's entries
     widest_right = float(np.max(right32, initial=0.0))
     out = [None] * len(lefts)
     for index, result in zip(held, results):
         if np.all(np.isfinite(result)):
-            widest_left = float(np.max(narrowed[index], initial=0.0))
-            lost = n * (float(np.finfo(np.float32).tiny) + half_subnormal * (widest_left + widest_right + half_subnormal))
+            left32, factor = narrowed[index]
+            widest_left = float(np.max(left32, initial=0.0))
+            lost = n * (tiny + right_error * widest_left + half_subnormal * (widest_right + right_error))
             widened = np.asarray(result, dtype=np.float64)
             widened += lost
             widened *= inflate
+            if factor != 1.0:
+                widened *= factor
+                if not np.all(np.isfinite(widened)):
+                    continue  # beyond float64 too: the caller's float64 product says so
             out[index] = widened
     return out
 
