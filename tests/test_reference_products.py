@@ -100,6 +100,12 @@ def test_a_weights_float32_forms_are_its_float64_forms_rounded_once():
         assert narrowed(True) is narrowed(True) and bound_nn._narrow_right(ctx, w) is narrowed
     big = np.full((2, 2), 3e19)  # its square is beyond float32
     assert bound_nn._narrow_right(ctx, big)(False) is not None and bound_nn._narrow_right(ctx, big)(True) is None
+    # a float32 weight's square made in float32 is the float64 square rounded once, bit for bit, also
+    # where it is subnormal, rounds to zero or is the largest float32 holds
+    edges = np.array([1e-23, 3e-23, 1e-30, 1.8e19, -1.7e19, 0.0, -0.0, 1.0 + 2.0 ** -23], np.float32)
+    w = np.concatenate([edges, rng.standard_normal(4000).astype(np.float32)]).astype(np.float64)
+    squared = bound_nn._narrow_right(ctx, w)(True)
+    assert squared.tobytes() == np.square(w).astype(np.float32).tobytes()
 
 
 def _embedding(dtype=np.float32) -> onnx.ModelProto:

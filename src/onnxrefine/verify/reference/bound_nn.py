@@ -8,6 +8,7 @@ gamma(n) * sum |a_i * b_i| on a magnitude evaluation of the same op, with the in
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -161,24 +162,35 @@ def _narrow_right(ctx, w):
     """narrowed(squared): |w|, or w^2, rounded to float32 for the stacked products, made once per
     node (its worst-case and probable passes share them, kept on the node's context with `w`, so
     that another right operand a later pass substitutes gets its own); None where float32 cannot
-    hold them."""
+    hold them. Where float32 holds w exactly (a float32 model's weight, held in float64), w^2 is
+    squared in float32: w^2 is then exact in float64 and a float32 product is rounded once, as
+    converting it is, so both give the same bits, without a float64 temporary the size of the
+    weight (bert-base: 0.5 s)."""
     kept = ctx.__dict__.setdefault("narrowed_rights", {})
     if id(w) in kept:
         return kept[id(w)][1]
-    cache = {}
-
-    def narrowed(squared: bool):
-        if squared not in cache:
-            with np.errstate(all="ignore"):
-                if squared:  # w^2 rounded once (a float32 square of w rounded would round twice)
-                    right = np.square(np.asarray(w, dtype=np.float64)).astype(np.float32)
-                else:  # |w| rounds as w does
-                    right = np.asarray(w).astype(np.float32)
-                    np.abs(right, out=right)
-            cache[squared] = right if np.all(np.isfinite(right)) else None
-        return cache[squared]
+    # a partial, not a closure over itself: a cycle would keep the weight's forms alive until a
+    # garbage collection, which the command freezes (cli/main.py)
+    narrowed = functools.partial(_float32_form, w, {})
     kept[id(w)] = (w, narrowed)
     return narrowed
+
+
+def _float32_form(w, cache: dict, squared: bool):
+    """_narrow_right's narrowed(squared); `cache`: squared -> the form, "exact" -> whether float32
+    holds w."""
+    if squared not in cache:
+        with np.errstate(all="ignore"):
+            if squared and _float32_form(w, cache, False) is not None and cache["exact"]:
+                right = np.square(cache[False])
+            elif squared:  # w^2 rounded once (a float32 square of a rounded w would round twice)
+                right = np.square(np.asarray(w, dtype=np.float64)).astype(np.float32)
+            else:  # |w| rounds as w does
+                right = np.asarray(w).astype(np.float32)
+                cache["exact"] = bool(np.array_equal(right, w))
+                np.abs(right, out=right)
+        cache[squared] = right if np.all(np.isfinite(right)) else None
+    return cache[squared]
 
 
 def _integral(*values) -> bool:
