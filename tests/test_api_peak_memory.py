@@ -178,3 +178,31 @@ def test_buffered_scaling_refuses_as_the_whole_array_form(monkeypatch, factor, v
         assert buffered.value.guard == refused.guard and str(buffered.value) == str(refused)
         return
     assert scale_rounded(weight, factors, dtype, "folded weight").tobytes() == whole.tobytes()
+
+
+_EDGES = [0.0, -0.0, 1.0, -1.5, 1e-30, 1e-300, 3e38, 7e4, 1e300, np.inf, -np.inf, np.nan]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["float32", "float16", "float64", "bfloat16"]), st.integers(1, 9), st.integers(1, 6),
+       st.lists(st.sampled_from(_EDGES), min_size=0, max_size=3), st.integers(0, 2**31 - 1))
+def test_blockwise_scaling_refuses_and_rounds_as_the_whole_array_form(dtype, rows, cols, edges, seed):
+    """With factors that overflow, underflow to zero, are zero, infinite or NaN, in any float type
+    (numpy's own, whose blocks are checked on the rounded weight, and ml_dtypes' bfloat16): the
+    same bits, or the same refusal with the same message."""
+    dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    weight = rng.normal(size=(rows, cols)).astype(dtype)
+    factors = rng.uniform(-2, 2, size=(rows, 1))
+    for index, value in enumerate(edges):
+        factors[(index * 7 + seed) % rows, 0] = value
+    outcomes = []
+    for fold in (lambda: round_folded(to_float64(weight) * factors, dtype, "folded weight"),
+                 lambda: scale_rounded(weight, factors, dtype, "folded weight")):
+        try:
+            with np.errstate(all="ignore"), pytest.MonkeyPatch.context() as patch:
+                patch.setattr(foldmath, "FOLD_BLOCK_ELEMENTS", 8)
+                outcomes.append(("ok", fold().tobytes()))
+        except RewriteRefused as refused:
+            outcomes.append(("refused", refused.guard, str(refused)))
+    assert outcomes[0] == outcomes[1]

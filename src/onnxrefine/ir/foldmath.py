@@ -122,9 +122,14 @@ def scale_rounded(weight: np.ndarray, factors: np.ndarray, dtype, what: str) -> 
         block = weight[start:start + step]
         shape = block.shape
         result = product[:block.size].reshape(shape)
-        result[...] = block  # to_float64: exact for every float dtype
+        block_factors = factors if factors.shape[0] == 1 else factors[start:start + step]
         with np.errstate(over="ignore", invalid="ignore"):  # refused below; the whole-array form then says it
-            np.multiply(result, factors if factors.shape[0] == 1 else factors[start:start + step], out=result)
+            if block.dtype in _NATIVE_FLOATS:
+                # converted to float64 as the ufunc reads it (exact), then the same float64 product
+                np.multiply(block, block_factors, out=result, dtype=np.float64)
+            else:
+                result[...] = block  # to_float64: exact for every float dtype
+                np.multiply(result, block_factors, out=result)
         if not _rounded_into(result, out[start:start + step], back[:block.size].reshape(shape),
                              flags[:block.size].reshape(shape)):
             return round_folded(to_float64(weight) * factors, dtype, what)
@@ -145,9 +150,23 @@ def _fold_buffers(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return held
 
 
+# numpy's own float types: their conversions to and from float64 are the ufuncs' casts (ml_dtypes'
+# float8 and bfloat16 go through float64 buffers, as the whole-array form converts them)
+_NATIVE_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+
 def _rounded_into(result: np.ndarray, target: np.ndarray, back: np.ndarray, flags: np.ndarray) -> bool:
     """round_folded(result, target.dtype) written into `target`, in the given buffers; False where
-    round_folded refuses."""
+    round_folded refuses. For numpy's own float types the checks read the rounded target itself: a
+    NaN or infinity of the float64 result stays one when rounded, and the rounded value is zero or
+    not finite exactly where its float64 form is (two passes over the weight fewer)."""
+    if target.dtype in _NATIVE_FLOATS:
+        with np.errstate(over="ignore", invalid="ignore"):
+            target[...] = result  # result.astype(dtype)
+        if not np.isfinite(target, out=flags).all():
+            return False
+        np.equal(target, 0, out=flags)
+        return not (flags.any() and np.any(result[flags] != 0))
     if not np.isfinite(result, out=flags).all():
         return False
     with np.errstate(over="ignore", invalid="ignore"):
