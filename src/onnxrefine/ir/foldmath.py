@@ -102,10 +102,11 @@ FOLD_BLOCK_ELEMENTS = 1 << 17  # 1 MiB of float64 a block
 
 def scale_rounded(weight: np.ndarray, factors: np.ndarray, dtype, what: str) -> np.ndarray:
     """`round_folded(to_float64(weight) * factors, dtype, what)`, computed a block of output
-    channels (axis 0) at a time in float64 buffers kept from one fold to the next: the
+    channels (axis 0) at a time, in one pass of a ufunc straight into the result for numpy's own
+    float types (_scaled_into), else in float64 buffers kept from one fold to the next: the
     whole-weight float64 product and its rounding temporaries (about 6x the weight, the API path's
-    peak on resnet50) become one block's, and a model's folds do not page-fault fresh temporaries
-    on every weight (54k faults on resnet18-bn).
+    peak on resnet50) become one block's at most, and a model's folds do not page-fault fresh
+    temporaries on every weight (54k faults on resnet18-bn).
 
     Every element is computed exactly as in the whole-array form (the same conversions and the
     same float64 product); should any block be refused, the whole-array form runs again so the
@@ -121,19 +122,41 @@ def scale_rounded(weight: np.ndarray, factors: np.ndarray, dtype, what: str) -> 
     for start in range(0, rows, step):
         block = weight[start:start + step]
         shape = block.shape
-        result = product[:block.size].reshape(shape)
         block_factors = factors if factors.shape[0] == 1 else factors[start:start + step]
+        if block.dtype in _NATIVE_FLOATS and dtype in _NATIVE_FLOATS:
+            if not _scaled_into(block, block_factors, out[start:start + step], flags[:block.size].reshape(shape)):
+                return round_folded(to_float64(weight) * factors, dtype, what)
+            continue
+        result = product[:block.size].reshape(shape)
+        result[...] = block  # to_float64: exact for every float dtype
         with np.errstate(over="ignore", invalid="ignore"):  # refused below; the whole-array form then says it
-            if block.dtype in _NATIVE_FLOATS:
-                # converted to float64 as the ufunc reads it (exact), then the same float64 product
-                np.multiply(block, block_factors, out=result, dtype=np.float64)
-            else:
-                result[...] = block  # to_float64: exact for every float dtype
-                np.multiply(result, block_factors, out=result)
+            np.multiply(result, block_factors, out=result)
         if not _rounded_into(result, out[start:start + step], back[:block.size].reshape(shape),
                              flags[:block.size].reshape(shape)):
             return round_folded(to_float64(weight) * factors, dtype, what)
     return out
+
+
+# numpy's own float types: the ufuncs convert them to and from float64 with the casts astype uses
+# (ml_dtypes' float8 and bfloat16 go through float64 buffers, as the whole-array form converts them)
+_NATIVE_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+
+def _scaled_into(block: np.ndarray, factors: np.ndarray, target: np.ndarray, flags: np.ndarray) -> bool:
+    """round_folded(to_float64(block) * factors, target.dtype) written into `target` in one pass:
+    the ufunc converts each element to float64 (exact), multiplies in float64 and rounds the
+    product once to the target's type, as astype does; False where round_folded refuses. The
+    checks read the rounded values: a NaN or infinity of the float64 product stays one when
+    rounded, and a rounded zero whose product is not zero (recomputed there) underflowed."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.multiply(block, factors, out=target, dtype=np.float64, casting="unsafe")
+    if not np.isfinite(target, out=flags).all():
+        return False
+    np.equal(target, 0, out=flags)
+    if not flags.any():
+        return True
+    product = np.multiply(block[flags], np.broadcast_to(factors, block.shape)[flags], dtype=np.float64)
+    return not np.any(product != 0)
 
 
 _scratch = threading.local()
@@ -150,23 +173,9 @@ def _fold_buffers(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return held
 
 
-# numpy's own float types: their conversions to and from float64 are the ufuncs' casts (ml_dtypes'
-# float8 and bfloat16 go through float64 buffers, as the whole-array form converts them)
-_NATIVE_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
-
-
 def _rounded_into(result: np.ndarray, target: np.ndarray, back: np.ndarray, flags: np.ndarray) -> bool:
     """round_folded(result, target.dtype) written into `target`, in the given buffers; False where
-    round_folded refuses. For numpy's own float types the checks read the rounded target itself: a
-    NaN or infinity of the float64 result stays one when rounded, and the rounded value is zero or
-    not finite exactly where its float64 form is (two passes over the weight fewer)."""
-    if target.dtype in _NATIVE_FLOATS:
-        with np.errstate(over="ignore", invalid="ignore"):
-            target[...] = result  # result.astype(dtype)
-        if not np.isfinite(target, out=flags).all():
-            return False
-        np.equal(target, 0, out=flags)
-        return not (flags.any() and np.any(result[flags] != 0))
+    round_folded refuses."""
     if not np.isfinite(result, out=flags).all():
         return False
     with np.errstate(over="ignore", invalid="ignore"):
