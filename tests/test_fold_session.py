@@ -141,3 +141,30 @@ def test_a_sweep_result_stands_only_for_the_inputs_it_was_computed_from():
     other = ir.Value(name="other", const_value=ir.Tensor(np.zeros(3, np.float32)))
     absolute.replace_input_with(0, other)
     assert sweep.outputs(absolute) is None
+
+
+def test_a_sweep_result_is_checked_against_the_sweeps_own_inference(monkeypatch):
+    """A node whose sweep result disagrees with the shape inference the sweep planned it by (as a
+    node onnxruntime computes otherwise than the spec says would) is refused, as its own session's
+    result would be: the sweep's types are the guard, no second inference of each node is made."""
+    real = fold_session._plan
+
+    def planted(*args):
+        planned = real(*args)
+        if planned is not None:
+            for name, (dtype, shape) in list(planned.types.items()):
+                if shape == (4, 4):  # the Transpose's (and Div's) 4x4: inference "says" 2x8
+                    planned.types[name] = (dtype, (2, 8))
+        return planned
+
+    inferences = []
+    original = folding._inferred_outputs
+    monkeypatch.setattr(folding, "_inferred_outputs", lambda model: inferences.append(1) or original(model))
+    monkeypatch.setattr(fold_session, "_plan", planted)
+    _, report = onnxrefine.optimize_with_report(_mixed_model(), FOLD)
+    assert "fold.shape_mismatch" in report.log.refusal_guards("fold_constants")
+    monkeypatch.setattr(fold_session, "_plan", real)
+    inferences.clear()
+    _, report = onnxrefine.optimize_with_report(_mixed_model(), FOLD)
+    assert "fold.shape_mismatch" not in report.log.refusal_guards("fold_constants")
+    assert inferences == []  # the sweep ran every node: none is inferred again alone (each of 8 was)

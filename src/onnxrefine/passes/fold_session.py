@@ -5,9 +5,11 @@ constants, and a node reading only what earlier nodes folded is evaluated on the
 session per node cost ~2 ms each (llama-kv: 106 of them); here every node the sweep may evaluate
 is an output of one model, run once, and folding.py takes a node's outputs from that run only
 where its inputs are the very values the run computed them from (`SweepResults.outputs`). Every
-guard of folding.py is still asked per node, on the node's own single-node model, before the
-run's outputs stand in for its session; what changes is only where its outputs are computed: the
-same onnxruntime kernel, on the same input values, under the same session options.
+guard of folding.py is still asked per node before the run's outputs stand in for its session,
+its element type and shape those the sweep's shape inference gave the node (inference of each
+node's own single-node model again cost 0.3-0.5 ms a node, a fifth of llama-kv's folding): what
+changes is only where its outputs are computed: the same onnxruntime kernel, on the same input
+values, under the same session options.
 
 Before anything runs, ONNX shape inference over the sweep's model (data propagation bounded as
 in `ir/peak.py`, in the contained child) must give every output of a node its element type and a
@@ -68,6 +70,8 @@ class SweepResults:
     # id(folded constant) -> (the constant, the run's name of the value it replaced)
     folded: dict[int, tuple[ir.Value, str]] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)  # id(output of a planned node) -> run's name
+    # run's value name -> (dtype, static shape) shape inference gave it over the sweep's model
+    types: dict[str, tuple[np.dtype, tuple]] = field(default_factory=dict)
 
     def outputs(self, node: ir.Node) -> list[np.ndarray] | None:
         """The node's named outputs as the run computed them, where each of its inputs is the
@@ -83,6 +87,11 @@ class SweepResults:
             elif value is not source:
                 return None
         return [self.computed[name] for name in plan[2]]
+
+    def inferred(self, node: ir.Node) -> list[tuple[np.dtype, tuple]]:
+        """(dtype, static shape) of each named output of a planned node, as the sweep's shape
+        inference gave them (what its own single-node model's inference would be asked for)."""
+        return [self.types[name] for name in self.planned[id(node)][2]]
 
     def record(self, replaced: ir.Value, constant: ir.Value) -> None:
         """`constant` (folded) stands for `replaced`, a value the run computed."""
@@ -164,6 +173,7 @@ def _plan(model: onnx.ModelProto, nodes, names, arrays, per_tensor_bytes) -> Swe
             sizes.update(zip(outputs, out_bytes))
             result.planned[id(node)] = (node, sources, outputs)
     result.names = {key: name for key, name in names.items() if name in sizes}
+    result.types = {name: types[name] for name in sizes}
     return result
 
 

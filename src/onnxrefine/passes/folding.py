@@ -123,10 +123,14 @@ def _session(model: onnx.ModelProto, check_native: bool) -> ort.InferenceSession
 
 
 def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports: dict[str, int], ir_version: int,
-                  cap_bytes: int, computed: list[np.ndarray] | None = None) -> list[np.ndarray]:
+                  cap_bytes: int, computed: list[np.ndarray] | None = None,
+                  computed_types: list[tuple[np.dtype, tuple]] | None = None) -> list[np.ndarray]:
     """The node's outputs on constant inputs, as onnxruntime computes them; RewriteRefused when a
     guard declines. `computed`: its outputs as a run of its sweep computed them on these very
-    inputs (fold_session.py), checked as a session's would be."""
+    inputs (fold_session.py), checked as a session's would be, against `computed_types` (the
+    sweep's inference of the node's outputs: dtype, static shape) where given."""
+    if computed is not None and computed_types is not None:
+        return _checked(computed, computed_types, cap_bytes)
     model, feeds, outputs = _single_node_model(node, arrays, opset_imports, ir_version)
     inferred = _inferred_outputs(model)
     for name in outputs:
@@ -152,12 +156,17 @@ def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports:
         raise
     except Exception as ort_error:
         results = _reference_fallback(model, feeds, outputs, inferred, ort_error)
+    types = [(onnx.helper.tensor_dtype_to_np_dtype(inferred[name][0]), inferred[name][1]) for name in outputs]
+    return _checked(results, types, cap_bytes)
+
+
+def _checked(results, types: list[tuple[np.dtype, tuple | None]], cap_bytes: int) -> list[np.ndarray]:
+    """The results, refused unless each is a tensor of the inferred dtype and (where inference gave
+    one) shape, within the cap."""
     checked = []
-    for name, result in zip(outputs, results):
+    for result, (expected, shape) in zip(results, types):
         if not isinstance(result, np.ndarray):
             raise RewriteRefused("fold.not_tensor", "the result is not a tensor")
-        elem_type, shape = inferred[name]
-        expected = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
         if result.dtype != expected and not (expected == np.dtype(object) and result.dtype.kind in "OU"):
             raise RewriteRefused("fold.dtype_mismatch", f"the result has dtype {result.dtype}, inference says {expected}")
         if shape is not None and tuple(result.shape) != shape:
@@ -243,8 +252,9 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
         source_bytes = max((a.nbytes for a in arrays if a is not None), default=0)
         cap = max(pctx.budget.per_tensor_bytes, source_bytes)
         try:
-            results = evaluate_node(node, arrays, opsets, model.ir_version or 8, cap,
-                                    sweep.outputs(node) if sweep is not None else None)
+            computed = sweep.outputs(node) if sweep is not None else None
+            results = evaluate_node(node, arrays, opsets, model.ir_version or 8, cap, computed,
+                                    None if computed is None else sweep.inferred(node))
             replacements = []
             for output, result in zip([o for o in node.outputs if o.name], results):
                 if _overflowed(node, arrays, result):
