@@ -79,9 +79,9 @@ def verify_models(original, candidate, *,
 
     `inputs`: one input set (name -> array) or a sequence of them; when None, `trials` random
     sets plus (with `stress`) the stress sets of inputs.py are generated from `seed` and `dims`.
-    `trials` is also the number of perturbation runs of the original per set (at least 8 when the
-    graph holds discrete ops). `time_budget_s`: once spent, no further input sets are started
-    (the first set always runs); the report notes how many were skipped.
+    `trials` is also the number of perturbation runs of the original per set (at least 8 when a
+    discrete op can see what they move: verify/discrete.py). `time_budget_s`: once spent, no
+    further input sets are started (the first set always runs); the report notes how many were skipped.
 
     Besides the strict runs (optimizations off, one thread), both models run under `deployment`
     (default: onnxruntime's default level, ORT_ENABLE_ALL; None: strict only); the candidate is

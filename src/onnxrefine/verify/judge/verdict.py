@@ -96,9 +96,9 @@ unstable positions (controls on the ORIGINAL: CONTROLS in rules.py, each named w
 Judgement.unstable_by counts the unexplained elements each one marked)
     - the original run twice on the same inputs: any element that differs;
     - the original on float inputs moved by up to PERTURB_ULPS ulps (checkerboard runs, then random
-      ones; at least 8 when the graph holds discrete ops): an element whose class changes, an
-      integer element that changes, or, behind a discontinuous op (Floor, Round, comparisons,
-      Cast to int, ...: graphinfo.DISCRETE_OPS), a float element that moves by more than
+      ones; at least 8 when a discrete op can see what they move, verify/discrete.py): an element
+      whose class changes, an integer element that changes, or, behind a discontinuous op (Floor,
+      Round, comparisons, Cast to int, ...: graphinfo.DISCRETE_OPS), a float element that moves by more than
       JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O) -- each only where the candidate lies within
       the range the moved originals span, and the jump/discrete ones only where rounding reaches a
       decision behind the output (SetEvidence.exact_decisions is False).
