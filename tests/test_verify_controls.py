@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-import onnxrefine.verify.session as verify_package  # where the perturbation runs live
+import onnxrefine.verify.session as verify_package  # where the perturbation runs are called
 from onnxrefine.verify import verify_models
 
 

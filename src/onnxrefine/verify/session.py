@@ -41,8 +41,7 @@ from onnxrefine.verify.reference import UnsupportedOperatorError
 from onnxrefine.verify.judge import EXACT, ROUNDING, excuse_float16_runtime
 from onnxrefine.verify.report import VerificationReport
 from onnxrefine.verify.runs import OriginalRuns, add_perturbation_runs, candidate_runs
-from onnxrefine.verify.ort import (ModelRunner, RunFailedError, RunSettings, check_run_settings, open_model,
-                                   whole_proto)
+from onnxrefine.verify.ort import RunSettings, check_run_settings, open_model, whole_proto
 
 __all__ = ["DECLINING_REFERENCE", "DecliningReference", "ReferenceEvaluator", "VerificationSession",
            "float64_reference"]
@@ -481,8 +480,6 @@ class VerificationSession:
                                               VerificationReport.overall(report.outputs, section)])
         report.timings["localisation_s"] = section.get("seconds", 0.0)
 
-
-# -- the perturbation runs (a module function: tests spy on it) ---------------------------------
 
 def _whole_proto(given, role: str) -> onnx.ModelProto | None:
     return whole_proto(given, role, LOCALIZE_MAX_BYTES)
