@@ -314,8 +314,18 @@ def test_auto_mode_cuts_to_the_kept_sets_rather_than_skip(monkeypatch, spy):
     _, report = onnxrefine.optimize_with_report(model, verify=VerifySettings())
     assert report.verification["status"] == "verified"
     assert report.verification["input_sets"] == ["random0", "stress:inf_nan"]
-    assert "3 more set(s) left out to fit the budget of" in report.verification["plan"]
+    # the plan says the kept sets do not fit the budget either, rather than that they were cut to fit it
+    assert "3 more set(s) left out, and the 2 kept (the fewest auto mode verifies on) still over the budget of" \
+        in report.verification["plan"]
     assert len(spy) == 1
+
+
+def test_a_plan_cut_to_its_budget_says_so_and_one_still_over_it_says_that():
+    kwargs = dict(forced=False, trials=1, seed=0, dims=None, inputs=None, weight_bytes=0, limit_s=1e6)
+    over = verify_plan.make_plan(conv_bn_residual(), budget_s=0.0, **kwargs)
+    assert len(over.sets) == 2 and "still over the budget of 0 s" in over.text
+    fits = verify_plan.make_plan(conv_bn_residual(), budget_s=over.estimate_s * 1.01, **kwargs)
+    assert len(fits.sets) == 2 and "left out to fit the budget of" in fits.text and "still over" not in fits.text
 
 
 def test_the_estimate_grows_with_the_work():

@@ -276,7 +276,10 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
                   f"{limit_text or f'{limit_s:g} s'} (--verify-budget)")
         return VerifyPlan(False, f"skipped: {reason}", estimate_s=estimate, reason=reason)
     dropped = len(sets) - count
-    cut = f"; {dropped} more set(s) left out to fit the budget of {budget_text}" if dropped else ""
+    cut = "" if not dropped else (
+        f"; {dropped} more set(s) left out to fit the budget of {budget_text}" if estimate <= budget_s else
+        f"; {dropped} more set(s) left out, and the {count} kept (the fewest auto mode verifies on) still "
+        f"over the budget of {budget_text}")
     text = (f"verifying end to end on {count} input set(s): ~{estimate:.1f} s estimated ({work}{cut})")
     return VerifyPlan(True, text, sets[:count], trials, estimate)
 
