@@ -118,6 +118,13 @@ def test_random_values_move_on_every_run():
     nodes = [helper.make_node("RandomUniform", [], ["u"], shape=[4]), helper.make_node("Floor", ["u"], ["y"])]
     model = _model(nodes, [], [helper.make_tensor_value_info("y", F, None)])
     assert perturbation_sees_discrete_ops(model)
+    # also from inside a function that reads nothing that moves: its output moves on its own
+    noise = helper.make_function("local", "Noise", ["shape"], ["u"],
+                                 [helper.make_node("RandomUniformLike", ["shape"], ["u"])], [helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Noise", ["zeros"], ["u"], domain="local"), helper.make_node("Floor", ["u"], ["y"])]
+    model = _model(nodes, [], [helper.make_tensor_value_info("y", F, None)], [("zeros", np.zeros(4, np.float32))],
+                   functions=[noise])
+    assert perturbation_sees_discrete_ops(model)
 
 
 def test_the_shape_tables_are_ops_onnx_knows_and_do_not_overlap():

@@ -16,15 +16,15 @@ op's output shape moves where an input's shape does, or where any input's values
 op is one whose output shape follows from its inputs' shapes and attributes alone
 (SHAPE_FROM_SHAPES), or from them and the values of named inputs (SHAPE_INPUTS: a Reshape's
 target, a Resize's sizes) that do not move; NonZero, Unique, Compress and any op not listed are
-shaped by every input's values. A value read from an
-enclosing scope, or of a name the pass does not know, moves in both.
+shaped by every input's values. A value read from an enclosing scope, or of a name the pass does
+not know, moves in both.
 
 Where it cannot follow the data it counts the op as discrete, as the whole-graph check did and
 more: an If, Loop or Scan whose bodies hold a discrete op, and a call of a local function whose
-body (or a function it calls) holds one, count when any of their inputs moves; their outputs
-move in both. Fewer runs only take away excuses (the controls mark positions the original does
-not hold still; a position not marked is judged by the bound), so a discrete op missed here
-could make a verdict stricter, never a wrong model pass.
+body (or a function it calls) holds one, count when any of their inputs moves (a body holding a
+random op moves on its own); their outputs move in both. The extra runs are there to find where a
+discrete op makes the original jump; a graph whose discrete ops read nothing the runs move gets
+the runs of a graph without any, which is what it is as far as the runs can tell.
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ def perturbation_sees_discrete_ops(model: onnx.ModelProto) -> bool:
         shape_moves.setdefault(init.name, False)
     functions = {(f.domain, f.name): f for f in model.functions}
     bodies_jump: dict[tuple, bool] = {}
+    bodies_random: dict[tuple, bool] = {}
 
     def moves(name: str) -> bool:
         return values_move.get(name, True) or shape_moves.get(name, True)
@@ -99,8 +100,9 @@ def perturbation_sees_discrete_ops(model: onnx.ModelProto) -> bool:
             # an op with bodies, which also read the enclosing scope, or a call of a local function
             bodied = node.op_type in _SUBGRAPH_OPS or any(a.HasField("g") or len(a.graphs) for a in node.attribute)
             opaque = bodied or (node.domain, node.op_type) in functions
-            read_moving = bodied or node.op_type in _RANDOM or any(moves(name) for name in names)
-            if read_moving and (is_jump(node) or (opaque and _holds_jump(node, functions, bodies_jump))):
+            read_moving = bodied or node.op_type in _RANDOM or any(moves(name) for name in names) \
+                or (opaque and _holds(node, functions, bodies_random, _is_random))
+            if read_moving and (is_jump(node) or (opaque and _holds(node, functions, bodies_jump, is_jump))):
                 return True
             moved_values = read_moving
             moved_shape = opaque or any(shape_moves.get(name, True) for name in names) \
@@ -121,18 +123,22 @@ def _shaping_inputs(node: onnx.NodeProto, standard: bool) -> list[str]:
     return [name for name in node.input if name]
 
 
-def _holds_jump(node: onnx.NodeProto, functions: dict, seen: dict) -> bool:
+def _is_random(node: onnx.NodeProto) -> bool:
+    return node.op_type in _RANDOM
+
+
+def _holds(node: onnx.NodeProto, functions: dict, seen: dict, kind) -> bool:
     """Whether `node`'s subgraph bodies, or the local function it calls (and those its body calls),
-    hold a discrete op anywhere."""
+    hold an op of `kind` anywhere; `seen` memoizes each function's answer for this kind."""
     key = (node.domain, node.op_type)
     if key in functions:
         if key not in seen:
             seen[key] = False  # a recursive call holds what the first visit finds
-            seen[key] = any(is_jump(inner) or _holds_jump(inner, functions, seen) for inner in functions[key].node)
+            seen[key] = any(kind(inner) or _holds(inner, functions, seen, kind) for inner in functions[key].node)
         if seen[key]:
             return True
     for attr in node.attribute:
         for graph in list(attr.graphs) + ([attr.g] if attr.HasField("g") else []):
-            if any(is_jump(inner) or _holds_jump(inner, functions, seen) for inner in graph.node):
+            if any(kind(inner) or _holds(inner, functions, seen, kind) for inner in graph.node):
                 return True
     return False
