@@ -118,6 +118,12 @@ def test_random_values_move_on_every_run():
     nodes = [helper.make_node("RandomUniform", [], ["u"], shape=[4]), helper.make_node("Floor", ["u"], ["y"])]
     model = _model(nodes, [], [helper.make_tensor_value_info("y", F, None)])
     assert perturbation_sees_discrete_ops(model)
+    # a Dropout in training mode draws its mask anew on every run, on constant inputs too
+    nodes = [helper.make_node("Dropout", ["ones", "ratio", "training"], ["d"]), helper.make_node("Floor", ["d"], ["y"])]
+    model = _model(nodes, [], [helper.make_tensor_value_info("y", F, None)],
+                   [("ones", np.ones(4, np.float32)), ("ratio", np.array(0.5, np.float32)),
+                    ("training", np.array(True))])
+    assert perturbation_sees_discrete_ops(model)
     # also from inside a function that reads nothing that moves: its output moves on its own
     noise = helper.make_function("local", "Noise", ["shape"], ["u"],
                                  [helper.make_node("RandomUniformLike", ["shape"], ["u"])], [helper.make_opsetid("", 17)])

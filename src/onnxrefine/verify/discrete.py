@@ -65,9 +65,10 @@ SHAPE_INPUTS = {
 }
 _SHAPE_READERS = frozenset({"Shape", "Size"})
 _SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan"})
-# Ops whose values differ from run to run whatever their inputs: every run moves them.
+# Ops whose values may differ from run to run whatever their inputs: every run moves them (a
+# Dropout in training mode draws its mask anew).
 _RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-                     "Bernoulli"})
+                     "Bernoulli", "Dropout"})
 _STANDARD = ("", "ai.onnx")
 
 
