@@ -123,14 +123,14 @@ def _session(model: onnx.ModelProto, check_native: bool) -> ort.InferenceSession
 
 
 def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports: dict[str, int], ir_version: int,
-                  cap_bytes: int, computed: list[np.ndarray] | None = None,
-                  computed_types: list[tuple[np.dtype, tuple]] | None = None) -> list[np.ndarray]:
+                  cap_bytes: int, computed: tuple[list[np.ndarray], list[tuple[np.dtype, tuple]]] | None = None
+                  ) -> list[np.ndarray]:
     """The node's outputs on constant inputs, as onnxruntime computes them; RewriteRefused when a
     guard declines. `computed`: its outputs as a run of its sweep computed them on these very
-    inputs (fold_session.py), checked as a session's would be, against `computed_types` (the
-    sweep's inference of the node's outputs: dtype, static shape) where given."""
-    if computed is not None and computed_types is not None:
-        return _checked(computed, computed_types, cap_bytes)
+    inputs (fold_session.py) and the sweep's inference of them (dtype, static shape), checked as a
+    session's would be against its own inference."""
+    if computed is not None:
+        return _checked(*computed, cap_bytes)
     model, feeds, outputs = _single_node_model(node, arrays, opset_imports, ir_version)
     inferred = _inferred_outputs(model)
     for name in outputs:
@@ -148,10 +148,7 @@ def evaluate_node(node: ir.Node, arrays: list[np.ndarray | None], opset_imports:
     low_precision = any(is_low_precision(a.dtype) for a in arrays if a is not None) or any(
         is_low_precision(onnx.helper.tensor_dtype_to_np_dtype(inferred[name][0])) for name in outputs)
     try:
-        if computed is not None and not low_precision:
-            results = computed
-        else:
-            results = _session(model, check_native=low_precision).run(outputs, feeds)
+        results = _session(model, check_native=low_precision).run(outputs, feeds)
     except RewriteRefused:
         raise
     except Exception as ort_error:
@@ -253,8 +250,8 @@ def fold_graph(pctx: PassContext, graph: ir.Graph, in_function: bool, only: froz
         cap = max(pctx.budget.per_tensor_bytes, source_bytes)
         try:
             computed = sweep.outputs(node) if sweep is not None else None
-            results = evaluate_node(node, arrays, opsets, model.ir_version or 8, cap, computed,
-                                    None if computed is None else sweep.inferred(node))
+            results = evaluate_node(node, arrays, opsets, model.ir_version or 8, cap,
+                                    None if computed is None else (computed, sweep.inferred(node)))
             replacements = []
             for output, result in zip([o for o in node.outputs if o.name], results):
                 if _overflowed(node, arrays, result):

@@ -19,7 +19,7 @@ from onnxrefine.verify import graphinfo
 from onnxrefine.verify import judge
 from onnxrefine.verify.report import OutputReport
 from onnxrefine.verify.ort import RunFailedError, RunSettings, key_differences
-from onnxrefine.verify.judge import EXACT, MISMATCH, ROUNDING, UNSTABLE
+from onnxrefine.verify.judge import EXACT, MISMATCH, UNSTABLE
 
 
 class Track:

@@ -98,10 +98,10 @@ Judgement.unstable_by counts the unexplained elements each one marked)
     - the original on float inputs moved by up to PERTURB_ULPS ulps (checkerboard runs, then random
       ones; at least 8 when a discrete op can see what they move, verify/discrete.py): an element
       whose class changes, an integer element that changes, or, behind a discontinuous op (Floor,
-      Round, comparisons, Cast to int, ...: graphinfo.DISCRETE_OPS), a float element that moves by more than
-      JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O) -- each only where the candidate lies within
-      the range the moved originals span, and the jump/discrete ones only where rounding reaches a
-      decision behind the output (SetEvidence.exact_decisions is False).
+      Round, comparisons, Cast to int, ...: graphinfo.DISCRETE_OPS), a float element that moves
+      by more than JUMP * (PERTURB_ULPS + n) * u * max(|O_i|, m_O) -- each only where the
+      candidate lies within the range the moved originals span, and the jump/discrete ones only
+      where rounding reaches a decision behind the output (SetEvidence.exact_decisions is False).
 """
 
 from __future__ import annotations

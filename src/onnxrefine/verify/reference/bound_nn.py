@@ -233,13 +233,13 @@ def _stacked_nonnegative(product, lefts, right, n: int):
     product is at most (l32 w32 + e (l32 + w32) + e^2) / (1 - u)^2; a sum of n nonnegative float32
     products rounds each term at most n times, and below the normal range by at most tiny a step.
     Hence the exact product is at most (computed + n tiny + n e (max l32 + max w32 + e)) over
-    (1 - u)^2 (1 - n u). Where every float32 entry of `right` is normal (no zero, no subnormal), its
-    rounding is relative, and its term e * l32 drops out. A left operand beyond _F32_LEFT_MAX is handed
-    over as left * 2^-k and its bound multiplied by 2^k, both exact: the bound of
-    product(left * 2^-k, right) so scaled is one of product(left, right), its absolute terms 2^k
-    times larger (e * w32 and tiny: far below 2^k itself). An entry is None where float32 cannot hold that left operand (a NaN or an
-    infinity in it) or its product (its caller computes it in float64); the whole result None where
-    it cannot hold `right` or n is that large (a float32 `right`, or None, is _narrow_right's, checked
+    (1 - u)^2 (1 - n u). Where every float32 entry of `right` is normal (no zero, no subnormal),
+    its rounding is relative and its term e * l32 drops out. A left operand beyond _F32_LEFT_MAX is
+    handed over as left * 2^-k and its bound multiplied by 2^k, both exact: the bound of
+    product(left * 2^-k, right) so scaled, its absolute terms with it, is one of product(left,
+    right). An entry is None where float32 cannot hold that left operand (a NaN or an infinity in
+    it) or its product (its caller computes it in float64); the whole result None where it cannot
+    hold `right` or n is that large (a float32 `right`, or None, is _narrow_right's, checked
     there)."""
     if n * _U32 >= 0.5 or right is None:
         return None
