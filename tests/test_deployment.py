@@ -179,3 +179,55 @@ def test_sessions_pool_threads_sleep_rather_than_spin(settings):
     from onnxrefine.verify.ort.settings import session_options
 
     assert session_options(settings).get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def transposed_weight(folded: bool, m: int = 8, k: int = 256, n: int = 256) -> onnx.ModelProto:
+    """x @ W^T with the Transpose computed (the weight is no initializer of the MatMul) or folded
+    into the initializer: an exact rewrite, the same products summed the same way."""
+    weight = np.random.default_rng(2).standard_normal((n, k)).astype(np.float32)
+    if folded:
+        nodes, inits = [helper.make_node("MatMul", ["x", "wt"], ["y"])], [
+            numpy_helper.from_array(np.ascontiguousarray(weight.T), "wt")]
+    else:
+        nodes = [helper.make_node("Transpose", ["w"], ["wt"]), helper.make_node("MatMul", ["x", "wt"], ["y"])]
+        inits = [numpy_helper.from_array(weight, "w")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _strict_outputs(model, settings):
+    import onnxruntime as ort
+
+    from onnxrefine.verify.ort.settings import session_options
+
+    session = ort.InferenceSession(model.SerializeToString(), session_options(settings),
+                                   providers=["CPUExecutionProvider"])
+    feeds = {"x": np.random.default_rng(3).standard_normal((8, 256)).astype(np.float32)}
+    return session.run(None, feeds)[0]
+
+
+def test_strict_runs_do_not_prepack_so_a_folded_transpose_stays_exact():
+    """A prepacked weight takes another blocking of the sum: with prepacking (onnxruntime's default)
+    folding a Transpose into a MatMul's weight changes the rounding, and the strict track would
+    send an exact rewrite to the float64 reference. Strict sessions turn it off."""
+    original, folded = transposed_weight(False), transposed_weight(True)
+    strict = RunSettings.strict()
+    assert not strict.prepacking and "no weight prepacking" in strict.describe()
+    assert np.array_equal(_strict_outputs(original, strict), _strict_outputs(folded, strict))
+    report = verify_models(original, folded, trials=1, stress=False, deployment=None)
+    assert report.verdict == "exact" and report.outputs[0].differing == 0
+    assert report.settings["strict"]["prepacking"] is False
+    packed = RunSettings(level="disable", threads=1)
+    if np.array_equal(_strict_outputs(original, packed), _strict_outputs(folded, packed)):
+        pytest.skip("this onnxruntime build's prepacked MatMul sums as the unpacked one here: "
+                    "the case shows nothing")
+
+
+def test_certificate_sessions_do_not_prepack():
+    from onnxrefine.runtime import strict_session
+
+    session = strict_session(transposed_weight(True).SerializeToString())
+    assert session.get_session_options().get_session_config_entry("session.disable_prepacking") == "1"

@@ -8,7 +8,9 @@ verdict stayed as it was. Later, every output row and localised value gained
 rounding bound `derived` (whether the derived per-element bound judges the candidate); nothing else
 changed. Without the reference, localisation's run count rose from 24 to 40 when the fallback rule
 stopped lending every element the output's RMS: intermediates that rounding explains only with the
-original's sensitivity now get their perturbation runs; every verdict stayed as it was.
+original's sensitivity now get their perturbation runs; every verdict stayed as it was. The run
+settings then gained `prepacking` (strict runs do not prepack weights: verify/ort/settings.py);
+nothing else changed.
 
 The model is elementwise IEEE arithmetic only (Mul, Add, Div, Relu, Greater: each correctly rounded
 in every onnxruntime build), so the figures do not depend on the machine's SIMD paths.

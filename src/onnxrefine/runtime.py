@@ -49,14 +49,16 @@ def require_onnxruntime():
 
 
 def strict_session(model_bytes: bytes):
-    """An onnxruntime session over a serialized model without graph optimizations, on one thread,
-    sequential and quiet (failures come back as exceptions): how a check runs a small model."""
+    """An onnxruntime session over a serialized model without graph optimizations or weight
+    prepacking, on one thread, sequential and quiet (failures come back as exceptions): how a check
+    runs a small model (verify/ort/settings.py says why strict runs do not prepack)."""
     ort = require_onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.disable_prepacking", "1")
     options.log_severity_level = 4
     return ort.InferenceSession(model_bytes, sess_options=options, providers=["CPUExecutionProvider"])
 

@@ -3,7 +3,10 @@ it will be deployed (`RunSettings`: optimization level, execution providers, thr
 session options that say so.
 
 Strict: onnxruntime's own optimizations are off so that the model we run is the model we were
-given; one thread so that reductions sum in the same order on every run.
+given; one thread so that reductions sum in the same order on every run; no weight prepacking, so
+that a MatMul or Conv runs the same kernel whether its weight is an initializer or computed (a
+prepacked weight takes another blocking of the sum: an exact rewrite that makes a weight constant,
+a Transpose folded into it, would change the rounding), and no session copies every weight to pack it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from onnxrefine.errors import BadInputError
 
 ORT_LEVELS = ("disable", "basic", "extended", "all")
+DISABLE_PREPACKING_KEY = "session.disable_prepacking"  # onnxruntime's session option
 
 
 @dataclass(frozen=True)
@@ -24,17 +28,20 @@ class RunSettings:
     level: str = "all"
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     threads: int = 0
+    prepacking: bool = True  # onnxruntime's default: kernels repack constant weights at load
 
     @classmethod
     def strict(cls) -> "RunSettings":
-        return cls(level="disable", providers=("CPUExecutionProvider",), threads=1)
+        return cls(level="disable", providers=("CPUExecutionProvider",), threads=1, prepacking=False)
 
     def describe(self) -> str:
         threads = "default threads" if self.threads == 0 else f"{self.threads} thread(s)"
-        return f"level {self.level}, {', '.join(self.providers)}, {threads}"
+        return f"level {self.level}, {', '.join(self.providers)}, {threads}" + (
+            "" if self.prepacking else ", no weight prepacking")
 
     def to_dict(self) -> dict:
-        return {"level": self.level, "providers": list(self.providers), "threads": self.threads}
+        return {"level": self.level, "providers": list(self.providers), "threads": self.threads,
+                "prepacking": self.prepacking}
 
 
 def check_run_settings(settings: RunSettings | None, custom_op_library: str | None = None) -> None:
@@ -90,6 +97,8 @@ def session_options(settings: RunSettings, custom_op_library: str | None = None)
     # about half the CPU of a run on the default threads (efficientnet_b0, resnet18, densenet121,
     # ssdlite320 on a loaded 2-core machine), where spinning threads take CPU from the one working.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not settings.prepacking:
+        options.add_session_config_entry(DISABLE_PREPACKING_KEY, "1")
     options.log_severity_level = 4  # failures come back as exceptions; no console noise
     if custom_op_library is not None:
         options.register_custom_ops_library(os.path.abspath(custom_op_library))
