@@ -397,3 +397,28 @@ def test_a_scoped_child_that_dies_is_a_resource_problem_and_the_next_one_runs(mo
             runner.run(FEEDS)
     with ModelRunner(small, scoped=True) as runner:
         assert np.all(runner.run(FEEDS)["y"] == 41.0)
+
+
+def test_verification_sessions_of_small_weights_are_watched_by_forks(example, monkeypatch):
+    """A watched session of verification makes a few runs and is closed: with small weights its
+    child is a fork (no interpreter's imports to pay); with large ones a new interpreter (a fork
+    would copy every page this process writes while it lives)."""
+    from onnxrefine.verify import runs, verify_models
+    from onnxrefine.verify.ort import child
+
+    monkeypatch.setenv("ONNXREFINE_WATCH", "always")
+    kinds = []
+
+    class Recording(ModelRunner):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            kinds.append(type(self.watched.worker.process) if self.watched is not None else None)
+
+    monkeypatch.setattr(runs, "ModelRunner", Recording)
+    report = verify_models(example, example, trials=1, stress=False)
+    assert report.verdict == "exact" and kinds and all(kind is child._Forked for kind in kinds), kinds
+    kinds.clear()
+    monkeypatch.setattr(runs, "KEEP_OPEN_MAX_BYTES", 0)
+    report = verify_models(example, example, trials=1, stress=False)
+    assert report.verdict == "exact" and kinds and all(kind is not None and kind is not child._Forked
+                                                       for kind in kinds), kinds

@@ -10,6 +10,13 @@ the others. The original's session stays open across the candidate's runs when i
 small (KEEP_OPEN_MAX_BYTES: two sessions' copies are cheap there); a larger one is closed first
 (sessions run one at a time, each holding the weights) and opened again only when a set differs.
 The controls' perturbation runs of the original (add_perturbation_runs) are made here too.
+
+Where a session must be watched (resources.py: its peak is uncertain, a shape no inference
+resolves) and the weights are small, the watching child is a fork of this process (`_runner`):
+each session here makes a few runs and is closed, and a new interpreter's imports cost about
+0.1 s of CPU (tiny_yolo's original, a Resize of computed sizes, verified in 0.74 s of CPU before,
+0.65 s after). Large weights keep the new interpreter: a fork shares this process's pages, and
+every page this process writes while the child lives is copied.
 """
 
 from __future__ import annotations
@@ -29,6 +36,13 @@ from onnxrefine.verify.ort import ModelRunner, RunFailedError, proto_tensor_byte
 KEEP_OPEN_MAX_BYTES = 128 * 1024 * 1024
 
 
+def _runner(model_file, role, settings, custom_op_library) -> ModelRunner:
+    """A session for a few runs; watched (if at all) by a forked child where the weights are small
+    (the module docstring)."""
+    small = proto_tensor_bytes(model_file.proto) <= KEEP_OPEN_MAX_BYTES
+    return ModelRunner(model_file, role, settings, custom_op_library, scoped=small)
+
+
 class OriginalRuns:
     """The original's first run on each set under one RunSettings, and the session they ran in
     while it is kept open for the re-runs (None: closed, see the module docstring)."""
@@ -40,7 +54,7 @@ class OriginalRuns:
     def first_runs(self, labelled, deadline, given_inputs):
         """(output names, per set the first run's outputs or None for a branch set that failed,
         map outputs); stops starting sets past `deadline` (perf_counter seconds)."""
-        runner = ModelRunner(self.model_file, "original model", self.settings, self.custom_op_library)
+        runner = _runner(self.model_file, "original model", self.settings, self.custom_op_library)
         try:
             results = []
             for index, (label, feeds) in enumerate(labelled):
@@ -75,8 +89,8 @@ class OriginalRuns:
                          if not _candidate_identical(track, index, first, output_names, output_map)]
             seconds = dict.fromkeys(range(len(firsts)))
             if differing:
-                runner = self.runner or ModelRunner(self.model_file, "original model", self.settings,
-                                                    self.custom_op_library)
+                runner = self.runner or _runner(self.model_file, "original model", self.settings,
+                                                self.custom_op_library)
                 self.runner = runner
                 for index in differing:
                     progress.report(detail=f"input set {labelled[index][0]}: original re-run ({self.settings.level})")
@@ -130,7 +144,7 @@ def candidate_runs(track, run, custom_op_library) -> None:
     if run.candidate_failure is not None:
         return
     try:
-        runner = ModelRunner(candidate_file, "candidate model", track.settings, custom_op_library)
+        runner = _runner(candidate_file, "candidate model", track.settings, custom_op_library)
     except ResourceLimitError:
         raise  # over the budget: verification cannot say anything, the candidate is not to blame
     except BadInputError as exc:
@@ -151,7 +165,7 @@ def candidate_runs(track, run, custom_op_library) -> None:
 def add_perturbation_runs(track, original_file, labelled, indices, count, seed, custom_op_library) -> None:
     """Controls on the original on the sets `indices`: runs on inputs moved by a few ulps, under
     the track's own settings."""
-    with ModelRunner(original_file, "original model (perturbation runs)", track.settings, custom_op_library) as runner:
+    with _runner(original_file, "original model (perturbation runs)", track.settings, custom_op_library) as runner:
         for index in indices:
             feeds = labelled[index][1]
             if evidence.has_nonfinite(feeds):
