@@ -102,3 +102,39 @@ def test_merge_keeps_maxima():
     merged = compare.merge([first, second])
     assert merged.differing == 2 and merged.size == 4
     assert merged.max_abs == pytest.approx(0.5)
+
+
+def _value_class_by_select(values):
+    values = np.asarray(values, dtype=np.float64)
+    return np.select([np.isnan(values), values == np.inf, values == -np.inf], [3, 1, 2], 0)
+
+
+def _bit_identical_through_float64(a, b):
+    view = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    same = np.ascontiguousarray(a).view(view) == np.ascontiguousarray(b).view(view)
+    return same | (np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64)))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16,
+                                   ml_dtypes.float8_e4m3fn])
+@pytest.mark.parametrize("specials", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_paths_of_value_class_and_bit_identical_agree_with_the_whole_forms(dtype, specials, seed):
+    """The all-finite and all-identical shortcuts give what the whole forms give, element for element
+    (NaNs of any payload alike, -0 and +0 apart, every class told apart)."""
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((7, 5)) * 4).astype(dtype)
+    b = a.copy()
+    if specials:
+        flat = a.reshape(-1)
+        for index, value in zip(rng.choice(flat.size, 6, replace=False), (np.nan, np.inf, -np.inf, -0.0, 0.0, np.nan)):
+            flat[index] = value
+        b = a.copy()
+        b.reshape(-1)[rng.choice(flat.size, 5, replace=False)] = np.asarray([np.nan, 1.0, -0.0, np.inf, 2.0], dtype)
+    if seed % 2:
+        b = a.copy()  # identical: the shortcut
+    for values in (a, b):
+        got = compare.value_class(values)
+        assert got.dtype == np.int64 and np.array_equal(got, _value_class_by_select(values))
+    got = compare.bit_identical(a, b)
+    assert got.dtype == bool and np.array_equal(got, _bit_identical_through_float64(a, b))
