@@ -560,3 +560,27 @@ def test_fallback_stays_float64():
                        {"x": x, "l": i64([1, 3])}, ["y"])
     got = evaluate_float64(model, {"x": x, "l": i64([1, 3])})["y"]
     assert got.dtype == np.float64
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_window_max_is_np_max_over_the_window_axes_bit_for_bit(seed):
+    """The MaxPool kernel's per-position np.maximum gives np.max's values over any window geometry
+    (1-3 spatial axes, strides), dtype and signed zero, where no element is NaN."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    from onnxrefine.verify.reference.kernels.nn import window_max
+
+    rng = np.random.default_rng(seed)
+    d = int(rng.integers(1, 4))
+    sizes = tuple(int(v) for v in rng.integers(3, 8, d))
+    kernel = tuple(int(rng.integers(1, min(size, 4) + 1)) for size in sizes)
+    dtype = [np.float64, np.float32, np.int8, np.int64][seed % 4]
+    pool = [0.0, -0.0, 1.0, -1.0, 3.5, -2e300] if dtype == np.float64 else [0, -1, 1, 7, -7]
+    x = rng.choice(np.asarray(pool), size=(2, 3) + sizes).astype(dtype)
+    win = sliding_window_view(x, kernel, axis=tuple(range(2, 2 + d)))
+    stride = tuple(slice(None, None, int(rng.integers(1, 3))) for _ in range(d))
+    win = win[(slice(None), slice(None)) + stride]
+    expected = np.max(win, axis=tuple(range(2 + d, 2 + 2 * d)))
+    got = window_max(win, d)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(expected).view(np.uint8))
