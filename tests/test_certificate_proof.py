@@ -468,3 +468,50 @@ def test_a_declared_zero_sign_lets_the_proof_accept_x_plus_zero(monkeypatch):
     optimized, report = onnxrefine.optimize_with_report(_add_zero_model("Add", np.zeros((), np.float32)), [name])
     (entry,) = report.log.applied
     assert entry.certificate.startswith("certified: proved") and "declared unread" in entry.certificate
+
+
+def _cast_model(to: int, reader: str = "Relu", like: bool = False):
+    """x (float32) -> Cast(to) or CastLike(like of that type) -> reader."""
+    from onnx import TensorProto
+
+    if like:
+        dtype = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}[to]
+        nodes = [helper.make_node("CastLike", ["x", "like"], ["y"]), helper.make_node(reader, ["y"], ["r"])]
+        inits = [tensor("like", np.zeros((), dtype))]
+    else:
+        nodes = [helper.make_node("Cast", ["x"], ["y"], to=to), helper.make_node(reader, ["y"], ["r"])]
+        inits = []
+    return make_model(nodes, [value_info("x", shape=[2, 3])], [value_info("r", to, shape=None)], inits)
+
+
+@pytest.mark.parametrize("like", [False, True])
+def test_a_cast_to_its_own_type_is_proved_by_definition_and_the_outputs_agree(like):
+    from onnx import TensorProto
+
+    model = _cast_model(TensorProto.FLOAT, like=like)
+    optimized, report = onnxrefine.optimize_with_report(model, ["eliminate_nop_cast"])
+    assert op_types(optimized) == ["Relu"]
+    (entry,) = report.log.applied
+    assert entry.certificate.startswith("certified: proved: a ") and "FLOAT to FLOAT" in entry.certificate
+    x = np.array([[-0.0, 1e-45, -np.inf], [np.nan, 3.0, -2.0]], np.float32)
+    np.testing.assert_array_equal(run(optimized, {"x": x})[0], run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("like", [False, True])
+def test_a_wrong_cast_removal_is_not_proved_and_its_run_refuses_it(monkeypatch, like):
+    """A planted rule drops every Cast and CastLike: to float16 it changes the values (3.1 rounds,
+    1e5 overflows), so the proof must see the types differ and the run refuse it."""
+    from onnx import TensorProto
+
+    def drop(m, ctx):
+        return Replacement([], {m.root.outputs[0]: m["x"]})
+
+    pattern = Op("CastLike", Var("x"), Var("like")) if like else Op("Cast", Var("x"))
+    spec = PassSpec("planted_drop_cast", "test only", rules=(Rule("drop_cast", pattern, drop),), default=False)
+    plant_pass(monkeypatch, spec)
+    model = _cast_model(TensorProto.FLOAT16, like=like)
+    optimized, report = onnxrefine.optimize_with_report(model, [spec.name])
+    assert not any(e.certificate.startswith("certified: proved") for e in report.log.applied)
+    refused = [r.reason for r in report.log.refused.values() if r.rule == "drop_cast"]
+    assert refused and refused[0].startswith("certificate failed"), report.log.applied
+    assert op_types(optimized)[0] in ("Cast", "CastLike")

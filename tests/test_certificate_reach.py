@@ -218,7 +218,7 @@ def test_each_proof_has_its_reading_check_beside_it_in_the_module_that_declares_
 
     from onnxrefine.verify.certificate.proofs import PROOFS
 
-    assert [proof.family for proof in PROOFS] == ["zero_addition", "affine_fold", "merged_matmul",
+    assert [proof.family for proof in PROOFS] == ["same_type_cast", "zero_addition", "affine_fold", "merged_matmul",
                                                   "gemm_from_matmul_add"]  # the order the certifier tries
     for proof in PROOFS:
         module = importlib.import_module(proof.prove.__module__)

@@ -1,6 +1,6 @@
-"""Proofs by definition: rewrites whose exactness IEEE 754 or the ONNX specification states
-outright, so there is no reading of an operator to cross-check against onnxruntime by a run
-(their records hold no reading check).
+"""Proofs by definition: rewrites whose exactness IEEE 754, the ONNX specification or the
+definition of a conversion states outright, so there is no reading of an operator to cross-check
+against onnxruntime by a run (their records hold no reading check).
 """
 
 from __future__ import annotations
@@ -67,7 +67,48 @@ def zero_addition_proof(request) -> str | None:
             + ("; the zero sign it may flip is declared unread" if np.any(flips) else ""))
 
 
+def same_type_cast_proof(request) -> str | None:
+    """Cast(x, to=T) -> x and CastLike(x, like) -> x where the facts give x the element type T
+    (like's), by the definition of a conversion: every value of a type is a value of that type, so
+    nothing rounds, saturates, flushes or changes sign (NaN payloads aside, as everywhere in the
+    certificates; `saturate` reads only values the target cannot hold).
+
+    Declined (the run decides): a replacement that forwards anything but x, x's or like's type not
+    known from the facts, another type, `to` an attribute reference, function bodies. A
+    definition: there is no reading of an op to cross-check by a run.
+    """
+    matched = list(request.matched)
+    if len(matched) != 1 or request.replacement or len(request.outputs) != 1 or not isinstance(request.owner, ir.Graph):
+        return None
+    node = matched[0]
+    if node.op_type not in ("Cast", "CastLike") or node.domain not in STANDARD_DOMAINS or not node.inputs \
+            or len(node.outputs) != 1:
+        return None
+    old, new = request.outputs[0]
+    if old is not node.outputs[0] or new is not node.inputs[0] or new is None:
+        return None
+    oracle = request.context.facts
+    source = oracle.dtype(new)
+    if node.op_type == "Cast":
+        to = node.attributes.get("to")
+        if to is None or to.is_ref():
+            return None
+        target = ir.DataType(to.as_int())
+    else:
+        like = node.inputs[1] if len(node.inputs) > 1 else None
+        target = None if like is None else oracle.dtype(like)
+    if source is None or target is None or source != target:
+        return None
+    return f"proved: a {node.op_type} of {source.name} to {target.name} is its input by definition"
+
+
 PROOFS = (
+    Proof("same_type_cast", "a Cast or CastLike to the element type its input has is that input, by the "
+          "definition of a conversion",
+          same_type_cast_proof, None,
+          (_P + "test_a_cast_to_its_own_type_is_proved_by_definition_and_the_outputs_agree",),
+          (_P + "test_a_wrong_cast_removal_is_not_proved_and_its_run_refuses_it",),
+          exact=True),
     Proof("zero_addition", "x + 0 and x - (-0) are x by IEEE 754's definition of addition, where the zero "
           "sign they may change is read by nobody",
           zero_addition_proof, None,
