@@ -289,6 +289,30 @@ def test_a_tight_budget_drops_input_sets_before_running(monkeypatch, spy):
     assert len(spy) == 1 and len(spy[0][1]) == 3
 
 
+def test_a_plan_makes_only_the_sets_it_keeps_and_they_are_the_sets_made_at_once(monkeypatch):
+    """Generated sets are made when read: a plan cut to two sets makes those two, bit for bit the
+    arrays of an eager generation (each set has its own generator)."""
+    from onnxrefine.verify import inputs as verify_inputs
+
+    monkeypatch.setattr(verify_plan, "machine_slowdown", lambda: 50.0)
+    model = conv_bn_residual()
+    eager = verify_plan.choose_sets(verify_inputs.generate_labelled_inputs(
+        verify_plan.light_model(model), seed=3, stress=True, trials=2), 2)
+    made = []
+    make_array = verify_inputs._make_array
+    monkeypatch.setattr(verify_inputs, "_make_array",
+                        lambda spec, shape, kind, rng, role: made.append(kind) or make_array(spec, shape, kind, rng, role))
+    plan = verify_plan.make_plan(model, budget_s=0.0, forced=False, trials=2, seed=3, dims=None, inputs=None,
+                                 weight_bytes=0, limit_s=1e6)
+    kept = [label for label, _ in plan.sets]
+    assert plan.run and kept == ["random0", "stress:inf_nan"] and len(eager) == 6
+    assert sorted(set(made)) == sorted(kept)  # the four sets left out were never made
+    for (label, got), (eager_label, want) in zip(plan.sets, eager):
+        assert label == eager_label and type(got) is dict and got.keys() == want.keys()
+        for name in want:
+            assert got[name].dtype == want[name].dtype and got[name].tobytes() == want[name].tobytes()
+
+
 def big_conv() -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     return make_model([helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])],

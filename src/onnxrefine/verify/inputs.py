@@ -20,6 +20,7 @@ onnxruntime's attention masks ([0, 2), also where the mask is their row sum) or 
 
 from __future__ import annotations
 
+import collections.abc
 import math
 import os
 import re
@@ -212,11 +213,35 @@ def generate_inputs(model: onnx.ModelProto, *, seed: int = 0, dims: Mapping[str,
 STRESS_KINDS = ("negative", "zeros_tiny", "large", "inf_nan")
 
 
+class DeferredSet(collections.abc.Mapping):
+    """A generated set whose arrays are made when first read: a plan that keeps two of seven sets
+    makes only those (each set has its own generator, so the arrays are the same either way)."""
+
+    def __init__(self, make):
+        self._make, self._feeds = make, None
+
+    def _made(self) -> dict:
+        if self._feeds is None:
+            self._feeds, self._make = self._make(), None
+        return self._feeds
+
+    def __getitem__(self, name):
+        return self._made()[name]
+
+    def __iter__(self):
+        return iter(self._made())
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+
 def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
                              dims: Mapping[str, int] | None = None, stress: bool = True,
-                             trials: int = 3, memo: dict | None = None) -> list[tuple[str, InputSet]]:
+                             trials: int = 3, memo: dict | None = None,
+                             deferred: bool = False) -> list[tuple[str, InputSet]]:
     """`memo`: a dict the caller keeps for one model it generates sets for again and again (at
-    other sizes: a shape observation's tries), where the model's inferred shapes are kept."""
+    other sizes: a shape observation's tries), where the model's inferred shapes are kept.
+    `deferred`: each set a DeferredSet (made when read; `dict(feeds)` makes it a plain one)."""
     specs = graphinfo.graph_inputs(model)
     shapes = {spec.name: concrete_shape(spec, dims) for spec in specs}
     check_generated_size(specs, shapes)
@@ -235,13 +260,15 @@ def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
     kinds = [f"random{index}" for index in range(max(1, trials))]
     if stress:
         kinds += [f"stress:{kind}" for kind in STRESS_KINDS]
-    sets = []
-    for set_index, kind in enumerate(kinds):
+    def make(set_index: int, kind: str) -> dict:
         feeds = {}
         for input_index, spec in enumerate(specs):
             rng = np.random.default_rng([seed, set_index, input_index])
             feeds[spec.name] = _make_array(spec, shapes[spec.name], kind, rng, roles.get(spec.name))
-        sets.append((kind, feeds))
+        return feeds
+
+    sets = [(kind, DeferredSet(lambda i=set_index, k=kind: make(i, k)) if deferred else make(set_index, kind))
+            for set_index, kind in enumerate(kinds)]
     if stress and sets:
         from onnxrefine.verify.branches import branch_sets
 

@@ -253,7 +253,8 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
     else:
         sizes = [dims] if dims is None or isinstance(dims, Mapping) else list(dims)
         sets = alternate([choose_sets(generate_labelled_inputs(light, seed=seed, dims=at, stress=True,
-                                                               trials=trials), trials) for at in sizes])
+                                                               trials=trials, deferred=True), trials)
+                          for at in sizes])
     if not sets:
         return VerifyPlan(False, "skipped: no input sets", reason="no input sets")
     perturb = judge.perturbation_runs(trials, perturbation_sees_discrete_ops(light))
@@ -281,5 +282,6 @@ def make_plan(model: onnx.ModelProto, *, budget_s: float, forced: bool, trials: 
         f"; {dropped} more set(s) left out, and the {count} kept (the fewest auto mode verifies on) still "
         f"over the budget of {budget_text}")
     text = (f"verifying end to end on {count} input set(s): ~{estimate:.1f} s estimated ({work}{cut})")
-    return VerifyPlan(True, text, sets[:count], trials, estimate)
+    # only the kept sets are made (generated sets are deferred: inputs.DeferredSet)
+    return VerifyPlan(True, text, [(label, dict(feeds)) for label, feeds in sets[:count]], trials, estimate)
 
