@@ -168,3 +168,22 @@ def test_a_sweep_result_is_checked_against_the_sweeps_own_inference(monkeypatch)
     _, report = onnxrefine.optimize_with_report(_mixed_model(), FOLD)
     assert "fold.shape_mismatch" not in report.log.refusal_guards("fold_constants")
     assert inferences == []  # the sweep ran every node: none is inferred again alone (each of 8 was)
+
+
+def test_a_folded_matmul_is_the_value_the_strict_runs_compute():
+    """A MatMul of two constants is folded in a session without weight prepacking, as the strict
+    verification runs of the original are made: the folded constant is their value bit for bit
+    (with prepacking, 8x1024 by 1024x4 sums otherwise, and the verdict turned to rounding)."""
+    from onnxrefine.verify import verify_models
+
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((8, 1024)).astype(np.float32), rng.standard_normal((1024, 4)).astype(np.float32)
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["p"]), helper.make_node("Add", ["x", "p"], ["y"])],
+                       [value_info("x", shape=[8, 4])], [value_info("y", shape=[8, 4])],
+                       [tensor("a", a), tensor("b", b)])
+    folded = onnxrefine.optimize(model, ["fold_constants"])
+    assert op_types(folded) == ["Add"]
+    report = verify_models(model, folded, trials=1, stress=False, deployment=None)
+    assert report.verdict == "exact" and report.outputs[0].differing == 0
+    options = fold_session.session_options()
+    assert options.get_session_config_entry("session.disable_prepacking") == "1"

@@ -48,6 +48,13 @@ def require_onnxruntime():
     return onnxruntime
 
 
+# onnxruntime's session option that turns weight prepacking off: every run that stands for the
+# model's own arithmetic (strict verification runs, certificates, constant folds) sets it, so a
+# MatMul or Conv sums alike whether its weight is an initializer or computed
+# (verify/ort/settings.py says why).
+DISABLE_PREPACKING = "session.disable_prepacking"
+
+
 def strict_session(model_bytes: bytes):
     """An onnxruntime session over a serialized model without graph optimizations or weight
     prepacking, on one thread, sequential and quiet (failures come back as exceptions): how a check
@@ -58,7 +65,7 @@ def strict_session(model_bytes: bytes):
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.add_session_config_entry("session.disable_prepacking", "1")
+    options.add_session_config_entry(DISABLE_PREPACKING, "1")
     options.log_severity_level = 4
     return ort.InferenceSession(model_bytes, sess_options=options, providers=["CPUExecutionProvider"])
 

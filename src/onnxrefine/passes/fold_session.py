@@ -18,7 +18,9 @@ it cannot so bound (and every node reading it) is left to its own session, whose
 it or evaluate it as before. Also left to their own session: nodes onnxruntime may run through
 inserted float32 Casts (float16, bfloat16: folding.py asks the runtime for its placed graph),
 strings, and operators whose kernel may take a constant input another way than a computed one
-(prepacked weights). A sweep whose model fails to load or run falls back to a session per node.
+(prepacked weights: every fold's session turns prepacking off, as verification's strict runs do,
+and these stay apart all the same). A sweep whose model fails to load or run falls back to a
+session per node.
 """
 
 from __future__ import annotations
@@ -44,14 +46,17 @@ _PREPACKING = frozenset("""MatMul Gemm Conv ConvTranspose ConvInteger MatMulInte
 
 
 def session_options():
-    """onnxruntime's settings for a fold: CPU, graph optimizations off, one thread."""
-    from onnxrefine.runtime import require_onnxruntime
+    """onnxruntime's settings for a fold: CPU, graph optimizations off, one thread, no weight
+    prepacking (a folded MatMul's value is the one verification's strict runs of the original
+    compute: runtime.DISABLE_PREPACKING)."""
+    from onnxrefine.runtime import DISABLE_PREPACKING, require_onnxruntime
     ort = require_onnxruntime()  # here, not at module level: the CLI's start-up
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
+    options.add_session_config_entry(DISABLE_PREPACKING, "1")
     options.log_severity_level = 4
     return options
 

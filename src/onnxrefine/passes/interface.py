@@ -378,12 +378,13 @@ def _init_net_values(model: ir.Model) -> dict[str, np.ndarray]:
     from onnxrefine.ir import io
     from onnxrefine.ir.names import NameAllocator
     from onnxrefine.ir.budget import ConstantBudget
-    from onnxrefine.runtime import require_onnxruntime
+    from onnxrefine.runtime import DISABLE_PREPACKING, require_onnxruntime
 
     run_split_init(PassContext(model, NameAllocator(model), ConstantBudget()))
     ort = require_onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.add_session_config_entry(DISABLE_PREPACKING, "1")  # as the strict runs it is compared with
     session = ort.InferenceSession(io.to_proto(model).SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from onnxrefine.errors import BadInputError
 
 ORT_LEVELS = ("disable", "basic", "extended", "all")
-DISABLE_PREPACKING_KEY = "session.disable_prepacking"  # onnxruntime's session option
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ def check_run_settings(settings: RunSettings | None, custom_op_library: str | No
 
 
 def session_options(settings: RunSettings, custom_op_library: str | None = None):
-    from onnxrefine.runtime import require_onnxruntime
+    from onnxrefine.runtime import DISABLE_PREPACKING, require_onnxruntime
     ort = require_onnxruntime()
 
     levels = {
@@ -98,7 +97,7 @@ def session_options(settings: RunSettings, custom_op_library: str | None = None)
     # ssdlite320 on a loaded 2-core machine), where spinning threads take CPU from the one working.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if not settings.prepacking:
-        options.add_session_config_entry(DISABLE_PREPACKING_KEY, "1")
+        options.add_session_config_entry(DISABLE_PREPACKING, "1")
     options.log_severity_level = 4  # failures come back as exceptions; no console noise
     if custom_op_library is not None:
         options.register_custom_ops_library(os.path.abspath(custom_op_library))
