@@ -91,7 +91,7 @@ def same_type_cast_proof(request) -> str | None:
     source = oracle.dtype(new)
     if node.op_type == "Cast":
         to = node.attributes.get("to")
-        if to is None or to.is_ref():
+        if to is None or to.is_ref() or to.type != ir.AttributeType.INT:
             return None
         target = ir.DataType(to.as_int())
     else:
