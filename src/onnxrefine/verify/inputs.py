@@ -260,6 +260,7 @@ def generate_labelled_inputs(model: onnx.ModelProto, *, seed: int = 0,
     kinds = [f"random{index}" for index in range(max(1, trials))]
     if stress:
         kinds += [f"stress:{kind}" for kind in STRESS_KINDS]
+
     def make(set_index: int, kind: str) -> dict:
         feeds = {}
         for input_index, spec in enumerate(specs):

@@ -14,9 +14,9 @@ The controls' perturbation runs of the original (add_perturbation_runs) are made
 Where a session must be watched (resources.py: its peak is uncertain, a shape no inference
 resolves) and the weights are small, the watching child is a fork of this process (`_runner`):
 each session here makes a few runs and is closed, and a new interpreter's imports cost about
-0.1 s of CPU (tiny_yolo's original, a Resize of computed sizes, verified in 0.74 s of CPU before,
-0.65 s after). Large weights keep the new interpreter: a fork shares this process's pages, and
-every page this process writes while the child lives is copied.
+0.1 s of CPU (tiny_yolo's original, a Resize of computed sizes: its verified run at 0.88 of the
+CPU). Large weights keep the new interpreter: a fork shares this process's pages, and every page
+this process writes while the child lives is copied.
 """
 
 from __future__ import annotations

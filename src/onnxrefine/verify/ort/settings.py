@@ -6,7 +6,8 @@ Strict: onnxruntime's own optimizations are off so that the model we run is the 
 given; one thread so that reductions sum in the same order on every run; no weight prepacking, so
 that a MatMul or Conv runs the same kernel whether its weight is an initializer or computed (a
 prepacked weight takes another blocking of the sum: an exact rewrite that makes a weight constant,
-a Transpose folded into it, would change the rounding), and no session copies every weight to pack it.
+a Transpose folded into it, would change the rounding), and no session copies every weight to
+pack it.
 """
 
 from __future__ import annotations
