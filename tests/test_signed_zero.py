@@ -339,3 +339,110 @@ def test_matmul_add_into_gemm_keeps_zero_signs(c):
     optimized = onnxrefine.optimize(model, ["fuse_matmul_add_bias_into_gemm"])
     assert op_types(optimized) == ["Gemm", "Div"]
     _assert_bit_identical(model, optimized, [2, 3])
+
+
+# -- calls of model-local functions: followed into the body and back out of every call ----------
+
+
+def _conv_bn_into_function(body_op: str, reader: str | None = None) -> onnx.ModelProto:
+    """_conv_bn's BatchNormalization output read by a call of a local function whose body is one
+    `body_op` (Div: its formal input as the divisor); `reader` (Div: a divisor) reads the call's
+    output in the main graph, else it is the model's output."""
+    if body_op == "Div":
+        body = [helper.make_node("Constant", [], ["f_one"], value=tensor("f_one", np.array(1.0, np.float32))),
+                helper.make_node("Div", ["f_one", "f_in"], ["f_out"])]
+    else:
+        body = [helper.make_node(body_op, ["f_in"], ["f_out"])]
+    function = helper.make_function("local.fn", "F", ["f_in"], ["f_out"], body, [helper.make_opsetid("", 17)])
+    model = _conv_bn(sensitive=False)
+    model.graph.node[-1].output[0] = "n"
+    model.graph.node.append(helper.make_node("F", ["n"], ["called" if reader else "y"], domain="local.fn"))
+    if reader:
+        model.graph.node.extend(_reciprocal("called"))
+        model.graph.initializer.append(ONE)
+    model.functions.append(function)
+    model.opset_import.append(helper.make_opsetid("local.fn", 1))
+    return model
+
+
+@pytest.mark.parametrize("body_op, reader, observable", [
+    ("Abs", None, False),      # the body loses the sign: the fold that flips it applies
+    ("Neg", None, False),      # carried to the body's output, the model's output (reassociating view)
+    ("Div", None, True),       # the body divides by it
+    ("Neg", "Div", True),      # carried out of the call to a divisor in the caller
+])
+def test_the_fold_follows_a_zero_sign_through_a_local_function(body_op, reader, observable):
+    original = _conv_bn_into_function(body_op, reader)
+    optimized, report = onnxrefine.optimize_with_report(original, ["fuse_bn_into_conv"])
+    folded = "BatchNormalization" not in op_types(optimized)
+    assert folded is not observable, [r.reason for r in report.log.refused.values()]
+    if observable:
+        reasons = [r.reason for r in report.log.refused.values()]
+        assert any("-0.0" in r and "Div" in r for r in reasons), reasons
+        _assert_bit_identical(original, optimized, [1, 1, 2, 2])
+    else:
+        for x in _inputs([1, 1, 2, 2]):
+            (want,), (got,) = run(original, {"x": x}), run(optimized, {"x": x})
+            np.testing.assert_array_equal(want, got)
+            if body_op == "Abs":
+                assert want.tobytes() == got.tobytes()
+
+
+def test_a_function_output_reaches_the_readers_of_its_call():
+    """Two calls of one function, a divisor reading the second call's output: the second call's
+    argument is observable through the body and back out of its call (the body is shared; every
+    call's readers count, a superset of each call's own)."""
+    function = helper.make_function("local.fn", "F", ["f_in"], ["f_out"], [helper.make_node("Neg", ["f_in"], ["f_out"])],
+                                    [helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("F", ["a"], ["fa"], domain="local.fn"),
+             helper.make_node("Relu", ["x"], ["b"]), helper.make_node("F", ["b"], ["fb"], domain="local.fn"),
+             helper.make_node("Div", ["one", "fb"], ["y"]), helper.make_node("Abs", ["fa"], ["y2"])]
+    model = make_model(nodes, [value_info("x", F, [4])], [value_info("y", F, None), value_info("y2", F, None)],
+                       initializers=[ONE], functions=[function])
+    model.opset_import.append(helper.make_opsetid("local.fn", 1))
+    irm = ir.serde.deserialize_model(model)
+    values = {v.name: v for node in irm.graph for v in node.outputs}
+    analysis = SignedZeroAnalysis(irm.graph, functions=irm.functions)
+    assert analysis.observable(values["b"])
+
+
+def test_a_reader_gained_inside_a_function_body_drops_the_kept_answers():
+    function = helper.make_function("local.fn", "F", ["f_in"], ["f_out"], [helper.make_node("Abs", ["f_in"], ["f_out"])],
+                                    [helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("F", ["a"], ["y"], domain="local.fn")]
+    model = make_model(nodes, [value_info("x", F, [4])], [value_info("y", F, None)], functions=[function])
+    model.opset_import.append(helper.make_opsetid("local.fn", 1))
+    irm = ir.serde.deserialize_model(model)
+    a = next(v for node in irm.graph for v in node.outputs if v.name == "a")
+    analysis = SignedZeroAnalysis(irm.graph, functions=irm.functions)
+    assert not analysis.observable(a)
+    body = next(iter(irm.functions.values()))
+    formal = body.inputs[0]
+    reciprocal = ir.Node("", "Reciprocal", [formal], name="late_reciprocal")
+    body.append(reciprocal)
+    body.outputs.append(reciprocal.outputs[0])
+    analysis.new_uses([formal])
+    assert analysis.observable(a)
+
+
+def test_a_new_call_gives_the_body_outputs_new_readers():
+    """A call added later whose output reaches a divisor makes the first call's argument
+    observable through the shared body: the kept 'not observable' answers go with it."""
+    function = helper.make_function("local.fn", "F", ["f_in"], ["f_out"], [helper.make_node("Neg", ["f_in"], ["f_out"])],
+                                    [helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("F", ["a"], ["y"], domain="local.fn")]
+    model = make_model(nodes, [value_info("x", F, [4])], [value_info("y", F, None)], initializers=[ONE],
+                       functions=[function])
+    model.opset_import.append(helper.make_opsetid("local.fn", 1))
+    irm = ir.serde.deserialize_model(model)
+    a = next(v for node in irm.graph for v in node.outputs if v.name == "a")
+    analysis = SignedZeroAnalysis(irm.graph, functions=irm.functions)
+    assert not analysis.observable(a)  # carried to the model's output only
+    x, one = irm.graph.inputs[0], irm.graph.initializers["one"]
+    call = ir.Node("local.fn", "F", [x], name="late_call")
+    irm.graph.append(call)
+    divide = ir.Node("", "Div", [one, call.outputs[0]], name="late_div")
+    irm.graph.append(divide)
+    irm.graph.outputs.append(divide.outputs[0])
+    analysis.new_uses([x])
+    assert analysis.observable(a)

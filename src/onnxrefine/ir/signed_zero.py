@@ -14,8 +14,13 @@ the sign of a zero input) through operations that *carry* the sign?
 - sinks observe it: Div's divisor, Reciprocal, Mod's divisor, Pow's base (unless its exponent is a
   constant > 0, which carries, or 0, which stops), ArgMax/ArgMin/TopK (ties between -0 and +0 are
   broken differently by onnxruntime's float16 kernels); and, conservatively, anything not listed,
-  custom domains, nodes holding subgraphs, values captured by a subgraph, outputs of a subgraph or
-  of a function body (their readers are not followed).
+  custom domains, nodes holding subgraphs, values captured by a subgraph, outputs of a subgraph
+  (their readers are not followed).
+
+A call of a model-local function is followed into its body: the call's input carries its sign to
+the body's formal input, and a body output to that output of every call of the function (all call
+sites at once: more readers, never fewer). Inside the body the same rules hold (a node reading
+an attribute reference is a sink).
 
 A main-graph output is a sink only when asked (`outputs_observable`): there the two zeros are equal
 in value, so a reassociating rewrite (whose outputs may differ by rounding anyway) may flip one, but
@@ -119,9 +124,15 @@ def _classify(node: ir.Node, index: int) -> str:
 class SignedZeroAnalysis:
     """Memoised answers to `observable(value)` within one graph state (see the module docstring)."""
 
-    def __init__(self, main_graph: ir.Graph, outputs_observable: bool = False):
+    def __init__(self, main_graph: ir.Graph, outputs_observable: bool = False, functions=None):
         self.main_graph = main_graph
         self.outputs_observable = outputs_observable
+        # the model's local functions ((domain, name, overload) -> ir.Function), whose calls are
+        # followed into their bodies; the calls of each, found once (dropped when a value gains a
+        # reader, which a new call would be)
+        self.functions = dict(functions or {})
+        self._bodies = {id(function.graph): function for function in self.functions.values()}
+        self._calls: dict | None = None
         # Only "observable" answers are kept across queries: rewrites between two queries may move
         # readers onto a value (a forwarded output), which can make an unobservable value
         # observable, while a kept "observable" can at worst be stale in the refusing direction.
@@ -132,20 +143,73 @@ class SignedZeroAnalysis:
 
     def _expand(self, value: ir.Value) -> tuple[bool, list[ir.Value]]:
         """(reaches a sink directly, values its sign is carried into)."""
-        if value.is_graph_output():
-            if value.graph is not self.main_graph or self.outputs_observable:
-                return True, []
+        reason, carried = self._step(value)
+        return reason is not None, carried
+
+    def _step(self, value: ir.Value) -> tuple[str | None, list[ir.Value]]:
+        """(why it reaches a sink directly, or None; the values its sign is carried into)."""
         carried: list[ir.Value] = []
+        if value.is_graph_output():
+            if value.graph is self.main_graph:
+                if self.outputs_observable:
+                    return f"{value.name!r} is an output of the model", []
+            else:
+                returned = self._returned(value)
+                if returned is None:
+                    return f"{value.name!r} is an output of a subgraph, whose readers are not followed", []
+                carried.extend(returned)
         for use in value.uses():
             node = use.node
+            label = f"{node.op_type} {node.name!r}" if node.name else node.op_type
             if node.graph is not value.graph:
-                return True, []  # captured by a subgraph (or read across graphs): not followed
+                return f"{value.name!r} is captured by a subgraph", []  # not followed
+            formal = self._formal(node, use.idx)
+            if formal is not None:
+                carried.append(formal)
+                continue
             kind = _classify(node, use.idx)
             if kind == "sink":
-                return True, []
+                return f"it reaches {label} (input {use.idx}), which tells -0 from +0", []
             if kind == "carry":
                 carried.extend(out for out in node.outputs if out is not None)
-        return False, carried
+        return None, carried
+
+    def _function_of(self, node: ir.Node) -> ir.Function | None:
+        return self.functions.get((node.domain, node.op_type, getattr(node, "overload", "") or ""))
+
+    def _formal(self, node: ir.Node, index: int) -> ir.Value | None:
+        """The body's formal input a call of a local function reads input `index` into (None: no
+        such call, or no such formal)."""
+        function = self._function_of(node) if node.domain not in _STANDARD else None
+        if function is None or index >= len(function.inputs) or _has_subgraph(node):
+            return None
+        return function.inputs[index]
+
+    def _new_call(self, node: ir.Node) -> bool:
+        """`node` calls a local function and is not among the calls found (any call is, before
+        they are found)."""
+        function = self._function_of(node) if node.domain not in _STANDARD else None
+        if function is None:
+            return False
+        return self._calls is None or all(call is not node for call in self._calls.get(id(function), []))
+
+    def _returned(self, value: ir.Value) -> list[ir.Value] | None:
+        """The outputs, at every call of the function, that its body returns `value` as; None where
+        `value`'s graph is no local function's body."""
+        function = self._bodies.get(id(value.graph))
+        if function is None or function.graph is not value.graph:
+            return None
+        positions = [index for index, out in enumerate(function.outputs) if out is value]
+        if self._calls is None:
+            self._calls = {}
+            graphs = [self.main_graph, *(f.graph for f in self.functions.values())]
+            for graph in graphs:
+                for node in ir.traversal.RecursiveGraphIterator(graph):
+                    called = self._function_of(node) if node.domain not in _STANDARD else None
+                    if called is not None:
+                        self._calls.setdefault(id(called), []).append(node)
+        return [call.outputs[index] for call in self._calls.get(id(function), [])
+                for index in positions if index < len(call.outputs) and call.outputs[index] is not None]
 
     def observable(self, value: ir.Value) -> bool:
         """Whether a -0 turned into +0 (or back) in `value` can change what some sink computes."""
@@ -192,6 +256,13 @@ class SignedZeroAnalysis:
         """`values` gained readers (or became graph outputs): drop the kept "not observable"
         answers that may now be wrong, i.e. the value's and those of every kept value whose sign
         is carried into it."""
+        if any(v is not None and v.graph is not self.main_graph for v in values) or any(
+                self._new_call(use.node) for v in values if v is not None for use in v.uses()):
+            # upstream of a body's formal input are the calls' arguments, in other graphs; a new
+            # call gives every body output of its function new readers: drop every kept answer
+            self._calls = None
+            self._unobservable.clear()
+            return
         stack = [v for v in values if v is not None and v in self._unobservable]
         while stack:
             value = stack.pop()
@@ -214,18 +285,10 @@ class SignedZeroAnalysis:
             if current in seen:
                 continue
             seen.add(current)
-            if current.is_graph_output() and (current.graph is not self.main_graph or self.outputs_observable):
-                return f"{current.name!r} is an output of a subgraph or function, whose readers are not followed"
-            for use in current.uses():
-                node = use.node
-                label = f"{node.op_type} {node.name!r}" if node.name else node.op_type
-                if node.graph is not current.graph:
-                    return f"{current.name!r} is captured by a subgraph"
-                kind = _classify(node, use.idx)
-                if kind == "sink":
-                    return f"it reaches {label} (input {use.idx}), which tells -0 from +0"
-                if kind == "carry":
-                    stack.extend(out for out in node.outputs if out is not None)
+            reason, carried = self._step(current)
+            if reason is not None:
+                return reason
+            stack.extend(carried)
         return "its sign reaches a sign-sensitive use"
 
 
@@ -233,7 +296,7 @@ def for_context(ctx) -> SignedZeroAnalysis:
     """The analysis shared by every rule in one driver run (one RewriteContext)."""
     analysis = getattr(ctx, "_signed_zero_analysis", None)
     if analysis is None or analysis.main_graph is not ctx.model.graph:
-        analysis = SignedZeroAnalysis(ctx.model.graph)
+        analysis = SignedZeroAnalysis(ctx.model.graph, functions=ctx.model.functions)
         ctx._signed_zero_analysis = analysis
     return analysis
 
