@@ -404,6 +404,7 @@ def test_a_function_output_reaches_the_readers_of_its_call():
     values = {v.name: v for node in irm.graph for v in node.outputs}
     analysis = SignedZeroAnalysis(irm.graph, functions=irm.functions)
     assert analysis.observable(values["b"])
+    assert analysis.observable(values["a"])  # the shared body's output reaches fb's divisor too
 
 
 def test_a_reader_gained_inside_a_function_body_drops_the_kept_answers():
@@ -446,3 +447,40 @@ def test_a_new_call_gives_the_body_outputs_new_readers():
     irm.graph.outputs.append(divide.outputs[0])
     analysis.new_uses([x])
     assert analysis.observable(a)
+
+
+def test_a_function_named_as_a_runtime_op_is_not_followed():
+    """onnxruntime runs its own kernel for an op it knows, not a local function of that name: a
+    local com.microsoft::Inverse whose body is Abs still inverts, so the fold upstream of it must
+    see a reader that tells -0 from +0 (followed, the fold applied and the inverse of -0 turned
+    from -inf to +inf)."""
+    model = _conv_bn(sensitive=False)
+    model.graph.node[-1].output[0] = "n"
+    model.graph.initializer.append(tensor("shape", np.array([16, 1, 1], np.int64)))
+    model.graph.node.extend([helper.make_node("Reshape", ["n", "shape"], ["r"]),
+                             helper.make_node("Inverse", ["r"], ["y"], domain="com.microsoft")])
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    model.functions.append(helper.make_function("com.microsoft", "Inverse", ["f_in"], ["f_out"],
+                                                [helper.make_node("Abs", ["f_in"], ["f_out"])],
+                                                [helper.make_opsetid("", 17)]))
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    optimized, report = onnxrefine.optimize_with_report(model, ["fuse_bn_into_conv"])
+    assert "BatchNormalization" in op_types(optimized), [r.reason for r in report.log.refused.values()]
+    _assert_bit_identical(model, optimized, [1, 1, 2, 2])
+
+
+def test_a_reader_gained_after_a_call_drops_the_answers_upstream_of_it():
+    function = helper.make_function("local.fn", "F", ["f_in"], ["f_out"], [helper.make_node("Neg", ["f_in"], ["f_out"])],
+                                    [helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("F", ["a"], ["y"], domain="local.fn")]
+    model = make_model(nodes, [value_info("x", F, [4])], [value_info("y", F, None)], functions=[function])
+    model.opset_import.append(helper.make_opsetid("local.fn", 1))
+    irm = ir.serde.deserialize_model(model)
+    values = {v.name: v for node in irm.graph for v in node.outputs}
+    analysis = SignedZeroAnalysis(irm.graph, functions=irm.functions)
+    assert not analysis.observable(values["a"])
+    reciprocal = ir.Node("", "Reciprocal", [values["y"]], name="late_reciprocal")
+    irm.graph.append(reciprocal)
+    irm.graph.outputs.append(reciprocal.outputs[0])
+    analysis.new_uses([values["y"]])
+    assert analysis.observable(values["a"])

@@ -20,7 +20,10 @@ the sign of a zero input) through operations that *carry* the sign?
 A call of a model-local function is followed into its body: the call's input carries its sign to
 the body's formal input, and a body output to that output of every call of the function (all call
 sites at once: more readers, never fewer). Inside the body the same rules hold (a node reading
-an attribute reference is a sink).
+an attribute reference is a sink). Not followed (a sink, as any custom op): a function named as an
+op onnxruntime or ONNX knows (its own domains, a registered schema), which onnxruntime runs with
+its kernel instead of the body. A custom-op library that registers a kernel under a local
+function's own name would be run instead of the body too; the analysis cannot see one.
 
 A main-graph output is a sink only when asked (`outputs_observable`): there the two zeros are equal
 in value, so a reassociating rewrite (whose outputs may differ by rounding anyway) may flip one, but
@@ -45,6 +48,7 @@ fuse_add_bias_into_conv, once the constant becomes the bias as it is (not added 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
 from onnxrefine.ir.attrs import attr, references
@@ -81,6 +85,21 @@ _SINK_AT = {"Div": {1}, "Mod": {1}}
 # Only input 0 carries; any other float input (scales, roi) is treated as a sink.
 _CARRY_FIRST = frozenset({"Resize", "Upsample"})
 _SINKS = frozenset({"Reciprocal", "ArgMax", "ArgMin", "TopK"})
+
+
+# Domains whose ops onnxruntime may run with kernels of its own (the standard ones, its contrib and
+# internal ops, ONNX-ML, training, ATen): a call of a local function there is never followed.
+_RUNTIME_DOMAIN_PREFIXES = ("ai.onnx", "com.microsoft", "com.ms.", "org.pytorch")
+
+
+def _runtime_op(domain: str, op_type: str) -> bool:
+    """Whether a runtime may run (domain, op_type) otherwise than a local function's body."""
+    if domain in _STANDARD or domain.startswith(_RUNTIME_DOMAIN_PREFIXES):
+        return True
+    try:
+        return onnx.defs.has(op_type, domain)
+    except Exception:  # noqa: BLE001 - an onnx without the query: assume it may
+        return True
 
 
 def _has_subgraph(node: ir.Node) -> bool:
@@ -175,7 +194,13 @@ class SignedZeroAnalysis:
         return None, carried
 
     def _function_of(self, node: ir.Node) -> ir.Function | None:
-        return self.functions.get((node.domain, node.op_type, getattr(node, "overload", "") or ""))
+        """The local function `node` calls and onnxruntime runs as its body; None for an op a
+        runtime has a kernel or schema for, which it runs instead of a local function of that name
+        (a local com.microsoft::Inverse whose body is Abs still inverts)."""
+        function = self.functions.get((node.domain, node.op_type, getattr(node, "overload", "") or ""))
+        if function is None or _runtime_op(node.domain, node.op_type):
+            return None
+        return function
 
     def _formal(self, node: ir.Node, index: int) -> ir.Value | None:
         """The body's formal input a call of a local function reads input `index` into (None: no
@@ -272,6 +297,11 @@ class SignedZeroAnalysis:
             producer = value.producer()
             if producer is None:
                 continue
+            if self._function_of(producer) is not None:
+                # upstream through a body: its formal inputs, every call's arguments
+                self._calls = None
+                self._unobservable.clear()
+                return
             for index, source in enumerate(producer.inputs):
                 if source is not None and source in self._unobservable and _classify(producer, index) == "carry":
                     stack.append(source)
