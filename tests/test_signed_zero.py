@@ -407,15 +407,23 @@ def test_a_function_output_reaches_the_readers_of_its_call():
     assert analysis.observable(values["a"])  # the shared body's output reaches fb's divisor too
 
 
-def test_a_reader_gained_inside_a_function_body_drops_the_kept_answers():
-    function = helper.make_function("local.fn", "F", ["f_in"], ["f_out"], [helper.make_node("Abs", ["f_in"], ["f_out"])],
+def _one_call(body_op: str, initializers=()):
+    """x -> Neg -> a -> F(a) -> y, F's body one `body_op`: (the IR model, its values by name, the
+    analysis that follows F)."""
+    function = helper.make_function("local.fn", "F", ["f_in"], ["f_out"], [helper.make_node(body_op, ["f_in"], ["f_out"])],
                                     [helper.make_opsetid("", 17)])
     nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("F", ["a"], ["y"], domain="local.fn")]
-    model = make_model(nodes, [value_info("x", F, [4])], [value_info("y", F, None)], functions=[function])
+    model = make_model(nodes, [value_info("x", F, [4])], [value_info("y", F, None)], initializers=list(initializers),
+                       functions=[function])
     model.opset_import.append(helper.make_opsetid("local.fn", 1))
     irm = ir.serde.deserialize_model(model)
-    a = next(v for node in irm.graph for v in node.outputs if v.name == "a")
-    analysis = SignedZeroAnalysis(irm.graph, functions=irm.functions)
+    values = {v.name: v for node in irm.graph for v in node.outputs}
+    return irm, values, SignedZeroAnalysis(irm.graph, functions=irm.functions)
+
+
+def test_a_reader_gained_inside_a_function_body_drops_the_kept_answers():
+    irm, values, analysis = _one_call("Abs")
+    a = values["a"]
     assert not analysis.observable(a)
     body = next(iter(irm.functions.values()))
     formal = body.inputs[0]
@@ -429,15 +437,8 @@ def test_a_reader_gained_inside_a_function_body_drops_the_kept_answers():
 def test_a_new_call_gives_the_body_outputs_new_readers():
     """A call added later whose output reaches a divisor makes the first call's argument
     observable through the shared body: the kept 'not observable' answers go with it."""
-    function = helper.make_function("local.fn", "F", ["f_in"], ["f_out"], [helper.make_node("Neg", ["f_in"], ["f_out"])],
-                                    [helper.make_opsetid("", 17)])
-    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("F", ["a"], ["y"], domain="local.fn")]
-    model = make_model(nodes, [value_info("x", F, [4])], [value_info("y", F, None)], initializers=[ONE],
-                       functions=[function])
-    model.opset_import.append(helper.make_opsetid("local.fn", 1))
-    irm = ir.serde.deserialize_model(model)
-    a = next(v for node in irm.graph for v in node.outputs if v.name == "a")
-    analysis = SignedZeroAnalysis(irm.graph, functions=irm.functions)
+    irm, values, analysis = _one_call("Neg", [ONE])
+    a = values["a"]
     assert not analysis.observable(a)  # carried to the model's output only
     x, one = irm.graph.inputs[0], irm.graph.initializers["one"]
     call = ir.Node("local.fn", "F", [x], name="late_call")
@@ -470,14 +471,7 @@ def test_a_function_named_as_a_runtime_op_is_not_followed():
 
 
 def test_a_reader_gained_after_a_call_drops_the_answers_upstream_of_it():
-    function = helper.make_function("local.fn", "F", ["f_in"], ["f_out"], [helper.make_node("Neg", ["f_in"], ["f_out"])],
-                                    [helper.make_opsetid("", 17)])
-    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("F", ["a"], ["y"], domain="local.fn")]
-    model = make_model(nodes, [value_info("x", F, [4])], [value_info("y", F, None)], functions=[function])
-    model.opset_import.append(helper.make_opsetid("local.fn", 1))
-    irm = ir.serde.deserialize_model(model)
-    values = {v.name: v for node in irm.graph for v in node.outputs}
-    analysis = SignedZeroAnalysis(irm.graph, functions=irm.functions)
+    irm, values, analysis = _one_call("Neg")
     assert not analysis.observable(values["a"])
     reciprocal = ir.Node("", "Reciprocal", [values["y"]], name="late_reciprocal")
     irm.graph.append(reciprocal)
