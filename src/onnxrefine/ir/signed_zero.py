@@ -179,7 +179,6 @@ class SignedZeroAnalysis:
                 carried.extend(returned)
         for use in value.uses():
             node = use.node
-            label = f"{node.op_type} {node.name!r}" if node.name else node.op_type
             if node.graph is not value.graph:
                 return f"{value.name!r} is captured by a subgraph", []  # not followed
             formal = self._formal(node, use.idx)
@@ -188,6 +187,7 @@ class SignedZeroAnalysis:
                 continue
             kind = _classify(node, use.idx)
             if kind == "sink":
+                label = f"{node.op_type} {node.name!r}" if node.name else node.op_type
                 return f"it reaches {label} (input {use.idx}), which tells -0 from +0", []
             if kind == "carry":
                 carried.extend(out for out in node.outputs if out is not None)
@@ -197,6 +197,8 @@ class SignedZeroAnalysis:
         """The local function `node` calls and onnxruntime runs as its body; None for an op a
         runtime has a kernel or schema for, which it runs instead of a local function of that name
         (a local com.microsoft::Inverse whose body is Abs still inverts)."""
+        if not self.functions:
+            return None
         function = self.functions.get((node.domain, node.op_type, getattr(node, "overload", "") or ""))
         if function is None or _runtime_op(node.domain, node.op_type):
             return None
@@ -205,7 +207,7 @@ class SignedZeroAnalysis:
     def _formal(self, node: ir.Node, index: int) -> ir.Value | None:
         """The body's formal input a call of a local function reads input `index` into (None: no
         such call, or no such formal)."""
-        function = self._function_of(node) if node.domain not in _STANDARD else None
+        function = self._function_of(node)
         if function is None or index >= len(function.inputs) or _has_subgraph(node):
             return None
         return function.inputs[index]
@@ -213,7 +215,7 @@ class SignedZeroAnalysis:
     def _new_call(self, node: ir.Node) -> bool:
         """`node` calls a local function and is not among the calls found (any call is, before
         they are found)."""
-        function = self._function_of(node) if node.domain not in _STANDARD else None
+        function = self._function_of(node)
         if function is None:
             return False
         return self._calls is None or all(call is not node for call in self._calls.get(id(function), []))
@@ -230,7 +232,7 @@ class SignedZeroAnalysis:
             graphs = [self.main_graph, *(f.graph for f in self.functions.values())]
             for graph in graphs:
                 for node in ir.traversal.RecursiveGraphIterator(graph):
-                    called = self._function_of(node) if node.domain not in _STANDARD else None
+                    called = self._function_of(node)
                     if called is not None:
                         self._calls.setdefault(id(called), []).append(node)
         return [call.outputs[index] for call in self._calls.get(id(function), [])
@@ -284,9 +286,8 @@ class SignedZeroAnalysis:
         if any(v is not None and v.graph is not self.main_graph for v in values) or any(
                 self._new_call(use.node) for v in values if v is not None for use in v.uses()):
             # upstream of a body's formal input are the calls' arguments, in other graphs; a new
-            # call gives every body output of its function new readers: drop every kept answer
-            self._calls = None
-            self._unobservable.clear()
+            # call gives every body output of its function new readers
+            self._forget_all()
             return
         stack = [v for v in values if v is not None and v in self._unobservable]
         while stack:
@@ -298,13 +299,16 @@ class SignedZeroAnalysis:
             if producer is None:
                 continue
             if self._function_of(producer) is not None:
-                # upstream through a body: its formal inputs, every call's arguments
-                self._calls = None
-                self._unobservable.clear()
+                self._forget_all()  # upstream through a body: its formal inputs, every call's arguments
                 return
             for index, source in enumerate(producer.inputs):
                 if source is not None and source in self._unobservable and _classify(producer, index) == "carry":
                     stack.append(source)
+
+    def _forget_all(self) -> None:
+        """Drop every kept "not observable" answer and the calls found."""
+        self._calls = None
+        self._unobservable.clear()
 
     def why(self, value: ir.Value) -> str:
         """A short reason naming the first sink found (for refusals)."""
